@@ -1,0 +1,31 @@
+"""Named bounds of the wire, and the helpers that resolve a tool's effective ones."""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = (
+    "DEFAULT_MAX_DELTA_BYTES",
+    "DEFAULT_TIMEOUT_MS",
+    "MAX_FRAME_BYTES_CEILING",
+    "U32_MAX",
+    "U64_MAX",
+)
+
+#: Source bytes one streamed delta may consume when ``StreamingSpec.max_delta_bytes``
+#: is unset. Large enough that a fast tool needs few frames, small enough that one
+#: busy tick cannot flood a harness with a single enormous frame. A larger backlog
+#: is paced out over several frames; nothing is dropped.
+DEFAULT_MAX_DELTA_BYTES: Final = 16 * 1024
+
+#: The largest frame any tool may declare (``ToolCapabilities.max_frame_bytes`` is
+#: clamped to it). A frame larger than the effective limit is rejected before it is
+#: parsed, so a hostile peer cannot make a decoder allocate for it.
+MAX_FRAME_BYTES_CEILING: Final = 16 * 1024 * 1024
+
+#: A tool call's deadline when ``ToolCapabilities.timeout_ms`` is absent.
+DEFAULT_TIMEOUT_MS: Final = 60_000
+
+#: Ranges of the Rust integer types the wire uses; Python ints are unbounded.
+U32_MAX: Final = 2**32 - 1
+U64_MAX: Final = 2**64 - 1

@@ -1,0 +1,34 @@
+"""``ToolProgress``: what a tool yields while it runs, tagged on ``kind``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._base import WireStruct
+
+__all__ = ("ContentProgress", "CustomProgress", "TextProgress", "ToolProgress")
+
+
+class TextProgress(WireStruct, frozen=True, kw_only=True, tag_field="kind", tag="text"):
+    """A line of human-readable progress."""
+
+    text: str
+
+
+class ContentProgress(WireStruct, frozen=True, kw_only=True, tag_field="kind", tag="content"):
+    """Rich progress: a list of content blocks (always written, even when empty)."""
+
+    # Typed precisely (text | image | resource blocks) by the content-block module.
+    blocks: list[Any]
+
+
+class CustomProgress(WireStruct, frozen=True, kw_only=True, tag_field="kind", tag="custom"):
+    """Tool-defined progress. A streaming tool's deltas are ``custom`` frames whose
+    ``subkind`` is its ``StreamingSpec.subkind`` and whose ``payload`` is a
+    ``PartialResultPayload``. ``payload`` is required; ``null`` is a value."""
+
+    subkind: str
+    payload: Any
+
+
+ToolProgress = TextProgress | ContentProgress | CustomProgress

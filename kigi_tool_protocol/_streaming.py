@@ -1,0 +1,39 @@
+"""The streaming contract's wire types: a tool's ``StreamingSpec`` and the
+``PartialResultPayload`` each streamed delta travels in."""
+
+from __future__ import annotations
+
+from ._base import U32, U64, WireStruct
+
+__all__ = ("PartialResultPayload", "StreamingSpec")
+
+
+class StreamingSpec(WireStruct, frozen=True, kw_only=True, omit_defaults=True):
+    """How a tool streams: the ``subkind`` its progress frames carry and the most
+    source bytes one delta may consume (``None``: the 16 KiB default).
+
+    Lenient like its Rust counterpart: an empty subkind and a cap of 0 decode (a
+    cap of 0 streams one character per frame).
+    """
+
+    subkind: str
+    max_delta_bytes: U32 | None = None
+
+
+class PartialResultPayload(
+    WireStruct, frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    """One streamed delta. Strict: an unknown field is a decode error, so schema
+    drift between producer and consumer is caught instead of misread.
+
+    ``total_bytes`` is the monotonic count of bytes the source has produced (not
+    the length of ``delta``); ``truncated`` says content was lost upstream and
+    will never be delivered; ``gap`` says the bytes between the previous delta and
+    this one were lost (the tail buffer overflowed).
+    """
+
+    delta: str
+    total_bytes: U64
+    truncated: bool = False
+    gap: bool = False
+
