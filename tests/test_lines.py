@@ -1,0 +1,101 @@
+"""Bounded line framing: the sans-IO splitter and the asyncio pump."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kigi_tool_runtime._lines import READ_CHUNK_BYTES, LineSplitter, OversizedLine, read_lines
+
+
+def _reference(data: bytes, limit: int) -> list[bytes | OversizedLine]:
+    parts = data.split(b"\n")
+    last = parts.pop()
+    out: list[bytes | OversizedLine] = [
+        p if len(p) <= limit else OversizedLine(len(p), limit) for p in parts
+    ]
+    if last:
+        out.append(last if len(last) <= limit else OversizedLine(len(last), limit))
+    return out
+
+
+def _split_all(data: bytes, cuts: list[int], limit: int) -> list[bytes | OversizedLine]:
+    splitter = LineSplitter(limit)
+    out: list[bytes | OversizedLine] = []
+    prev = 0
+    for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
+        out += splitter.feed(data[prev:cut])
+        assert splitter.buffered <= limit + len(data[prev:cut])
+        prev = cut
+    end = splitter.end()
+    if end is not None:
+        out.append(end)
+    return out
+
+
+@given(
+    st.binary(max_size=200).map(lambda b: b.replace(b"x", b"\n")),
+    st.lists(st.integers(min_value=0, max_value=400), max_size=12),
+    st.integers(min_value=1, max_value=20),
+)
+def test_any_cut_gives_the_reference_lines(data: bytes, cuts: list[int], limit: int) -> None:
+    """Cutting the input anywhere yields the same lines as splitting it whole."""
+    assert _split_all(data, cuts, limit) == _reference(data, limit)
+
+
+def test_every_single_byte_feed_matches() -> None:
+    """Byte-at-a-time feeding yields exactly the whole-input lines, oversized ones included."""
+    data = b'{"a":1}\n' + b"z" * 30 + b"\n\nshort\ntrailing"
+    splitter = LineSplitter(10)
+    out: list[bytes | OversizedLine] = []
+    for i in range(len(data)):
+        out += splitter.feed(data[i : i + 1])
+    end = splitter.end()
+    assert end == b"trailing"
+    assert out == [b'{"a":1}', OversizedLine(30, 10), b"", b"short"]
+
+
+def test_line_of_exactly_the_limit_passes_one_more_is_rejected() -> None:
+    """The limit is inclusive: a line of ``limit`` bytes is returned, ``limit + 1`` is not."""
+    splitter = LineSplitter(4)
+    assert splitter.feed(b"abcd\nabcde\n") == [b"abcd", OversizedLine(5, 4)]
+
+
+def test_oversized_line_is_not_held() -> None:
+    """While skipping an oversized line the buffer stays empty however much arrives."""
+    splitter = LineSplitter(8)
+    for _ in range(1000):
+        assert splitter.feed(b"y" * 1000) == []
+        assert splitter.buffered == 0
+    assert splitter.feed(b"tail\nok\n") == [OversizedLine(1_000_004, 8), b"ok"]
+
+
+def test_end_inside_oversized_line_reports_it() -> None:
+    """Input ending inside an oversized line reports the bytes seen, then nothing more."""
+    splitter = LineSplitter(3)
+    assert splitter.feed(b"abcdefg") == []
+    assert splitter.end() == OversizedLine(7, 3)
+    assert splitter.end() is None
+
+
+def test_bad_limit_is_rejected() -> None:
+    """A limit below one byte is a ValueError naming the value."""
+    with pytest.raises(ValueError, match="max_line_bytes must be at least 1, got 0"):
+        LineSplitter(0)
+
+
+def test_read_lines_over_a_stream_reader() -> None:
+    """The asyncio pump yields the same lines, in chunks larger than the reader's own limit."""
+
+    async def main() -> list[bytes | OversizedLine]:
+        reader = asyncio.StreamReader(limit=16)
+        big = b"q" * (3 * READ_CHUNK_BYTES)
+        reader.feed_data(b"one\n" + big + b"\n" + b"m" * 100 + b"\ntwo")
+        reader.feed_eof()
+        return [line async for line in read_lines(reader, 200)]
+
+    out = asyncio.run(main())
+    assert out == [b"one", OversizedLine(3 * READ_CHUNK_BYTES, 200), b"m" * 100, b"two"]
