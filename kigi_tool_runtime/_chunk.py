@@ -1,0 +1,219 @@
+"""``stream_chunk``: turn the tail of a growing byte source into capped,
+UTF-8-complete, append-only deltas.
+
+Invariants (DESIGN.md §2 states them normatively; this module keeps them):
+
+Rule 1. ``total <= last_total`` yields no frame and leaves the cursor alone.
+Rule 2. The pending bytes are the last ``total - last_total`` bytes of the tail.
+        When fewer survive, the middle was lost: the frame says ``gap``, and the
+        tail's leading continuation bytes (at most 3, their lead byte lost) are
+        skipped and count as consumed.
+Rule 3. A frame consumes at most ``cap`` source bytes (``max_delta_bytes``, or
+        16 KiB when unset), except that it always carries at least one whole
+        character: with a cap of 0 every frame is one character.
+Rule 4. A frame never ends inside an incomplete UTF-8 sequence that more bytes
+        could still complete; only the trailing bytes of the frame decide that,
+        so an earlier invalid byte never disables the hold-back. Invalid bytes
+        become U+FFFD per maximal subpart (Python's ``"replace"``, equal to
+        Rust's ``from_utf8_lossy``).
+Rule 5. Pending bytes that are only an incomplete sequence are held (no frame)
+        until more bytes arrive, or flushed as U+FFFD when ``final`` is set and
+        nothing else is pending.
+Rule 6. The cursor advances past exactly the bytes emitted plus skipped orphans.
+Rule 7. A gap is always reported, by a frame with an empty delta if nothing
+        decodable survived; no other frame is ever empty.
+Rule 8. ``total_bytes`` is ``total``; ``truncated`` is passed through verbatim.
+
+Cost: one call touches only the bytes it emits (plus at most 3 leading orphans
+and at most 4 bytes of a first character), never the whole tail: the tail is
+sliced, not copied, and only the emitted slice is decoded.
+"""
+
+from __future__ import annotations
+
+from codecs import utf_8_decode
+from typing import Final, NamedTuple
+
+from kigi_tool_protocol import (
+    DEFAULT_MAX_DELTA_BYTES,
+    CustomProgress,
+    PartialResultPayload,
+    StreamingSpec,
+)
+
+__all__ = ("MAX_ORPHAN_BYTES", "Chunk", "stream_chunk")
+
+#: The most leading continuation bytes a gap tail can start with that belong to
+#: a character whose lead byte was lost: a UTF-8 character is at most 4 bytes, so
+#: at most 3 of its continuation bytes can survive without their lead. A fourth
+#: continuation byte was invalid in the source itself and decodes to U+FFFD.
+MAX_ORPHAN_BYTES: Final = 3
+
+Tail = bytes | bytearray | memoryview
+
+
+class Chunk(NamedTuple):
+    """What one :func:`stream_chunk` call produced.
+
+    ``progress`` is the frame (a ``CustomProgress`` whose ``payload`` is a
+    ``PartialResultPayload``) or ``None`` when there is nothing to surface yet;
+    ``last_total`` is the advanced cursor to pass to the next call.
+    """
+
+    progress: CustomProgress | None
+    last_total: int
+
+
+def _first_char_len(tail: Tail, start: int, end: int, final: bool) -> int:
+    """Byte length of the first decode unit of ``tail[start:end]``: a whole
+    character, or a maximal invalid subpart (one U+FFFD). When the bytes run out
+    before the unit is decided (an incomplete sequence), 0, or with ``final`` the
+    length of that incomplete sequence (it decodes to one U+FFFD).
+
+    The second byte's range depends on the lead byte (no overlongs, no
+    surrogates, nothing past U+10FFFF), as Python's and Rust's decoders judge it.
+    The one exception mirrors Python's incremental decoder, which the rest of
+    this module relies on: a lead 0xED and a byte 0xA0-0xBF at the very end
+    (a truncated surrogate) count as incomplete, never as decided.
+    """
+    lead = tail[start]
+    if lead < 0x80:
+        return 1
+    if 0xC2 <= lead <= 0xDF:
+        need, low, high = 2, 0x80, 0xBF
+    elif lead == 0xE0:
+        need, low, high = 3, 0xA0, 0xBF
+    elif lead == 0xED:
+        need, low, high = 3, 0x80, 0x9F
+    elif 0xE1 <= lead <= 0xEF:
+        need, low, high = 3, 0x80, 0xBF
+    elif lead == 0xF0:
+        need, low, high = 4, 0x90, 0xBF
+    elif lead == 0xF4:
+        need, low, high = 4, 0x80, 0x8F
+    elif 0xF1 <= lead <= 0xF3:
+        need, low, high = 4, 0x80, 0xBF
+    else:
+        # 0x80-0xC1 and 0xF5-0xFF can never start a character.
+        return 1
+    for length in range(1, need):
+        index = start + length
+        if index >= end:
+            return length if final else 0
+        byte = tail[index]
+        if not low <= byte <= high:
+            if lead == 0xED and 0xA0 <= byte <= 0xBF and index + 1 == end and not final:
+                return 0
+            return length
+        low, high = 0x80, 0xBF
+    return need
+
+
+def stream_chunk(
+    spec: StreamingSpec,
+    tail: Tail,
+    total: int,
+    last_total: int,
+    truncated: bool = False,
+    *,
+    final: bool = False,
+) -> Chunk:
+    """Surface the next delta of a byte source, at most one frame per call.
+
+    Args:
+        spec: the tool's streaming spec: the frame's ``subkind`` and the cap on
+            source bytes per frame (``max_delta_bytes``; ``None`` means 16 KiB,
+            0 means one character per frame).
+        tail: the newest bytes the source produced, newest last (``bytes``,
+            ``bytearray`` or a 1-D contiguous ``memoryview``; never copied whole).
+        total: how many bytes the source has produced so far (monotonic).
+        last_total: how many of them were already surfaced or skipped (the
+            cursor a previous call returned; 0 at the start).
+        truncated: the source's cumulative "content was lost upstream" flag,
+            copied into the frame verbatim.
+        final: the source has ended; a trailing incomplete sequence is flushed
+            as U+FFFD instead of held. Call until no frame comes back.
+
+    Returns:
+        ``Chunk(progress, last_total)``: the frame or ``None``, and the cursor.
+        ``last_total > total`` is not an error: like ``total == last_total`` it
+        means nothing new, and yields no frame with the cursor unchanged.
+
+    Raises:
+        ValueError: ``total`` or ``last_total`` is negative, or
+            ``spec.max_delta_bytes`` is negative.
+        TypeError: ``tail`` is not a bytes-like object of single bytes.
+    """
+    if total <= last_total:
+        if total < 0:
+            raise ValueError(f"total must be >= 0, got {total}")
+        return Chunk(None, last_total)
+    if last_total < 0:
+        raise ValueError(f"last_total must be >= 0, got {last_total}")
+    cap = spec.max_delta_bytes
+    if cap is None:
+        cap = DEFAULT_MAX_DELTA_BYTES
+    elif cap < 0:
+        raise ValueError(f"spec.max_delta_bytes must be >= 0 or None, got {cap}")
+    tail_type = type(tail)
+    if tail_type is memoryview:
+        if tail.format != "B" or tail.ndim != 1:  # type: ignore[union-attr]
+            tail = _as_bytes_view(tail)  # type: ignore[arg-type]
+    elif tail_type is not bytes and tail_type is not bytearray:
+        if not isinstance(tail, (bytes, bytearray, memoryview)):
+            raise TypeError(
+                f"tail must be bytes, bytearray or memoryview, not {type(tail).__name__}"
+            )
+        if isinstance(tail, memoryview):
+            tail = _as_bytes_view(tail)
+
+    size = len(tail)
+    new = total - last_total
+    if new <= size:
+        start = size - new
+        gap = False
+    else:
+        # The middle was lost. Bytes 0x80-0xBF at the front continue a character
+        # whose lead byte is gone: skip them (they are consumed, never decoded).
+        gap = True
+        start = 0
+        limit = min(size, MAX_ORPHAN_BYTES)
+        while start < limit and 0x80 <= tail[start] <= 0xBF:
+            start += 1
+
+    end = size if size - start <= cap else start + cap
+    # Decoding with final=False stops before a trailing incomplete sequence, so
+    # the decoder itself performs the hold-back of rule 4 on just this slice;
+    # only the call that reaches the end of a finished source flushes it.
+    text, used = utf_8_decode(
+        memoryview(tail)[start:end] if tail_type is bytes else tail[start:end],
+        "replace",
+        final and end == size,
+    )
+    if not used and start < size:
+        # Nothing whole fits: either the cap is smaller than the first character
+        # (emit exactly that one character), or the pending bytes are a single
+        # incomplete sequence (hold it, or flush it at the end of the source).
+        used = _first_char_len(tail, start, size, final)
+        if used:
+            text = utf_8_decode(tail[start : start + used], "replace", True)[0]
+    if used:
+        cursor = total - (size - start - used) if gap else last_total + used
+    elif gap:
+        cursor = total - (size - start)
+    else:
+        return Chunk(None, last_total)
+    payload = PartialResultPayload(delta=text, total_bytes=total, truncated=truncated, gap=gap)
+    return Chunk(CustomProgress(subkind=spec.subkind, payload=payload), cursor)
+
+
+def _as_bytes_view(view: memoryview) -> memoryview:
+    """A flat unsigned-byte view of ``view`` (no copy).
+
+    Raises:
+        TypeError: ``view`` is not C-contiguous.
+    """
+    try:
+        return view.cast("B")
+    except TypeError as exc:
+        raise TypeError(f"tail must be a contiguous buffer: {exc}") from exc

@@ -1,0 +1,104 @@
+"""``DeltaStreamer``: :func:`stream_chunk` with the cursor kept for you.
+
+Invariants:
+
+Rule 1. The cursor only moves forward, and only by what :func:`stream_chunk`
+        returns; no frame is produced any other way.
+Rule 2. :meth:`DeltaStreamer.drain` returns every frame the tail allows right
+        now: afterwards the cursor is at ``total`` or before a held incomplete
+        character. :meth:`DeltaStreamer.finish` also flushes that character, so
+        afterwards the cursor is at ``total``.
+Rule 3. A drain always terminates: every frame but a gap frame consumes at least
+        one byte, and a gap frame moves the cursor to the surviving tail.
+"""
+
+from __future__ import annotations
+
+from kigi_tool_protocol import CustomProgress, StreamingSpec
+
+from ._chunk import Tail, stream_chunk
+from ._tail import TailBuffer
+
+__all__ = ("DeltaStreamer",)
+
+
+class DeltaStreamer:
+    """Turn one byte source into capped, UTF-8-complete deltas, keeping the cursor.
+
+    Call :meth:`drain` (or :meth:`drain_buffer`) on every tick and
+    :meth:`finish` (or :meth:`finish_buffer`) once the source has ended.
+    """
+
+    __slots__ = ("_last_total", "_spec")
+
+    def __init__(self, spec: StreamingSpec) -> None:
+        self._spec = spec
+        self._last_total = 0
+
+    def __repr__(self) -> str:
+        return f"DeltaStreamer(subkind={self._spec.subkind!r}, last_total={self._last_total})"
+
+    @property
+    def spec(self) -> StreamingSpec:
+        """The streaming spec every frame follows."""
+        return self._spec
+
+    @property
+    def last_total(self) -> int:
+        """How many source bytes have been surfaced or skipped so far."""
+        return self._last_total
+
+    def step(
+        self, tail: Tail, total: int, truncated: bool = False, *, final: bool = False
+    ) -> CustomProgress | None:
+        """At most one frame (see :func:`stream_chunk`); advances the cursor.
+
+        Raises:
+            ValueError: ``total`` is negative, or the spec's cap is negative.
+            TypeError: ``tail`` is not a bytes-like object.
+        """
+        progress, self._last_total = stream_chunk(
+            self._spec, tail, total, self._last_total, truncated, final=final
+        )
+        return progress
+
+    def drain(self, tail: Tail, total: int, truncated: bool = False) -> list[CustomProgress]:
+        """Every frame the tail allows now, oldest first (empty when caught up).
+
+        A trailing incomplete character stays held for the next call.
+
+        Raises:
+            ValueError: ``total`` is negative, or the spec's cap is negative.
+            TypeError: ``tail`` is not a bytes-like object.
+        """
+        return self._run(tail, total, truncated, False)
+
+    def finish(self, tail: Tail, total: int, truncated: bool = False) -> list[CustomProgress]:
+        """Like :meth:`drain`, for a source that has ended: a trailing incomplete
+        character is flushed as U+FFFD, and the cursor ends at ``total``.
+
+        Raises:
+            ValueError: ``total`` is negative, or the spec's cap is negative.
+            TypeError: ``tail`` is not a bytes-like object.
+        """
+        return self._run(tail, total, truncated, True)
+
+    def drain_buffer(self, buffer: TailBuffer) -> list[CustomProgress]:
+        """:meth:`drain` over ``buffer``'s tail, total and truncated flag."""
+        return self._run(buffer.tail(), buffer.total, buffer.truncated, False)
+
+    def finish_buffer(self, buffer: TailBuffer) -> list[CustomProgress]:
+        """:meth:`finish` over ``buffer``'s tail, total and truncated flag."""
+        return self._run(buffer.tail(), buffer.total, buffer.truncated, True)
+
+    def _run(self, tail: Tail, total: int, truncated: bool, final: bool) -> list[CustomProgress]:
+        frames: list[CustomProgress] = []
+        spec = self._spec
+        cursor = self._last_total
+        while True:
+            progress, cursor = stream_chunk(spec, tail, total, cursor, truncated, final=final)
+            if progress is None:
+                break
+            frames.append(progress)
+        self._last_total = cursor
+        return frames
