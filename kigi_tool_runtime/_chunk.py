@@ -157,7 +157,7 @@ def stream_chunk(
         raise ValueError(f"spec.max_delta_bytes must be >= 0 or None, got {cap}")
     tail_type = type(tail)
     if tail_type is memoryview:
-        if tail.format != "B" or tail.ndim != 1:  # type: ignore[union-attr]
+        if tail.format != "B" or tail.ndim != 1 or not tail.c_contiguous:  # type: ignore[union-attr]
             tail = _as_bytes_view(tail)  # type: ignore[arg-type]
     elif tail_type is not bytes and tail_type is not bytearray:
         if not isinstance(tail, (bytes, bytearray, memoryview)):
