@@ -1,4 +1,4 @@
-"""Named bounds of the wire, and the helpers that resolve a tool's effective ones."""
+"""Named bounds of the wire: integer ranges, frame and delta sizes, timeouts."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ from typing import Final
 __all__ = (
     "DEFAULT_MAX_DELTA_BYTES",
     "DEFAULT_TIMEOUT_MS",
+    "I32_MAX",
+    "I32_MIN",
+    "I64_MAX",
+    "I64_MIN",
     "MAX_FRAME_BYTES_CEILING",
     "U32_MAX",
     "U64_MAX",
@@ -19,13 +23,20 @@ __all__ = (
 DEFAULT_MAX_DELTA_BYTES: Final = 16 * 1024
 
 #: The largest frame any tool may declare (``ToolCapabilities.max_frame_bytes`` is
-#: clamped to it). A frame larger than the effective limit is rejected before it is
-#: parsed, so a hostile peer cannot make a decoder allocate for it.
+#: clamped to it), and the decoders' default limit. A frame larger than the
+#: effective limit is rejected before it is parsed, so a hostile peer cannot make a
+#: decoder allocate for it.
 MAX_FRAME_BYTES_CEILING: Final = 16 * 1024 * 1024
 
 #: A tool call's deadline when ``ToolCapabilities.timeout_ms`` is absent.
 DEFAULT_TIMEOUT_MS: Final = 60_000
 
-#: Ranges of the Rust integer types the wire uses; Python ints are unbounded.
+#: Ranges of the Rust integer types the wire uses. Python ints are unbounded and
+#: msgspec's JSON decoder hands back integers of any size, so every wire integer is
+#: range-checked against these; a value outside them is a decode error.
 U32_MAX: Final = 2**32 - 1
 U64_MAX: Final = 2**64 - 1
+I32_MIN: Final = -(2**31)
+I32_MAX: Final = 2**31 - 1
+I64_MIN: Final = -(2**63)
+I64_MAX: Final = 2**63 - 1

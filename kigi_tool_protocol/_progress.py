@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._base import WireStruct
+from ._content import ContentBlock
 
 __all__ = ("ContentProgress", "CustomProgress", "TextProgress", "ToolProgress")
 
@@ -18,8 +19,7 @@ class TextProgress(WireStruct, frozen=True, kw_only=True, tag_field="kind", tag=
 class ContentProgress(WireStruct, frozen=True, kw_only=True, tag_field="kind", tag="content"):
     """Rich progress: a list of content blocks (always written, even when empty)."""
 
-    # Typed precisely (text | image | resource blocks) by the content-block module.
-    blocks: list[Any]
+    blocks: list[ContentBlock]
 
 
 class CustomProgress(WireStruct, frozen=True, kw_only=True, tag_field="kind", tag="custom"):

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ._base import U32, U64, WireStruct
+from ._base import U32, U64, WireStruct, check_u64
 
 __all__ = ("PartialResultPayload", "StreamingSpec")
 
@@ -12,24 +12,26 @@ class StreamingSpec(WireStruct, frozen=True, kw_only=True, omit_defaults=True):
     """How a tool streams: the ``subkind`` its progress frames carry and the most
     source bytes one delta may consume (``None``: the 16 KiB default).
 
-    Lenient like its Rust counterpart: an empty subkind and a cap of 0 decode (a
-    cap of 0 streams one character per frame).
+    Lenient like its Rust counterpart: unknown fields are ignored, and an empty
+    subkind and a cap of 0 decode (a cap of 0 streams one character per frame).
     """
 
     subkind: str
     max_delta_bytes: U32 | None = None
 
 
-class PartialResultPayload(
-    WireStruct, frozen=True, kw_only=True, forbid_unknown_fields=True
-):
+class PartialResultPayload(WireStruct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One streamed delta. Strict: an unknown field is a decode error, so schema
     drift between producer and consumer is caught instead of misread.
 
     ``total_bytes`` is the monotonic count of bytes the source has produced (not
-    the length of ``delta``); ``truncated`` says content was lost upstream and
-    will never be delivered; ``gap`` says the bytes between the previous delta and
-    this one were lost (the tail buffer overflowed).
+    the length of ``delta``), a u64; ``truncated`` says content was lost upstream
+    and will never be delivered; ``gap`` says the bytes between the previous delta
+    and this one were lost (the tail buffer overflowed). All four fields are always
+    written; the flags may be missing on decode (false) but not ``null``.
+
+    Raises:
+        ValueError: on construction, ``total_bytes`` is outside the u64 range.
     """
 
     delta: str
@@ -37,3 +39,5 @@ class PartialResultPayload(
     truncated: bool = False
     gap: bool = False
 
+    def __post_init__(self) -> None:
+        check_u64("total_bytes", self.total_bytes)
