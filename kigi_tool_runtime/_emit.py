@@ -1,0 +1,216 @@
+"""``OutputStream``: the two lines a tool author writes to stream output.
+
+A tool that produces bytes writes them into an :class:`OutputStream` and, on
+every tick, yields what :meth:`OutputStream.drain` returns; when the source
+ends it yields what :meth:`OutputStream.finish` returns::
+
+    stream = OutputStream(spec, capacity=256 * 1024, progress=ctx.wants_progress)
+    stream.write(chunk)
+    for frame in stream.drain():
+        yield frame
+    ...
+    for frame in stream.finish():
+        yield frame
+    excerpt = stream.excerpt()          # head + marker + tail, for the model
+
+Invariants:
+
+Rule 1. Memory is bounded by ``capacity + head_bytes`` whatever is written: the
+        tail keeps the newest bytes, the head keeps the first ``head_bytes`` and
+        stops growing; bytes in between are only counted.
+Rule 2. Every written byte reaches the stream as a delta, or is reported by a
+        gap frame (the tail overflowed before it was drained), or is refused at
+        ``limit`` and the stream says ``truncated``.
+Rule 3. The omission marker of :meth:`OutputStream.excerpt` exists only in the
+        excerpt; it never enters the stream.
+
+Sans-IO: no clock, no event loop. The caller decides when a tick happens.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, CustomProgress, StreamingSpec
+
+from ._streamer import DeltaStreamer
+from ._tail import TailBuffer
+
+__all__ = ("OMISSION_MARKER", "Excerpt", "OutputStream")
+
+#: Put between the head and the tail of an excerpt whose middle was left out.
+#: Blank lines around it keep it off the lines of the output itself, and it says
+#: how much is missing so a reader (or a model) never mistakes it for output.
+OMISSION_MARKER: Final = "\n\n[... {omitted} bytes of output omitted ...]\n\n"
+
+# A UTF-8 character is at most 4 bytes: a cut can split at most 3 of them off.
+_MAX_SPLIT_BYTES: Final = 3
+
+Data = bytes | bytearray | memoryview
+
+
+class Excerpt(NamedTuple):
+    """What :meth:`OutputStream.excerpt` returns: the text for the reader, the
+    source's byte count, how many bytes the text leaves out (0 when whole), and
+    whether bytes were refused at the stream's hard limit."""
+
+    text: str
+    total: int
+    omitted: int
+    truncated: bool
+
+
+def _complete_prefix(data: bytes) -> bytes:
+    """``data`` without a trailing incomplete UTF-8 sequence (at most 3 bytes)."""
+    for back in range(1, min(_MAX_SPLIT_BYTES, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return data
+        if byte >= 0xC0:
+            # A lead byte: whole if its sequence fits in the bytes after it.
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if need <= back else data[:-back]
+    return data
+
+
+def _complete_suffix(data: bytes) -> bytes:
+    """``data`` without leading continuation bytes whose lead byte was cut off."""
+    skip = 0
+    while skip < min(_MAX_SPLIT_BYTES, len(data)) and 0x80 <= data[skip] < 0xC0:
+        skip += 1
+    return data[skip:]
+
+
+class OutputStream:
+    """A :class:`TailBuffer` and a :class:`DeltaStreamer` that belong together,
+    plus an optional bounded head for the reader's excerpt.
+
+    ``capacity`` is how many of the newest bytes are kept between drains (a
+    slow drain beyond it loses the middle, reported as a gap); ``limit`` is a
+    hard cap on bytes accepted (past it the stream is ``truncated``);
+    ``head_bytes`` is how many of the first bytes to keep for :meth:`excerpt`;
+    ``progress=False`` turns :meth:`drain` and :meth:`finish` into no-ops that
+    return no frames (the caller does not want progress) while everything is
+    still counted.
+
+    Raises:
+        ValueError: ``capacity`` is below the tail minimum or below the spec's
+            cap (a frame must fit in the tail), or ``head_bytes`` or ``limit``
+            is negative.
+    """
+
+    __slots__ = ("_cap", "_finished", "_head", "_head_bytes", "_progress", "_streamer", "_tail")
+
+    def __init__(
+        self,
+        spec: StreamingSpec,
+        *,
+        capacity: int,
+        limit: int | None = None,
+        head_bytes: int = 0,
+        progress: bool = True,
+    ) -> None:
+        cap = DEFAULT_MAX_DELTA_BYTES if spec.max_delta_bytes is None else spec.max_delta_bytes
+        if capacity < cap:
+            raise ValueError(
+                f"capacity {capacity} is below the spec's max_delta_bytes {cap}:"
+                " the tail must hold at least one whole frame"
+            )
+        if head_bytes < 0:
+            raise ValueError(f"head_bytes must be >= 0, got {head_bytes}")
+        self._tail = TailBuffer(capacity, limit)
+        self._streamer = DeltaStreamer(spec)
+        self._cap = max(cap, 1)
+        self._head = bytearray()
+        self._head_bytes = head_bytes
+        self._progress = progress
+        self._finished = False
+
+    def __repr__(self) -> str:
+        return (
+            f"OutputStream(subkind={self._streamer.spec.subkind!r}, total={self.total},"
+            f" surfaced={self._streamer.last_total})"
+        )
+
+    @property
+    def buffer(self) -> TailBuffer:
+        """The tail buffer (read its ``statistics()`` for the final counts)."""
+        return self._tail
+
+    @property
+    def total(self) -> int:
+        """Bytes accepted so far."""
+        return self._tail.total
+
+    @property
+    def truncated(self) -> bool:
+        """True once a byte was refused at the hard limit."""
+        return self._tail.truncated
+
+    @property
+    def pending(self) -> int:
+        """Bytes accepted but not yet surfaced or skipped by the stream."""
+        return self._tail.total - self._streamer.last_total
+
+    @property
+    def frame_ready(self) -> bool:
+        """True when at least one full frame's worth of bytes is pending: a
+        caller that drains on a tick should drain now instead of waiting."""
+        return self._progress and self.pending >= self._cap
+
+    def write(self, data: Data) -> int:
+        """Append ``data``; return how many bytes were accepted (fewer only past
+        the hard limit).
+
+        Raises:
+            RuntimeError: the stream was finished.
+            TypeError: ``data`` is not a bytes-like object.
+        """
+        if self._finished:
+            raise RuntimeError("write() after finish(): the stream has ended")
+        room = self._head_bytes - len(self._head)
+        if room > 0:
+            accepted = self._tail.write(data)
+            self._head += memoryview(data)[: min(room, accepted)]
+            return accepted
+        return self._tail.write(data)
+
+    def drain(self) -> list[CustomProgress]:
+        """Every frame due now, oldest first; empty when caught up or when the
+        caller does not want progress. A trailing incomplete character is held."""
+        if not self._progress:
+            return []
+        return self._streamer.drain_buffer(self._tail)
+
+    def finish(self) -> list[CustomProgress]:
+        """The last frames: everything still pending, a trailing incomplete
+        character flushed as U+FFFD. Later writes are refused."""
+        self._finished = True
+        if not self._progress:
+            return []
+        return self._streamer.finish_buffer(self._tail)
+
+    def excerpt(self, max_bytes: int | None = None) -> Excerpt:
+        """The output for a reader: whole when it fits in ``max_bytes`` (default:
+        the kept head plus the tail's capacity), otherwise the kept head and the
+        newest bytes around :data:`OMISSION_MARKER`. Neither side is cut inside a
+        character; invalid bytes decode to U+FFFD.
+        """
+        total = self._tail.total
+        head = bytes(self._head)
+        tail_view = self._tail.tail()
+        budget = len(head) + len(tail_view) if max_bytes is None else max_bytes
+        if total <= budget and total - len(head) <= len(tail_view):
+            rest = bytes(tail_view[len(tail_view) - (total - len(head)) :])
+            text = (head + rest).decode("utf-8", "replace")
+            return Excerpt(text, total, 0, self._tail.truncated)
+        head = _complete_prefix(head[: budget // 2])
+        keep = max(budget - len(head), 0)
+        tail = _complete_suffix(bytes(tail_view[max(len(tail_view) - keep, 0) :]))
+        omitted = total - len(head) - len(tail)
+        text = (
+            head.decode("utf-8", "replace")
+            + OMISSION_MARKER.format(omitted=omitted)
+            + tail.decode("utf-8", "replace")
+        )
+        return Excerpt(text, total, omitted, self._tail.truncated)

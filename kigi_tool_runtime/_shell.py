@@ -1,0 +1,439 @@
+"""``ShellTool``: run a command, stream its output, return how it ended.
+
+Invariants:
+
+Rule 1. stdout and stderr share one pipe, so their bytes arrive in the order
+        the child wrote them, and nothing is re-encoded on the way.
+Rule 2. Memory is bounded whatever the child writes and however slowly frames
+        are taken: the pipe is read (8 KiB at a time) by an event-loop reader
+        that only writes into an :class:`OutputStream` (a bounded tail and a
+        bounded head); frames are cut from it when the tool is asked for more.
+        A consumer that falls behind sees a gap frame saying what was skipped.
+Rule 3. Every byte read is surfaced, skipped in a reported gap, or both
+        counted and flushed by ``finish`` at the end: none is stranded.
+Rule 4. The child leads its own process group. On timeout or cancellation the
+        whole group gets SIGTERM, then SIGKILL after a grace period, and the
+        child is reaped: no process of the group and no zombie is left behind.
+Rule 5. After the child exits the pipe is drained for at most ``exit_drain``
+        seconds: a grandchild that keeps it open cannot hang the tool (its
+        later writes fail once the pipe is closed). A background process that
+        outlives a normal exit is not killed; only timeout and cancellation are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import AsyncIterator
+from typing import Annotated, Final
+
+import msgspec
+
+from kigi_tool_protocol import StreamingSpec, ToolCapabilities
+
+from ._emit import OutputStream
+from ._tool import Tool, ToolContext, ToolError, ToolEvent, ToolResult
+
+__all__ = (
+    "DEFAULT_COMMAND_TIMEOUT_MS",
+    "DEFAULT_OUTPUT_LIMIT",
+    "DEFAULT_TAIL_CAPACITY",
+    "DEFAULT_TICK_S",
+    "EXIT_DRAIN_S",
+    "MAX_COMMAND_TIMEOUT_MS",
+    "MAX_OUTPUT_LIMIT",
+    "MIN_OUTPUT_LIMIT",
+    "READS_PER_WAKEUP",
+    "READ_CHUNK_BYTES",
+    "SHELL_SPEC",
+    "TERM_GRACE_S",
+    "ShellArgs",
+    "ShellOutcome",
+    "ShellTool",
+)
+
+#: The shell tool's streaming contract: the subkind harnesses know, 16 KiB deltas.
+SHELL_SPEC: Final = StreamingSpec(subkind="bash_output_chunk", max_delta_bytes=16 * 1024)
+
+#: One read from the pipe. Small enough that the reader hands bytes to the tail
+#: promptly, large enough that a flood costs few system calls (a Linux pipe holds
+#: 64 KiB: eight reads empty it).
+READ_CHUNK_BYTES: Final = 8 * 1024
+
+#: Reads per readiness callback before the event loop gets its turn back: two
+#: full pipes (128 KiB), so a flooding child cannot starve the frame side.
+READS_PER_WAKEUP: Final = 16
+
+#: How often pending output is cut into frames when less than a frame is waiting.
+#: A tenth of a second reads as live to a person and costs little.
+DEFAULT_TICK_S: Final = 0.1
+
+#: The newest bytes kept between drains. A consumer that falls further behind
+#: than this loses the middle (reported as a gap). 1 MiB is 64 frames at the
+#: 16 KiB cap: a consumer stalled for a moment loses nothing.
+DEFAULT_TAIL_CAPACITY: Final = 1024 * 1024
+
+#: Bytes of output handed to the model in the result when the call sets none:
+#: the first half and the last half of the output around a marker. About 8k
+#: tokens: enough to see a failure, little enough not to flood a context.
+DEFAULT_OUTPUT_LIMIT: Final = 32 * 1024
+
+#: The largest ``output_limit`` a call may ask for (it is kept in memory twice
+#: over at most: the head and the tail).
+MAX_OUTPUT_LIMIT: Final = 1024 * 1024
+
+#: The smallest ``output_limit``: room for the omission marker and a little
+#: output on each side of it.
+MIN_OUTPUT_LIMIT: Final = 256
+
+#: A command's deadline when the call sets none.
+DEFAULT_COMMAND_TIMEOUT_MS: Final = 120_000
+
+#: The longest deadline a call may ask for (ten minutes). The tool's own
+#: ``ToolCapabilities.timeout_ms`` is this plus the time a kill and a drain take,
+#: so the command's deadline always fires first and its output is kept.
+MAX_COMMAND_TIMEOUT_MS: Final = 600_000
+
+#: Seconds between SIGTERM and SIGKILL: time for a well-behaved process group to
+#: flush and exit, short enough that a stuck one is not waited on for long.
+TERM_GRACE_S: Final = 2.0
+
+#: Seconds the pipe is still read after the child exits, for output in flight
+#: and children that exit soon after; a grandchild that keeps the pipe open
+#: longer is no longer waited for.
+EXIT_DRAIN_S: Final = 1.0
+
+# How often a terminating group is checked for having gone.
+_KILL_POLL_S: Final = 0.02
+
+# The capability deadline's margin over the longest command deadline: a kill
+# (grace) plus a drain plus scheduling slack on a loaded machine.
+_DEADLINE_MARGIN_MS: Final = 10_000
+
+
+class ShellArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The shell tool's input."""
+
+    command: (
+        Annotated[str, msgspec.Meta(min_length=1, description="A shell command line.")]
+        | Annotated[
+            list[Annotated[str, msgspec.Meta(min_length=1)]],
+            msgspec.Meta(min_length=1, description="A program and its arguments, no shell."),
+        ]
+    )
+    cwd: Annotated[str, msgspec.Meta(description="Working directory.")] | None = None
+    env: (
+        Annotated[
+            dict[str, str],
+            msgspec.Meta(description="Variables added to the inherited environment."),
+        ]
+        | None
+    ) = None
+    timeout_ms: (
+        Annotated[
+            int,
+            msgspec.Meta(ge=1, le=MAX_COMMAND_TIMEOUT_MS, description="Deadline in milliseconds."),
+        ]
+        | None
+    ) = None
+    output_limit: (
+        Annotated[
+            int,
+            msgspec.Meta(
+                ge=MIN_OUTPUT_LIMIT,
+                le=MAX_OUTPUT_LIMIT,
+                description="Most bytes of output in the result (head and tail).",
+            ),
+        ]
+        | None
+    ) = None
+
+
+class ShellOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """How a command ended; the shell tool's JSON output.
+
+    Exactly one of ``exit_code`` (it exited) and ``signal`` (a signal killed it,
+    e.g. ``"SIGKILL"``) is set. ``timed_out`` says the tool killed it at its
+    deadline. ``total_bytes`` counts all output; ``output`` is the output for the
+    model: whole, or, when ``truncated``, the head and the tail around a marker
+    that says how many bytes (``omitted_bytes``) were left out.
+    """
+
+    exit_code: int | None
+    signal: str | None
+    timed_out: bool
+    duration_ms: int
+    total_bytes: int
+    truncated: bool
+    omitted_bytes: int
+    output: str
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the group is gone already
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _PipeReader:
+    """Reads the child's pipe from event-loop callbacks into an OutputStream, and
+    wakes the frame side when a frame's worth is pending or the pipe has ended."""
+
+    __slots__ = ("_buf", "_fd", "_loop", "_stream", "_view", "_waiter", "eof")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, stream: OutputStream) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._stream = stream
+        self._buf = bytearray(READ_CHUNK_BYTES)
+        self._view = memoryview(self._buf)
+        self._waiter: asyncio.Future[None] | None = None
+        self.eof = False
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        self._read(READS_PER_WAKEUP)
+        if self._stream.frame_ready or self.eof:
+            self.wake()
+
+    def _read(self, budget: int) -> None:
+        buf, view, stream = self._buf, self._view, self._stream
+        for _ in range(budget):
+            try:
+                size = os.readv(self._fd, [buf])
+            except BlockingIOError:
+                return
+            except OSError:
+                size = 0  # a broken pipe reads as its end
+            if not size:
+                self.eof = True
+                self._loop.remove_reader(self._fd)
+                return
+            stream.write(view[:size])
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, until: float) -> None:
+        """Sleep until woken or until loop time ``until`` (``inf``: no timer)."""
+        waiter = self._waiter = self._loop.create_future()
+        timer = None if math.isinf(until) else self._loop.call_at(until, self.wake)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._waiter = None
+
+    def close(self) -> None:
+        """Take what is immediately readable (one wakeup's worth), stop reading,
+        close the pipe. Idempotent."""
+        if self._fd < 0:
+            return
+        if not self.eof:
+            self._loop.remove_reader(self._fd)
+            self._read(READS_PER_WAKEUP)
+            if not self.eof:
+                self._loop.remove_reader(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+
+
+class ShellTool(Tool[ShellArgs]):
+    """Run a command (a shell string or an argv list), stream its merged stdout
+    and stderr as ``bash_output_chunk`` deltas, and return a :class:`ShellOutcome`.
+
+    The keyword arguments tune the bounds (defaults are the module constants).
+
+    Raises:
+        ValueError: a bound is out of range (``tick``, ``grace`` or
+            ``exit_drain`` not positive, ``tail_capacity`` below one frame).
+    """
+
+    id = "bash"
+    description = (
+        "Run a command and stream its combined stdout and stderr. `command` is a shell"
+        " command line (run by bash) or an argv list (run directly). Returns the exit"
+        " code or signal, the duration, and the output (head and tail when long)."
+    )
+    args_type = ShellArgs
+    capabilities = ToolCapabilities(
+        streaming=SHELL_SPEC,
+        supports_cancel=True,
+        timeout_ms=MAX_COMMAND_TIMEOUT_MS + _DEADLINE_MARGIN_MS,
+    )
+
+    def __init__(
+        self,
+        *,
+        tick: float = DEFAULT_TICK_S,
+        tail_capacity: int = DEFAULT_TAIL_CAPACITY,
+        grace: float = TERM_GRACE_S,
+        exit_drain: float = EXIT_DRAIN_S,
+        shell: str | None = None,
+    ) -> None:
+        for name, value in (("tick", tick), ("grace", grace), ("exit_drain", exit_drain)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {value}")
+        cap = SHELL_SPEC.max_delta_bytes or 0
+        if tail_capacity < cap:
+            raise ValueError(f"tail_capacity {tail_capacity} is below one frame ({cap} bytes)")
+        self.tick = tick
+        self.tail_capacity = tail_capacity
+        self.grace = grace
+        self.exit_drain = exit_drain
+        self.shell = shell or shutil.which("bash") or "/bin/sh"
+
+    def __repr__(self) -> str:
+        return f"ShellTool(tick={self.tick}, tail_capacity={self.tail_capacity})"
+
+    async def execute(self, ctx: ToolContext, args: ShellArgs) -> AsyncIterator[ToolEvent]:
+        """Run the command: ``bash_output_chunk`` progress, then a
+        :class:`ShellOutcome` result.
+
+        Raises:
+            ToolError: ``execution``, the command could not be started (no such
+                program or directory, not executable).
+        """
+        loop = asyncio.get_running_loop()
+        limit = args.output_limit or DEFAULT_OUTPUT_LIMIT
+        head = limit // 2
+        stream = OutputStream(
+            SHELL_SPEC,
+            capacity=max(self.tail_capacity, limit - head),
+            head_bytes=head,
+            progress=ctx.wants_progress,
+        )
+        proc, reader = await self._spawn(loop, args, stream)
+        started = loop.time()
+        exited_at: list[float] = []
+
+        def on_exit(_: object) -> None:
+            exited_at.append(loop.time())
+            reader.wake()
+
+        exit_task = loop.create_task(proc.wait())
+        exit_task.add_done_callback(on_exit)
+        timeout_s = (args.timeout_ms or DEFAULT_COMMAND_TIMEOUT_MS) / 1000
+        timed_out: list[bool] = []
+        watchdog = loop.create_task(self._watchdog(proc, started + timeout_s, timed_out))
+        finished = False
+        try:
+            next_tick = started + self.tick if ctx.wants_progress else math.inf
+            drain_until = math.inf
+            while not (reader.eof and exit_task.done()):
+                if exit_task.done() and drain_until == math.inf:
+                    drain_until = loop.time() + self.exit_drain
+                if loop.time() >= drain_until:
+                    break  # Rule 5: a grandchild holds the pipe open
+                if not stream.frame_ready:
+                    await reader.wait(min(next_tick, drain_until))
+                if stream.frame_ready or loop.time() >= next_tick:
+                    frames = stream.drain()
+                    next_tick = loop.time() + self.tick
+                    for frame in frames:
+                        yield frame
+            reader.close()
+            returncode = await exit_task
+            for frame in stream.finish():
+                yield frame
+            excerpt = stream.excerpt(limit)
+            finished = True
+            yield ToolResult(
+                value=ShellOutcome(
+                    exit_code=returncode if returncode >= 0 else None,
+                    signal=_signal_name(-returncode) if returncode < 0 else None,
+                    timed_out=bool(timed_out),
+                    duration_ms=round(((exited_at or [loop.time()])[0] - started) * 1000),
+                    total_bytes=excerpt.total,
+                    truncated=excerpt.omitted > 0,
+                    omitted_bytes=excerpt.omitted,
+                    output=excerpt.text,
+                )
+            )
+        finally:
+            watchdog.cancel()
+            reader.close()
+            if not finished and (proc.returncode is None or _group_alive(proc.pid)):
+                # Cancelled (or failed) mid-run: stop the whole group.
+                await self._terminate(proc)
+            if not exit_task.done():
+                exit_task.cancel()
+
+    async def _spawn(
+        self, loop: asyncio.AbstractEventLoop, args: ShellArgs, stream: OutputStream
+    ) -> tuple[asyncio.subprocess.Process, _PipeReader]:
+        argv = [self.shell, "-c", args.command] if isinstance(args.command, str) else args.command
+        env = None if args.env is None else {**os.environ, **args.env}
+        read_fd, write_fd = os.pipe()
+        try:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=write_fd,
+                    stderr=write_fd,  # Rule 1: one pipe, arrival order kept
+                    cwd=args.cwd,
+                    env=env,
+                    start_new_session=True,  # Rule 4: its own process group
+                )
+            finally:
+                os.close(write_fd)  # the child holds the only write end now
+        except OSError as exc:
+            os.close(read_fd)
+            raise ToolError.execution(f"cannot start {argv[0]!r}: {exc}") from exc
+        except BaseException:
+            os.close(read_fd)
+            raise
+        return proc, _PipeReader(loop, read_fd, stream)
+
+    async def _watchdog(
+        self, proc: asyncio.subprocess.Process, deadline: float, timed_out: list[bool]
+    ) -> None:
+        """At the command's deadline, terminate its process group."""
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(deadline - loop.time(), 0))
+        if proc.returncode is None:
+            timed_out.append(True)
+            await self._terminate(proc)
+
+    async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
+        """Rule 4: SIGTERM the group, wait up to the grace period for the child to
+        exit and the group to empty, then SIGKILL whatever is left and reap."""
+        loop = asyncio.get_running_loop()
+        pgid = proc.pid  # start_new_session: the child leads its own group
+        _signal_group(pgid, signal.SIGTERM)
+        give_up = loop.time() + self.grace
+        try:
+            while loop.time() < give_up:
+                if proc.returncode is not None and not _group_alive(pgid):
+                    break
+                await asyncio.sleep(_KILL_POLL_S)
+        finally:
+            # Sent even if this wait is cancelled: the group must not outlive the call.
+            _signal_group(pgid, signal.SIGKILL)
+        await proc.wait()

@@ -1,0 +1,314 @@
+"""The tool interface: ``Tool``, ``ToolContext``, ``ToolResult``, ``ToolError``.
+
+A tool call is ``Progress* Terminal``: zero or more ``ToolProgress`` values,
+then exactly one terminal, a :class:`ToolResult` or a :class:`ToolError`.
+
+A streaming tool implements :meth:`Tool.execute` as an async generator that
+yields progress and finally **yields** its :class:`ToolResult`; it fails by
+raising (or yielding) a :class:`ToolError`. A tool that never streams
+implements :meth:`Tool.run` instead, ``async def`` or plain ``def`` (a plain
+``def`` runs in a worker thread), and returns its result: a
+:class:`ToolResult`, or any JSON-able value, which becomes the JSON output.
+
+Nothing here runs a tool: :func:`run_tool` in ``_runner`` does, and enforces
+the grammar. This module is sans-IO (no event loop).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Callable
+from enum import StrEnum
+from typing import Any, Final, Generic, TypeVar
+
+import msgspec
+
+from kigi_tool_protocol import (
+    ContentProgress,
+    CustomProgress,
+    TextProgress,
+    ToolCallResult,
+    ToolCapabilities,
+    ToolErrorWire,
+    ToolOutputJson,
+    ToolOutputText,
+    ToolOutputWire,
+    ToolProgress,
+    error_code_for,
+    validate_tool_call_id,
+    validate_tool_id,
+)
+
+__all__ = (
+    "PROGRESS_TYPES",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolErrorKind",
+    "ToolEvent",
+    "ToolResult",
+)
+
+#: The progress classes a tool may yield before its terminal.
+PROGRESS_TYPES: Final = (TextProgress, ContentProgress, CustomProgress)
+
+ArgsT = TypeVar("ArgsT", bound=msgspec.Struct)
+
+
+class ToolErrorKind(StrEnum):
+    """How a tool call failed; each kind is a ``ToolErrorWire`` code."""
+
+    #: The arguments do not fit the tool's input type (the runner names the field).
+    INVALID_PARAMS = "invalid_params"
+    #: The tool ran and failed (an exception, a broken stream, a failed command).
+    EXECUTION = "execution"
+    #: The call ran past its deadline and was stopped.
+    TIMEOUT = "timeout"
+    #: The call was cancelled by its caller.
+    CANCELLED = "cancelled"
+    #: No tool has the requested id.
+    TOOL_NOT_FOUND = "tool_not_found"
+    #: The tool refused to act (a permission or policy decision).
+    FORBIDDEN = "forbidden"
+    #: The runtime itself failed; not the tool's fault.
+    INTERNAL_ERROR = "internal_error"
+
+
+class ToolError(Exception):
+    """Raised by a tool (or made by the runner) when a tool call fails.
+
+    ``kind`` says how; ``message`` is a sentence for the caller (and the model);
+    ``details`` is optional JSON-able data (``invalid_params`` only);
+    ``elapsed_ms`` is set on ``timeout``. ``tool_id`` is filled in by the runner
+    when the tool did not set it.
+    """
+
+    def __init__(
+        self,
+        kind: ToolErrorKind | str,
+        message: str,
+        *,
+        tool_id: str | None = None,
+        details: Any = None,
+        elapsed_ms: int | None = None,
+    ) -> None:
+        self.kind = ToolErrorKind(kind)
+        self.message = message
+        self.tool_id = tool_id
+        self.details = details
+        self.elapsed_ms = elapsed_ms
+        super().__init__(message)
+
+    def __repr__(self) -> str:
+        return f"ToolError({self.kind.value!r}, {self.message!r}, tool_id={self.tool_id!r})"
+
+    @classmethod
+    def invalid_params(cls, message: str, details: Any = None) -> ToolError:
+        """An ``invalid_params`` error."""
+        return cls(ToolErrorKind.INVALID_PARAMS, message, details=details)
+
+    @classmethod
+    def execution(cls, message: str) -> ToolError:
+        """An ``execution`` error: the tool ran and failed."""
+        return cls(ToolErrorKind.EXECUTION, message)
+
+    @classmethod
+    def forbidden(cls, reason: str) -> ToolError:
+        """A ``forbidden`` error: the tool refuses to act."""
+        return cls(ToolErrorKind.FORBIDDEN, reason)
+
+    def with_tool_id(self, tool_id: str) -> ToolError:
+        """This error, with ``tool_id`` set if it was not (returns ``self``)."""
+        if self.tool_id is None:
+            self.tool_id = tool_id
+        return self
+
+    def to_wire(self) -> ToolErrorWire:
+        """The ``ToolErrorWire`` variant for this error (sent as ``error.data``).
+
+        Raises:
+            ValueError: the kind needs a tool id and none is set.
+        """
+        kind = self.kind
+        fields: dict[str, Any] = {"code": kind.value}
+        if kind in (ToolErrorKind.FORBIDDEN,):
+            fields["reason"] = self.message
+        elif kind is ToolErrorKind.INVALID_PARAMS:
+            fields["message"] = self.message
+            if self.details is not None:
+                fields["details"] = self.details
+        elif kind is ToolErrorKind.INTERNAL_ERROR:
+            fields["detail"] = self.message
+        else:
+            if self.tool_id is None:
+                raise ValueError(f"a {kind.value!r} error needs a tool id; call with_tool_id()")
+            fields["tool_id"] = self.tool_id
+            if kind is ToolErrorKind.EXECUTION:
+                fields["message"] = self.message
+            elif kind is ToolErrorKind.TIMEOUT:
+                fields["elapsed_ms"] = self.elapsed_ms or 0
+        wire: ToolErrorWire = msgspec.convert(fields, ToolErrorWire)
+        return wire
+
+    @property
+    def code(self) -> int:
+        """The JSON-RPC ``error.code`` for this error."""
+        return error_code_for(self.to_wire())
+
+
+class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A successful terminal: the tool's output value.
+
+    ``kind`` is the ``ToolOutputWire`` kind: ``"json"`` (``value`` is any
+    JSON-able value, msgspec Structs included; what the Rust servers send) or
+    ``"text"`` (``value`` is a str).
+    """
+
+    value: Any
+    kind: str = "json"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("json", "text"):
+            raise ValueError(f"ToolResult kind must be 'json' or 'text', not {self.kind!r}")
+        if self.kind == "text" and not isinstance(self.value, str):
+            raise TypeError(f"a text ToolResult needs a str value, not {type(self.value).__name__}")
+
+    @classmethod
+    def text(cls, value: str) -> ToolResult:
+        """A ``text`` result."""
+        return cls(value=value, kind="text")
+
+    def to_wire(self, tool_call_id: str) -> ToolCallResult:
+        """The ``ToolCallResult`` for this output.
+
+        Raises:
+            IdentifierError: ``tool_call_id`` is empty.
+        """
+        validate_tool_call_id(tool_call_id)
+        output: ToolOutputWire
+        if self.kind == "text":
+            output = ToolOutputText(value=self.value)
+        else:
+            output = ToolOutputJson(value=msgspec.to_builtins(self.value))
+        return ToolCallResult(tool_call_id=tool_call_id, output=output)
+
+
+#: What a tool's ``execute`` yields: progress, then one terminal.
+ToolEvent = ToolProgress | ToolResult | ToolError
+
+
+class ToolContext:
+    """One call's context: its id, whether the caller wants progress, and its
+    cancellation signal.
+
+    Cancellation is asyncio-native: the runner runs the tool in its own task and
+    cancels that task, so a tool observes cancellation as ``CancelledError`` at
+    its next ``await`` (clean up in ``finally``). :attr:`cancelled` is for code
+    that cannot await (a synchronous ``run`` in a worker thread polls it).
+    :meth:`cancel` may be called from any thread.
+
+    Raises:
+        IdentifierError: ``call_id`` is empty.
+    """
+
+    __slots__ = ("_callbacks", "_cancelled", "_lock", "call_id", "wants_progress")
+
+    def __init__(self, call_id: str, *, wants_progress: bool = True) -> None:
+        self.call_id: Final = validate_tool_call_id(call_id)
+        self.wants_progress: Final = wants_progress
+        self._cancelled = False
+        self._callbacks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolContext(call_id={self.call_id!r}, wants_progress={self.wants_progress},"
+            f" cancelled={self._cancelled})"
+        )
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """Ask the call to stop. The runner cancels the tool's task and ends the
+        call with a ``cancelled`` error. Idempotent."""
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (once, with no arguments) when the call is cancelled,
+        at once if it already was. Returns a function that unregisters it."""
+        with self._lock:
+            if not self._cancelled:
+                self._callbacks.append(callback)
+                return lambda: self._remove(callback)
+        callback()
+        return lambda: None
+
+    def _remove(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+
+class Tool(Generic[ArgsT]):
+    """Base class of every tool.
+
+    A subclass sets ``id`` (``SEG`` or ``SEG:SEG``), ``description``,
+    ``args_type`` (a msgspec Struct: its JSON Schema is the input schema) and
+    ``capabilities`` (``streaming`` set when it streams), and implements either
+    :meth:`execute` (streams) or :meth:`run` (does not).
+
+    Raises:
+        TypeError: at class definition, a tool with an ``id`` that implements
+            neither ``execute`` nor ``run``, or whose ``args_type`` is not a
+            msgspec Struct.
+        IdentifierError: at class definition, an invalid ``id``.
+    """
+
+    id: str
+    description: str = ""
+    args_type: type[ArgsT]
+    capabilities: ToolCapabilities = ToolCapabilities()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "id" not in cls.__dict__:
+            return  # an intermediate base class
+        validate_tool_id(cls.id)
+        args_type = getattr(cls, "args_type", None)
+        if not (isinstance(args_type, type) and issubclass(args_type, msgspec.Struct)):
+            raise TypeError(f"tool {cls.id!r}: args_type must be a msgspec Struct class")
+        if cls.execute is Tool.execute and cls.run is Tool.run:
+            raise TypeError(f"tool {cls.id!r} must implement execute() or run()")
+
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON Schema of ``args_type``."""
+        return msgspec.json.schema(self.args_type)
+
+    def execute(self, ctx: ToolContext, args: ArgsT) -> AsyncIterator[ToolEvent]:
+        """Yield progress, then one terminal (yield a :class:`ToolResult`, or raise
+        or yield a :class:`ToolError`). Honour ``ctx.wants_progress``.
+
+        A tool that implements :meth:`run` instead leaves this alone; the runner
+        calls ``run`` (in a thread when it is synchronous).
+        """
+        raise NotImplementedError(f"{type(self).__name__} implements run(), not execute()")
+
+    def run(self, ctx: ToolContext, args: ArgsT) -> Any:
+        """Return the result (``async def`` or plain ``def``): a
+        :class:`ToolResult`, or any JSON-able value as the JSON output. Raise
+        :class:`ToolError` to fail."""
+        raise NotImplementedError(f"{type(self).__name__} implements execute(), not run()")
+
+    @classmethod
+    def streams(cls) -> bool:
+        """True when the tool implements :meth:`execute`."""
+        return cls.execute is not Tool.execute
