@@ -235,9 +235,10 @@ def check_schedule(
     """Check every §2 property of a schedule's frames; return whether a gap occurred."""
     cap = DEFAULT_MAX_DELTA_BYTES if spec.max_delta_bytes is None else spec.max_delta_bytes
     last_total_bytes = 0
-    # Segments of contiguous source between losses: (start offset, text so far).
+    # Runs of contiguous source between losses: (start offset, deltas, end offset).
     segments: list[tuple[int, list[str], int]] = []
-    seg_start, seg_text, seg_end = 0, [], 0
+    seg_start, seg_end = 0, 0
+    seg_text: list[str] = []
     for record in drains:
         lost = record.total - record.before > len(record.tail)
         gap_flags = [payload.gap for payload, _ in record.frames]
