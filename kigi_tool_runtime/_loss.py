@@ -1,0 +1,219 @@
+"""What a reassembled stream lost: gaps, anomalies, the loss report and its rendering.
+
+Invariants:
+
+Rule 1. A figure the wire cannot pin down is a bound, and says so: a
+        :class:`Gap` carries ``lost_bytes`` (an upper bound) and
+        ``lost_bytes_min`` (a lower bound); ``exact`` is true only when they meet.
+Rule 2. Nothing is summarised away: every anomaly the reassembler saw is in the
+        report, in the order it was seen, with the record it was seen at.
+Rule 3. These are values: frozen dataclasses, equal when their fields are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Literal, NamedTuple
+
+__all__ = (
+    "DEFAULT_GAP_MARKER",
+    "MAX_HELD_BYTES",
+    "Anomaly",
+    "AnomalyKind",
+    "Gap",
+    "GapMarker",
+    "LossReport",
+    "StreamKey",
+    "render_gap_marker",
+)
+
+#: The most bytes a producer may hold back at the end of a drain: the start of a
+#: UTF-8 character whose last byte has not arrived (a 4-byte character missing
+#: its last byte). A consumer cannot see them, so a gap's figures are bounds
+#: that are this much apart until a later frame shows nothing was held.
+MAX_HELD_BYTES: Final = 3
+
+#: The text inserted where bytes were lost. ``{lost}`` becomes the lost byte
+#: count (``"12"`` when exact, ``"9-12"`` when the wire only bounds it).
+DEFAULT_GAP_MARKER: Final = "[... {lost} bytes lost ...]"
+
+AnomalyKind = Literal[
+    "undecodable",
+    "seq_gap",
+    "seq_repeated",
+    "seq_reordered",
+    "unknown_call",
+    "payload_invalid",
+    "total_regressed",
+    "dropped_frames",
+]
+"""Every protocol anomaly the reassembler reports.
+
+- ``undecodable``: a record (line or frame) that is not a valid
+  ``tool_call_progress`` notification: not JSON, invalid UTF-8, too large, a
+  bad envelope or frame. Counted and reported; the stream goes on.
+- ``seq_gap``: the envelope ``seq`` skipped numbers (frames lost in transport).
+- ``seq_repeated``: the same ``seq`` twice in a row (a duplicated frame; its
+  delta was absorbed again, so the text repeats it).
+- ``seq_reordered``: ``seq`` went backwards (a reordered or replayed frame).
+- ``unknown_call``: a frame for a call the reassembler was not told to expect.
+- ``payload_invalid``: a partial-result frame whose body fails strict decode.
+- ``total_regressed``: ``total_bytes`` went backwards within a stream.
+- ``dropped_frames``: the frame says the sender dropped frames (``dropped_count``).
+"""
+
+
+class StreamKey(NamedTuple):
+    """What a stream is keyed by: the call and the frame ``kind`` (its subkind)."""
+
+    tool_call_id: str
+    subkind: str
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """One protocol anomaly: its ``kind``, the 0-based ``index`` of the record
+    (line or frame) it was seen at, the stream it belongs to (``None`` when it
+    cannot be attributed to one) and a sentence saying what was wrong."""
+
+    kind: AnomalyKind
+    index: int
+    detail: str
+    key: StreamKey | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Bytes the producer's tail buffer overflowed past: they never arrived.
+
+    ``offset`` is where in the text (in characters) the lost bytes belonged;
+    ``index`` is the record of the gap frame; ``total_bytes`` is its total.
+
+    The byte count is what the wire allows: the gap frame's ``total_bytes``
+    minus where the stream stood before it minus the bytes delivered after it
+    at that same total. That is exact unless the producer was holding back the
+    start of an incomplete character (up to :data:`MAX_HELD_BYTES`) or a delta
+    carried U+FFFD (which stands for 1 to 3 source bytes).
+    """
+
+    offset: int
+    index: int
+    total_bytes: int
+    # The unclamped bounds and the held-back allowance; merging two folds adjusts
+    # them linearly, so they are kept raw and clamped only when read.
+    upper: int
+    lower: int
+    held: int = MAX_HELD_BYTES
+
+    @property
+    def lost_bytes(self) -> int:
+        """An upper bound on the bytes lost here (at least 1: a gap lost something)."""
+        return max(self.upper, 1)
+
+    @property
+    def lost_bytes_min(self) -> int:
+        """A lower bound on the bytes lost here (at least 1, at most :attr:`lost_bytes`)."""
+        return min(max(self.lower - self.held, 1), self.lost_bytes)
+
+    @property
+    def exact(self) -> bool:
+        """Whether :attr:`lost_bytes` is the exact count rather than a bound."""
+        return self.lost_bytes_min == self.lost_bytes
+
+    def describe(self) -> str:
+        """The lost byte count as text: ``"12"`` when exact, ``"9-12"`` when bounded."""
+        if self.exact:
+            return str(self.lost_bytes)
+        return f"{self.lost_bytes_min}-{self.lost_bytes}"
+
+    def _shifted(self, chars: int, records: int) -> Gap:
+        return Gap(
+            offset=self.offset + chars,
+            index=self.index + records,
+            total_bytes=self.total_bytes,
+            upper=self.upper,
+            lower=self.lower,
+            held=self.held,
+        )
+
+
+GapMarker = str | Callable[[Gap], str]
+"""A gap marker: a template with ``{lost}`` (see :data:`DEFAULT_GAP_MARKER`), or
+a function from the :class:`Gap` to the text to insert."""
+
+
+def render_gap_marker(marker: GapMarker, gap: Gap) -> str:
+    """The text ``marker`` inserts for ``gap``."""
+    if isinstance(marker, str):
+        return marker.format(lost=gap.describe())
+    return marker(gap)
+
+
+def _plural(count: int, noun: str, nouns: str) -> str:
+    return f"{count} {noun if count == 1 else nouns}"
+
+
+@dataclass(frozen=True, slots=True)
+class LossReport:
+    """Everything a stream's reader should know about what did not arrive.
+
+    ``frames`` is how many frames the stream absorbed; ``text_bytes`` the UTF-8
+    length of the text held; ``total_bytes`` the last total the producer
+    reported (``None`` before any decodable frame). ``undelivered_bytes`` is
+    ``total_bytes - text_bytes`` (lost plus still in flight; exact when the text
+    has no U+FFFD, since one U+FFFD stands for 1 to 3 source bytes).
+    ``truncated``: the producer hit its output limit, so content past it was
+    never counted or sent (its size is unknown).
+    """
+
+    key: StreamKey
+    frames: int
+    text_bytes: int
+    total_bytes: int | None
+    gaps: tuple[Gap, ...]
+    truncated: bool
+    anomalies: tuple[Anomaly, ...]
+
+    @property
+    def lost_bytes(self) -> int:
+        """Upper bound on the bytes lost in gaps."""
+        return sum(gap.lost_bytes for gap in self.gaps)
+
+    @property
+    def lost_bytes_min(self) -> int:
+        """Lower bound on the bytes lost in gaps."""
+        return sum(gap.lost_bytes_min for gap in self.gaps)
+
+    @property
+    def undelivered_bytes(self) -> int:
+        """Bytes the producer counted that the text does not hold (0 before any total)."""
+        if self.total_bytes is None:
+            return 0
+        return max(self.total_bytes - self.text_bytes, 0)
+
+    @property
+    def complete(self) -> bool:
+        """No gap, no truncation, no anomaly: the text is all there was so far."""
+        return not self.gaps and not self.truncated and not self.anomalies
+
+    def summary(self) -> str:
+        """One line: bytes, frames, gaps, truncation, anomalies."""
+        call, subkind = self.key
+        total = "no total yet" if self.total_bytes is None else f"total {self.total_bytes}"
+        frames = _plural(self.frames, "frame", "frames")
+        parts = [f"{call}/{subkind}: {self.text_bytes} bytes in {frames} ({total})"]
+        if self.gaps:
+            low, high = self.lost_bytes_min, self.lost_bytes
+            lost = str(high) if low == high else f"{low}-{high}"
+            parts.append(f"{_plural(len(self.gaps), 'gap', 'gaps')} ({lost} bytes lost)")
+        else:
+            parts.append("no gaps")
+        if self.truncated:
+            parts.append("truncated at the output limit")
+        if self.anomalies:
+            kinds = sorted({anomaly.kind for anomaly in self.anomalies})
+            parts.append(
+                f"{_plural(len(self.anomalies), 'anomaly', 'anomalies')} ({', '.join(kinds)})"
+            )
+        return ", ".join(parts)
