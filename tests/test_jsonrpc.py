@@ -1,0 +1,260 @@
+"""JSON-RPC envelopes: version, ids, the result/error rule, and ``decode_message``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+import kigi_tool_protocol as kp
+from kigi_tool_protocol._limits import I64_MAX, I64_MIN, U64_MAX
+
+REQUEST_TAIL = ',"id":"r","method":"tool.call","params":{}}'
+
+
+@pytest.mark.parametrize(
+    ("version", "reason", "path"),
+    [
+        ('"1.0"', "Invalid value '1.0'", "$.jsonrpc"),
+        ('"3.0"', "Invalid value '3.0'", "$.jsonrpc"),
+        ("2.0", "Expected `str`", "$.jsonrpc"),
+        ("null", "Expected `str`", "$.jsonrpc"),
+        ('""', '`jsonrpc` must be "2.0", got ""', "$"),
+    ],
+    ids=["1.0", "3.0", "number", "null", "empty"],
+)
+@pytest.mark.parametrize(
+    "wire_type", [kp.JsonRpcRequest, kp.JsonRpcRequest[kp.ToolCallParams[Any]]]
+)
+def test_wrong_jsonrpc_version_is_rejected(
+    wire_type: Any, version: str, reason: str, path: str
+) -> None:
+    """jsonrpc must be exactly the string "2.0"."""
+    with pytest.raises(kp.DecodeError) as info:
+        kp.json_codec.decode('{"jsonrpc":' + version + REQUEST_TAIL, wire_type)
+    assert reason in info.value.reason
+    assert info.value.path == path
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '{"id":"r","method":"tool.call","params":{}}',
+        '{"method":"tool_call_progress","params":{}}',
+        '{"id":"r","result":{}}',
+    ],
+    ids=["request", "notification", "response"],
+)
+def test_missing_jsonrpc_is_rejected(frame: str) -> None:
+    """jsonrpc is required on every envelope, however it is decoded."""
+    for wire_type in (kp.JsonRpcRequest, kp.JsonRpcNotification, kp.JsonRpcResponse):
+        if frame.startswith('{"method"') != (wire_type is kp.JsonRpcNotification):
+            continue
+        with pytest.raises(kp.DecodeError, match="missing required field `jsonrpc`"):
+            kp.json_codec.decode(frame, wire_type)
+        with pytest.raises(kp.DecodeError, match="missing required field `jsonrpc`"):
+            kp.msgpack_codec.decode(kp.msgpack_codec.encode(msgspec.json.decode(frame)), wire_type)
+    with pytest.raises(kp.DecodeError, match="missing required field `jsonrpc`"):
+        kp.decode_message(frame)
+
+
+@pytest.mark.parametrize(
+    ("id_json", "reason"),
+    [
+        ("null", "Expected `int | str`, got `null`"),
+        ("1.5", "Expected `int | str`, got `float`"),
+        ("1.0", "Expected `int | str`, got `float`"),
+        ("true", "Expected `int | str`, got `bool`"),
+        (str(I64_MAX + 1), f"Expected `int` <= {I64_MAX}"),
+        (str(I64_MIN - 1), f"Expected `int` >= {I64_MIN}"),
+        ("[]", "Expected `int | str`, got `array`"),
+    ],
+    ids=["null", "float", "integral-float", "bool", "past-i64", "below-i64", "array"],
+)
+def test_bad_ids_are_rejected(id_json: str, reason: str) -> None:
+    """An id is a string or an i64; anything else is a DecodeError at ``$.id``."""
+    frame = '{"jsonrpc":"2.0","id":' + id_json + ',"result":1}'
+    with pytest.raises(kp.DecodeError) as info:
+        kp.json_codec.decode(frame, kp.JsonRpcResponse)
+    assert (info.value.reason, info.value.path) == (reason, "$.id")
+
+
+@pytest.mark.parametrize("request_id", ["", "r", I64_MIN, I64_MAX, 0])
+def test_string_and_i64_ids_round_trip(request_id: str | int) -> None:
+    """String ids (even empty) and ids across the whole i64 range are kept."""
+    request = kp.JsonRpcRequest(id=request_id, method="m", params=None)
+    decoded = kp.json_codec.decode(kp.json_codec.encode(request), kp.JsonRpcRequest)
+    assert decoded.id == request_id
+    assert type(decoded.id) is type(request_id)
+
+
+@pytest.mark.parametrize(
+    ("tail", "which"),
+    [
+        (',"result":1,"error":{"code":1,"message":"m"}', "both"),
+        ("", "neither"),
+        (',"result":null', "neither"),
+    ],
+    ids=["both", "neither", "null-result-only"],
+)
+def test_response_needs_exactly_one_of_result_and_error(tail: str, which: str) -> None:
+    """A response with both, or neither (result:null counts as absent), is rejected."""
+    frame = '{"jsonrpc":"2.0","id":"r"' + tail + "}"
+    with pytest.raises(kp.DecodeError) as info:
+        kp.json_codec.decode(frame, kp.JsonRpcResponse)
+    assert f"exactly one of `result` and `error`, got {which}" in info.value.reason
+    # Without result or error, decode_message reads the frame as a request lacking a method.
+    reason = f"got {which}" if tail else "missing required field `method`"
+    with pytest.raises(kp.DecodeError, match=reason):
+        kp.decode_message(frame)
+
+
+def test_response_rule_holds_on_construction() -> None:
+    """Constructing a response with both or neither of result and error raises ValueError."""
+    error = kp.JsonRpcError(code=-32603, message="boom")
+    with pytest.raises(ValueError, match="got both"):
+        kp.JsonRpcResponse(id=1, result={}, error=error)
+    with pytest.raises(ValueError, match="got neither"):
+        kp.JsonRpcResponse(id=1)
+
+
+def test_envelopes_report_their_version() -> None:
+    """Every envelope reads jsonrpc "2.0" and writes it first."""
+    notification: kp.JsonRpcNotification[list[int]] = kp.JsonRpcNotification(method="m", params=[])
+    assert notification.jsonrpc == kp.JSONRPC_VERSION == "2.0"
+    assert kp.json_codec.encode(notification) == b'{"jsonrpc":"2.0","method":"m","params":[]}'
+
+
+@pytest.mark.parametrize("field", ["session_id"])
+def test_empty_session_id_is_rejected(field: str) -> None:
+    """session_id, when present, is a non-empty SessionId on every envelope."""
+    for frame in (
+        '{"jsonrpc":"2.0","id":1,"session_id":"","method":"m","params":1}',
+        '{"jsonrpc":"2.0","session_id":"","method":"m","params":1}',
+        '{"jsonrpc":"2.0","id":1,"session_id":"","result":1}',
+    ):
+        with pytest.raises(kp.DecodeError) as info:
+            kp.decode_message(frame)
+        assert info.value.path == f"$.{field}"
+        assert info.value.reason == "Expected `str` of length >= 1"
+
+
+@pytest.mark.parametrize(
+    ("seq", "reason"),
+    [("-1", "Expected `int` >= 0"), (str(U64_MAX + 1), "outside the u64 range"), ("1.0", "float")],
+    ids=["negative", "past-u64", "float"],
+)
+def test_notification_seq_is_a_u64(seq: str, reason: str) -> None:
+    """seq is a u64 counter."""
+    frame = '{"jsonrpc":"2.0","seq":' + seq + ',"method":"m","params":{}}'
+    with pytest.raises(kp.DecodeError, match=reason):
+        kp.json_codec.decode(frame, kp.JsonRpcNotification)
+
+
+def test_params_are_required_but_may_be_null() -> None:
+    """params must be present on requests and notifications; null is a value."""
+    with pytest.raises(kp.DecodeError, match="missing required field `params`"):
+        kp.decode_message('{"jsonrpc":"2.0","id":1,"method":"m"}')
+    with pytest.raises(kp.DecodeError, match="missing required field `params`"):
+        kp.decode_message('{"jsonrpc":"2.0","method":"m"}')
+    message = kp.decode_message('{"jsonrpc":"2.0","method":"m","params":null}')
+    assert kp.json_codec.encode(message) == b'{"jsonrpc":"2.0","method":"m","params":null}'
+
+
+def test_decode_message_classifies_by_keys() -> None:
+    """result/error make a response, else id makes a request, else a notification."""
+    request = kp.decode_message('{"method":"m","id":"r","jsonrpc":"2.0","params":{}}')
+    notification = kp.decode_message('{"jsonrpc":"2.0","method":"m","params":{}}')
+    response = kp.decode_message('{"jsonrpc":"2.0","id":"r","error":{"code":1,"message":"x"}}')
+    assert type(request) is kp.JsonRpcRequest
+    assert type(notification) is kp.JsonRpcNotification
+    assert type(response) is kp.JsonRpcResponse
+    assert response.error == kp.JsonRpcError(code=1, message="x")
+
+
+def test_decode_message_decodes_params_by_method() -> None:
+    """A method-to-type mapping decodes known params typed and the rest as plain values."""
+    line = (
+        b'{"jsonrpc":"2.0","session_id":"s","method":"tool_call_progress","params":'
+        b'{"tool_call_id":"c","kind":"bash_output_chunk","body":{"delta":"hi","total_bytes":2}}}'
+    )
+    types = {kp.METHOD_TOOL_CALL_PROGRESS: kp.ToolCallProgressFrame[kp.PartialResultPayload]}
+    message = kp.decode_message(line, params=types)
+    assert isinstance(message, kp.JsonRpcNotification)
+    assert message.params == kp.ToolCallProgressFrame(
+        tool_call_id="c",
+        kind="bash_output_chunk",
+        body=kp.PartialResultPayload(delta="hi", total_bytes=2),
+    )
+    other = kp.decode_message(b'{"jsonrpc":"2.0","method":"ping","params":{"a":1}}', params=types)
+    assert other.params == {"a": 1}  # type: ignore[union-attr]
+    bad = line.replace(b'"total_bytes":2', b'"total_bytes":2,"x":1')
+    with pytest.raises(kp.DecodeError) as info:
+        kp.decode_message(bad, params=types)
+    assert info.value.path == "$.params.body"
+
+
+def test_decode_message_can_defer_params() -> None:
+    """params=msgspec.Raw keeps the params undecoded for a later typed decode."""
+    line = (
+        '{"jsonrpc":"2.0","id":7,"method":"tool.call",'
+        '"params":{"tool_call_id":"c","tool_id":"t","arguments":null}}'
+    )
+    message = kp.decode_message(line, params=msgspec.Raw)
+    assert isinstance(message, kp.JsonRpcRequest)
+    params = kp.json_codec.decode(message.params, kp.ToolCallParams)
+    assert params == kp.ToolCallParams(tool_call_id="c", tool_id="t", arguments=None)
+
+
+def test_decode_message_checks_the_frame_limit_first() -> None:
+    """decode_message rejects an oversized frame before looking at it."""
+    with pytest.raises(kp.FrameTooLargeError):
+        kp.decode_message(b"not json at all", max_bytes=4)
+    with pytest.raises(kp.FrameTooLargeError):
+        kp.msgpack_codec.decode_message(b"\xc1" * 8, max_bytes=4)
+
+
+def test_decode_message_rejects_non_objects() -> None:
+    """A message must be a JSON object."""
+    with pytest.raises(kp.DecodeError, match="Expected `object`, got `array`"):
+        kp.decode_message(b"[]")
+
+
+def test_error_data_carries_a_tool_error() -> None:
+    """A failed call's error.data is a ToolErrorWire, recoverable with convert()."""
+    wire = kp.CancelledWire(tool_id="Kigi:read_file")
+    reply: kp.JsonRpcResponse[None] = kp.JsonRpcResponse(
+        id="req",
+        error=kp.JsonRpcError(
+            code=kp.error_code_for(wire), message="tool call cancelled by server", data=wire
+        ),
+    )
+    encoded = kp.json_codec.encode(reply)
+    assert encoded == (
+        b'{"jsonrpc":"2.0","id":"req","error":{"code":-32603,"message":"tool call cancelled'
+        b' by server","data":{"code":"cancelled","tool_id":"Kigi:read_file"}}}'
+    )
+    decoded = kp.json_codec.decode(encoded, kp.JsonRpcResponse)
+    assert decoded.error is not None
+    assert kp.convert(decoded.error.data, kp.ToolErrorWire) == wire
+
+
+def test_error_code_is_an_i32() -> None:
+    """error.code is an i32."""
+    with pytest.raises(kp.DecodeError) as info:
+        kp.json_codec.decode(b'{"code":2147483648,"message":"m"}', kp.JsonRpcError)
+    assert info.value.path == "$.code"
+
+
+def test_typed_result_decodes_in_one_pass() -> None:
+    """JsonRpcResponse[ToolCallResult] decodes the result typed."""
+    line = (
+        b'{"jsonrpc":"2.0","id":"r","result":{"tool_call_id":"c",'
+        b'"output":{"kind":"json","value":{"text":"hi"}}}}'
+    )
+    response = kp.json_codec.decode(line, kp.JsonRpcResponse[kp.ToolCallResult])
+    assert response.result == kp.ToolCallResult(
+        tool_call_id="c", output=kp.ToolOutputJson(value={"text": "hi"})
+    )
+    assert kp.decode_message(line, result=kp.ToolCallResult) == response
