@@ -1,0 +1,754 @@
+"""``Server``: serve tools over a byte stream as JSON lines of JSON-RPC 2.0.
+
+Invariants:
+
+Rule 1. One JSON-RPC message per line. A ``tool.call`` (or ``tool_call_request``)
+        request streams ``tool_call_progress`` notifications, then exactly one
+        response: the ``ToolCallResult``, or an error whose ``message`` is the
+        tool error's detail, ``code`` is ``error_code_for(data)`` and ``data``
+        the ``ToolErrorWire``. Any number of calls run at once (up to
+        :data:`MAX_CALLS_IN_FLIGHT`).
+Rule 2. Every progress notification carries the call's own ``seq``: 0, 1, 2, ...
+        in the order the notifications are *written*, so ``seq`` never has a
+        hole. Frames the server had to drop are counted instead: the next frame
+        written for that call carries ``dropped_count`` = how many frames were
+        dropped immediately before it (absent when none). A hole in ``seq`` can
+        therefore only mean the transport lost a line.
+Rule 3. Memory is bounded when the peer stops reading. Each call queues at most
+        :data:`CALL_QUEUE_BYTES` of encoded progress; a frame that would pass it
+        drops the *oldest* queued frames (the newest frame is always kept, so
+        every drop is reported on a later frame). For a streamed
+        ``PartialResultPayload`` the consumer sees a hole in the text between
+        the frame before the drop and the frame carrying ``dropped_count``; its
+        ``total_bytes`` still counts everything. The final response is never
+        dropped and is written after the call's last queued frame.
+Rule 4. A bad line never stops the server: unparseable JSON gets -32700, a
+        message that is not a valid request -32600, an unknown method -32601,
+        bad params -32602 (``invalid_params`` data), a line longer than the frame
+        limit -32018 (``frame_too_large`` data, without the line ever being held
+        whole). The ``id`` is echoed when it could be read, else ``null``.
+        :class:`JsonRpcResponse` cannot carry a ``null`` id, so those replies are
+        written by :func:`_null_id_error` by hand. Unknown notifications are ignored.
+Rule 5. Cancellation: a ``hook`` (notification or request) whose event is
+        ``Cancel`` and whose ``call_id`` names a call in flight, or
+        ``tool.cancel`` with ``{"tool_call_id": ...}``, stops that call, which
+        ends with a ``cancelled`` error. ``SessionEnded`` cancels every call.
+Rule 6. End of input cancels every call in flight, writes their final
+        responses, flushes, and returns. A broken output stream cancels
+        every call and returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+import sys
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, Final, NamedTuple, Protocol
+
+import msgspec
+
+from kigi_tool_protocol import (
+    ERROR_CODES,
+    MAX_FRAME_BYTES_CEILING,
+    METHOD_HOOK,
+    METHOD_TOOL_CALL,
+    METHOD_TOOL_CALL_PROGRESS,
+    METHOD_TOOL_CALL_REQUEST,
+    METHOD_TOOL_CANCEL,
+    METHOD_TOOLS_LIST,
+    CustomErrorWire,
+    DecodeError,
+    FrameTooLargeWire,
+    HookCancel,
+    HookFrame,
+    HookSessionEnded,
+    InvalidParamsWire,
+    JsonRpcError,
+    JsonRpcNotification,
+    JsonRpcResponse,
+    ToolCallParams,
+    ToolCallProgressFrame,
+    ToolErrorWire,
+    ToolNotFoundWire,
+    error_code_for,
+    json_codec,
+    progress_to_frame,
+)
+from kigi_tool_protocol import (
+    ToolProgress as _ToolProgress,
+)
+
+from ._lines import OversizedLine, read_lines
+from ._runner import STOP_WAIT_S, run_tool
+from ._tool import Tool, ToolContext, ToolError, ToolResult
+
+__all__ = (
+    "CALL_QUEUE_BYTES",
+    "MAX_CALLS_IN_FLIGHT",
+    "MAX_CONTROL_LINES",
+    "SERVER_CANCEL_MESSAGE",
+    "WRITE_BATCH_BYTES",
+    "Server",
+    "ServerStats",
+    "serve_stdio",
+)
+
+#: Encoded progress bytes one call may have waiting to be written. 1 MiB is 64
+#: full 16 KiB deltas: a reader that pauses for a moment loses nothing, one that
+#: stopped costs at most this per call (Rule 3), older frames are dropped past it.
+CALL_QUEUE_BYTES: Final = 1024 * 1024
+
+#: Calls one connection may run at once. With :data:`CALL_QUEUE_BYTES` this bounds
+#: a stalled connection's queued progress to 64 MiB; a call past it is refused
+#: with a ``custom`` error of subcode ``tool_busy``.
+MAX_CALLS_IN_FLIGHT: Final = 64
+
+#: Replies not tied to a running call (errors for bad lines, cancel acks) that may
+#: wait to be written. Past it the server stops reading input until the peer
+#: reads its output, so a peer that floods garbage and never reads cannot grow it.
+MAX_CONTROL_LINES: Final = 1024
+
+#: Bytes taken from one call's queue per writer turn before the next call gets
+#: its turn: fairness between calls, and a bound on what sits in the transport.
+WRITE_BATCH_BYTES: Final = 256 * 1024
+
+#: The message of the error a call gets when the server itself stops it (end of
+#: input, broken output), as the Rust servers word it.
+SERVER_CANCEL_MESSAGE: Final = "tool call cancelled by server"
+
+_PARSE_ERROR: Final = ERROR_CODES["parse_error"]
+_INVALID_REQUEST: Final = ERROR_CODES["invalid_request"]
+_METHOD_NOT_FOUND: Final = ERROR_CODES["method_not_found"]
+_INVALID_PARAMS: Final = ERROR_CODES["invalid_params"]
+
+_CALL_METHODS: Final = frozenset({METHOD_TOOL_CALL, METHOD_TOOL_CALL_REQUEST})
+
+# An id we may echo: a str, or an int in the i64 range (never a bool).
+_I64_MIN: Final = -(2**63)
+_I64_MAX: Final = 2**63 - 1
+
+
+class ServerStats(NamedTuple):
+    """Counters of a :class:`Server`: calls started and still in flight, progress
+    frames written and dropped (Rule 3), and input lines rejected (Rule 4)."""
+
+    calls_started: int
+    calls_in_flight: int
+    frames_written: int
+    frames_dropped: int
+    lines_rejected: int
+
+
+class _Probe(msgspec.Struct):
+    """The envelope keys of any incoming line, values left unparsed."""
+
+    jsonrpc: Any = msgspec.UNSET
+    id: Any = msgspec.UNSET
+    session_id: Any = msgspec.UNSET
+    method: Any = msgspec.UNSET
+    params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    error: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+_probe_decoder: Final = msgspec.json.Decoder(_Probe)
+
+
+class _CancelParams(msgspec.Struct, frozen=True):
+    """The params of ``tool.cancel``."""
+
+    tool_call_id: str
+
+
+def _echo_id(value: Any) -> str | int | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and _I64_MIN <= value <= _I64_MAX:
+        return value
+    return None
+
+
+def _null_id_error(code: int, message: str, data: Any = None) -> bytes:
+    """An error response with ``"id": null`` (Rule 4), which JSON-RPC 2.0 requires
+    when the request's id could not be read and :class:`JsonRpcResponse` cannot
+    express; the same key order as a typed response."""
+    error = JsonRpcError(code=code, message=message, data=data)
+    return b'{"jsonrpc":"2.0","id":null,"error":' + json_codec.encode(error) + b"}\n"
+
+
+def _error_line(
+    request_id: str | int | None,
+    session_id: str | None,
+    code: int,
+    message: str,
+    data: Any = None,
+) -> bytes:
+    if request_id is None:
+        return _null_id_error(code, message, data)
+    error = JsonRpcError(code=code, message=message, data=data)
+    response: JsonRpcResponse[Any] = JsonRpcResponse(
+        id=request_id, session_id=session_id, error=error
+    )
+    return json_codec.encode(response) + b"\n"
+
+
+def _wire_error_line(
+    request_id: str | int | None, session_id: str | None, message: str, wire: ToolErrorWire
+) -> bytes:
+    return _error_line(request_id, session_id, error_code_for(wire), message, wire)
+
+
+def _result_line(request_id: str | int, session_id: str | None, result: Any) -> bytes:
+    response: JsonRpcResponse[Any] = JsonRpcResponse(
+        id=request_id, session_id=session_id, result=result
+    )
+    return json_codec.encode(response) + b"\n"
+
+
+class _Sink(Protocol):
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+
+
+class _Outbox:
+    """One call's queue of encoded progress waiting to be written (Rules 2, 3)."""
+
+    __slots__ = (
+        "call_id",
+        "dropped",
+        "final",
+        "frames",
+        "queued_bytes",
+        "scheduled",
+        "seq",
+        "session_id",
+    )
+
+    def __init__(self, call_id: str, session_id: str | None) -> None:
+        self.call_id = call_id
+        self.session_id = session_id
+        self.frames: deque[tuple[str, msgspec.Raw]] = deque()
+        self.queued_bytes = 0
+        self.seq = 0
+        self.dropped = 0  # dropped since the last frame written
+        self.final: bytes | None = None
+        self.scheduled = False
+
+    def push(self, kind: str, body: msgspec.Raw, budget: int) -> int:
+        """Queue a frame; drop the oldest while over ``budget``. Returns how many
+        were dropped."""
+        size = len(body)
+        dropped = 0
+        while self.frames and self.queued_bytes + size > budget:
+            _, old = self.frames.popleft()
+            self.queued_bytes -= len(old)
+            dropped += 1
+        self.frames.append((kind, body))
+        self.queued_bytes += size
+        self.dropped += dropped
+        return dropped
+
+    def take(self, max_bytes: int, out: list[bytes]) -> tuple[int, bool]:
+        """Encode queued frames (then the final response, once they are all out)
+        into ``out``, up to about ``max_bytes``. Returns (frames taken, finished)."""
+        taken = 0
+        size = 0
+        frames = self.frames
+        while frames and size < max_bytes:
+            kind, body = frames.popleft()
+            self.queued_bytes -= len(body)
+            frame: ToolCallProgressFrame[Any] = ToolCallProgressFrame(
+                tool_call_id=self.call_id,
+                kind=kind,
+                body=body,
+                dropped_count=self.dropped or None,
+            )
+            note: JsonRpcNotification[Any] = JsonRpcNotification(
+                session_id=self.session_id,
+                seq=self.seq,
+                method=METHOD_TOOL_CALL_PROGRESS,
+                params=frame,
+            )
+            line = json_codec.encode(note) + b"\n"
+            out.append(line)
+            size += len(line)
+            self.seq += 1
+            self.dropped = 0
+            taken += 1
+        if not frames and self.final is not None:
+            out.append(self.final)
+            return taken, True
+        return taken, False
+
+
+class _Writer:
+    """The one task that writes: control replies first, then calls in turn."""
+
+    def __init__(self, sink: _Sink, budget: int) -> None:
+        self._sink = sink
+        self._budget = budget
+        self._control: deque[bytes] = deque()
+        self._ready: deque[_Outbox] = deque()
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._space.set()
+        self._closing = False
+        self.broken = False
+        self.frames_written = 0
+        self.frames_dropped = 0
+
+    def control(self, line: bytes) -> None:
+        if self.broken:
+            return
+        self._control.append(line)
+        if len(self._control) >= MAX_CONTROL_LINES:
+            self._space.clear()
+        self._wake.set()
+
+    async def wait_for_space(self) -> None:
+        await self._space.wait()
+
+    def progress(self, outbox: _Outbox, kind: str, body: msgspec.Raw) -> None:
+        if self.broken:
+            return
+        self.frames_dropped += outbox.push(kind, body, self._budget)
+        self._schedule(outbox)
+
+    def finish(self, outbox: _Outbox, line: bytes) -> None:
+        if self.broken:
+            return
+        outbox.final = line
+        self._schedule(outbox)
+
+    def _schedule(self, outbox: _Outbox) -> None:
+        if not outbox.scheduled:
+            outbox.scheduled = True
+            self._ready.append(outbox)
+        self._wake.set()
+
+    def close(self) -> None:
+        """Finish once everything queued is written."""
+        self._closing = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Write until closed and flushed. Returns early, with ``broken`` set, if
+        the output stream fails."""
+        control, ready = self._control, self._ready
+        try:
+            while True:
+                if not control and not ready:
+                    if self._closing:
+                        return
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                batch: list[bytes] = []
+                while control:
+                    batch.append(control.popleft())
+                self._space.set()
+                for _ in range(len(ready)):
+                    outbox = ready.popleft()
+                    taken, finished = outbox.take(WRITE_BATCH_BYTES, batch)
+                    self.frames_written += taken
+                    if finished:
+                        outbox.scheduled = False
+                    elif outbox.frames:
+                        ready.append(outbox)
+                    else:
+                        outbox.scheduled = False
+                self._sink.write(b"".join(batch))
+                await self._sink.drain()
+        except (ConnectionError, OSError):
+            self.broken = True
+            self._control.clear()
+            self._ready.clear()
+            self._space.set()
+
+
+class _Call(NamedTuple):
+    ctx: ToolContext
+    task: asyncio.Task[None]
+
+
+class Server:
+    """Serve ``tools`` (by id) to one peer over a byte stream.
+
+    ``max_frame_bytes`` bounds an input line (longer ones are rejected unread);
+    ``call_queue_bytes`` is the per-call output budget of Rule 3; ``stop_wait``
+    bounds how long a cancelled tool may take to clean up.
+
+    Raises:
+        ValueError: two tools share an id, or a bound is below 1.
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[Tool[Any]],
+        *,
+        max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
+        call_queue_bytes: int = CALL_QUEUE_BYTES,
+        stop_wait: float = STOP_WAIT_S,
+    ) -> None:
+        self._tools: dict[str, Tool[Any]] = {}
+        for tool in tools:
+            if tool.id in self._tools:
+                raise ValueError(f"two tools have the id {tool.id!r}")
+            self._tools[tool.id] = tool
+        if max_frame_bytes < 1 or call_queue_bytes < 1:
+            raise ValueError(
+                f"max_frame_bytes and call_queue_bytes must be at least 1, got"
+                f" {max_frame_bytes} and {call_queue_bytes}"
+            )
+        self._max_frame_bytes = max_frame_bytes
+        self._call_queue_bytes = call_queue_bytes
+        self._stop_wait = stop_wait
+        self._calls: dict[str, _Call] = {}
+        self._writer: _Writer | None = None
+        self._calls_started = 0
+        self._lines_rejected = 0
+        self._shutting_down = False
+
+    @property
+    def tools(self) -> dict[str, Tool[Any]]:
+        """The served tools by id (a copy)."""
+        return dict(self._tools)
+
+    def statistics(self) -> ServerStats:
+        """The server's counters (see :class:`ServerStats`)."""
+        writer = self._writer
+        return ServerStats(
+            self._calls_started,
+            len(self._calls),
+            0 if writer is None else writer.frames_written,
+            0 if writer is None else writer.frames_dropped,
+            self._lines_rejected,
+        )
+
+    async def serve(self, reader: asyncio.StreamReader, writer: _Sink) -> None:
+        """Serve until end of input (Rule 6) or until the output breaks.
+
+        Raises:
+            RuntimeError: this server is already serving.
+        """
+        if self._writer is not None:
+            raise RuntimeError("this Server is already serving a connection")
+        out = self._writer = _Writer(writer, self._call_queue_bytes)
+        write_task = asyncio.create_task(out.run(), name="kigi server writer")
+        read_task = asyncio.create_task(self._read_loop(reader, out), name="kigi server reader")
+        try:
+            await asyncio.wait({read_task, write_task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not read_task.done():
+                read_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await read_task
+            # Rule 6: cancel what is in flight; their cancelled replies still go out.
+            self._shutting_down = True
+            calls = list(self._calls.values())
+            for call in calls:
+                call.ctx.cancel()
+            if calls:
+                await asyncio.gather(*(c.task for c in calls), return_exceptions=True)
+            out.close()
+            await write_task
+
+    async def _read_loop(self, reader: asyncio.StreamReader, out: _Writer) -> None:
+        async for line in read_lines(reader, self._max_frame_bytes):
+            await out.wait_for_space()
+            self._dispatch(line, out)
+
+    # -- dispatch ------------------------------------------------------------------
+
+    def _reject(self, line: bytes) -> None:
+        self._lines_rejected += 1
+        assert self._writer is not None
+        self._writer.control(line)
+
+    def _dispatch(self, line: bytes | OversizedLine, out: _Writer) -> None:
+        if isinstance(line, OversizedLine):
+            wire = FrameTooLargeWire(bytes=line.size, limit=line.limit)
+            message = (
+                f"line of {line.size} bytes exceeds the frame limit of {line.limit} bytes;"
+                " it was discarded unread"
+            )
+            self._reject(_wire_error_line(None, None, message, wire))
+            return
+        if not line.strip():
+            return  # blank lines between messages are harmless
+        try:
+            probe = _probe_decoder.decode(line)
+        except msgspec.ValidationError:
+            self._reject(
+                _null_id_error(_INVALID_REQUEST, "invalid request: a message must be a JSON object")
+            )
+            return
+        except msgspec.DecodeError as exc:
+            self._reject(_null_id_error(_PARSE_ERROR, f"parse error: {exc}"))
+            return
+        request_id = _echo_id(probe.id)
+        session_id = probe.session_id if isinstance(probe.session_id, str) else None
+        if probe.result is not msgspec.UNSET or probe.error is not msgspec.UNSET:
+            return  # a response: we sent no requests, so there is nobody to give it to
+        has_id = probe.id is not msgspec.UNSET
+        problem = None
+        if probe.jsonrpc != "2.0":
+            problem = f'`jsonrpc` must be "2.0", got {msgspec.json.encode(probe.jsonrpc).decode()}'
+            if probe.jsonrpc is msgspec.UNSET:
+                problem = '`jsonrpc` is missing; it must be "2.0"'
+        elif has_id and request_id is None:
+            problem = "`id` must be a string or an integer in the i64 range"
+        elif not isinstance(probe.method, str):
+            problem = "`method` is missing or not a string"
+        elif probe.params is msgspec.UNSET:
+            problem = "`params` is missing (it is required, `null` is a value)"
+        elif probe.session_id is not msgspec.UNSET and not (
+            isinstance(probe.session_id, str) and probe.session_id
+        ):
+            problem = "`session_id` must be a non-empty string"
+        if problem is not None:
+            self._reject(
+                _error_line(request_id, session_id, _INVALID_REQUEST, f"invalid request: {problem}")
+            )
+            return
+        method: str = probe.method
+        assert not isinstance(probe.params, msgspec.UnsetType)
+        params = probe.params
+        if method in _CALL_METHODS:
+            if request_id is None:
+                self._lines_rejected += 1  # a call without an id has nowhere to reply
+                return
+            self._start_call(request_id, session_id, params, out)
+        elif method == METHOD_HOOK:
+            self._hook(request_id, session_id, params, out)
+        elif method == METHOD_TOOL_CANCEL:
+            self._cancel_request(request_id, session_id, params, out)
+        elif method == METHOD_TOOLS_LIST and request_id is not None:
+            out.control(_result_line(request_id, session_id, {"tools": self._describe()}))
+        elif request_id is not None:
+            self._reject(
+                _error_line(
+                    request_id, session_id, _METHOD_NOT_FOUND, f"method not found: {method!r}"
+                )
+            )
+
+    def _bad_params(
+        self, request_id: str | int | None, session_id: str | None, exc: DecodeError, what: str
+    ) -> None:
+        if request_id is None:
+            self._lines_rejected += 1
+            return  # a notification gets no reply
+        message = f"invalid params for {what}: {exc}"
+        wire = InvalidParamsWire(message=message, details={"path": exc.path, "reason": exc.reason})
+        self._reject(_wire_error_line(request_id, session_id, message, wire))
+
+    def _describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": tool.id,
+                "description": tool.description,
+                "input_schema": tool.input_schema(),
+                "capabilities": tool.capabilities,
+            }
+            for tool in self._tools.values()
+        ]
+
+    def _hook(
+        self,
+        request_id: str | int | None,
+        session_id: str | None,
+        params: msgspec.Raw,
+        out: _Writer,
+    ) -> None:
+        try:
+            frame = json_codec.decode(params, HookFrame)
+        except DecodeError as exc:
+            self._bad_params(request_id, session_id, exc, "hook")
+            return
+        cancelled = 0
+        if isinstance(frame.event, HookCancel) and frame.call_id is not None:
+            cancelled = self._cancel(frame.call_id)
+        elif isinstance(frame.event, HookSessionEnded):
+            for call_id in list(self._calls):
+                cancelled += self._cancel(call_id)
+        if request_id is not None:
+            out.control(_result_line(request_id, session_id, {"cancelled": cancelled}))
+
+    def _cancel_request(
+        self,
+        request_id: str | int | None,
+        session_id: str | None,
+        params: msgspec.Raw,
+        out: _Writer,
+    ) -> None:
+        try:
+            body = json_codec.decode(params, _CancelParams)
+        except DecodeError as exc:
+            self._bad_params(request_id, session_id, exc, "tool.cancel")
+            return
+        cancelled = self._cancel(body.tool_call_id)
+        if request_id is not None:
+            out.control(_result_line(request_id, session_id, {"cancelled": cancelled}))
+
+    def _cancel(self, call_id: str) -> int:
+        call = self._calls.get(call_id)
+        if call is None:
+            return 0
+        call.ctx.cancel()
+        return 1
+
+    def _start_call(
+        self, request_id: str | int, session_id: str | None, raw: msgspec.Raw, out: _Writer
+    ) -> None:
+        try:
+            params = json_codec.decode(raw, ToolCallParams[msgspec.Raw])
+        except DecodeError as exc:
+            self._bad_params(request_id, session_id, exc, "tool.call")
+            return
+        call_id = params.tool_call_id
+        tool = self._tools.get(params.tool_id)
+        if tool is None:
+            wire: ToolErrorWire = ToolNotFoundWire(tool_id=params.tool_id)
+            message = f"no tool {params.tool_id!r} here (tools: {', '.join(sorted(self._tools))})"
+            self._reject(_wire_error_line(request_id, session_id, message, wire))
+            return
+        if call_id in self._calls:
+            message = f"tool_call_id {call_id!r} is already in flight"
+            wire = InvalidParamsWire(message=message, details={"path": "$.tool_call_id"})
+            self._reject(_wire_error_line(request_id, session_id, message, wire))
+            return
+        if len(self._calls) >= MAX_CALLS_IN_FLIGHT:
+            message = (
+                f"{MAX_CALLS_IN_FLIGHT} calls are already in flight on this connection;"
+                " retry when one has finished"
+            )
+            wire = CustomErrorWire(subcode="tool_busy", message=message)
+            self._reject(_wire_error_line(request_id, session_id, message, wire))
+            return
+        ctx = ToolContext(call_id)
+        outbox = _Outbox(call_id, session_id)
+        task = asyncio.create_task(
+            self._run_call(tool, params, ctx, request_id, outbox, out),
+            name=f"kigi call {call_id}",
+        )
+        self._calls[call_id] = _Call(ctx, task)
+        self._calls_started += 1
+
+    async def _run_call(
+        self,
+        tool: Tool[Any],
+        params: ToolCallParams[msgspec.Raw],
+        ctx: ToolContext,
+        request_id: str | int,
+        outbox: _Outbox,
+        out: _Writer,
+    ) -> None:
+        session_id = outbox.session_id
+        final: bytes | None = None
+        try:
+            run = run_tool(
+                tool,
+                bytes(params.arguments),
+                ctx=ctx,
+                timeout_ms=params.deadline_ms,
+                stop_wait=self._stop_wait,
+            )
+            async with run:
+                async for event in run:
+                    if isinstance(event, ToolResult):
+                        final = _result_line(request_id, session_id, event.to_wire(ctx.call_id))
+                    elif isinstance(event, ToolError):
+                        if self._shutting_down and event.kind == "cancelled":
+                            event.message = SERVER_CANCEL_MESSAGE
+                        final = self._tool_error_line(request_id, session_id, event, tool.id)
+                    else:
+                        self._progress(event, outbox, out)
+        except Exception as exc:  # encoding a result failed: still answer the call
+            error = ToolError("internal_error", f"the server failed to answer: {exc}")
+            final = self._tool_error_line(request_id, session_id, error, tool.id)
+        finally:
+            del self._calls[ctx.call_id]
+        if final is None:  # run_tool always ends with a terminal; never leave a caller hanging
+            error = ToolError("internal_error", "the tool run ended without a terminal")
+            final = self._tool_error_line(request_id, session_id, error, tool.id)
+        out.finish(outbox, final)
+
+    @staticmethod
+    def _tool_error_line(
+        request_id: str | int, session_id: str | None, error: ToolError, tool_id: str
+    ) -> bytes:
+        wire = error.with_tool_id(tool_id).to_wire()
+        return _wire_error_line(request_id, session_id, error.message, wire)
+
+    def _progress(self, progress: _ToolProgress, outbox: _Outbox, out: _Writer) -> None:
+        frame = progress_to_frame(outbox.call_id, progress)
+        out.progress(outbox, frame.kind, msgspec.Raw(json_codec.encode(frame.body)))
+
+
+# -- stdio -----------------------------------------------------------------------------
+
+
+class _FileSink:
+    """Blocking writes to a regular file (asyncio pipes refuse files)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    async def drain(self) -> None:
+        return None
+
+
+def _is_pipe_like(fd: int) -> bool:
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+
+
+async def open_stdio() -> tuple[asyncio.StreamReader, _Sink]:
+    """This process's stdin and stdout as an asyncio reader and a writer (pipes,
+    sockets and terminals natively; regular files with blocking I/O)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    stdin_fd, stdout_fd = sys.stdin.fileno(), sys.stdout.fileno()
+    if _is_pipe_like(stdin_fd):
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(stdin_fd, "rb", closefd=False)
+        )
+    else:
+
+        async def feed() -> None:
+            while chunk := await asyncio.to_thread(os.read, stdin_fd, 64 * 1024):
+                reader.feed_data(chunk)
+            reader.feed_eof()
+
+        _background.add(task := loop.create_task(feed()))
+        task.add_done_callback(_background.discard)
+    sink: _Sink
+    if _is_pipe_like(stdout_fd):
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(stdout_fd, "wb", closefd=False)
+        )
+        sink = asyncio.StreamWriter(transport, protocol, None, loop)
+    else:
+        sink = _FileSink(stdout_fd)
+    return reader, sink
+
+
+_background: set[asyncio.Task[None]] = set()
+
+
+async def serve_stdio(tools: Iterable[Tool[Any]], **options: Any) -> ServerStats:
+    """Serve ``tools`` over this process's stdin and stdout until end of input;
+    ``options`` are :class:`Server`'s keyword arguments. Returns its counters."""
+    server = Server(tools, **options)
+    reader, sink = await open_stdio()
+    await server.serve(reader, sink)
+    return server.statistics()
