@@ -635,6 +635,11 @@ class Reassembler:
             absorb(record)
         return folded
 
+    def spawn(self) -> Reassembler:
+        """A new, empty reassembler configured like this one (to fold a suffix
+        that will be absorbed into this one)."""
+        return Reassembler(known_calls=self._known, max_record_bytes=self._max_bytes)
+
     # -- reading --------------------------------------------------------------
 
     @property
@@ -824,9 +829,7 @@ class Reassembler:
             ValueError: ``later`` was configured differently (known calls, limit).
         """
         if later is self:
-            later = Reassembler(known_calls=self._known, max_record_bytes=self._max_bytes).absorb(
-                self
-            )
+            later = self.spawn().absorb(self)
         if later._known != self._known or later._max_bytes != self._max_bytes:
             raise ValueError(
                 "cannot absorb a fold made with different known_calls or max_record_bytes"

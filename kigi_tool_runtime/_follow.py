@@ -1,0 +1,214 @@
+"""Live tail of an append-only JSON-lines frame log, resumable from a byte offset.
+
+Invariants:
+
+Rule 1. An offset always sits at the start of a line. A read returns the
+        complete lines after it and the offset of the first incomplete one: a
+        line the writer is still writing is left for the next read, never
+        returned twice and never returned in part.
+Rule 2. Reading from a saved offset and absorbing the fold of what was read
+        equals folding the file whole (the :class:`Reassembler` fold contract),
+        so a viewer that reconnects is whole again on its first read.
+Rule 3. Memory per read is bounded by the line limit plus one block: a line
+        longer than the limit is never held whole; it is reported as an
+        :class:`OversizedLine` once its newline has arrived, and skipped.
+Rule 4. The log is append-only. A file shorter than the saved offset was
+        replaced or truncated, which is reported as an error, not read.
+
+Only this module's :meth:`Follower.follow` touches asyncio, to sleep between polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import BinaryIO, Final
+
+from ._lines import OversizedLine
+from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler
+
+__all__ = (
+    "DEFAULT_POLL_INTERVAL",
+    "READ_BLOCK_BYTES",
+    "Follower",
+    "read_from",
+)
+
+#: Bytes read from the log per system call. Large enough that a 16 KiB-delta
+#: frame takes one or two reads, small enough that skipping an over-long line
+#: holds at most this much of it at a time.
+READ_BLOCK_BYTES: Final = 64 * 1024
+
+#: Seconds between polls in :meth:`Follower.follow`: the producer's own default
+#: tick, so a follower shows each tick's frames about as they are written.
+DEFAULT_POLL_INTERVAL: Final = 0.1
+
+_NEWLINE: Final = b"\n"
+
+
+def read_from(
+    path: str | os.PathLike[str],
+    offset: int = 0,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> tuple[list[bytes | OversizedLine], int]:
+    """The complete lines of ``path`` after byte ``offset``, and the offset to
+    read from next.
+
+    Lines come back without their newline; empty lines are skipped; a line
+    longer than ``max_line_bytes`` comes back as an :class:`OversizedLine`
+    (once it is complete). An absent file has no lines yet.
+
+    Raises:
+        ValueError: ``offset`` is negative, ``max_line_bytes`` is less than 1, or
+            the file is shorter than ``offset`` (an append-only log never shrinks).
+        OSError: the file exists but cannot be read.
+    """
+    if offset < 0:
+        raise ValueError(f"offset must not be negative, got {offset}")
+    if max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 (closed below; the absent case returns early)
+    except FileNotFoundError:
+        return [], offset
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size < offset:
+            raise ValueError(
+                f"{os.fspath(path)!r} is {size} bytes, shorter than the saved offset {offset}; "
+                "an append-only frame log never shrinks (was it replaced?)"
+            )
+        handle.seek(offset)
+        return _split(handle, offset, max_line_bytes)
+
+
+def _split(handle: BinaryIO, offset: int, limit: int) -> tuple[list[bytes | OversizedLine], int]:
+    read = handle.read
+    lines: list[bytes | OversizedLine] = []
+    pending = bytearray()
+    skipping = 0  # > 0: bytes of an over-long line discarded so far
+    line_start = offset  # the file offset of the first byte not yet returned
+    while True:
+        block: bytes = read(READ_BLOCK_BYTES)
+        if not block:
+            return lines, line_start
+        start = 0
+        if skipping:
+            newline = block.find(_NEWLINE)
+            if newline < 0:
+                skipping += len(block)
+                continue
+            lines.append(OversizedLine(skipping + newline, limit))
+            line_start += skipping + newline + 1
+            skipping = 0
+            start = newline + 1
+        while True:
+            newline = block.find(_NEWLINE, start)
+            if newline < 0:
+                break
+            length = len(pending) + newline - start
+            if length > limit:
+                lines.append(OversizedLine(length, limit))
+            elif length:
+                if pending:
+                    pending += block[start:newline]
+                    lines.append(bytes(pending))
+                else:
+                    lines.append(block[start:newline])
+            pending.clear()
+            line_start += length + 1
+            start = newline + 1
+        pending += block[start:]
+        if len(pending) > limit:
+            # Too long already: stop holding it, count it until its newline.
+            skipping = len(pending)
+            pending.clear()
+
+
+class Follower:
+    """Follow a frame log: each :meth:`poll` reads what was appended since the
+    last one and absorbs it into :attr:`reassembler`.
+
+    Start from ``offset`` (a saved :attr:`offset` after a reconnect) with the
+    ``reassembler`` that holds the fold of everything before it, or from 0 with
+    a fresh one.
+
+    Raises:
+        ValueError: ``offset`` is negative or ``max_line_bytes`` is less than 1.
+    """
+
+    __slots__ = ("_limit", "_offset", "_path", "_reassembler")
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        offset: int = 0,
+        *,
+        reassembler: Reassembler | None = None,
+        max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    ) -> None:
+        if offset < 0:
+            raise ValueError(f"offset must not be negative, got {offset}")
+        if max_line_bytes < 1:
+            raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+        self._path = path
+        self._offset = offset
+        self._limit = max_line_bytes
+        self._reassembler = (
+            reassembler if reassembler is not None else Reassembler(max_record_bytes=max_line_bytes)
+        )
+
+    @property
+    def offset(self) -> int:
+        """Where the next read starts: save it to resume after a reconnect."""
+        return self._offset
+
+    @property
+    def reassembler(self) -> Reassembler:
+        """The fold of everything read so far."""
+        return self._reassembler
+
+    def poll(self) -> Reassembler:
+        """Read what was appended, absorb it, and return the fold of just that.
+
+        Raises:
+            ValueError: the log shrank below :attr:`offset`.
+            OSError: the log cannot be read.
+        """
+        lines, self._offset = read_from(self._path, self._offset, max_line_bytes=self._limit)
+        fresh = self._reassembler.spawn()
+        absorb = fresh.absorb_record
+        for line in lines:
+            absorb(line)
+        self._reassembler.absorb(fresh)
+        return fresh
+
+    def poll_appended(self) -> list[Appended]:
+        """Read what was appended and answer, record by record, what each added
+        (for printers that print as frames land).
+
+        Raises:
+            ValueError: the log shrank below :attr:`offset`.
+            OSError: the log cannot be read.
+        """
+        lines, self._offset = read_from(self._path, self._offset, max_line_bytes=self._limit)
+        appended = self._reassembler.appended
+        return [appended(line) for line in lines]
+
+    async def follow(self, interval: float = DEFAULT_POLL_INTERVAL) -> AsyncIterator[Reassembler]:
+        """Poll every ``interval`` seconds, yielding each non-empty fold of new
+        records, until the caller stops iterating.
+
+        Raises:
+            ValueError: ``interval`` is not positive, or the log shrank.
+            OSError: the log cannot be read.
+        """
+        if interval <= 0:
+            raise ValueError(f"interval must be positive, got {interval}")
+        while True:
+            fresh = self.poll()
+            if fresh.records:
+                yield fresh
+            await asyncio.sleep(interval)
