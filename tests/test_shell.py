@@ -1,0 +1,661 @@
+"""Tests for the shell tool, with real child processes (``sys.executable -c``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from kigi_tool_protocol import CustomProgress, PartialResultPayload
+from kigi_tool_runtime import (
+    OMISSION_MARKER,
+    ShellArgs,
+    ShellOutcome,
+    ShellTool,
+    ToolContext,
+    ToolError,
+    ToolErrorKind,
+    ToolResult,
+    run_tool,
+)
+from kigi_tool_runtime._shell import (
+    DEFAULT_TAIL_CAPACITY,
+    MAX_COMMAND_TIMEOUT_MS,
+    MAX_OUTPUT_LIMIT,
+    MIN_OUTPUT_LIMIT,
+    READ_CHUNK_BYTES,
+    SHELL_SPEC,
+)
+
+PY = sys.executable
+CAP = 16 * 1024
+#: Every wait in these tests is bounded by this, far above what any of them needs.
+PATIENCE_S = 60.0
+
+
+class Collected(msgspec.Struct):
+    payloads: list[PartialResultPayload]
+    terminal: ToolResult | ToolError
+
+    @property
+    def text(self) -> str:
+        return "".join(p.delta for p in self.payloads)
+
+    @property
+    def outcome(self) -> ShellOutcome:
+        assert isinstance(self.terminal, ToolResult), self.terminal
+        assert isinstance(self.terminal.value, ShellOutcome)
+        return self.terminal.value
+
+
+def payload(item: object) -> PartialResultPayload:
+    assert isinstance(item, CustomProgress)
+    assert item.subkind == "bash_output_chunk"
+    assert isinstance(item.payload, PartialResultPayload)
+    return item.payload
+
+
+async def collect(
+    args: dict[str, Any],
+    tool: ShellTool | None = None,
+    *,
+    wants_progress: bool = True,
+    on_frame: Callable[[PartialResultPayload], Awaitable[None]] | None = None,
+    keep: bool = True,
+) -> Collected:
+    payloads: list[PartialResultPayload] = []
+    terminal: ToolResult | ToolError | None = None
+    ctx = ToolContext("call-1", wants_progress=wants_progress)
+    async with asyncio.timeout(PATIENCE_S):
+        async for item in run_tool(tool or ShellTool(), args, ctx=ctx):
+            assert terminal is None, "nothing may follow the terminal"
+            if isinstance(item, (ToolResult, ToolError)):
+                terminal = item
+                continue
+            frame = payload(item)
+            if keep:
+                payloads.append(frame)
+            if on_frame is not None:
+                await on_frame(frame)
+    assert terminal is not None
+    return Collected(payloads, terminal)
+
+
+def run(args: dict[str, Any], tool: ShellTool | None = None, **kw: Any) -> Collected:
+    return asyncio.run(collect(args, tool, **kw))
+
+
+def py(script: str) -> dict[str, Any]:
+    return {"command": [PY, "-c", script]}
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def assert_group_gone(pgid: int) -> None:
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+    assert not Path(f"/proc/{pgid}").exists(), "the child was not reaped (zombie)"
+
+
+# -- output, byte for byte -----------------------------------------------------------
+
+SPLIT_SCRIPT = """
+import os, sys, time
+for part in sys.argv[1:]:
+    first, _, second = part.partition(",")
+    os.write(1, bytes.fromhex(first))
+    time.sleep(float(os.environ["PAUSE"]))
+    os.write(1, bytes.fromhex(second))
+"""
+
+
+def test_characters_split_across_ticks_are_reassembled_whole() -> None:
+    """2-, 3- and 4-byte characters whose bytes arrive in two writes with more than a
+    tick between them come out whole: no U+FFFD, equal to the source."""
+    halves: list[tuple[bytes, bytes]] = []
+    for char in ["é", "€", "😀"]:
+        data = char.encode()
+        halves += [(b"<" + data[:cut], data[cut:] + b">") for cut in range(1, len(data))]
+    source = b"".join(a + b for a, b in halves).decode()
+    args = {
+        "command": [PY, "-c", SPLIT_SCRIPT, *(f"{a.hex()},{b.hex()}" for a, b in halves)],
+        "env": {"PAUSE": "0.12"},
+    }
+    got = run(args, ShellTool(tick=0.05))
+    assert got.outcome.exit_code == 0
+    assert "\ufffd" not in got.text
+    assert got.text == source
+    assert got.outcome.output == source
+    assert not any(p.gap or p.truncated for p in got.payloads)
+    assert got.payloads[-1].total_bytes == len(source.encode())
+
+
+def test_stderr_flood_keeps_arrival_order_with_stdout() -> None:
+    """stdout and stderr share one pipe: a stderr flood interleaved with stdout lines
+    arrives exactly in the order written."""
+    script = (
+        "import os\n"
+        "for i in range(3000):\n"
+        "    os.write(1, b'out %d\\n' % i)\n"
+        "    os.write(2, b'err %d ' % i + b'e' * 1000 + b'\\n')\n"
+    )
+    expected = "".join(f"out {i}\nerr {i} " + "e" * 1000 + "\n" for i in range(3000))
+    got = run(py(script))
+    assert got.outcome.exit_code == 0
+    assert got.text == expected
+    assert got.outcome.total_bytes == len(expected)
+
+
+def test_binary_output_decodes_like_python_replace() -> None:
+    """Arbitrary bytes (every byte value, truncated and invalid sequences) reassemble
+    to exactly ``source.decode('utf-8', 'replace')``."""
+    tricky = b"\xf0\x9f\x98" + b"ok\xc3" + b"\xed\xa0\x80" + b"\xe2\x82"
+    source = bytes(range(256)) * 300 + tricky
+    script = f"import sys; sys.stdout.buffer.write(bytes(range(256)) * 300 + {tricky!r})"
+    got = run(py(script))
+    assert got.text == source.decode("utf-8", "replace")
+    assert got.outcome.total_bytes == len(source)
+    assert got.outcome.exit_code == 0
+
+
+def test_a_silent_command_streams_nothing_and_succeeds() -> None:
+    """A command that prints nothing yields no progress and an empty output."""
+    got = run({"command": "true"})
+    assert got.payloads == []
+    assert got.outcome == ShellOutcome(
+        exit_code=0,
+        signal=None,
+        timed_out=False,
+        duration_ms=got.outcome.duration_ms,
+        total_bytes=0,
+        truncated=False,
+        omitted_bytes=0,
+        output="",
+    )
+
+
+def test_a_non_zero_exit_is_a_result_with_its_code() -> None:
+    """A failing command is a result (not an error) carrying its exit code and output."""
+    got = run({"command": "echo failing; exit 7"})
+    assert got.outcome.exit_code == 7
+    assert got.outcome.signal is None
+    assert got.outcome.output == "failing\n"
+
+
+def test_a_command_killed_by_a_signal_reports_the_signal() -> None:
+    """A child killed by a signal has no exit code; the outcome names the signal."""
+    got = run(py("import os, signal; print('bye', flush=True); os.kill(os.getpid(), 9)"))
+    assert got.outcome.exit_code is None
+    assert got.outcome.signal == "SIGKILL"
+    assert got.text == "bye\n"
+
+
+def test_cwd_and_env_reach_the_child(tmp_path: Path) -> None:
+    """``cwd`` sets the working directory; ``env`` adds to the inherited environment."""
+    script = "import os; print(os.getcwd()); print(os.environ['KIGI_X'], 'PATH' in os.environ)"
+    got = run({**py(script), "cwd": str(tmp_path), "env": {"KIGI_X": "yes"}})
+    assert got.outcome.output == f"{tmp_path}\nyes True\n"
+
+
+def test_a_shell_string_runs_through_the_shell() -> None:
+    """A string command is a shell command line (pipes and redirections work)."""
+    got = run({"command": "printf 'a\\nb\\n' | tr a-z A-Z; echo oops 1>&2"})
+    assert got.outcome.output == "A\nB\noops\n"
+
+
+def test_a_missing_program_is_an_execution_error() -> None:
+    """A program that does not exist ends in an ``execution`` error naming it, and
+    leaks no file descriptor."""
+
+    async def main() -> tuple[Collected, set[str], set[str]]:
+        before = open_fds()
+        got = await collect({"command": ["/nonexistent/kigi-prog", "x"]})
+        return got, before, open_fds()
+
+    got, before, after = asyncio.run(main())
+    assert isinstance(got.terminal, ToolError)
+    assert got.terminal.kind is ToolErrorKind.EXECUTION
+    assert "cannot start '/nonexistent/kigi-prog'" in got.terminal.message
+    assert before == after
+
+
+def test_a_missing_working_directory_is_an_execution_error(tmp_path: Path) -> None:
+    """A ``cwd`` that does not exist ends in an ``execution`` error naming it."""
+    missing = tmp_path / "nope"
+    got = run({"command": "true", "cwd": str(missing)})
+    assert isinstance(got.terminal, ToolError)
+    assert got.terminal.kind is ToolErrorKind.EXECUTION
+    assert str(missing) in got.terminal.message
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        ({"command": ""}, "$.command"),
+        ({"command": []}, "$.command"),
+        ({"command": ["ls", ""]}, "$.command[1]"),
+        ({"command": "true", "timeout_ms": 0}, "$.timeout_ms"),
+        ({"command": "true", "timeout_ms": MAX_COMMAND_TIMEOUT_MS + 1}, "$.timeout_ms"),
+        ({"command": "true", "output_limit": MIN_OUTPUT_LIMIT - 1}, "$.output_limit"),
+        ({"command": "true", "output_limit": MAX_OUTPUT_LIMIT + 1}, "$.output_limit"),
+        ({"command": "true", "env": {"A": 1}}, "$.env[...]"),
+    ],
+)
+def test_bad_arguments_name_the_field(args: dict[str, Any], path: str) -> None:
+    """Arguments outside the bounds are an ``invalid_params`` error naming the field."""
+    got = run(args)
+    assert isinstance(got.terminal, ToolError)
+    assert got.terminal.kind is ToolErrorKind.INVALID_PARAMS
+    assert f"at `{path}`" in got.terminal.message
+    assert got.terminal.details["path"] == path
+
+
+def test_unknown_argument_fields_are_rejected() -> None:
+    """An argument the tool does not know is an error, not silently ignored."""
+    got = run({"command": "true", "comand": "rm -rf /"})
+    assert isinstance(got.terminal, ToolError)
+    assert got.terminal.kind is ToolErrorKind.INVALID_PARAMS
+    assert "unknown field `comand`" in got.terminal.message
+
+
+def test_tool_bounds_are_checked_at_construction() -> None:
+    """Nonsense tuning is refused when the tool is made, with the reason."""
+    with pytest.raises(ValueError, match="tick must be > 0"):
+        ShellTool(tick=0)
+    with pytest.raises(ValueError, match="grace must be > 0"):
+        ShellTool(grace=-1)
+    with pytest.raises(ValueError, match="below one frame"):
+        ShellTool(tail_capacity=CAP - 1)
+
+
+def test_the_shell_tool_declares_its_stream() -> None:
+    """The tool is ``bash``, streams ``bash_output_chunk`` at 16 KiB, supports cancel."""
+    tool = ShellTool()
+    assert tool.id == "bash"
+    assert tool.capabilities.streaming == SHELL_SPEC
+    assert SHELL_SPEC.subkind == "bash_output_chunk"
+    assert SHELL_SPEC.max_delta_bytes == CAP
+    assert tool.capabilities.supports_cancel
+    assert tool.capabilities.timeout_ms is not None
+    assert tool.capabilities.timeout_ms > MAX_COMMAND_TIMEOUT_MS
+    schema = tool.input_schema()
+    assert schema["$defs"]["ShellArgs"]["required"] == ["command"]
+
+
+# -- the model's output: head, marker, tail ------------------------------------------
+
+
+def test_long_output_keeps_head_and_tail_around_a_marker() -> None:
+    """Over ``output_limit`` the result keeps the head and the tail around a marker
+    saying how much is left out; the marker never enters the stream."""
+    lines = "".join(f"line {i:05d}\n" for i in range(2000))
+    script = f"import sys; sys.stdout.write({lines!r})"
+    got = run({**py(script), "output_limit": MIN_OUTPUT_LIMIT})
+    outcome = got.outcome
+    assert outcome.truncated
+    assert outcome.total_bytes == len(lines)
+    head, tail = outcome.output.split(OMISSION_MARKER.format(omitted=outcome.omitted_bytes))
+    assert lines.startswith(head)
+    assert lines.endswith(tail)
+    assert len(head) + len(tail) + outcome.omitted_bytes == len(lines)
+    assert len(head) + len(tail) <= MIN_OUTPUT_LIMIT
+    assert got.text == lines
+    assert "omitted" not in got.text
+
+
+def test_output_within_the_limit_is_whole() -> None:
+    """Output up to ``output_limit`` is returned whole, without a marker."""
+    text = "x" * 1000
+    got = run({**py(f"print({text!r}, end='')"), "output_limit": 1000})
+    assert got.outcome.output == text
+    assert not got.outcome.truncated
+    assert got.outcome.omitted_bytes == 0
+
+
+def test_without_progress_the_full_result_still_arrives() -> None:
+    """``wants_progress=False``: no progress at all, and the same full result."""
+    script = "import sys; sys.stdout.write('abc' * 100000)"
+    got = run(py(script), wants_progress=False)
+    assert got.payloads == []
+    assert got.outcome.total_bytes == 300000
+    assert got.outcome.truncated
+    assert got.outcome.output.startswith("abc")
+
+
+# -- volume: every byte accounted for, memory flat ------------------------------------
+
+RECORD = 4096
+FILLER = b"x" * (RECORD - 17) + b"\n"
+FLOOD_SCRIPT = """
+import os, sys
+records = int(sys.argv[1])
+filler = b"x" * 4079 + b"\\n"
+if len(sys.argv) > 2:
+    with open(sys.argv[2], "w") as f:
+        f.write(str(os.getpid()))
+for start in range(0, records, 16):
+    stop = min(start + 16, records)
+    block = b"".join(b"%015d\\n" % (k * 4096) + filler for k in range(start, stop))
+    os.write(1, block)
+"""
+HEADER = re.compile(r"(\d{15})\n")
+
+
+def expected_bytes(offset: int, size: int) -> str:
+    """The flood's bytes ``[offset, offset + size)``."""
+    first, last = offset // RECORD, (offset + size - 1) // RECORD
+    block = b"".join(b"%015d\n" % (k * RECORD) + FILLER for k in range(first, last + 1))
+    start = offset - first * RECORD
+    return block[start : start + size].decode()
+
+
+class Accounting:
+    """Checks each delta against the flood as it arrives and counts every byte,
+    keeping nothing: surfaced bytes, skipped bytes (found two ways) and gaps."""
+
+    def __init__(self) -> None:
+        self.position = 0  # source offset the next delta continues from
+        self.surfaced = 0
+        self.skipped = 0
+        self.gaps = 0
+        self.group_total = 0  # frames of one drain share a total_bytes
+        self.group_bytes = 0
+        self.group_gap_start = -1
+        self.skipped_by_wire = 0
+        self.wire_position = 0
+
+    def absorb(self, frame: PartialResultPayload) -> None:
+        delta = frame.delta
+        assert len(delta) <= CAP
+        if frame.total_bytes != self.group_total:
+            self._close_group()
+            self.group_total, self.group_bytes, self.group_gap_start = frame.total_bytes, 0, -1
+        if frame.gap:
+            self.gaps += 1
+            match = HEADER.search(delta)
+            assert match is not None, "a gap delta must hold a whole record header"
+            start = int(match[1]) - match.start()
+            assert start > self.position
+            self.skipped += start - self.position
+            self.position = start
+            self.group_gap_start = self.group_bytes
+        assert delta == expected_bytes(self.position, len(delta))
+        self.position += len(delta)
+        self.surfaced += len(delta)
+        self.group_bytes += len(delta)
+
+    def _close_group(self) -> None:
+        # ASCII source: a drain ends caught up, so its frames end at its total;
+        # a gap's size is then what the wire alone says is missing before it.
+        if self.group_gap_start >= 0:
+            gap_start = self.group_total - (self.group_bytes - self.group_gap_start)
+            self.skipped_by_wire += gap_start - self.wire_position
+        self.wire_position = self.group_total
+
+    def finish(self) -> None:
+        self._close_group()
+
+
+def flood_args(records: int, *extra: str) -> dict[str, Any]:
+    return {"command": [PY, "-c", FLOOD_SCRIPT, str(records), *extra]}
+
+
+@pytest.mark.slow
+def test_a_100_mb_flood_accounts_for_every_byte_in_flat_memory() -> None:
+    """100 MB of output: every byte is a verified delta or inside a gap whose size
+    the frames give; this process's memory stays flat (far below the output)."""
+    records = 100 * 1000 * 1000 // RECORD + 1
+    total = records * RECORD
+    accounting = Accounting()
+
+    async def on_frame(frame: PartialResultPayload) -> None:
+        accounting.absorb(frame)
+
+    async def main() -> tuple[Collected, int]:
+        tracemalloc.start()
+        try:
+            baseline = tracemalloc.get_traced_memory()[0]
+            got = await collect(flood_args(records), on_frame=on_frame, keep=False)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        return got, peak - baseline
+
+    got, growth = asyncio.run(main())
+    accounting.finish()
+    assert got.outcome.exit_code == 0
+    assert got.outcome.total_bytes == total
+    assert accounting.position == total
+    assert accounting.surfaced + accounting.skipped == total
+    assert accounting.skipped == accounting.skipped_by_wire
+    # The tail (twice its capacity at most), the channel's frames and the head:
+    # a few MiB, whatever the output's size.
+    assert growth < 8 * DEFAULT_TAIL_CAPACITY, f"memory grew by {growth} bytes"
+
+
+@pytest.mark.slow
+def test_a_stalled_consumer_gets_a_gap_that_says_how_much(tmp_path: Path) -> None:
+    """A consumer that stalls while the child floods loses the middle: the stream
+    says so with gap frames, and the bytes still add up exactly."""
+    records = 4096  # 16 MiB: far more than the tail and the channel hold
+    pid_file = tmp_path / "pid"
+    accounting = Accounting()
+    stalled: list[bool] = []
+
+    async def on_frame(frame: PartialResultPayload) -> None:
+        accounting.absorb(frame)
+        if stalled:
+            return
+        stalled.append(True)
+        # Stall until the child has written everything and exited: by then the
+        # tail has overflowed whatever the machine's speed.
+        async with asyncio.timeout(PATIENCE_S):
+            while not pid_file.exists() or not pid_file.read_text():
+                await asyncio.sleep(0.01)
+            pid = int(pid_file.read_text())
+            while Path(f"/proc/{pid}").exists():
+                await asyncio.sleep(0.01)
+
+    tool = ShellTool(tail_capacity=4 * CAP)
+    got = run(flood_args(records, str(pid_file)), tool, on_frame=on_frame, keep=False)
+    accounting.finish()
+    total = records * RECORD
+    assert got.outcome.total_bytes == total
+    assert accounting.gaps >= 1
+    assert accounting.skipped > 0
+    assert accounting.position == total
+    assert accounting.surfaced + accounting.skipped == total
+    assert accounting.skipped == accounting.skipped_by_wire
+
+
+# -- stopping: timeout, cancellation, stray grandchildren -----------------------------
+
+TICKER = """
+import os, signal, sys, time
+if len(sys.argv) > 1:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print(os.getpid(), os.getpgid(0), flush=True)
+i = 0
+while True:
+    print("tick", i, flush=True)
+    i += 1
+    time.sleep(0.01)
+"""
+
+
+#: Deadline of the stopping tests: long enough that even a slow-starting child
+#: has printed its pid (and installed its SIGTERM handler) before it fires.
+DEADLINE_MS = 1000
+
+
+def pid_line(text: str) -> int:
+    pid, pgid = map(int, text.splitlines()[0].split())
+    assert pid == pgid, "the child must lead its own process group"
+    return pid
+
+
+async def stop_after_output(
+    args: dict[str, Any],
+    tool: ShellTool,
+    stop: Callable[[ToolContext, asyncio.Task[Any]], None] | None = None,
+    **run_kw: Any,
+) -> tuple[list[PartialResultPayload], ToolResult | ToolError | None, set[str], set[str]]:
+    """Run ``args``; once two lines are out, call ``stop`` (if any). Returns the
+    payloads, the terminal, and the open fds before and after."""
+    before = open_fds()
+    ctx = ToolContext("call-stop")
+    payloads: list[PartialResultPayload] = []
+    terminal: list[ToolResult | ToolError] = []
+    stopped: list[bool] = []
+
+    async def consume() -> None:
+        async for item in run_tool(tool, args, ctx=ctx, **run_kw):
+            if isinstance(item, (ToolResult, ToolError)):
+                terminal.append(item)
+            else:
+                payloads.append(payload(item))
+                lines = "".join(p.delta for p in payloads).count("\n")
+                if stop is not None and not stopped and lines >= 2:
+                    stopped.append(True)
+                    stop(ctx, task)
+
+    task = asyncio.get_running_loop().create_task(consume())
+    async with asyncio.timeout(PATIENCE_S):
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return payloads, (terminal[0] if terminal else None), before, open_fds()
+
+
+def test_a_command_timeout_kills_the_group_and_keeps_the_output() -> None:
+    """At ``timeout_ms`` the group gets SIGTERM; the result says timed out, keeps the
+    output so far, and no process, zombie or descriptor is left."""
+    payloads, terminal, before, after = asyncio.run(
+        stop_after_output({**py(TICKER), "timeout_ms": DEADLINE_MS}, ShellTool())
+    )
+    assert payloads, "the output streamed before the deadline"
+    assert isinstance(terminal, ToolResult)
+    outcome = terminal.value
+    assert isinstance(outcome, ShellOutcome)
+    assert outcome.timed_out
+    assert outcome.signal == "SIGTERM"
+    assert outcome.exit_code is None
+    assert "tick 0\n" in outcome.output
+    assert_group_gone(pid_line(outcome.output))
+    assert before == after
+
+
+def test_a_group_that_ignores_sigterm_is_killed_after_the_grace() -> None:
+    """A child that ignores SIGTERM is SIGKILLed once the grace period is over."""
+    args = {"command": [PY, "-c", TICKER, "ignore-term"], "timeout_ms": DEADLINE_MS}
+    _, terminal, before, after = asyncio.run(stop_after_output(args, ShellTool(grace=0.3)))
+    assert isinstance(terminal, ToolResult)
+    outcome = terminal.value
+    assert isinstance(outcome, ShellOutcome)
+    assert outcome.timed_out
+    assert outcome.signal == "SIGKILL"
+    assert_group_gone(pid_line(outcome.output))
+    assert before == after
+
+
+def test_the_call_deadline_is_a_timeout_error_and_kills_the_group() -> None:
+    """The runner's deadline (shorter than the command's) ends the call with a
+    ``timeout`` error; the group is gone, nothing leaks."""
+    payloads, terminal, before, after = asyncio.run(
+        stop_after_output(py(TICKER), ShellTool(), timeout_ms=DEADLINE_MS)
+    )
+    assert isinstance(terminal, ToolError)
+    assert terminal.kind is ToolErrorKind.TIMEOUT
+    assert terminal.tool_id == "bash"
+    assert_group_gone(pid_line("".join(p.delta for p in payloads)))
+    assert before == after
+
+
+def test_ctx_cancel_mid_stream_kills_the_group() -> None:
+    """``ctx.cancel()`` mid-stream ends the call with a ``cancelled`` error after the
+    group is gone: no process, zombie or descriptor is left."""
+
+    def stop(ctx: ToolContext, task: asyncio.Task[Any]) -> None:
+        ctx.cancel()
+
+    payloads, terminal, before, after = asyncio.run(
+        stop_after_output(py(TICKER), ShellTool(), stop)
+    )
+    assert isinstance(terminal, ToolError)
+    assert terminal.kind is ToolErrorKind.CANCELLED
+    assert_group_gone(pid_line("".join(p.delta for p in payloads)))
+    assert before == after
+
+
+def test_cancelling_the_calls_task_kills_the_group() -> None:
+    """Cancelling the task that iterates the call propagates ``CancelledError`` and
+    still stops the group: no process, zombie or descriptor is left."""
+
+    def stop(ctx: ToolContext, task: asyncio.Task[Any]) -> None:
+        task.cancel()
+
+    payloads, terminal, before, after = asyncio.run(
+        stop_after_output(py(TICKER), ShellTool(), stop)
+    )
+    assert terminal is None
+    assert_group_gone(pid_line("".join(p.delta for p in payloads)))
+    assert before == after
+
+
+def test_a_grandchild_holding_the_pipe_does_not_hang_the_tool() -> None:
+    """A grandchild that keeps stdout open after the child exits: the tool returns
+    after its bounded drain, with the child's exit code and output."""
+    script = (
+        "import subprocess, sys\n"
+        "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "print('grandchild', g.pid, flush=True)\n"
+    )
+
+    async def main() -> tuple[Collected, set[str], set[str]]:
+        before = open_fds()
+        got = await collect(py(script), ShellTool(exit_drain=0.3))
+        return got, before, open_fds()
+
+    got, before, after = asyncio.run(main())
+    grandchild = int(got.outcome.output.split()[1])
+    try:
+        assert got.outcome.exit_code == 0
+        assert got.outcome.output == f"grandchild {grandchild}\n"
+        assert before == after
+    finally:
+        os.kill(grandchild, signal.SIGKILL)
+
+
+def test_reads_are_chunked_and_bounded() -> None:
+    """The pipe is read in ``READ_CHUNK_BYTES`` pieces; a write larger than one read
+    still arrives whole."""
+    size = READ_CHUNK_BYTES * 3 + 5
+    got = run(py(f"import os; os.write(1, b'q' * {size})"))
+    assert got.text == "q" * size
+    assert all(len(p.delta) <= CAP for p in got.payloads)
+
+
+def test_the_result_is_the_json_output_value() -> None:
+    """The outcome is the call's JSON output on the wire."""
+    got = run({"command": "echo hi"})
+    assert isinstance(got.terminal, ToolResult)
+    wire = got.terminal.to_wire("call-1")
+    assert msgspec.to_builtins(wire.output)["value"]["output"] == "hi\n"
+    assert msgspec.to_builtins(wire.output)["kind"] == "json"
+
+
+def test_shell_args_decode_both_command_forms() -> None:
+    """``command`` is a string (shell) or a non-empty list (argv)."""
+    assert msgspec.convert({"command": "ls"}, ShellArgs).command == "ls"
+    assert msgspec.convert({"command": ["ls", "-l"]}, ShellArgs).command == ["ls", "-l"]
