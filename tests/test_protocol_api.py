@@ -1,0 +1,132 @@
+"""The public surface of ``kigi_tool_protocol``: ``__all__``, struct configs, errors."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from typing import Any
+
+import msgspec
+import pytest
+
+import kigi_tool_protocol as kp
+
+#: (omit_defaults, tag_field, tag) of every public wire class. All are frozen and
+#: kw_only; only PartialResultPayload forbids unknown fields.
+STRUCT_CONFIGS: dict[type[msgspec.Struct], tuple[bool, str | None, str | None]] = {
+    kp.StreamingSpec: (True, None, None),
+    kp.PartialResultPayload: (False, None, None),
+    kp.ToolCapabilities: (True, None, None),
+    kp.TextProgress: (False, "kind", "text"),
+    kp.ContentProgress: (False, "kind", "content"),
+    kp.CustomProgress: (False, "kind", "custom"),
+    kp.TextBlock: (False, "type", "text"),
+    kp.ImageBlock: (True, "type", "image"),
+    kp.ResourceBlock: (True, "type", "resource"),
+    kp.McpTextBlock: (False, "type", "text"),
+    kp.McpImageBlock: (False, "type", "image"),
+    kp.McpResourceBlock: (True, "type", "resource"),
+    kp.McpContent: (False, None, None),
+    kp.ToolCallParams: (True, None, None),
+    kp.ToolOutputText: (False, "kind", "text"),
+    kp.ToolOutputJson: (False, "kind", "json"),
+    kp.ToolOutputMcp: (False, "kind", "mcp"),
+    kp.ToolCallResult: (True, None, None),
+    kp.ToolCallProgressFrame: (True, None, None),
+    kp.ToolNotFoundWire: (True, "code", "tool_not_found"),
+    kp.SessionMismatchWire: (True, "code", "session_mismatch"),
+    kp.ForbiddenWire: (True, "code", "forbidden"),
+    kp.ConnectionLostWire: (True, "code", "connection_lost"),
+    kp.TimeoutWire: (True, "code", "timeout"),
+    kp.CancelledWire: (True, "code", "cancelled"),
+    kp.InvalidParamsWire: (True, "code", "invalid_params"),
+    kp.ExecutionWire: (True, "code", "execution"),
+    kp.UnsupportedProtocolVersionWire: (True, "code", "unsupported_protocol_version"),
+    kp.FrameTooLargeWire: (True, "code", "frame_too_large"),
+    kp.BehaviorVersionUnsupportedWire: (True, "code", "behavior_version_unsupported"),
+    kp.RenderLimitedWire: (True, "code", "render_limited"),
+    kp.TerminalErrorWire: (True, "code", "terminal_error"),
+    kp.InternalErrorWire: (True, "code", "internal_error"),
+    kp.CustomErrorWire: (True, "code", "custom"),
+    kp.HookCancel: (False, "type", "Cancel"),
+    kp.HookPause: (False, "type", "Pause"),
+    kp.HookResume: (False, "type", "Resume"),
+    kp.HookSessionEnded: (False, "type", "SessionEnded"),
+    kp.HookCustom: (False, "type", "Custom"),
+    kp.HookFrame: (True, None, None),
+    kp.HookReplyParams: (False, None, None),
+    kp.JsonRpcError: (True, None, None),
+    kp.JsonRpcRequest: (True, "jsonrpc", "2.0"),
+    kp.JsonRpcNotification: (True, "jsonrpc", "2.0"),
+    kp.JsonRpcResponse: (True, "jsonrpc", "2.0"),
+}
+
+
+def _public_structs() -> set[type[msgspec.Struct]]:
+    return {
+        value
+        for value in (getattr(kp, name) for name in kp.__all__)
+        if isinstance(value, type) and issubclass(value, msgspec.Struct)
+    }
+
+
+def test_every_public_struct_has_a_pinned_config() -> None:
+    """The table below covers exactly the public Struct classes."""
+    assert _public_structs() == set(STRUCT_CONFIGS)
+
+
+@pytest.mark.parametrize("cls", list(STRUCT_CONFIGS), ids=lambda cls: cls.__name__)
+def test_struct_config(cls: type[msgspec.Struct]) -> None:
+    """Each wire class is frozen and kw_only, and states its own strictness and tag."""
+    config = cls.__struct_config__
+    assert config.frozen
+    # StructConfig has no kw_only flag: the constructor's signature shows it.
+    parameters = inspect.signature(cls).parameters.values()
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters)
+    assert config.forbid_unknown_fields is (cls is kp.PartialResultPayload)
+    assert not config.array_like
+    assert (config.omit_defaults, config.tag_field, config.tag) == STRUCT_CONFIGS[cls]
+
+
+def test_all_is_complete_and_leaks_nothing() -> None:
+    """__all__ names every public attribute, each exists, and none repeats."""
+    public = {name for name in dir(kp) if not name.startswith("_")}
+    assert public == set(kp.__all__)
+    assert len(kp.__all__) == len(set(kp.__all__))
+    assert isinstance(kp.__all__, tuple)
+
+
+def test_all_exports_only_this_package() -> None:
+    """Every exported class and function is defined in kigi_tool_protocol."""
+    for name in kp.__all__:
+        value: Any = getattr(kp, name)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert value.__module__.startswith("kigi_tool_protocol."), name
+
+
+def test_private_modules_export_through_the_package() -> None:
+    """Each private module's __all__ is re-exported, bar the internal integer bounds."""
+    internal = {"I32_MAX", "I32_MIN", "I64_MAX", "I64_MIN", "U32_MAX", "U64_MAX"}
+    internal |= {"I32", "I64", "U32", "U64", "WireStruct", "always_false", "check_u64"}
+    internal |= {"ENVELOPE_TYPES"}
+    for info in pkgutil.iter_modules(kp.__path__):
+        module = importlib.import_module(f"kigi_tool_protocol.{info.name}")
+        for name in getattr(module, "__all__", ()):
+            assert name in kp.__all__ or name in internal, f"{info.name}.{name}"
+
+
+def test_error_tree() -> None:
+    """Every error is a WireError (a ValueError); frame-size errors are decode errors."""
+    assert issubclass(kp.WireError, ValueError)
+    assert issubclass(kp.DecodeError, kp.WireError)
+    assert issubclass(kp.FrameTooLargeError, kp.DecodeError)
+    assert issubclass(kp.IdentifierError, kp.WireError)
+
+
+def test_decode_error_message_names_the_path() -> None:
+    """DecodeError keeps reason and path, and its message names the path unless it is the root."""
+    error = kp.DecodeError("Expected `int`", "$.params.seq")
+    assert (error.reason, error.path) == ("Expected `int`", "$.params.seq")
+    assert str(error) == "Expected `int` at `$.params.seq`"
+    assert str(kp.DecodeError("bad")) == "bad"
