@@ -1,0 +1,593 @@
+"""Tests for ``run_tool``: the ``Progress* Terminal`` grammar, enforced."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import pytest
+
+from kigi_tool_protocol import CustomProgress, TextProgress, ToolCapabilities
+from kigi_tool_runtime import (
+    RunStats,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolErrorKind,
+    ToolEvent,
+    ToolResult,
+    ToolRun,
+    run_tool,
+)
+from kigi_tool_runtime._runner import (
+    AFTER_TERMINAL_WAIT_S,
+    CHANNEL_DEPTH,
+    MAX_ITEMS_AFTER_TERMINAL,
+    decode_args,
+)
+
+#: Every wait in these tests is bounded by this, far above what any of them needs.
+PATIENCE_S = 30.0
+
+
+class Count(msgspec.Struct, forbid_unknown_fields=True):
+    count: int = 2
+    word: str = "tick"
+
+
+def text(i: int) -> TextProgress:
+    return TextProgress(text=f"p{i}")
+
+
+class Counter(Tool[Count]):
+    """Yields ``count`` progress items, then a result."""
+
+    id = "counter"
+    args_type = Count
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        for i in range(args.count):
+            yield text(i)
+        yield ToolResult(value={"done": args.count})
+
+
+async def drive(run: ToolRun) -> list[ToolEvent]:
+    items: list[ToolEvent] = []
+    async with asyncio.timeout(PATIENCE_S):
+        async for item in run:
+            items.append(item)
+    return items
+
+
+def run_all(tool: Tool[Any], raw: Any = b"{}", **kw: Any) -> tuple[list[ToolEvent], ToolRun]:
+    ctx = kw.pop("ctx", None) or ToolContext("call-1", wants_progress=kw.pop("wants", True))
+    run = run_tool(tool, raw, ctx=ctx, **kw)
+    return asyncio.run(drive(run)), run
+
+
+def terminal_of(items: list[ToolEvent]) -> ToolResult | ToolError:
+    terminals = [i for i in items if isinstance(i, (ToolResult, ToolError))]
+    assert len(terminals) == 1, "exactly one terminal"
+    assert items[-1] is terminals[0], "the terminal comes last"
+    return terminals[0]
+
+
+def error_of(items: list[ToolEvent]) -> ToolError:
+    terminal = terminal_of(items)
+    assert isinstance(terminal, ToolError)
+    return terminal
+
+
+# -- the happy path and argument decoding -------------------------------------------
+
+
+def test_progress_then_one_result() -> None:
+    """A well-behaved tool's progress passes through in order, then its result."""
+    items, run = run_all(Counter(), b'{"count": 3}')
+    assert items == [text(0), text(1), text(2), ToolResult(value={"done": 3})]
+    assert run.statistics() == RunStats(progress=3, suppressed=0, after_terminal=0)
+    assert run.terminal == ToolResult(value={"done": 3})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"count": 1}', '{"count": 1}', {"count": 1}, Count(count=1), bytearray(b'{"count":1}')],
+)
+def test_arguments_come_as_json_text_values_or_the_struct(raw: Any) -> None:
+    """Raw JSON (bytes or str), decoded JSON values and the Struct itself all work."""
+    items, _ = run_all(Counter(), raw)
+    assert terminal_of(items) == ToolResult(value={"done": 1})
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "reason"),
+    [
+        (b'{"count": "3"}', "$.count", "Expected `int`, got `str`"),
+        ({"count": 1.5}, "$.count", "Expected `int`, got `float`"),
+        (b'{"word": 7}', "$.word", "Expected `str`, got `int`"),
+        (b"[]", "$", "Expected `object`, got `array`"),
+        ({"cuont": 1}, "$", "Object contains unknown field `cuont`"),
+    ],
+)
+def test_arguments_that_do_not_fit_name_the_field(raw: Any, path: str, reason: str) -> None:
+    """Arguments that do not fit the input type are an ``invalid_params`` terminal
+    naming the field; the tool never runs."""
+    items, _ = run_all(Counter(), raw)
+    error = error_of(items)
+    assert items == [error]
+    assert error.kind is ToolErrorKind.INVALID_PARAMS
+    assert error.message.startswith("invalid arguments for tool 'counter': " + reason)
+    assert error.details == {"path": path, "reason": error.details["reason"]}
+    assert reason in error.details["reason"]
+    if path != "$":
+        assert f"at `{path}`" in error.message
+    assert error.tool_id == "counter"
+
+
+def test_malformed_json_arguments_are_invalid_params() -> None:
+    """Text that is not JSON is an ``invalid_params`` terminal saying so."""
+    error = error_of(run_all(Counter(), b'{"count": ')[0])
+    assert error.kind is ToolErrorKind.INVALID_PARAMS
+    assert "are not valid JSON" in error.message
+
+
+def test_decode_args_raises_the_terminal_it_would_yield() -> None:
+    """``decode_args`` alone raises the same ``invalid_params`` error."""
+    with pytest.raises(ToolError, match=r"Expected `int`, got `str` at `\$\.count`"):
+        decode_args(Counter(), {"count": "x"})
+
+
+# -- a misbehaving tool: the runner repairs the grammar ------------------------------
+
+
+class Raiser(Tool[Count]):
+    id = "raiser"
+    args_type = Count
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        yield text(0)
+        raise KeyError("boom")
+
+
+def test_an_exception_becomes_an_execution_terminal() -> None:
+    """A tool that raises: its progress so far, then an ``execution`` error naming
+    the exception."""
+    items, _ = run_all(Raiser())
+    assert items[0] == text(0)
+    error = error_of(items)
+    assert error.kind is ToolErrorKind.EXECUTION
+    assert error.message == "tool 'raiser' failed: KeyError: 'boom'"
+    assert error.tool_id == "raiser"
+
+
+class Refuser(Tool[Count]):
+    id = "refuser"
+    args_type = Count
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        yield text(0)
+        raise ToolError.forbidden("not in this directory")
+
+
+def test_a_raised_tool_error_is_the_terminal_as_is() -> None:
+    """A ``ToolError`` raised by the tool is its terminal, kind and message kept."""
+    error = error_of(run_all(Refuser())[0])
+    assert error.kind is ToolErrorKind.FORBIDDEN
+    assert error.message == "not in this directory"
+
+
+class Mute(Tool[Count]):
+    id = "mute"
+    args_type = Count
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        yield text(0)
+
+
+def test_a_stream_without_a_terminal_gets_an_error_terminal() -> None:
+    """A tool whose stream ends without a terminal ends in an ``execution`` error."""
+    items, _ = run_all(Mute())
+    assert items[0] == text(0)
+    error = error_of(items)
+    assert error.kind is ToolErrorKind.EXECUTION
+    assert error.message == "tool 'mute' ended its stream without a result"
+
+
+class Chatty(Tool[Count]):
+    id = "chatty"
+    args_type = Count
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        yield ToolResult(value=1)
+        for i in range(args.count):
+            yield text(i)
+        yield ToolResult(value=2)
+        yield ToolError.execution("late")
+
+
+def test_items_after_the_terminal_are_dropped_and_counted() -> None:
+    """Whatever follows the terminal (progress, another result, an error) is dropped
+    and counted; the first terminal stands."""
+    items, run = run_all(Chatty(), {"count": 3})
+    assert items == [ToolResult(value=1)]
+    assert run.statistics().after_terminal == 5
+
+
+class Endless(Tool[Count]):
+    id = "endless"
+    args_type = Count
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        yield ToolResult(value="first")
+        while True:
+            yield text(0)
+
+
+def test_counting_after_the_terminal_is_bounded() -> None:
+    """A tool that yields forever after its terminal: counting stops at
+    ``MAX_ITEMS_AFTER_TERMINAL`` and the run ends."""
+    items, run = run_all(Endless())
+    assert items == [ToolResult(value="first")]
+    assert run.statistics().after_terminal == MAX_ITEMS_AFTER_TERMINAL
+
+
+class Lingering(Tool[Count]):
+    id = "lingering"
+    args_type = Count
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        yield ToolResult(value="done")
+        yield text(0)
+        await asyncio.sleep(PATIENCE_S * 10)
+        yield text(1)
+
+
+def test_a_tool_that_lingers_after_its_terminal_does_not_hold_the_run() -> None:
+    """A tool that awaits after its terminal is given up on after
+    ``AFTER_TERMINAL_WAIT_S``; what it yielded before is counted."""
+    assert AFTER_TERMINAL_WAIT_S < PATIENCE_S
+    items, run = run_all(Lingering())
+    assert items == [ToolResult(value="done")]
+    assert run.statistics().after_terminal == 1
+
+
+class Odd(Tool[Count]):
+    id = "odd"
+    args_type = Count
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        yield text(0)
+        yield 42  # type: ignore[misc]
+
+
+def test_a_value_that_is_neither_progress_nor_terminal_is_an_error() -> None:
+    """Yielding something else ends the call with an ``execution`` error naming it."""
+    items, _ = run_all(Odd())
+    error = error_of(items)
+    assert error.message == "tool 'odd' yielded a int, which is neither progress nor a terminal"
+
+
+class SelfCancel(Tool[Count]):
+    id = "self_cancel"
+    args_type = Count
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        yield text(0)
+        raise asyncio.CancelledError
+
+
+def test_a_tool_raising_cancelled_error_by_itself_is_an_execution_error() -> None:
+    """``CancelledError`` nobody asked for is a tool failure, not a cancellation."""
+    error = error_of(run_all(SelfCancel())[0])
+    assert error.kind is ToolErrorKind.EXECUTION
+    assert "raised CancelledError by itself" in error.message
+
+
+# -- run(): sync and async ----------------------------------------------------------
+
+
+class AsyncAdder(Tool[Count]):
+    id = "async_adder"
+    args_type = Count
+
+    async def run(self, ctx: ToolContext, args: Count) -> Any:
+        await asyncio.sleep(0)
+        return {"sum": args.count + 1}
+
+
+class SyncAdder(Tool[Count]):
+    id = "sync_adder"
+    args_type = Count
+
+    def run(self, ctx: ToolContext, args: Count) -> Any:
+        return ToolResult.text(f"{args.count + 1} in {threading.current_thread().name}")
+
+
+class SyncFailer(Tool[Count]):
+    id = "sync_failer"
+    args_type = Count
+
+    def run(self, ctx: ToolContext, args: Count) -> Any:
+        if args.count:
+            raise ToolError.invalid_params("count must be 0", details={"count": args.count})
+        return ToolError.execution("returned, not raised")
+
+
+def test_an_async_run_returns_its_value_as_json_output() -> None:
+    """``async def run`` returning a plain value: a JSON result, no progress."""
+    items, run = run_all(AsyncAdder(), {"count": 4})
+    assert items == [ToolResult(value={"sum": 5})]
+    assert run.statistics() == RunStats(0, 0, 0)
+
+
+def test_a_sync_run_runs_off_the_event_loop() -> None:
+    """A plain ``def run`` runs in a worker thread and may return a ``ToolResult``."""
+    result = terminal_of(run_all(SyncAdder(), {"count": 1})[0])
+    assert isinstance(result, ToolResult)
+    assert result.kind == "text"
+    assert result.value.startswith("2 in ")
+    assert result.value != f"2 in {threading.main_thread().name}"
+
+
+def test_a_run_may_raise_or_return_a_tool_error() -> None:
+    """``run`` fails by raising a ``ToolError`` or returning one."""
+    raised = error_of(run_all(SyncFailer(), {"count": 1})[0])
+    assert raised.kind is ToolErrorKind.INVALID_PARAMS
+    assert raised.details == {"count": 1}
+    returned = error_of(run_all(SyncFailer(), {"count": 0})[0])
+    assert returned.kind is ToolErrorKind.EXECUTION
+    assert returned.message == "returned, not raised"
+
+
+# -- wants_progress ------------------------------------------------------------------
+
+
+class Considerate(Tool[Count]):
+    """Streams only when progress is wanted; the result is the same either way."""
+
+    id = "considerate"
+    args_type = Count
+    capabilities = ToolCapabilities(supports_cancel=True)
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        for i in range(args.count):
+            if ctx.wants_progress:
+                yield CustomProgress(subkind="x", payload=i)
+        yield ToolResult(value=args.count)
+
+
+def test_without_progress_a_tool_skips_it_and_still_returns_its_result() -> None:
+    """``wants_progress=False``: no progress reaches the caller, the full result does."""
+    items, run = run_all(Considerate(), {"count": 3}, wants=False)
+    assert items == [ToolResult(value=3)]
+    assert run.statistics() == RunStats(0, 0, 0)
+
+
+def test_without_progress_the_runner_withholds_what_a_tool_yields_anyway() -> None:
+    """A tool that ignores ``wants_progress``: its progress is withheld and counted."""
+    items, run = run_all(Counter(), {"count": 5}, wants=False)
+    assert items == [ToolResult(value={"done": 5})]
+    assert run.statistics() == RunStats(progress=0, suppressed=5, after_terminal=0)
+
+
+# -- stopping: deadline, cancel, the consumer going away ----------------------------
+
+
+class Sleeper(Tool[Count]):
+    """Yields one item, then sleeps; records whether it saw cancellation."""
+
+    id = "sleeper"
+    args_type = Count
+
+    def __init__(self) -> None:
+        self.saw_cancel = False
+        self.cleaned_up = False
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        try:
+            yield text(0)
+            await asyncio.sleep(PATIENCE_S * 10)
+            yield ToolResult(value="woke")
+        except asyncio.CancelledError:
+            self.saw_cancel = True
+            raise
+        finally:
+            self.cleaned_up = True
+
+
+def test_the_deadline_is_a_timeout_terminal() -> None:
+    """A tool past its deadline is cancelled; the terminal is ``timeout``."""
+    tool = Sleeper()
+    items, run = run_all(tool, timeout_ms=50)
+    assert items[0] == text(0)
+    error = error_of(items)
+    assert error.kind is ToolErrorKind.TIMEOUT
+    assert error.tool_id == "sleeper"
+    assert error.elapsed_ms is not None
+    assert error.message.startswith("tool 'sleeper' timed out after ")
+    assert tool.saw_cancel
+    assert tool.cleaned_up
+    assert run.ctx.cancelled, "a thread-bound tool can poll the context"
+
+
+def test_the_deadline_comes_from_the_capabilities() -> None:
+    """Without an override, ``capabilities.timeout_ms`` is the deadline."""
+
+    class Quick(Sleeper):
+        id = "quick"
+        capabilities = ToolCapabilities(timeout_ms=50)
+
+    error = error_of(run_all(Quick())[0])
+    assert error.kind is ToolErrorKind.TIMEOUT
+    assert "(limit 50 ms)" in error.message
+
+
+def test_ctx_cancel_ends_the_call_with_cancelled() -> None:
+    """``ctx.cancel()`` mid-call cancels the tool's task: the tool sees
+    ``CancelledError``, and the terminal is ``cancelled``."""
+    tool = Sleeper()
+    ctx = ToolContext("call-7")
+
+    async def main() -> list[ToolEvent]:
+        items: list[ToolEvent] = []
+        async with asyncio.timeout(PATIENCE_S):
+            async for item in run_tool(tool, {}, ctx=ctx):
+                items.append(item)
+                ctx.cancel()
+        return items
+
+    items = asyncio.run(main())
+    error = error_of(items)
+    assert error.kind is ToolErrorKind.CANCELLED
+    assert error.message == "tool 'sleeper' call 'call-7' was cancelled"
+    assert tool.saw_cancel
+    assert tool.cleaned_up
+
+
+def test_ctx_cancel_from_another_thread() -> None:
+    """``ctx.cancel()`` may come from another thread."""
+    tool = Sleeper()
+    ctx = ToolContext("call-8")
+
+    async def main() -> list[ToolEvent]:
+        items: list[ToolEvent] = []
+        async with asyncio.timeout(PATIENCE_S):
+            async for item in run_tool(tool, {}, ctx=ctx):
+                items.append(item)
+                if len(items) == 1:
+                    await asyncio.to_thread(ctx.cancel)
+        return items
+
+    assert error_of(asyncio.run(main())).kind is ToolErrorKind.CANCELLED
+    assert tool.saw_cancel
+
+
+def test_a_call_cancelled_before_it_starts_never_runs() -> None:
+    """A context cancelled already: the terminal is ``cancelled``, the tool never runs."""
+    tool = Sleeper()
+    ctx = ToolContext("call-9")
+    ctx.cancel()
+    items, _ = run_all(tool, ctx=ctx)
+    assert items == [error_of(items)]
+    assert error_of(items).kind is ToolErrorKind.CANCELLED
+    assert not tool.cleaned_up
+
+
+def test_cancelling_the_consumers_task_stops_the_tool_and_propagates() -> None:
+    """Cancelling the task that iterates the run cancels the tool's task too (its
+    cleanup runs) and the ``CancelledError`` propagates."""
+    tool = Sleeper()
+
+    async def main() -> None:
+        ctx = ToolContext("call-10")
+        started = asyncio.Event()
+
+        async def consume() -> None:
+            async for _ in run_tool(tool, {}, ctx=ctx):
+                started.set()
+
+        task = asyncio.get_running_loop().create_task(consume())
+        async with asyncio.timeout(PATIENCE_S):
+            await started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert ctx.cancelled
+
+    asyncio.run(main())
+    assert tool.saw_cancel
+    assert tool.cleaned_up
+
+
+def test_leaving_early_stops_the_tool() -> None:
+    """Leaving ``async with run_tool(...)`` early closes the run and stops the tool."""
+    tool = Sleeper()
+
+    async def main() -> None:
+        async with asyncio.timeout(PATIENCE_S):
+            async with run_tool(tool, {}, ctx=ToolContext("call-11")) as run:
+                async for _ in run:
+                    break
+
+    asyncio.run(main())
+    assert tool.saw_cancel
+    assert tool.cleaned_up
+
+
+class Stubborn(Tool[Count]):
+    """Ignores cancellation until released."""
+
+    id = "stubborn"
+    args_type = Count
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        yield text(0)
+        while not self.release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                continue  # refuses to stop
+        yield ToolResult(value="finally")
+
+
+def test_a_tool_that_ignores_cancellation_cannot_hang_the_run() -> None:
+    """After ``stop_wait`` a tool that ignores cancellation is given up on: the run
+    ends with its ``timeout`` terminal anyway."""
+    tool = Stubborn()
+
+    async def main() -> list[ToolEvent]:
+        run = run_tool(tool, {}, ctx=ToolContext("call-12"), timeout_ms=20, stop_wait=0.1)
+        items = await drive(run)
+        tool.release.set()  # let the abandoned task end before the loop closes
+        await asyncio.sleep(0.05)
+        return items
+
+    items = asyncio.run(main())
+    assert error_of(items).kind is ToolErrorKind.TIMEOUT
+
+
+class Flood(Tool[Count]):
+    """Yields as fast as it is allowed to, recording how far it got."""
+
+    id = "flood"
+    args_type = Count
+
+    def __init__(self) -> None:
+        self.yielded = 0
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        for i in range(args.count):
+            self.yielded += 1
+            yield text(i)
+        yield ToolResult(value=args.count)
+
+
+def test_a_slow_consumer_holds_back_the_tool_within_the_channel_depth() -> None:
+    """A consumer that stalls: the tool runs at most ``CHANNEL_DEPTH`` (plus the one
+    item in hand) ahead; nothing is lost, and the terminal still comes last."""
+    tool = Flood()
+    count = CHANNEL_DEPTH * 10
+
+    async def main() -> tuple[list[ToolEvent], int]:
+        items: list[ToolEvent] = []
+        ahead = 0
+        async with asyncio.timeout(PATIENCE_S):
+            async for item in run_tool(tool, {"count": count}, ctx=ToolContext("c")):
+                items.append(item)
+                if len(items) == 1:
+                    for _ in range(20):
+                        await asyncio.sleep(0)  # give the tool every chance to run
+                    await asyncio.sleep(0.05)
+                    ahead = tool.yielded - len(items)
+        return items, ahead
+
+    items, ahead = asyncio.run(main())
+    assert ahead == CHANNEL_DEPTH + 1  # the channel full, one more in hand
+    assert items[:-1] == [text(i) for i in range(count)]
+    assert terminal_of(items) == ToolResult(value=count)
