@@ -1,0 +1,172 @@
+"""Tests for ``OutputStream``: the author helper over a tail and a streamer."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
+from kigi_tool_runtime import OMISSION_MARKER, Excerpt, OutputStream
+from kigi_tool_runtime.testing import byte_sources, schedules
+
+SPEC = StreamingSpec(subkind="emit_test", max_delta_bytes=8)
+
+
+def payloads(frames: list[CustomProgress]) -> list[PartialResultPayload]:
+    out = []
+    for frame in frames:
+        assert frame.subkind == "emit_test"
+        assert isinstance(frame.payload, PartialResultPayload)
+        out.append(frame.payload)
+    return out
+
+
+def text(frames: list[CustomProgress]) -> str:
+    return "".join(p.delta for p in payloads(frames))
+
+
+def test_write_drain_finish_streams_every_byte() -> None:
+    """Writes drained on ticks and finished at the end reassemble the source."""
+    stream = OutputStream(SPEC, capacity=64)
+    frames = []
+    for piece in (b"hello ", "wörld".encode()[:3], "wörld".encode()[3:], b"!"):
+        stream.write(piece)
+        frames += stream.drain()
+    frames += stream.finish()
+    assert text(frames) == "hello wörld!"
+    assert stream.pending == 0
+    assert stream.total == len("hello wörld!".encode())
+    assert all(len(p.delta.encode()) <= 8 for p in payloads(frames))
+
+
+def test_a_split_character_is_held_until_completed() -> None:
+    """A drain never emits half a character; the next write completes it."""
+    stream = OutputStream(SPEC, capacity=64)
+    stream.write("€".encode()[:2])
+    assert stream.drain() == []
+    assert stream.pending == 2
+    stream.write("€".encode()[2:])
+    assert text(stream.drain()) == "€"
+
+
+def test_finish_flushes_a_trailing_incomplete_character() -> None:
+    """At the end, a trailing incomplete character becomes U+FFFD; nothing stays."""
+    stream = OutputStream(SPEC, capacity=64)
+    stream.write(b"ok\xe2\x82")
+    assert text(stream.drain()) == "ok"
+    assert text(stream.finish()) == "\ufffd"
+    assert stream.pending == 0
+
+
+def test_frame_ready_means_a_full_frame_is_pending() -> None:
+    """``frame_ready`` turns true once a cap's worth of bytes waits."""
+    stream = OutputStream(SPEC, capacity=64)
+    stream.write(b"1234567")
+    assert not stream.frame_ready
+    stream.write(b"8")
+    assert stream.frame_ready
+    stream.drain()
+    assert not stream.frame_ready
+
+
+def test_a_slow_drain_reports_a_gap_and_memory_stays_bounded() -> None:
+    """Bytes written past the capacity between drains become one gap; the tail and
+    the head never hold more than their bounds."""
+    stream = OutputStream(SPEC, capacity=16, head_bytes=4)
+    for _ in range(1000):
+        stream.write(b"abcdefghij")
+    frames = payloads(stream.drain())
+    assert frames[0].gap
+    assert sum(p.gap for p in frames) == 1
+    assert stream.buffer.statistics().retained == 16
+    assert stream.total == 10_000
+    assert stream.excerpt().text.startswith("abcd")
+
+
+def test_without_progress_nothing_is_emitted_but_everything_counts() -> None:
+    """``progress=False``: drain and finish return nothing; totals still count."""
+    stream = OutputStream(SPEC, capacity=64, progress=False)
+    stream.write(b"x" * 100)
+    assert not stream.frame_ready
+    assert stream.drain() == []
+    assert stream.finish() == []
+    assert stream.total == 100
+
+
+def test_the_hard_limit_truncates_the_stream() -> None:
+    """Bytes past ``limit`` are refused and every later frame says ``truncated``."""
+    stream = OutputStream(SPEC, capacity=64, limit=5)
+    assert stream.write(b"abcdefgh") == 5
+    frames = payloads(stream.finish())
+    assert "".join(p.delta for p in frames) == "abcde"
+    assert all(p.truncated for p in frames)
+    assert stream.truncated
+    assert stream.excerpt().truncated
+
+
+def test_bad_construction_is_refused_with_the_reason() -> None:
+    """A tail smaller than one frame, or a negative head, is refused."""
+    with pytest.raises(ValueError, match="capacity 7 is below the spec's max_delta_bytes 8"):
+        OutputStream(SPEC, capacity=7)
+    with pytest.raises(ValueError, match="head_bytes must be >= 0, got -1"):
+        OutputStream(SPEC, capacity=8, head_bytes=-1)
+
+
+def test_writing_after_finish_is_refused() -> None:
+    """A finished stream takes no more bytes."""
+    stream = OutputStream(SPEC, capacity=8)
+    stream.finish()
+    with pytest.raises(RuntimeError, match="write\\(\\) after finish\\(\\)"):
+        stream.write(b"x")
+
+
+# -- excerpt ---------------------------------------------------------------------------
+
+
+def test_an_excerpt_that_fits_is_whole() -> None:
+    """Output within the budget comes back whole, nothing omitted."""
+    stream = OutputStream(SPEC, capacity=8, head_bytes=8)
+    stream.write(b"0123456789abcdef")
+    assert stream.excerpt(16) == Excerpt("0123456789abcdef", 16, 0, False)
+
+
+def test_an_excerpt_over_budget_keeps_head_and_tail_around_the_marker() -> None:
+    """Over the budget: the first half, the marker with the omitted count, the end."""
+    stream = OutputStream(SPEC, capacity=16, head_bytes=8)
+    stream.write(b"".join(b"%03d," % i for i in range(100)))
+    excerpt = stream.excerpt(16)
+    assert excerpt.omitted == 400 - 16
+    assert excerpt.text == "000,001," + OMISSION_MARKER.format(omitted=384) + "098,099,"
+    assert "[... 384 bytes of output omitted ...]" in excerpt.text
+
+
+def test_an_excerpt_never_cuts_a_character() -> None:
+    """The head is not cut inside a character, nor does the tail start inside one."""
+    stream = OutputStream(SPEC, capacity=16, head_bytes=8)
+    stream.write(("€" * 40).encode())
+    excerpt = stream.excerpt(16)
+    head, tail = excerpt.text.split(OMISSION_MARKER.format(omitted=excerpt.omitted))
+    assert head == "€€"
+    assert tail == "€" * 3
+    assert "\ufffd" not in excerpt.text
+    assert excerpt.omitted == 120 - 6 - 9
+
+
+@given(st.data(), byte_sources())
+def test_any_bytes_on_any_schedule_reassemble_like_replace(
+    data: st.DataObject, source: bytes
+) -> None:
+    """With room to spare, any bytes written on any write/tick schedule reassemble to
+    ``source.decode('utf-8', 'replace')``, and the excerpt equals it too."""
+    stream = OutputStream(SPEC, capacity=max(len(source), 8), head_bytes=len(source))
+    frames = []
+    for step in data.draw(schedules(source)):
+        if step is None:
+            frames += stream.drain()
+        else:
+            stream.write(step)
+    frames += stream.finish()
+    expected = source.decode("utf-8", "replace")
+    assert text(frames) == expected
+    assert stream.excerpt().text == expected
