@@ -5,7 +5,7 @@ Invariants:
 Rule 1. stdout and stderr share one pipe, so their bytes arrive in the order
         the child wrote them, and nothing is re-encoded on the way.
 Rule 2. Memory is bounded whatever the child writes and however slowly frames
-        are taken: the pipe is read (8 KiB at a time) by an event-loop reader
+        are taken: the pipe is read (a pipe buffer at a time) by an event-loop reader
         that only writes into an :class:`OutputStream` (a bounded tail and a
         bounded head); frames are cut from it when the tool is asked for more.
         A consumer that falls behind sees a gap frame saying what was skipped.
@@ -48,10 +48,11 @@ __all__ = (
     "MAX_COMMAND_TIMEOUT_MS",
     "MAX_OUTPUT_LIMIT",
     "MIN_OUTPUT_LIMIT",
-    "READS_PER_WAKEUP",
+    "MIN_READ_CHUNK_BYTES",
     "READ_CHUNK_BYTES",
     "SHELL_SPEC",
     "TERM_GRACE_S",
+    "WAKEUP_READ_BYTES",
     "ShellArgs",
     "ShellOutcome",
     "ShellTool",
@@ -60,14 +61,22 @@ __all__ = (
 #: The shell tool's streaming contract: the subkind harnesses know, 16 KiB deltas.
 SHELL_SPEC: Final = StreamingSpec(subkind="bash_output_chunk", max_delta_bytes=16 * 1024)
 
-#: One read from the pipe. Small enough that the reader hands bytes to the tail
-#: promptly, large enough that a flood costs few system calls (a Linux pipe holds
-#: 64 KiB: eight reads empty it).
-READ_CHUNK_BYTES: Final = 8 * 1024
+#: One read from the pipe: a whole Linux pipe buffer (64 KiB) per system call.
+#: Reading a pipe in 8 KiB pieces costs eight calls (and eight tail writes) where
+#: one does, which in Python caps a flood at about 0.4 of a raw asyncio read; at
+#: 64 KiB the tool keeps above half of it (``benchmarks/bench_shell.py``). The
+#: bytes go straight into the tail, so a bigger read holds no more memory.
+READ_CHUNK_BYTES: Final = 64 * 1024
 
-#: Reads per readiness callback before the event loop gets its turn back: two
-#: full pipes (128 KiB), so a flooding child cannot starve the frame side.
-READS_PER_WAKEUP: Final = 16
+#: The smallest read a ``ShellTool`` may be configured with: below a page, the
+#: per-call cost dominates everything else.
+MIN_READ_CHUNK_BYTES: Final = 4 * 1024
+
+#: Bytes read per readiness callback before the event loop gets its turn back
+#: (256 KiB, what asyncio's own pipe transport reads at once): a flooding child
+#: cannot starve the frame side, and one callback fills at most a quarter of the
+#: default tail, so a frame side that keeps up never sees a gap.
+WAKEUP_READ_BYTES: Final = 256 * 1024
 
 #: How often pending output is cut into frames when less than a frame is waiting.
 #: A tenth of a second reads as live to a person and costs little.
@@ -200,13 +209,16 @@ class _PipeReader:
     """Reads the child's pipe from event-loop callbacks into an OutputStream, and
     wakes the frame side when a frame's worth is pending or the pipe has ended."""
 
-    __slots__ = ("_buf", "_fd", "_loop", "_stream", "_view", "_waiter", "eof")
+    __slots__ = ("_budget", "_buf", "_fd", "_loop", "_stream", "_view", "_waiter", "eof")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, stream: OutputStream) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, fd: int, stream: OutputStream, chunk: int
+    ) -> None:
         self._loop = loop
         self._fd = fd
         self._stream = stream
-        self._buf = bytearray(READ_CHUNK_BYTES)
+        self._budget = max(WAKEUP_READ_BYTES // chunk, 1)
+        self._buf = bytearray(chunk)
         self._view = memoryview(self._buf)
         self._waiter: asyncio.Future[None] | None = None
         self.eof = False
@@ -214,7 +226,7 @@ class _PipeReader:
         loop.add_reader(fd, self._on_readable)
 
     def _on_readable(self) -> None:
-        self._read(READS_PER_WAKEUP)
+        self._read(self._budget)
         if self._stream.frame_ready or self.eof:
             self.wake()
 
@@ -256,7 +268,7 @@ class _PipeReader:
             return
         if not self.eof:
             self._loop.remove_reader(self._fd)
-            self._read(READS_PER_WAKEUP)
+            self._read(self._budget)
             if not self.eof:
                 self._loop.remove_reader(self._fd)
         os.close(self._fd)
@@ -271,7 +283,8 @@ class ShellTool(Tool[ShellArgs]):
 
     Raises:
         ValueError: a bound is out of range (``tick``, ``grace`` or
-            ``exit_drain`` not positive, ``tail_capacity`` below one frame).
+            ``exit_drain`` not positive, ``tail_capacity`` below one frame,
+            ``read_chunk`` below :data:`MIN_READ_CHUNK_BYTES`).
     """
 
     id = "bash"
@@ -294,6 +307,7 @@ class ShellTool(Tool[ShellArgs]):
         tail_capacity: int = DEFAULT_TAIL_CAPACITY,
         grace: float = TERM_GRACE_S,
         exit_drain: float = EXIT_DRAIN_S,
+        read_chunk: int = READ_CHUNK_BYTES,
         shell: str | None = None,
     ) -> None:
         for name, value in (("tick", tick), ("grace", grace), ("exit_drain", exit_drain)):
@@ -302,7 +316,10 @@ class ShellTool(Tool[ShellArgs]):
         cap = SHELL_SPEC.max_delta_bytes or 0
         if tail_capacity < cap:
             raise ValueError(f"tail_capacity {tail_capacity} is below one frame ({cap} bytes)")
+        if read_chunk < MIN_READ_CHUNK_BYTES:
+            raise ValueError(f"read_chunk {read_chunk} is below {MIN_READ_CHUNK_BYTES} bytes")
         self.tick = tick
+        self.read_chunk = read_chunk
         self.tail_capacity = tail_capacity
         self.grace = grace
         self.exit_drain = exit_drain
@@ -409,7 +426,7 @@ class ShellTool(Tool[ShellArgs]):
         except BaseException:
             os.close(read_fd)
             raise
-        return proc, _PipeReader(loop, read_fd, stream)
+        return proc, _PipeReader(loop, read_fd, stream, self.read_chunk)
 
     async def _watchdog(
         self, proc: asyncio.subprocess.Process, deadline: float, timed_out: list[bool]

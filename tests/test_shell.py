@@ -33,8 +33,10 @@ from kigi_tool_runtime._shell import (
     MAX_COMMAND_TIMEOUT_MS,
     MAX_OUTPUT_LIMIT,
     MIN_OUTPUT_LIMIT,
+    MIN_READ_CHUNK_BYTES,
     READ_CHUNK_BYTES,
     SHELL_SPEC,
+    WAKEUP_READ_BYTES,
 )
 
 PY = sys.executable
@@ -278,6 +280,8 @@ def test_tool_bounds_are_checked_at_construction() -> None:
         ShellTool(grace=-1)
     with pytest.raises(ValueError, match="below one frame"):
         ShellTool(tail_capacity=CAP - 1)
+    with pytest.raises(ValueError, match=f"read_chunk 4095 is below {MIN_READ_CHUNK_BYTES} bytes"):
+        ShellTool(read_chunk=MIN_READ_CHUNK_BYTES - 1)
 
 
 def test_the_shell_tool_declares_its_stream() -> None:
@@ -638,12 +642,15 @@ def test_a_grandchild_holding_the_pipe_does_not_hang_the_tool() -> None:
 
 
 def test_reads_are_chunked_and_bounded() -> None:
-    """The pipe is read in ``READ_CHUNK_BYTES`` pieces; a write larger than one read
-    still arrives whole."""
-    size = READ_CHUNK_BYTES * 3 + 5
-    got = run(py(f"import os; os.write(1, b'q' * {size})"))
+    """With the smallest read size, a write larger than one wakeup's read budget
+    arrives whole over several reads and wakeups."""
+    size = WAKEUP_READ_BYTES * 3 + 5
+    got = run(
+        py(f"import os; os.write(1, b'q' * {size})"), ShellTool(read_chunk=MIN_READ_CHUNK_BYTES)
+    )
     assert got.text == "q" * size
     assert all(len(p.delta) <= CAP for p in got.payloads)
+    assert READ_CHUNK_BYTES > MIN_READ_CHUNK_BYTES
 
 
 def test_the_result_is_the_json_output_value() -> None:
