@@ -19,11 +19,16 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar, Union, get_origin, overload
 
 import msgspec
-from msgspec import UNSET, Raw, UnsetType
+from msgspec import UNSET, UnsetType
 
+from ._base import U64
 from ._errors import DecodeError, FrameTooLargeError, WireError
+from ._identifiers import SessionId
 from ._jsonrpc import (
     ENVELOPE_TYPES,
+    JSONRPC_VERSION,
+    JsonRpcError,
+    JsonRpcId,
     JsonRpcMessage,
     JsonRpcNotification,
     JsonRpcRequest,
@@ -47,6 +52,13 @@ _AT_PATH: Final = re.compile(r"^(?P<reason>.*?) - at `(?P<path>\$[^`]*)`$", re.D
 _TOO_DEEP: Final = "document is nested too deeply to decode"
 
 
+#: Entries of a codec's by-identity decoder cache. Type objects built afresh on
+#: every call (``A | B`` written inline makes a new object each time) would
+#: otherwise pile up; past this many the cache starts over, and the by-equality
+#: cache behind it still holds every decoder, so nothing is rebuilt.
+_ID_CACHE_ENTRIES: Final = 256
+
+
 def _translate(exc: msgspec.MsgspecError) -> DecodeError:
     text = str(exc)
     match = _AT_PATH.match(text)
@@ -64,6 +76,10 @@ def _frame_size(data: Buffer) -> int:
 
 
 def _check_size(data: Buffer, max_bytes: int) -> None:
+    if type(data) is bytes:  # the common case, first and cheapest
+        if len(data) > max_bytes:
+            raise FrameTooLargeError(len(data), max_bytes)
+        return
     # A str needs at least one byte per character, and at most four.
     if isinstance(data, str) and len(data) * 4 <= max_bytes:
         return
@@ -79,13 +95,30 @@ def _decode_type(type: Any) -> Any:
     return type
 
 
-class _Probe(msgspec.Struct, frozen=True):
-    """Which keys a JSON-RPC message has; their values are skipped, not parsed."""
+class _Inbound(msgspec.Struct, frozen=True, tag_field="jsonrpc", tag=JSONRPC_VERSION):
+    """Every key a JSON-RPC message may have, decoded in one pass. The keys whose
+    meaning depends on the kind of message are checked once the kind is known."""
 
-    id: Raw | UnsetType = UNSET
-    method: Raw | UnsetType = UNSET
-    result: Raw | UnsetType = UNSET
-    error: Raw | UnsetType = UNSET
+    id: JsonRpcId | UnsetType = UNSET
+    session_id: SessionId | None = None
+    seq: Any = UNSET
+    method: Any = UNSET
+    params: Any = UNSET
+    result: Any = UNSET
+    error: JsonRpcError | UnsetType | None = UNSET
+
+
+_INBOUND: Final = Union[_Inbound, _Unversioned]  # noqa: UP007 (a runtime union of type objects)
+
+
+def _convert_at(value: Any, type: Any, where: str) -> Any:
+    """:func:`convert`, with error paths rooted at ``where`` instead of ``$``."""
+    if type is Any:
+        return value
+    try:
+        return convert(value, type)
+    except DecodeError as exc:
+        raise DecodeError(exc.reason, where + exc.path[1:]) from exc.__cause__
 
 
 class _Codec:
@@ -100,6 +133,10 @@ class _Codec:
         self._encoder = encoder
         self._decoder_factory = decoder_factory
         self._decoders: dict[Any, Any] = {}
+        # The same cache keyed by id(): hashing a parametrised generic such as
+        # JsonRpcNotification[ToolCallProgressFrame[...]] costs more than decoding a
+        # small frame. Each entry keeps its type alive, so its id cannot be reused.
+        self._by_id: dict[int, tuple[Any, Any]] = {}
 
     def encode(self, obj: Any) -> bytes:
         """Encode ``obj``.
@@ -114,14 +151,22 @@ class _Codec:
             raise WireError(f"cannot encode {type(obj).__name__}: {exc}") from exc
 
     def _decoder(self, type: Any) -> Any:
+        entry = self._by_id.get(id(type))
+        if entry is not None and entry[0] is type:
+            return entry[1]
         decoder = self._decoders.get(type)
         if decoder is None:
             decoder = self._decoders[type] = self._decoder_factory(_decode_type(type))
+        if len(self._by_id) >= _ID_CACHE_ENTRIES:
+            self._by_id.clear()
+        self._by_id[id(type)] = (type, decoder)
         return decoder
 
     def _decode_unchecked(self, data: Buffer, type: Any) -> Any:
+        entry = self._by_id.get(id(type))
+        decoder = entry[1] if entry is not None and entry[0] is type else self._decoder(type)
         try:
-            return self._decoder(type).decode(data)
+            return decoder.decode(data)
         except msgspec.MsgspecError as exc:
             raise _translate(exc) from exc
         except RecursionError as exc:
@@ -146,8 +191,16 @@ class _Codec:
             DecodeError: ``data`` is malformed or not a valid ``type``; carries the
                 JSON path of the offending value.
         """
-        self._check_input(data, max_bytes)
-        return self._decode_unchecked(data, type)
+        if data.__class__ is not bytes or len(data) > max_bytes:
+            self._check_input(data, max_bytes)
+        entry = self._by_id.get(id(type))
+        decoder = entry[1] if entry is not None and entry[0] is type else self._decoder(type)
+        try:
+            return decoder.decode(data)
+        except msgspec.MsgspecError as exc:
+            raise _translate(exc) from exc
+        except RecursionError as exc:
+            raise DecodeError(_TOO_DEEP) from exc
 
     def decode_message(
         self,
@@ -162,24 +215,52 @@ class _Codec:
         A message with a ``result`` or ``error`` key is a :class:`JsonRpcResponse`;
         otherwise one with an ``id`` is a :class:`JsonRpcRequest`; otherwise it is a
         :class:`JsonRpcNotification`. ``params`` is the type to decode params as, or a
-        mapping from method string to type (methods it lacks get ``Any``); ``result``
-        is the type to decode a response's result as. Pass ``msgspec.Raw`` to defer
-        decoding and call :meth:`decode` on it later.
+        mapping from method string to type (methods it lacks get ``Any``, plain JSON
+        values); ``result`` is the type to decode a response's result as. One parse,
+        then the typed parts are validated as strictly as :meth:`decode` would, with
+        error paths from the message root (``$.params.body.total_bytes``).
 
         Raises:
             FrameTooLargeError: ``data`` is longer than ``max_bytes``; it is not parsed.
             DecodeError: ``data`` is not a valid message of the kind its keys say.
         """
         self._check_input(data, max_bytes)
-        probe: _Probe = self._decode_unchecked(data, _Probe)
-        if probe.result is not UNSET or probe.error is not UNSET:
-            return self._decode_unchecked(data, JsonRpcResponse[result])  # type: ignore[no-any-return]
-        if isinstance(params, Mapping):
-            method = UNSET if probe.method is UNSET else self._decode_unchecked(probe.method, Any)
-            params = params.get(method, Any) if isinstance(method, str) else Any
-        if probe.id is not UNSET:
-            return self._decode_unchecked(data, JsonRpcRequest[params])  # type: ignore[no-any-return]
-        return self._decode_unchecked(data, JsonRpcNotification[params])  # type: ignore[no-any-return]
+        message: _Inbound = self._decode_unchecked(data, _INBOUND)
+        if message.result is not UNSET or message.error is not UNSET:
+            return self._response(message, result)
+        if message.method is UNSET:
+            raise DecodeError("Object missing required field `method`")
+        method: str = _convert_at(message.method, str, "$.method")
+        if message.params is UNSET:
+            raise DecodeError("Object missing required field `params`")
+        wanted = params.get(method, Any) if isinstance(params, Mapping) else params
+        value = _convert_at(message.params, wanted, "$.params")
+        if message.id is not UNSET:
+            return JsonRpcRequest(
+                id=message.id, session_id=message.session_id, method=method, params=value
+            )
+        seq = None if message.seq is UNSET else _convert_at(message.seq, U64 | None, "$.seq")
+        try:
+            return JsonRpcNotification(
+                session_id=message.session_id, seq=seq, method=method, params=value
+            )
+        except ValueError as exc:  # seq past u64
+            raise DecodeError(str(exc), "$.seq") from exc
+
+    @staticmethod
+    def _response(message: _Inbound, result: Any) -> JsonRpcResponse[Any]:
+        if message.id is UNSET:
+            raise DecodeError("Object missing required field `id`")
+        value = None if message.result is UNSET else message.result
+        if value is not None:
+            value = _convert_at(value, result, "$.result")
+        error = None if message.error is UNSET else message.error
+        try:
+            return JsonRpcResponse(
+                id=message.id, session_id=message.session_id, result=value, error=error
+            )
+        except ValueError as exc:  # both or neither of result and error
+            raise DecodeError(str(exc)) from exc
 
 
 class JsonCodec(_Codec):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from protocol_strategies import WIRE_STRATEGIES
 
 import kigi_tool_protocol as kp
+from kigi_tool_protocol._codec import _ID_CACHE_ENTRIES
 from kigi_tool_protocol._limits import U64_MAX
 
 CODECS = [pytest.param(kp.json_codec, id="json"), pytest.param(kp.msgpack_codec, id="msgpack")]
@@ -64,6 +65,16 @@ def test_decoders_are_built_once(codec: kp.JsonCodec | kp.MsgpackCodec) -> None:
     first = codec._decoder(kp.ToolProgress)
     codec.decode(codec.encode(kp.TextProgress(text="x")), kp.ToolProgress)
     assert codec._decoder(kp.ToolProgress) is first
+
+
+def test_identity_cache_is_bounded() -> None:
+    """Type objects made afresh per call cannot grow the by-identity cache past its bound."""
+    codec = kp.JsonCodec()
+    for _ in range(_ID_CACHE_ENTRIES + 10):
+        union = kp.TextProgress | kp.CustomProgress  # a new object each time round
+        assert codec.decode(b'{"kind":"text","text":"x"}', union) == kp.TextProgress(text="x")
+    assert len(codec._by_id) <= _ID_CACHE_ENTRIES
+    assert len(codec._decoders) == 1
 
 
 @pytest.mark.parametrize(

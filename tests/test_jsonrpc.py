@@ -195,16 +195,78 @@ def test_decode_message_decodes_params_by_method() -> None:
     assert info.value.path == "$.params.body"
 
 
-def test_decode_message_can_defer_params() -> None:
-    """params=msgspec.Raw keeps the params undecoded for a later typed decode."""
+def test_decode_message_leaves_untyped_params_plain() -> None:
+    """Without a type, params stay plain JSON values, ready for convert() later."""
     line = (
         '{"jsonrpc":"2.0","id":7,"method":"tool.call",'
         '"params":{"tool_call_id":"c","tool_id":"t","arguments":null}}'
     )
-    message = kp.decode_message(line, params=msgspec.Raw)
+    message = kp.decode_message(line)
     assert isinstance(message, kp.JsonRpcRequest)
-    params = kp.json_codec.decode(message.params, kp.ToolCallParams)
+    assert message.params == {"tool_call_id": "c", "tool_id": "t", "arguments": None}
+    params = kp.convert(message.params, kp.ToolCallParams)
     assert params == kp.ToolCallParams(tool_call_id="c", tool_id="t", arguments=None)
+
+
+@pytest.mark.parametrize(
+    ("line", "reason", "path"),
+    [
+        ('{"jsonrpc":"2.0","method":5,"params":1}', "Expected `str`, got `int`", "$.method"),
+        ('{"jsonrpc":"2.0","seq":-1,"method":"m","params":1}', "Expected `int` >= 0", "$.seq"),
+        ('{"jsonrpc":"2.0","seq":true,"method":"m","params":1}', "got `bool`", "$.seq"),
+        (
+            '{"jsonrpc":"2.0","seq":18446744073709551616,"method":"m","params":1}',
+            "outside the u64 range",
+            "$.seq",
+        ),
+        ('{"jsonrpc":"2.0","result":1}', "Object missing required field `id`", "$"),
+        ('{"jsonrpc":"2.0","id":1,"params":1}', "Object missing required field `method`", "$"),
+        ('{"jsonrpc":"2.0","id":1,"result":1,"error":null}', "", ""),
+        (
+            '{"jsonrpc":"2.0","id":1,"error":{"code":1.5,"message":"m"}}',
+            "got `float`",
+            "$.error.code",
+        ),
+    ],
+    ids=[
+        "method-not-str",
+        "negative-seq",
+        "bool-seq",
+        "seq-past-u64",
+        "response-without-id",
+        "request-without-method",
+        "null-error-is-absent",
+        "float-error-code",
+    ],
+)
+def test_decode_message_checks_each_kind(line: str, reason: str, path: str) -> None:
+    """decode_message applies each kind's rules, with paths from the message root."""
+    if not reason:
+        assert kp.decode_message(line) == kp.JsonRpcResponse(id=1, result=1)
+        return
+    with pytest.raises(kp.DecodeError) as info:
+        kp.decode_message(line)
+    assert reason in info.value.reason
+    assert info.value.path == path
+
+
+def test_decode_message_result_paths() -> None:
+    """A typed result that does not fit names its path under ``$.result``."""
+    line = (
+        '{"jsonrpc":"2.0","id":1,"result":{"tool_call_id":"","output":{"kind":"text","value":""}}}'
+    )
+    with pytest.raises(kp.DecodeError) as info:
+        kp.decode_message(line, result=kp.ToolCallResult)
+    assert info.value.path == "$.result.tool_call_id"
+
+
+def test_decode_message_works_over_msgpack() -> None:
+    """The MessagePack codec classifies and validates messages the same way."""
+    wire = kp.JsonRpcNotification(
+        session_id="s", seq=3, method=kp.METHOD_HOOK, params=kp.HookFrame.cancel("s", "t", "c")
+    )
+    data = kp.msgpack_codec.encode(wire)
+    assert kp.msgpack_codec.decode_message(data, params={kp.METHOD_HOOK: kp.HookFrame}) == wire
 
 
 def test_decode_message_checks_the_frame_limit_first() -> None:
