@@ -147,26 +147,64 @@ def stream_chunk(
     if total <= last_total:
         if total < 0:
             raise ValueError(f"total must be >= 0, got {total}")
-        return Chunk(None, last_total)
+        return _new_chunk(Chunk, (None, last_total))
     if last_total < 0:
         raise ValueError(f"last_total must be >= 0, got {last_total}")
+    return _new_chunk(
+        Chunk,
+        _advance(spec.subkind, cap_of(spec), bytes_tail(tail), total, last_total, truncated, final),
+    )
+
+
+# Building the NamedTuple through tuple.__new__ skips its Python-level __new__.
+_new_chunk = tuple.__new__
+
+
+def cap_of(spec: StreamingSpec) -> int:
+    """The source bytes one frame of ``spec`` may consume.
+
+    Raises:
+        ValueError: ``spec.max_delta_bytes`` is negative.
+    """
     cap = spec.max_delta_bytes
     if cap is None:
-        cap = DEFAULT_MAX_DELTA_BYTES
-    elif cap < 0:
+        return DEFAULT_MAX_DELTA_BYTES
+    if cap < 0:
         raise ValueError(f"spec.max_delta_bytes must be >= 0 or None, got {cap}")
+    return cap
+
+
+def bytes_tail(tail: Tail) -> Tail:
+    """``tail`` as something whose items are single bytes (a view, no copy).
+
+    Raises:
+        TypeError: ``tail`` is not bytes-like, or is a non-contiguous view.
+    """
     tail_type = type(tail)
     if tail_type is memoryview:
         if tail.format != "B" or tail.ndim != 1 or not tail.c_contiguous:  # type: ignore[union-attr]
-            tail = _as_bytes_view(tail)  # type: ignore[arg-type]
-    elif tail_type is not bytes and tail_type is not bytearray:
-        if not isinstance(tail, (bytes, bytearray, memoryview)):
-            raise TypeError(
-                f"tail must be bytes, bytearray or memoryview, not {type(tail).__name__}"
-            )
-        if isinstance(tail, memoryview):
-            tail = _as_bytes_view(tail)
+            return _as_bytes_view(tail)  # type: ignore[arg-type]
+        return tail
+    if tail_type is bytes or tail_type is bytearray:
+        return tail
+    if isinstance(tail, memoryview):
+        return _as_bytes_view(tail)
+    if isinstance(tail, (bytes, bytearray)):
+        return tail
+    raise TypeError(f"tail must be bytes, bytearray or memoryview, not {type(tail).__name__}")
 
+
+def _advance(
+    subkind: str,
+    cap: int,
+    tail: Tail,
+    total: int,
+    last_total: int,
+    truncated: bool,
+    final: bool,
+) -> tuple[CustomProgress | None, int]:
+    """The body of :func:`stream_chunk`, for arguments already checked:
+    ``0 <= last_total < total``, ``cap >= 0``, ``tail`` from :func:`bytes_tail`."""
     size = len(tail)
     new = total - last_total
     if new <= size:
@@ -185,15 +223,13 @@ def stream_chunk(
     # Decoding with final=False stops before a trailing incomplete sequence, so
     # the decoder itself performs the hold-back of rule 4 on just this slice;
     # only the call that reaches the end of a finished source flushes it.
-    text, used = utf_8_decode(
-        memoryview(tail)[start:end] if tail_type is bytes else tail[start:end],
-        "replace",
-        final and end == size,
-    )
-    if not used and start < size:
-        # Nothing whole fits: either the cap is smaller than the first character
-        # (emit exactly that one character), or the pending bytes are a single
-        # incomplete sequence (hold it, or flush it at the end of the source).
+    text, used = utf_8_decode(tail[start:end], "replace", final and end == size)
+    if not used and end < size:
+        # The cap cut inside the first character: emit exactly that character,
+        # unless the pending bytes are one incomplete sequence (hold it, or flush
+        # it at the end of the source). Without a cap cut the decoder has already
+        # judged: nothing used means the pending bytes are one incomplete
+        # sequence, held (with `final`, the decode above flushed them).
         used = _first_char_len(tail, start, size, final)
         if used:
             text = utf_8_decode(tail[start : start + used], "replace", True)[0]
@@ -202,9 +238,9 @@ def stream_chunk(
     elif gap:
         cursor = total - (size - start)
     else:
-        return Chunk(None, last_total)
+        return None, last_total
     payload = PartialResultPayload(delta=text, total_bytes=total, truncated=truncated, gap=gap)
-    return Chunk(CustomProgress(subkind=spec.subkind, payload=payload), cursor)
+    return CustomProgress(subkind=subkind, payload=payload), cursor
 
 
 def _as_bytes_view(view: memoryview) -> memoryview:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from kigi_tool_protocol import CustomProgress, StreamingSpec
 
-from ._chunk import Tail, stream_chunk
+from ._chunk import Tail, _advance, bytes_tail, cap_of
 from ._tail import TailBuffer
 
 __all__ = ("DeltaStreamer",)
@@ -27,11 +27,16 @@ class DeltaStreamer:
 
     Call :meth:`drain` (or :meth:`drain_buffer`) on every tick and
     :meth:`finish` (or :meth:`finish_buffer`) once the source has ended.
+
+    Raises:
+        ValueError: ``spec.max_delta_bytes`` is negative.
     """
 
-    __slots__ = ("_last_total", "_spec")
+    __slots__ = ("_cap", "_last_total", "_spec", "_subkind")
 
     def __init__(self, spec: StreamingSpec) -> None:
+        self._cap = cap_of(spec)
+        self._subkind = spec.subkind
         self._spec = spec
         self._last_total = 0
 
@@ -54,11 +59,16 @@ class DeltaStreamer:
         """At most one frame (see :func:`stream_chunk`); advances the cursor.
 
         Raises:
-            ValueError: ``total`` is negative, or the spec's cap is negative.
+            ValueError: ``total`` is negative.
             TypeError: ``tail`` is not a bytes-like object.
         """
-        progress, self._last_total = stream_chunk(
-            self._spec, tail, total, self._last_total, truncated, final=final
+        last_total = self._last_total
+        if total <= last_total:
+            if total < 0:
+                raise ValueError(f"total must be >= 0, got {total}")
+            return None
+        progress, self._last_total = _advance(
+            self._subkind, self._cap, bytes_tail(tail), total, last_total, truncated, final
         )
         return progress
 
@@ -68,7 +78,7 @@ class DeltaStreamer:
         A trailing incomplete character stays held for the next call.
 
         Raises:
-            ValueError: ``total`` is negative, or the spec's cap is negative.
+            ValueError: ``total`` is negative.
             TypeError: ``tail`` is not a bytes-like object.
         """
         return self._run(tail, total, truncated, False)
@@ -78,25 +88,45 @@ class DeltaStreamer:
         character is flushed as U+FFFD, and the cursor ends at ``total``.
 
         Raises:
-            ValueError: ``total`` is negative, or the spec's cap is negative.
+            ValueError: ``total`` is negative.
             TypeError: ``tail`` is not a bytes-like object.
         """
         return self._run(tail, total, truncated, True)
 
     def drain_buffer(self, buffer: TailBuffer) -> list[CustomProgress]:
         """:meth:`drain` over ``buffer``'s tail, total and truncated flag."""
-        return self._run(buffer.tail(), buffer.total, buffer.truncated, False)
+        return self._run_buffer(buffer, False)
 
     def finish_buffer(self, buffer: TailBuffer) -> list[CustomProgress]:
         """:meth:`finish` over ``buffer``'s tail, total and truncated flag."""
-        return self._run(buffer.tail(), buffer.total, buffer.truncated, True)
+        return self._run_buffer(buffer, True)
+
+    def _run_buffer(self, buffer: TailBuffer, final: bool) -> list[CustomProgress]:
+        # The buffer's own fields, read directly: its tail is a flat byte view
+        # and its total is never negative, so nothing needs checking.
+        if buffer._total <= self._last_total:
+            return []
+        return self._loop(
+            buffer._view[buffer._start : buffer._end], buffer._total, buffer._dropped > 0, final
+        )
 
     def _run(self, tail: Tail, total: int, truncated: bool, final: bool) -> list[CustomProgress]:
-        frames: list[CustomProgress] = []
-        spec = self._spec
+        if total <= self._last_total:
+            if total < 0:
+                raise ValueError(f"total must be >= 0, got {total}")
+            return []
+        return self._loop(bytes_tail(tail), total, truncated, final)
+
+    def _loop(self, tail: Tail, total: int, truncated: bool, final: bool) -> list[CustomProgress]:
         cursor = self._last_total
-        while True:
-            progress, cursor = stream_chunk(spec, tail, total, cursor, truncated, final=final)
+        subkind = self._subkind
+        cap = self._cap
+        frames: list[CustomProgress] = []
+        # Checked once: every later call of the loop sees the same arguments and
+        # a cursor that only grew. Reaching `total` ends the drain without the
+        # call that would only say so.
+        while cursor < total:
+            progress, cursor = _advance(subkind, cap, tail, total, cursor, truncated, final)
             if progress is None:
                 break
             frames.append(progress)

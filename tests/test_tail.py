@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from kigi_tool_runtime import MIN_TAIL_CAPACITY, TailBuffer, TailStats
-from kigi_tool_runtime._tail import INITIAL_STORAGE_BYTES
+from kigi_tool_runtime._tail import INITIAL_STORAGE_BYTES, STORAGE_SLACK_BYTES
 from kigi_tool_runtime.testing import tail_sizes
 
 
@@ -138,6 +138,25 @@ def test_storage_grows_past_initial_allocation() -> None:
         stream += chunk
     assert bytes(buffer.tail()) == bytes(stream[-capacity:])
     assert len(held) == 0
+
+
+@pytest.mark.parametrize("capacity", [MIN_TAIL_CAPACITY, 1000, STORAGE_SLACK_BYTES + 3])
+def test_storage_stays_within_capacity_plus_slack(capacity: int) -> None:
+    """Storage never exceeds capacity + max(capacity, STORAGE_SLACK_BYTES), and
+    compacting in place at that size keeps the newest bytes exact."""
+    most = capacity + max(capacity, STORAGE_SLACK_BYTES)
+    buffer = TailBuffer(capacity)
+    stream = bytearray()
+    sizes = [1, 3, 4093, capacity // 2, capacity - 1, 77_777]
+    for index in range(3 * most // 20_000 + 40):
+        chunk = _pattern(index, sizes[index % len(sizes)])
+        buffer.write(chunk)
+        stream += chunk
+        del stream[: max(0, len(stream) - capacity)]
+        assert len(buffer._buf) <= most
+    assert buffer.total > 2 * most
+    assert len(buffer._buf) == most
+    assert bytes(buffer.tail()) == bytes(stream)
 
 
 def test_writing_its_own_tail_back_is_safe() -> None:
