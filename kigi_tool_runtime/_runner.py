@@ -27,6 +27,7 @@ propagates: there is then nobody to hand a terminal to.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import re
 from collections import deque
@@ -267,7 +268,9 @@ class ToolRun:
         self._task = task
 
         def on_cancel() -> None:
-            loop.call_soon_threadsafe(self._stop, ToolErrorKind.CANCELLED)
+            # The loop may have closed when a late cancel() comes from a thread.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._stop, ToolErrorKind.CANCELLED)
 
         unregister = ctx.on_cancel(on_cancel)
         deadline = loop.call_at(
