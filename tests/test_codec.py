@@ -273,3 +273,10 @@ def test_convert_validates_like_decoding() -> None:
         kp.convert({"delta": "x", "total_bytes": 1, "gap2": True}, kp.PartialResultPayload)
     with pytest.raises(kp.DecodeError, match="missing required field `jsonrpc`"):
         kp.convert({"method": "m", "params": None}, kp.JsonRpcNotification)
+
+
+def test_floats_in_any_values_are_laid_out_like_serde_json() -> None:
+    """Floats are written in the shortest round-trip form, laid out as serde_json's ryu does."""
+    values = [1.0, 0.1, -0.0, 1e15, 1e16, 1e-5, 1e-6, 12345678901234567.0, 5e-324]
+    expected = b"[1.0,0.1,-0.0,1000000000000000.0,1e16,0.00001,1e-6,1.2345678901234568e16,5e-324]"
+    assert kp.json_codec.encode(values) == expected
