@@ -453,6 +453,14 @@ def run_tool(
 
     ``timeout_ms`` overrides the tool's ``capabilities`` deadline (default:
     ``effective_timeout_ms(tool.capabilities)``); ``stop_wait`` bounds how long a
-    stopped tool may clean up. Errors never raise: they are the terminal.
+    stopped tool may clean up. A failing call never raises: its error is the
+    terminal.
+
+    Raises:
+        ValueError: ``timeout_ms`` is negative or ``stop_wait`` is not positive.
     """
+    if timeout_ms is not None and timeout_ms < 0:
+        raise ValueError(f"timeout_ms must be >= 0 or None, got {timeout_ms}")
+    if not stop_wait > 0:
+        raise ValueError(f"stop_wait must be > 0 seconds, got {stop_wait}")
     return ToolRun(tool, raw_args, ctx, timeout_ms=timeout_ms, stop_wait=stop_wait)

@@ -591,3 +591,12 @@ def test_a_slow_consumer_holds_back_the_tool_within_the_channel_depth() -> None:
     assert ahead == CHANNEL_DEPTH + 1  # the channel full, one more in hand
     assert items[:-1] == [text(i) for i in range(count)]
     assert terminal_of(items) == ToolResult(value=count)
+
+
+def test_run_tool_checks_its_bounds() -> None:
+    """A negative deadline or a non-positive stop wait is refused at the call."""
+    ctx = ToolContext("c")
+    with pytest.raises(ValueError, match="timeout_ms must be >= 0 or None, got -1"):
+        run_tool(Counter(), {}, ctx=ctx, timeout_ms=-1)
+    with pytest.raises(ValueError, match="stop_wait must be > 0 seconds, got 0"):
+        run_tool(Counter(), {}, ctx=ctx, stop_wait=0)
