@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar, Union, get_origin, overload
 
 import msgspec
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET, Raw, UnsetType
 
 from ._base import U64
 from ._errors import DecodeError, FrameTooLargeError, WireError
@@ -108,17 +108,26 @@ class _Inbound(msgspec.Struct, frozen=True, tag_field="jsonrpc", tag=JSONRPC_VER
     error: JsonRpcError | UnsetType | None = UNSET
 
 
+class _InboundRaw(msgspec.Struct, frozen=True, tag_field="jsonrpc", tag=JSONRPC_VERSION):
+    """:class:`_Inbound` for callers that want ``params`` or ``result`` as
+    ``msgspec.Raw``: those two stay undecoded bytes."""
+
+    id: JsonRpcId | UnsetType = UNSET
+    session_id: SessionId | None = None
+    seq: Any = UNSET
+    method: Any = UNSET
+    params: Raw | UnsetType = UNSET
+    result: Raw | UnsetType = UNSET
+    error: JsonRpcError | UnsetType | None = UNSET
+
+
 _INBOUND: Final = Union[_Inbound, _Unversioned]  # noqa: UP007 (a runtime union of type objects)
+_INBOUND_RAW: Final = Union[_InboundRaw, _Unversioned]  # noqa: UP007
 
 
-def _convert_at(value: Any, type: Any, where: str) -> Any:
-    """:func:`convert`, with error paths rooted at ``where`` instead of ``$``."""
-    if type is Any:
-        return value
-    try:
-        return convert(value, type)
-    except DecodeError as exc:
-        raise DecodeError(exc.reason, where + exc.path[1:]) from exc.__cause__
+def _rooted(exc: DecodeError, where: str) -> DecodeError:
+    """``exc`` with its path moved under ``where`` (``$.x`` becomes ``$.params.x``)."""
+    return DecodeError(exc.reason, where + exc.path[1:])
 
 
 class _Codec:
@@ -216,30 +225,36 @@ class _Codec:
         otherwise one with an ``id`` is a :class:`JsonRpcRequest`; otherwise it is a
         :class:`JsonRpcNotification`. ``params`` is the type to decode params as, or a
         mapping from method string to type (methods it lacks get ``Any``, plain JSON
-        values); ``result`` is the type to decode a response's result as. One parse,
-        then the typed parts are validated as strictly as :meth:`decode` would, with
-        error paths from the message root (``$.params.body.total_bytes``).
+        values); ``result`` is the type to decode a response's result as. Either may
+        be ``msgspec.Raw`` to keep that part undecoded for a later :meth:`decode`.
+        One parse, then the typed parts are validated as strictly as :meth:`decode`
+        would, with error paths from the message root (``$.params.body.total_bytes``).
 
         Raises:
             FrameTooLargeError: ``data`` is longer than ``max_bytes``; it is not parsed.
             DecodeError: ``data`` is not a valid message of the kind its keys say.
         """
         self._check_input(data, max_bytes)
-        message: _Inbound = self._decode_unchecked(data, _INBOUND)
+        wants_raw = params is Raw or result is Raw
+        if isinstance(params, Mapping):
+            wants_raw = wants_raw or any(wanted is Raw for wanted in params.values())
+        message: _Inbound | _InboundRaw = self._decode_unchecked(
+            data, _INBOUND_RAW if wants_raw else _INBOUND
+        )
         if message.result is not UNSET or message.error is not UNSET:
             return self._response(message, result)
         if message.method is UNSET:
             raise DecodeError("Object missing required field `method`")
-        method: str = _convert_at(message.method, str, "$.method")
+        method: str = self._typed(message.method, str, "$.method")
         if message.params is UNSET:
             raise DecodeError("Object missing required field `params`")
         wanted = params.get(method, Any) if isinstance(params, Mapping) else params
-        value = _convert_at(message.params, wanted, "$.params")
+        value = self._typed(message.params, wanted, "$.params")
         if message.id is not UNSET:
             return JsonRpcRequest(
                 id=message.id, session_id=message.session_id, method=method, params=value
             )
-        seq = None if message.seq is UNSET else _convert_at(message.seq, U64 | None, "$.seq")
+        seq = None if message.seq is UNSET else self._typed(message.seq, U64 | None, "$.seq")
         try:
             return JsonRpcNotification(
                 session_id=message.session_id, seq=seq, method=method, params=value
@@ -247,13 +262,12 @@ class _Codec:
         except ValueError as exc:  # seq past u64
             raise DecodeError(str(exc), "$.seq") from exc
 
-    @staticmethod
-    def _response(message: _Inbound, result: Any) -> JsonRpcResponse[Any]:
+    def _response(self, message: _Inbound | _InboundRaw, result: Any) -> JsonRpcResponse[Any]:
         if message.id is UNSET:
             raise DecodeError("Object missing required field `id`")
-        value = None if message.result is UNSET else message.result
-        if value is not None:
-            value = _convert_at(value, result, "$.result")
+        value: Any = None
+        if message.result is not UNSET and not self._is_null(message.result):
+            value = self._typed(message.result, result, "$.result")
         error = None if message.error is UNSET else message.error
         try:
             return JsonRpcResponse(
@@ -261,6 +275,22 @@ class _Codec:
             )
         except ValueError as exc:  # both or neither of result and error
             raise DecodeError(str(exc)) from exc
+
+    def _is_null(self, value: Any) -> bool:
+        if isinstance(value, Raw):
+            return len(value) <= 4 and self._decode_unchecked(value, Any) is None
+        return value is None
+
+    def _typed(self, value: Any, type: Any, where: str) -> Any:
+        """A message part as ``type``: kept, decoded from ``Raw``, or converted."""
+        if type is Raw or (type is Any and not isinstance(value, Raw)):
+            return value
+        try:
+            if isinstance(value, Raw):
+                return self._decode_unchecked(value, type)
+            return convert(value, type)
+        except DecodeError as exc:
+            raise _rooted(exc, where) from exc.__cause__
 
 
 class JsonCodec(_Codec):

@@ -269,6 +269,51 @@ def test_decode_message_works_over_msgpack() -> None:
     assert kp.msgpack_codec.decode_message(data, params={kp.METHOD_HOOK: kp.HookFrame}) == wire
 
 
+@pytest.mark.parametrize("codec", [kp.json_codec, kp.msgpack_codec], ids=["json", "msgpack"])
+def test_decode_message_can_defer_params_and_result(codec: kp.JsonCodec | kp.MsgpackCodec) -> None:
+    """params/result=msgspec.Raw keep those parts undecoded for a later typed decode."""
+    params = kp.ToolCallParams(tool_call_id="c", tool_id="t", arguments=None)
+    request = codec.encode(kp.JsonRpcRequest(id=7, method="tool.call", params=params))
+    message = codec.decode_message(request, params=msgspec.Raw)
+    assert isinstance(message, kp.JsonRpcRequest)
+    assert isinstance(message.params, msgspec.Raw)
+    assert codec.decode(message.params, kp.ToolCallParams) == params
+    reply = codec.encode(kp.JsonRpcResponse(id=7, result={"ok": [1]}))
+    response = codec.decode_message(reply, result=msgspec.Raw)
+    assert isinstance(response, kp.JsonRpcResponse)
+    assert isinstance(response.result, msgspec.Raw)
+    assert codec.decode(response.result) == {"ok": [1]}
+
+
+def test_deferred_null_result_still_counts_as_absent() -> None:
+    """With result=msgspec.Raw, a null result is still absent: alone it is rejected."""
+    with pytest.raises(kp.DecodeError, match="got neither"):
+        kp.decode_message(b'{"jsonrpc":"2.0","id":1,"result":null}', result=msgspec.Raw)
+    with pytest.raises(kp.DecodeError, match="got neither"):
+        kp.msgpack_codec.decode_message(
+            msgspec.msgpack.encode({"jsonrpc": "2.0", "id": 1, "result": None}), result=msgspec.Raw
+        )
+    message = kp.decode_message(
+        b'{"jsonrpc":"2.0","id":1,"result":null,"error":{"code":1,"message":"m"}}',
+        result=msgspec.Raw,
+    )
+    assert message == kp.JsonRpcResponse(id=1, error=kp.JsonRpcError(code=1, message="m"))
+
+
+def test_deferring_one_method_still_types_the_others() -> None:
+    """A mapping may mix Raw and typed methods; typed ones keep rooted error paths."""
+    types = {kp.METHOD_HOOK: msgspec.Raw, kp.METHOD_TOOL_CALL_PROGRESS: kp.ToolCallProgressFrame}
+    hook = kp.decode_message(b'{"jsonrpc":"2.0","method":"hook","params":{"x":1}}', params=types)
+    assert isinstance(hook.params, msgspec.Raw)  # type: ignore[union-attr]
+    line = (
+        b'{"jsonrpc":"2.0","method":"tool_call_progress",'
+        b'"params":{"tool_call_id":"","kind":"k","body":1}}'
+    )
+    with pytest.raises(kp.DecodeError) as info:
+        kp.decode_message(line, params=types)
+    assert info.value.path == "$.params.tool_call_id"
+
+
 def test_decode_message_checks_the_frame_limit_first() -> None:
     """decode_message rejects an oversized frame before looking at it."""
     with pytest.raises(kp.FrameTooLargeError):
