@@ -140,9 +140,10 @@ def stream_chunk(
         means nothing new, and yields no frame with the cursor unchanged.
 
     Raises:
-        ValueError: ``total`` or ``last_total`` is negative, or
-            ``spec.max_delta_bytes`` is negative.
-        TypeError: ``tail`` is not a bytes-like object of single bytes.
+        ValueError: ``total`` or ``last_total`` is negative,
+            ``spec.max_delta_bytes`` is negative, or a frame would carry a
+            ``total`` beyond the wire's u64 range.
+        TypeError: ``tail`` is not bytes-like, or is a non-contiguous view.
     """
     if total <= last_total:
         if total < 0:

@@ -391,6 +391,12 @@ def test_negative_cap_is_rejected() -> None:
         stream_chunk(spec_with(-1), b"ab", 2, 0)
 
 
+def test_total_beyond_u64_is_rejected() -> None:
+    """A total the wire's u64 cannot carry is a ValueError, not a frame."""
+    with pytest.raises(ValueError, match="outside the u64 range"):
+        stream_chunk(spec_with(None), b"a", 2**64, 2**64 - 1)
+
+
 def test_cursor_past_total_means_no_frame() -> None:
     """last_total > total is not an error: no frame, cursor unchanged."""
     assert stream_chunk(spec_with(None), b"abc", 3, 9) == Chunk(None, 9)

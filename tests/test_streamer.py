@@ -128,6 +128,32 @@ def test_frames_carry_the_spec_subkind() -> None:
     assert [frame.subkind for frame in frames] == ["bash_output_chunk"]
 
 
+def test_negative_cap_is_rejected_at_construction() -> None:
+    """A spec with a negative cap (only constructible in Python) is refused up front."""
+    with pytest.raises(ValueError, match="max_delta_bytes must be >= 0 or None, got -3"):
+        DeltaStreamer(spec_with(-3))
+
+
+def test_step_rejects_bad_arguments() -> None:
+    """step checks its arguments like stream_chunk and leaves the cursor alone."""
+    streamer = DeltaStreamer(spec_with(None))
+    with pytest.raises(ValueError, match="total must be >= 0, got -5"):
+        streamer.step(b"", -5)
+    with pytest.raises(TypeError, match="tail must be bytes"):
+        streamer.step([1, 2], 2)  # type: ignore[arg-type]
+    assert streamer.last_total == 0
+
+
+def test_step_with_final_flushes_a_split_character() -> None:
+    """step(final=True) flushes a trailing split character as U+FFFD."""
+    streamer = DeltaStreamer(spec_with(None))
+    assert streamer.step(b"\xe2\x82", 2) is None
+    frame = streamer.step(b"\xe2\x82", 2, final=True)
+    assert frame is not None
+    assert payloads([frame])[0].delta == "\ufffd"
+    assert streamer.last_total == 2
+
+
 def test_bad_arguments_are_rejected_at_the_call() -> None:
     """A negative total or a bad tail raises, and the cursor stays put."""
     streamer = DeltaStreamer(spec_with(None))

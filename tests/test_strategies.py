@@ -1,0 +1,94 @@
+"""Tests for ``kigi_tool_runtime.testing``'s strategies: each draws what it
+promises, and the runtime itself never imports Hypothesis."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kigi_tool_protocol import PartialResultPayload, StreamingSpec, json_codec
+from kigi_tool_runtime import MIN_TAIL_CAPACITY
+from kigi_tool_runtime.testing import (
+    ScheduleStep,
+    byte_sources,
+    caps,
+    partial_payloads,
+    schedules,
+    streaming_specs,
+    tail_sizes,
+    utf8_text_sources,
+)
+
+
+def test_runtime_never_imports_hypothesis() -> None:
+    """Importing kigi_tool_runtime loads neither Hypothesis nor the testing package."""
+    code = (
+        "import sys, kigi_tool_runtime\n"
+        "assert 'hypothesis' not in sys.modules\n"
+        "assert 'kigi_tool_runtime.testing' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@given(source=utf8_text_sources())
+def test_text_sources_are_valid_utf8(source: bytes) -> None:
+    """utf8_text_sources draws bytes that decode strictly."""
+    source.decode("utf-8")
+
+
+@given(source=byte_sources(), data=st.data())
+def test_schedules_concatenate_to_the_source(source: bytes, data: st.DataObject) -> None:
+    """A schedule's writes concatenate to its source; ticks are None."""
+    steps: list[ScheduleStep] = data.draw(schedules(source))
+    assert b"".join(step for step in steps if step is not None) == source
+    assert all(step is None or isinstance(step, bytes) for step in steps)
+
+
+def test_byte_sources_reach_invalid_and_split_characters() -> None:
+    """byte_sources draws invalid bytes and sources ending mid-character."""
+    seen = {"invalid": False, "split end": False}
+
+    @given(byte_sources())
+    def look(source: bytes) -> None:
+        try:
+            source.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            seen["invalid"] = True
+            if exc.reason == "unexpected end of data":
+                seen["split end"] = True
+
+    look()
+    assert seen == {"invalid": True, "split end": True}
+
+
+def test_caps_reach_none_zero_and_one() -> None:
+    """caps draws the default (None), 0 and 1 among others."""
+    seen: set[int | None] = set()
+
+    @given(caps())
+    def look(cap: int | None) -> None:
+        seen.add(cap)
+
+    look()
+    assert {None, 0, 1} <= seen
+
+
+@given(size=tail_sizes())
+def test_tail_sizes_start_at_the_minimum(size: int) -> None:
+    """tail_sizes never draws a capacity below MIN_TAIL_CAPACITY."""
+    assert size >= MIN_TAIL_CAPACITY
+
+
+@given(spec=streaming_specs())
+def test_streaming_specs_round_trip(spec: StreamingSpec) -> None:
+    """streaming_specs draws specs the wire carries unchanged."""
+    assert json_codec.decode(json_codec.encode(spec), StreamingSpec) == spec
+
+
+@given(payload=partial_payloads())
+def test_partial_payloads_round_trip(payload: PartialResultPayload) -> None:
+    """partial_payloads draws payloads the wire carries unchanged."""
+    assert json_codec.decode(json_codec.encode(payload), PartialResultPayload) == payload
