@@ -9,13 +9,16 @@ Rule 2. The pending bytes are the last ``total - last_total`` bytes of the tail.
         tail's leading continuation bytes (at most 3, their lead byte lost) are
         skipped and count as consumed.
 Rule 3. A frame consumes at most ``cap`` source bytes (``max_delta_bytes``, or
-        16 KiB when unset), except that it always carries at least one whole
-        character: with a cap of 0 every frame is one character.
+        16 KiB when unset), except that a cap smaller than the next character
+        yields exactly that one character (at most 3 bytes over the cap): with
+        a cap of 0 every frame is one character.
 Rule 4. A frame never ends inside an incomplete UTF-8 sequence that more bytes
         could still complete; only the trailing bytes of the frame decide that,
-        so an earlier invalid byte never disables the hold-back. Invalid bytes
-        become U+FFFD per maximal subpart (Python's ``"replace"``, equal to
-        Rust's ``from_utf8_lossy``).
+        so an earlier invalid byte never disables the hold-back. "Incomplete" is
+        what Python's incremental UTF-8 decoder holds back, which includes a
+        trailing 0xED 0xA0-0xBF (a truncated surrogate); the conformance vectors
+        expect exactly that. Invalid bytes become U+FFFD per maximal subpart
+        (Python's ``"replace"``, equal to Rust's ``from_utf8_lossy``).
 Rule 5. Pending bytes that are only an incomplete sequence are held (no frame)
         until more bytes arrive, or flushed as U+FFFD when ``final`` is set and
         nothing else is pending.
@@ -25,8 +28,10 @@ Rule 7. A gap is always reported, by a frame with an empty delta if nothing
 Rule 8. ``total_bytes`` is ``total``; ``truncated`` is passed through verbatim.
 
 Cost: one call touches only the bytes it emits (plus at most 3 leading orphans
-and at most 4 bytes of a first character), never the whole tail: the tail is
-sliced, not copied, and only the emitted slice is decoded.
+and at most 4 bytes of a first character), never the whole tail: only the
+emitted slice is taken (a view of a memoryview tail, a copy of just those bytes
+of a bytes tail) and decoded, and the decoder's own incremental stop performs
+the hold-back in that same pass.
 """
 
 from __future__ import annotations

@@ -111,6 +111,13 @@ class TailBuffer:
         self._total = 0
         self._dropped = 0
 
+    def __repr__(self) -> str:
+        retained, dropped, total = self.statistics()
+        return (
+            f"TailBuffer(capacity={self._capacity}, limit={self._limit},"
+            f" retained={retained}, dropped={dropped}, total={total})"
+        )
+
     @property
     def capacity(self) -> int:
         """The most bytes retained."""

@@ -62,6 +62,7 @@ def test_keeps_newest_capacity_bytes_and_counts_total() -> None:
     assert buffer.total == 7
     assert buffer.statistics() == TailStats(retained=5, dropped=0, total=7)
     assert (buffer.capacity, buffer.limit, buffer.truncated) == (5, None, False)
+    assert repr(buffer) == "TailBuffer(capacity=5, limit=None, retained=5, dropped=0, total=7)"
 
 
 def test_write_larger_than_capacity_keeps_its_last_bytes() -> None:
