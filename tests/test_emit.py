@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
-from kigi_tool_runtime import OMISSION_MARKER, Excerpt, OutputStream
+from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec, ToolCapabilities
+from kigi_tool_runtime import (
+    OMISSION_MARKER,
+    Excerpt,
+    OutputStream,
+    Tool,
+    ToolContext,
+    ToolEvent,
+    ToolResult,
+    run_tool,
+)
 from kigi_tool_runtime.testing import byte_sources, schedules
 
 SPEC = StreamingSpec(subkind="emit_test", max_delta_bytes=8)
@@ -170,3 +183,41 @@ def test_any_bytes_on_any_schedule_reassemble_like_replace(
     expected = source.decode("utf-8", "replace")
     assert text(frames) == expected
     assert stream.excerpt().text == expected
+
+
+class LinesArgs(msgspec.Struct):
+    count: int
+
+
+class Lines(Tool[LinesArgs]):
+    """A streaming tool as an author writes one: write, drain, finish."""
+
+    id = "lines"
+    args_type = LinesArgs
+    capabilities = ToolCapabilities(streaming=SPEC)
+
+    async def execute(self, ctx: ToolContext, args: LinesArgs) -> AsyncIterator[ToolEvent]:
+        stream = OutputStream(SPEC, capacity=1024, progress=ctx.wants_progress)
+        for i in range(args.count):
+            stream.write(b"line %d\n" % i)
+            for frame in stream.drain():
+                yield frame
+        for frame in stream.finish():
+            yield frame
+        yield ToolResult(value=stream.excerpt().text)
+
+
+@pytest.mark.parametrize("wants_progress", [True, False])
+def test_a_tool_streams_with_an_output_stream_in_two_lines(wants_progress: bool) -> None:
+    """A tool built on ``OutputStream`` streams its output through ``run_tool``, or
+    skips the stream when progress is not wanted, and returns the same result."""
+    expected = "".join(f"line {i}\n" for i in range(50))
+
+    async def main() -> list[ToolEvent]:
+        ctx = ToolContext("c", wants_progress=wants_progress)
+        return [item async for item in run_tool(Lines(), {"count": 50}, ctx=ctx)]
+
+    items = asyncio.run(main())
+    assert items[-1] == ToolResult(value=expected)
+    progress = [i for i in items[:-1] if isinstance(i, CustomProgress)]
+    assert text(progress) == (expected if wants_progress else "")
