@@ -56,6 +56,7 @@ __all__ = (
     "STOP_WAIT_S",
     "RunStats",
     "ToolRun",
+    "decode_args",
     "run_tool",
 )
 
