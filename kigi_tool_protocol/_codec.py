@@ -235,9 +235,8 @@ class _Codec:
             DecodeError: ``data`` is not a valid message of the kind its keys say.
         """
         self._check_input(data, max_bytes)
-        wants_raw = params is Raw or result is Raw
-        if isinstance(params, Mapping):
-            wants_raw = wants_raw or any(wanted is Raw for wanted in params.values())
+        by_method = type(params) is dict or isinstance(params, Mapping)
+        wants_raw = params is Raw or result is Raw or (by_method and Raw in params.values())
         message: _Inbound | _InboundRaw = self._decode_unchecked(
             data, _INBOUND_RAW if wants_raw else _INBOUND
         )
@@ -245,10 +244,12 @@ class _Codec:
             return self._response(message, result)
         if message.method is UNSET:
             raise DecodeError("Object missing required field `method`")
-        method: str = self._typed(message.method, str, "$.method")
+        method = message.method
+        if type(method) is not str:
+            method = self._typed(method, str, "$.method")
         if message.params is UNSET:
             raise DecodeError("Object missing required field `params`")
-        wanted = params.get(method, Any) if isinstance(params, Mapping) else params
+        wanted = params.get(method, Any) if by_method else params
         value = self._typed(message.params, wanted, "$.params")
         if message.id is not UNSET:
             return JsonRpcRequest(
