@@ -180,6 +180,8 @@ class _Codec:
             raise _translate(exc) from exc
         except RecursionError as exc:
             raise DecodeError(_TOO_DEEP) from exc
+        except UnicodeEncodeError as exc:  # a str frame holding a lone surrogate
+            raise DecodeError(f"frame is not valid Unicode text: {exc.reason}") from exc
 
     def _check_input(self, data: Buffer, max_bytes: int) -> None:
         _check_size(data, max_bytes)
@@ -210,6 +212,8 @@ class _Codec:
             raise _translate(exc) from exc
         except RecursionError as exc:
             raise DecodeError(_TOO_DEEP) from exc
+        except UnicodeEncodeError as exc:  # a str frame holding a lone surrogate
+            raise DecodeError(f"frame is not valid Unicode text: {exc.reason}") from exc
 
     def decode_message(
         self,

@@ -166,6 +166,14 @@ def test_unpaired_surrogate_escape_is_rejected(escape: bytes) -> None:
         kp.json_codec.decode(frame, kp.PartialResultPayload)
 
 
+def test_str_frame_with_a_lone_surrogate_is_a_decode_error() -> None:
+    """A str frame that cannot be UTF-8 (a lone surrogate) is a DecodeError, not UnicodeError."""
+    with pytest.raises(kp.DecodeError, match="not valid Unicode text: surrogates not allowed"):
+        kp.json_codec.decode('{"delta":"\ud800","total_bytes":1}', kp.PartialResultPayload)
+    with pytest.raises(kp.DecodeError, match="not valid Unicode text"):
+        kp.decode_message('{"jsonrpc":"2.0","method":"\udfff","params":1}')
+
+
 def test_raw_control_character_in_a_string_is_rejected() -> None:
     """A raw control character inside a JSON string is malformed JSON."""
     with pytest.raises(kp.DecodeError, match="invalid character"):
