@@ -14,7 +14,9 @@ Rule 3. A drain always terminates: every frame but a gap frame consumes at least
 
 from __future__ import annotations
 
-from kigi_tool_protocol import CustomProgress, StreamingSpec
+from codecs import utf_8_decode
+
+from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
 
 from ._chunk import Tail, _advance, bytes_tail, cap_of
 from ._tail import TailBuffer
@@ -121,11 +123,26 @@ class DeltaStreamer:
         cursor = self._last_total
         subkind = self._subkind
         cap = self._cap
+        size = len(tail)
         frames: list[CustomProgress] = []
-        # Checked once: every later call of the loop sees the same arguments and
-        # a cursor that only grew. Reaching `total` ends the drain without the
-        # call that would only say so.
+        # Arguments are checked once: every later step sees the same tail and a
+        # cursor that only grew. Reaching `total` ends the drain without the call
+        # that would only say so.
         while cursor < total:
+            start = size - (total - cursor)
+            if start >= 0:
+                # The common step, inlined: no gap, and the decoder found whole
+                # characters within the cap (exactly what `_advance` does first).
+                end = size if size - start <= cap else start + cap
+                text, used = utf_8_decode(tail[start:end], "replace", final and end == size)
+                if used:
+                    cursor += used
+                    payload = PartialResultPayload(
+                        delta=text, total_bytes=total, truncated=truncated, gap=False
+                    )
+                    frames.append(CustomProgress(subkind=subkind, payload=payload))
+                    continue
+            # A gap, a cap inside the first character, or a held sequence.
             progress, cursor = _advance(subkind, cap, tail, total, cursor, truncated, final)
             if progress is None:
                 break
