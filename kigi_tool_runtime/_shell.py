@@ -444,6 +444,8 @@ class ShellTool(Tool[ShellArgs]):
         loop = asyncio.get_running_loop()
         pgid = proc.pid  # start_new_session: the child leads its own group
         _signal_group(pgid, signal.SIGTERM)
+        # A stopped process would keep SIGTERM pending until continued.
+        _signal_group(pgid, signal.SIGCONT)
         give_up = loop.time() + self.grace
         try:
             while loop.time() < give_up:

@@ -666,3 +666,26 @@ def test_shell_args_decode_both_command_forms() -> None:
     """``command`` is a string (shell) or a non-empty list (argv)."""
     assert msgspec.convert({"command": "ls"}, ShellArgs).command == "ls"
     assert msgspec.convert({"command": ["ls", "-l"]}, ShellArgs).command == ["ls", "-l"]
+
+
+def test_a_stopped_process_is_continued_so_sigterm_reaches_it() -> None:
+    """A child that stopped itself (SIGSTOP) still ends on SIGTERM: the group is
+    continued after the signal, so the grace period is not wasted on it."""
+    script = (
+        "import os, signal\n"
+        "print(os.getpid(), os.getpgid(0), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGSTOP)\n"
+    )
+    # Without the continue, SIGKILL would end it after this grace instead.
+    _, terminal, before, after = asyncio.run(
+        stop_after_output(
+            {**py(script), "timeout_ms": DEADLINE_MS}, ShellTool(grace=PATIENCE_S / 4)
+        )
+    )
+    assert isinstance(terminal, ToolResult)
+    outcome = terminal.value
+    assert isinstance(outcome, ShellOutcome)
+    assert outcome.timed_out
+    assert outcome.signal == "SIGTERM"
+    assert_group_gone(pid_line(outcome.output))
+    assert before == after
