@@ -600,3 +600,28 @@ def test_run_tool_checks_its_bounds() -> None:
         run_tool(Counter(), {}, ctx=ctx, timeout_ms=-1)
     with pytest.raises(ValueError, match="stop_wait must be > 0 seconds, got 0"):
         run_tool(Counter(), {}, ctx=ctx, stop_wait=0)
+
+
+class SyncPoller(Tool[Count]):
+    """A synchronous tool that polls ``ctx.cancelled`` (a thread cannot be cancelled)."""
+
+    id = "sync_poller"
+    args_type = Count
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+
+    def run(self, ctx: ToolContext, args: Count) -> Any:
+        while not ctx.cancelled:
+            threading.Event().wait(0.005)
+        self.stopped.set()
+        return "stopped"
+
+
+def test_a_sync_run_sees_the_deadline_through_the_context() -> None:
+    """At the deadline a thread-bound ``run`` cannot be interrupted; it sees
+    ``ctx.cancelled`` and stops, and the call ends with ``timeout`` at once."""
+    tool = SyncPoller()
+    items, _ = run_all(tool, timeout_ms=50)
+    assert error_of(items).kind is ToolErrorKind.TIMEOUT
+    assert tool.stopped.wait(PATIENCE_S)
