@@ -2,7 +2,8 @@
 
 Values are built through the public constructors, so every strategy only makes
 values the wire can carry: identifiers that validate, integers in their Rust
-ranges, JSON values without NaN, infinities or lone surrogates.
+ranges, JSON values without NaN, infinities or lone surrogates. The streaming
+types come from ``kigi_tool_runtime.testing``, so the SDK has one strategy each.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 import kigi_tool_protocol as kp
 from kigi_tool_protocol._limits import I32_MAX, I32_MIN, I64_MAX, I64_MIN, U32_MAX, U64_MAX
+from kigi_tool_runtime.testing import partial_payloads, streaming_specs
 
 __all__ = ("WIRE_STRATEGIES", "json_values")
 
@@ -43,10 +45,9 @@ def json_values() -> st.SearchStrategy[Any]:
     )
 
 
-streaming_specs = st.builds(kp.StreamingSpec, subkind=texts, max_delta_bytes=_opt(u32s))
 tool_capabilities = st.builds(
     kp.ToolCapabilities,
-    streaming=_opt(streaming_specs),
+    streaming=_opt(streaming_specs()),
     supports_cancel=st.booleans(),
     max_concurrency=_opt(u32s),
     is_read_only=st.booleans(),
@@ -55,13 +56,6 @@ tool_capabilities = st.builds(
     max_frame_bytes=_opt(u32s),
     timeout_ms=_opt(u64s),
     tool_scope=_opt(st.sampled_from(kp.ToolScope)),
-)
-partial_payloads = st.builds(
-    kp.PartialResultPayload,
-    delta=st.text(max_size=64),
-    total_bytes=u64s,
-    truncated=st.booleans(),
-    gap=st.booleans(),
 )
 content_blocks = st.one_of(
     st.builds(kp.TextBlock, text=texts),
@@ -188,11 +182,11 @@ responses = st.one_of(
 
 #: (decode type, strategy) for every wire type, by name.
 WIRE_STRATEGIES: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
-    "StreamingSpec": (kp.StreamingSpec, streaming_specs),
+    "StreamingSpec": (kp.StreamingSpec, streaming_specs()),
     "ToolCapabilities": (kp.ToolCapabilities, tool_capabilities),
     "HookKind": (kp.HookKind, st.sampled_from(kp.HookKind)),
     "ToolScope": (kp.ToolScope, st.sampled_from(kp.ToolScope)),
-    "PartialResultPayload": (kp.PartialResultPayload, partial_payloads),
+    "PartialResultPayload": (kp.PartialResultPayload, partial_payloads()),
     "ContentBlock": (kp.ContentBlock, content_blocks),
     "ToolProgress": (kp.ToolProgress, tool_progress),
     "McpBlock": (kp.McpBlock, mcp_blocks),
