@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -165,7 +165,7 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     value: Any
-    kind: str = "json"
+    kind: Literal["json", "text"] = "json"
 
     def __post_init__(self) -> None:
         if self.kind not in ("json", "text"):

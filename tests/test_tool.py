@@ -174,7 +174,7 @@ def test_a_result_refuses_bad_kinds_and_call_ids() -> None:
     """Only ``json`` and ``text`` kinds; a text result needs a str; the call id must
     not be empty."""
     with pytest.raises(ValueError, match="must be 'json' or 'text', not 'mcp'"):
-        ToolResult(value=[], kind="mcp")
+        ToolResult(value=[], kind="mcp")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="needs a str value, not int"):
         ToolResult(value=3, kind="text")
     with pytest.raises(IdentifierError):
