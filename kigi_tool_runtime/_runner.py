@@ -116,6 +116,14 @@ class _Channel:
         self._getter: asyncio.Future[None] | None = None
         self._putter: asyncio.Future[None] | None = None
 
+    def offer(self, item: ToolEvent) -> bool:
+        """Hand ``item`` over without waiting if there is room (the hot path)."""
+        if len(self._items) >= self._depth or self._closed:
+            return False
+        self._items.append(item)
+        _wake(self._getter)
+        return True
+
     async def put(self, item: ToolEvent) -> None:
         while len(self._items) >= self._depth and not self._closed:
             self._putter = asyncio.get_running_loop().create_future()
@@ -123,6 +131,14 @@ class _Channel:
         if not self._closed:
             self._items.append(item)
             _wake(self._getter)
+
+    def take(self) -> ToolEvent | None:
+        """The next item if one is waiting, else ``None`` (the hot path)."""
+        if not self._items:
+            return None
+        item = self._items.popleft()
+        _wake(self._putter)
+        return item
 
     async def get(self) -> ToolEvent | _Closed:
         while not self._items:
@@ -277,9 +293,12 @@ class ToolRun:
         deadline = loop.call_at(
             self._started + self._timeout_ms / 1000, self._stop, ToolErrorKind.TIMEOUT
         )
+        channel = self._channel
         try:
             while True:
-                item = await self._channel.get()
+                item: ToolEvent | _Closed | None = channel.take()
+                if item is None:
+                    item = await channel.get()
                 if item is _CLOSED:
                     break
                 if isinstance(item, (ToolResult, ToolError)):
@@ -398,7 +417,8 @@ class ToolRun:
         async for item in events:
             if isinstance(item, PROGRESS_TYPES):
                 if wants_progress:
-                    await channel.put(item)
+                    if not channel.offer(item):
+                        await channel.put(item)
                 else:
                     self._suppressed += 1
                 continue
