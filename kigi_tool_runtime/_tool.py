@@ -228,7 +228,8 @@ class ToolContext:
 
     @property
     def cancelled(self) -> bool:
-        """True once :meth:`cancel` was called."""
+        """True once :meth:`cancel` was called: by the caller, or by the runner
+        when the call's deadline passed or its consumer went away."""
         return self._cancelled
 
     def cancel(self) -> None:
