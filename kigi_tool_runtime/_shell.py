@@ -5,19 +5,23 @@ Invariants:
 Rule 1. stdout and stderr share one pipe, so their bytes arrive in the order
         the child wrote them, and nothing is re-encoded on the way.
 Rule 2. Memory is bounded whatever the child writes and however slowly frames
-        are taken: the pipe is read (a pipe buffer at a time) by an event-loop reader
-        that only writes into an :class:`OutputStream` (a bounded tail and a
-        bounded head); frames are cut from it when the tool is asked for more.
-        A consumer that falls behind sees a gap frame saying what was skipped.
-Rule 3. Every byte read is surfaced, skipped in a reported gap, or both
-        counted and flushed by ``finish`` at the end: none is stranded.
+        are taken: an event-loop reader takes the pipe a buffer at a time and
+        only writes into an :class:`OutputStream` (a bounded tail and a bounded
+        head); frames are cut from it when the tool is asked for more. A
+        consumer that falls behind sees a gap frame saying what was skipped.
+Rule 3. Every byte read is surfaced in a delta or skipped in a reported gap;
+        ``finish`` at the end flushes what is pending, so none is stranded.
 Rule 4. The child leads its own process group. On timeout or cancellation the
-        whole group gets SIGTERM, then SIGKILL after a grace period, and the
-        child is reaped: no process of the group and no zombie is left behind.
+        whole group gets SIGTERM (and SIGCONT, so a stopped member sees it),
+        then SIGKILL after a grace period, and the child is reaped: no process
+        of the group and no zombie is left behind.
 Rule 5. After the child exits the pipe is drained for at most ``exit_drain``
         seconds: a grandchild that keeps it open cannot hang the tool (its
         later writes fail once the pipe is closed). A background process that
         outlives a normal exit is not killed; only timeout and cancellation are.
+
+POSIX only: process groups, ``killpg`` and a non-blocking pipe read from the
+event loop (``add_reader``).
 """
 
 from __future__ import annotations
