@@ -29,6 +29,7 @@ from kigi_tool_runtime import (
     run_tool,
 )
 from kigi_tool_runtime._shell import (
+    DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TAIL_CAPACITY,
     MAX_COMMAND_TIMEOUT_MS,
     MAX_OUTPUT_LIMIT,
@@ -336,6 +337,8 @@ def test_without_progress_the_full_result_still_arrives() -> None:
     assert got.outcome.total_bytes == 300000
     assert got.outcome.truncated
     assert got.outcome.output.startswith("abc")
+    # The default limit: its first half and its last half of the output are kept.
+    assert got.outcome.omitted_bytes == 300000 - DEFAULT_OUTPUT_LIMIT
 
 
 # -- volume: every byte accounted for, memory flat ------------------------------------
