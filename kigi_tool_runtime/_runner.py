@@ -244,12 +244,16 @@ class ToolRun:
         return RunStats(self._progress, self._suppressed, self._after_terminal)
 
     def __aiter__(self) -> AsyncIterator[ToolEvent]:
-        return self
+        # The generator itself: `async for` then skips a Python frame per item.
+        return self._events()
 
     async def __anext__(self) -> ToolEvent:
+        return await self._events().__anext__()
+
+    def _events(self) -> AsyncGenerator[ToolEvent, None]:
         if self._gen is None:
             self._gen = self._drive()
-        return await self._gen.__anext__()
+        return self._gen
 
     async def aclose(self) -> None:
         """Stop the tool if it is still running and end the run."""
