@@ -328,7 +328,8 @@ class ToolRun:
                 if self._stop_reason is None:
                     # The consumer left early or its task was cancelled.
                     self._stop_reason = ToolErrorKind.CANCELLED
-                    ctx.cancel()
+                    if self._terminal is None:
+                        ctx.cancel()  # the call did not finish: say so to the tool
                     task.cancel()
                     await self._settle(task)
                 else:
