@@ -625,3 +625,20 @@ def test_a_sync_run_sees_the_deadline_through_the_context() -> None:
     items, _ = run_all(tool, timeout_ms=50)
     assert error_of(items).kind is ToolErrorKind.TIMEOUT
     assert tool.stopped.wait(PATIENCE_S)
+
+
+def test_leaving_right_after_the_terminal_does_not_cancel_the_call() -> None:
+    """A consumer that stops at the terminal: the tool's lingering is cut short, but
+    the finished call is not marked cancelled."""
+    ctx = ToolContext("call-13")
+
+    async def main() -> list[ToolEvent]:
+        items: list[ToolEvent] = []
+        async with asyncio.timeout(PATIENCE_S), run_tool(Lingering(), {}, ctx=ctx) as run:
+            async for item in run:
+                items.append(item)
+                break
+        return items
+
+    assert asyncio.run(main()) == [ToolResult(value="done")]
+    assert not ctx.cancelled
