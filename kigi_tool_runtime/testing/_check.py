@@ -1,0 +1,625 @@
+"""``check_stream``: assert every invariant of the streaming contract for one
+frame sequence against the bytes the tool produced.
+
+What a stream must satisfy (DESIGN.md §2, from the consumer's side):
+
+Rule 1. Deltas continue the source: every frame that is not a gap frame starts
+        exactly where the previous frame ended, and its delta is the decode of
+        the source bytes it consumed (``"replace"`` for invalid bytes, one
+        U+FFFD per maximal subpart). So without a gap the concatenated deltas
+        equal ``source.decode("utf-8", "replace")``, and valid text comes back
+        exactly, with no U+FFFD the source does not contain.
+Rule 2. Every frame consumes at most ``cap`` source bytes, or is a single
+        character; no frame is empty except a gap frame.
+Rule 3. ``total_bytes`` never decreases, never exceeds what the source produced,
+        and the last frame's equals the source's count; by then every byte has
+        been delivered or reported lost.
+Rule 4. Every loss is reported: bytes are skipped only right before a gap
+        frame, whose text must be the source's bytes somewhere after the
+        previous position (at least one byte lost, leading orphaned
+        continuation bytes skipped, never decoded). Lost bytes are counted.
+Rule 5. ``truncated`` is cumulative, is set only when bytes were refused at a
+        limit, and once it is set ``total_bytes`` stops growing. (A refusal after
+        the last frame leaves no frame to say it, so it is required only when
+        the caller asks.)
+
+The checker knows nothing of how the stream was made: it judges only frames
+and source bytes, so it can judge any tool. The first broken frame is named in
+a :class:`StreamCheckError` with the rule it broke and a short excerpt.
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+from collections.abc import Iterable
+from typing import Any, Final, NamedTuple
+
+from kigi_tool_protocol import (
+    DEFAULT_MAX_DELTA_BYTES,
+    ContentProgress,
+    CustomProgress,
+    DecodeError,
+    PartialResultPayload,
+    TextProgress,
+    ToolCallProgressFrame,
+    convert,
+)
+
+__all__ = ("CheckedStream", "LostSpan", "StreamCheckError", "check_stream")
+
+#: A UTF-8 character is at most 4 bytes, so at most 3 continuation bytes of a
+#: character whose lead byte was lost can open a gap's surviving tail.
+MAX_ORPHAN_BYTES: Final = 3
+
+#: The longest UTF-8 encoding of one character: bounds the source window that
+#: can decode to a delta of a given length.
+MAX_CHAR_BYTES: Final = 4
+
+#: Characters and bytes quoted in an error message: enough to recognise the
+#: place, short enough to read in a test report.
+EXCERPT_CHARS: Final = 40
+
+#: Kinds of ``tool_call_progress`` frames that never carry a partial result.
+_NON_DELTA_KINDS: Final = frozenset({"text", "content"})
+
+_REPLACEMENT: Final = "\ufffd"
+
+
+class StreamCheckError(AssertionError):
+    """Raised by :func:`check_stream` when a frame sequence breaks the streaming
+    contract. The message names the first broken frame by its index in the
+    sequence given, the rule it broke, and an excerpt of the frame and source.
+
+    ``frame`` is that index (``None`` when the fault is the sequence as a whole,
+    e.g. no frames for a non-empty source); ``reason`` is the message's first
+    line without the frame prefix.
+    """
+
+    def __init__(self, frame: int | None, reason: str, detail: str = "") -> None:
+        self.frame = frame
+        self.reason = reason
+        where = "stream" if frame is None else f"frame {frame}"
+        super().__init__(f"{where}: {reason}" + (f"\n{detail}" if detail else ""))
+
+
+class LostSpan(NamedTuple):
+    """Source bytes ``[start, end)`` lost just before gap frame ``frame``."""
+
+    frame: int
+    start: int
+    end: int
+
+    @property
+    def lost_bytes(self) -> int:
+        """How many bytes were lost (skipped orphans included)."""
+        return self.end - self.start
+
+
+class CheckedStream(NamedTuple):
+    """What :func:`check_stream` found in a stream that keeps the contract.
+
+    ``text`` is the concatenated deltas; ``frames`` how many partial-result
+    frames were checked; ``total_bytes`` the last frame's count (0 without
+    frames); ``lost`` every gap, in order; ``truncated`` the last frame's flag.
+    """
+
+    text: str
+    frames: int
+    total_bytes: int
+    lost: tuple[LostSpan, ...]
+    truncated: bool
+
+    @property
+    def lost_bytes(self) -> int:
+        """Bytes lost in all gaps."""
+        return sum(span.lost_bytes for span in self.lost)
+
+
+# -- decoding with a map back to source bytes -----------------------------------
+
+_local = threading.local()
+
+
+def _record_error(exc: UnicodeError) -> tuple[str, int]:
+    assert isinstance(exc, UnicodeDecodeError)
+    _local.spans.append((exc.start, exc.end))
+    return _REPLACEMENT, exc.end
+
+
+_RECORD: Final = "kigi_tool_runtime.testing.record"
+codecs.register_error(_RECORD, _record_error)
+
+
+def _decode(data: bytes | memoryview, final: bool) -> tuple[str, list[tuple[int, int]]]:
+    """``data`` decoded with ``"replace"``, and the byte span of every invalid
+    maximal subpart (each became one U+FFFD), in order."""
+    spans: list[tuple[int, int]] = []
+    _local.spans = spans
+    text, _ = codecs.utf_8_decode(data, _RECORD, final)
+    _local.spans = []
+    return text, spans
+
+
+def _bytes_for(text: str, chars: int, spans: list[tuple[int, int]]) -> int:
+    """Source bytes behind the first ``chars`` characters of ``text``, which was
+    decoded with invalid subparts at byte ``spans``."""
+    size = len(text[:chars].encode("utf-8", "surrogatepass"))
+    if not spans:
+        return size
+    # Each invalid subpart counts 3 bytes in that re-encoding (one U+FFFD) but
+    # stands for end - start source bytes. A subpart is among the first `chars`
+    # characters exactly when it starts before the byte they reach.
+    for start, end in spans:
+        if start >= size:
+            break
+        size += (end - start) - len(_REPLACEMENT.encode())
+    return size
+
+
+def _clip(text: str) -> str:
+    return repr(text[:EXCERPT_CHARS]) + ("..." if len(text) > EXCERPT_CHARS else "")
+
+
+def _clip_bytes(data: bytes) -> str:
+    return repr(data[:EXCERPT_CHARS]) + ("..." if len(data) > EXCERPT_CHARS else "")
+
+
+def _describe(payload: PartialResultPayload) -> str:
+    return (
+        f"  frame: delta={_clip(payload.delta)} ({len(payload.delta)} chars),"
+        f" total_bytes={payload.total_bytes}, gap={payload.gap}, truncated={payload.truncated}"
+    )
+
+
+# -- normalising what the caller passed -----------------------------------------
+
+
+def _payloads(frames: Iterable[Any], subkind: str | None) -> list[tuple[int, PartialResultPayload]]:
+    """The partial-result payloads of ``frames`` with their indexes.
+
+    Raises:
+        StreamCheckError: a frame meant to carry a partial result does not
+            decode as one, or is of a type that cannot carry one.
+    """
+    found: list[tuple[int, PartialResultPayload]] = []
+    for index, frame in enumerate(frames):
+        if isinstance(frame, (TextProgress, ContentProgress)):
+            continue
+        if isinstance(frame, CustomProgress):
+            if subkind is not None and frame.subkind != subkind:
+                continue
+            body = frame.payload
+        elif isinstance(frame, ToolCallProgressFrame):
+            if frame.kind in _NON_DELTA_KINDS or (subkind is not None and frame.kind != subkind):
+                continue
+            body = frame.body
+        elif isinstance(frame, (PartialResultPayload, dict)):
+            body = frame
+        else:
+            raise StreamCheckError(
+                index,
+                f"a {type(frame).__name__} is not a partial-result frame"
+                " (pass CustomProgress, ToolCallProgressFrame, PartialResultPayload or dict)",
+            )
+        if isinstance(body, PartialResultPayload):
+            found.append((index, body))
+            continue
+        try:
+            found.append((index, convert(body, PartialResultPayload)))
+        except (DecodeError, ValueError) as exc:
+            raise StreamCheckError(
+                index,
+                f"payload does not decode as a PartialResultPayload: {exc}",
+                f"  payload: {_clip(repr(body))}",
+            ) from exc
+    return found
+
+
+# -- the checker ----------------------------------------------------------------
+
+
+class _Mismatch(NamedTuple):
+    """Why a delta could not be placed at a source position."""
+
+    frame: int
+    reason: str
+    detail: str
+
+
+class _Checker:
+    """One check: the source, the contract's parameters, and the frames."""
+
+    def __init__(
+        self,
+        items: list[tuple[int, PartialResultPayload]],
+        data: bytes,
+        cap: int,
+        tail_capacity: int | None,
+    ) -> None:
+        self.items = items
+        self.data = data
+        self.cap = cap
+        self.tail_capacity = tail_capacity
+        try:
+            data.decode("utf-8")
+            self.valid = True
+        except UnicodeDecodeError:
+            self.valid = False
+
+    # A delta placed at `start`: the end of the bytes it consumed, or why not.
+    def match(self, index: int, start: int, payload: PartialResultPayload) -> int | _Mismatch:
+        delta, data = payload.delta, self.data
+        if not delta:
+            return start
+        if self.valid or _REPLACEMENT not in delta:
+            encoded = delta.encode("utf-8", "surrogatepass")
+            if data.startswith(encoded, start):
+                end = start + len(encoded)
+            else:
+                return self.mismatch(index, start, payload)
+        else:
+            stop = min(start + MAX_CHAR_BYTES * len(delta) + MAX_CHAR_BYTES, len(data))
+            text, spans = _decode(memoryview(data)[start:stop], stop == len(data))
+            if not text.startswith(delta):
+                return self.mismatch(index, start, payload)
+            end = start + _bytes_for(text, len(delta), spans)
+        if end > payload.total_bytes:
+            return _Mismatch(
+                index,
+                f"its delta needs source bytes up to {end}, past its total_bytes"
+                f" {payload.total_bytes} (rule 3: a frame cannot surface bytes not yet produced)",
+                _describe(payload),
+            )
+        consumed = end - start
+        if consumed > self.cap and len(delta) > 1:
+            return _Mismatch(
+                index,
+                f"consumes {consumed} source bytes, over the cap of {self.cap}, and is"
+                f" {len(delta)} characters (rule 2: only a single character may exceed the cap)",
+                _describe(payload),
+            )
+        return end
+
+    def mismatch(self, index: int, start: int, payload: PartialResultPayload) -> _Mismatch:
+        """Say how ``payload``'s delta differs from the source at ``start``."""
+        delta, data = payload.delta, self.data
+        stop = min(start + MAX_CHAR_BYTES * len(delta) + MAX_CHAR_BYTES, len(data))
+        expected, spans = _decode(memoryview(data)[start:stop], stop == len(data))
+        at = next(
+            (i for i, (a, b) in enumerate(zip(delta, expected, strict=False)) if a != b),
+            min(len(delta), len(expected)),
+        )
+        at_byte = start + _bytes_for(expected, at, spans)
+        detail = (
+            f"{_describe(payload)}\n  source at byte {at_byte}:"
+            f" {_clip_bytes(data[at_byte : at_byte + EXCERPT_CHARS])}"
+        )
+        if at >= len(expected):
+            return _Mismatch(
+                index,
+                f"its delta runs past the end of the source ({len(data)} bytes) at character {at}",
+                detail,
+            )
+        got, want = delta[at], expected[at]
+        if got == _REPLACEMENT and want != _REPLACEMENT:
+            return _Mismatch(
+                index,
+                f"U+FFFD at character {at} (source byte {at_byte}) where the source has"
+                f" {want!r} (rule 1: no U+FFFD the source does not contain; was a character"
+                " split between chunks decoded on its own?)",
+                detail,
+            )
+        if not payload.gap:
+            encoded = delta.encode("utf-8", "surrogatepass")
+            later = data.find(encoded, start + 1, payload.total_bytes)
+            if later > start and _REPLACEMENT not in delta:
+                return _Mismatch(
+                    index,
+                    f"not a gap frame, but its delta is the source at byte {later}, not at"
+                    f" {start}: {later - start} bytes were skipped without gap=true"
+                    " (rule 4: every loss is reported by a gap frame)",
+                    detail,
+                )
+        return _Mismatch(
+            index,
+            f"delta differs from the source at character {at} (source byte {at_byte}):"
+            f" expected {_clip(expected[at:])}, got {_clip(delta[at:])}"
+            " (rule 1: deltas continue the source exactly)",
+            detail,
+        )
+
+    # A run of frames placed from `start`: the end of each, or the first misfit.
+    def place(
+        self, frames: list[tuple[int, PartialResultPayload]], start: int
+    ) -> list[int] | _Mismatch:
+        ends: list[int] = []
+        position = start
+        for index, payload in frames:
+            if not payload.delta and not payload.gap:
+                return _Mismatch(
+                    index,
+                    "empty delta in a frame that is not a gap frame"
+                    " (rule 2: only a gap frame may be empty)",
+                    _describe(payload),
+                )
+            found = self.match(index, position, payload)
+            if isinstance(found, _Mismatch):
+                return found
+            ends.append(found)
+            position = found
+        return ends
+
+    def orphans_ok(self, start: int, after: int, total: int) -> bool:
+        """Whether a gap's survivors may begin at ``start``: the tail began at
+        most 3 continuation bytes earlier (those were skipped), after byte
+        ``after``, and where a known tail capacity puts it."""
+        data = self.data
+        capacity = self.tail_capacity
+        if capacity is not None:
+            tail_start = total - capacity
+        elif start < len(data) and 0x80 <= data[start] <= 0xBF:
+            tail_start = start - MAX_ORPHAN_BYTES
+        else:
+            tail_start = start
+        if tail_start <= after or not tail_start <= start <= tail_start + MAX_ORPHAN_BYTES:
+            return False
+        if any(not 0x80 <= byte <= 0xBF for byte in data[tail_start:start]):
+            return False
+        skipped = start - tail_start
+        return not (
+            skipped < MAX_ORPHAN_BYTES and start < len(data) and 0x80 <= data[start] <= 0xBF
+        )
+
+    def candidates(self, after: int, payload: PartialResultPayload) -> Iterable[int]:
+        """Where a gap frame's survivors might begin, earliest first."""
+        data, total, delta = self.data, payload.total_bytes, payload.delta
+        low, high = after + 1, total
+        if self.tail_capacity is not None:
+            low = max(low, total - self.tail_capacity)
+            high = min(high, total - self.tail_capacity + MAX_ORPHAN_BYTES)
+        if not delta:
+            # Nothing decodable survived: at most an incomplete character.
+            return range(max(low, total - MAX_ORPHAN_BYTES), high + 1)
+        prefix = delta.split(_REPLACEMENT, 1)[0] if not self.valid else delta
+        if not prefix:
+            return (s for s in range(low, high + 1) if s < len(data) and data[s] >= 0x80)
+        return _occurrences(data, prefix.encode("utf-8", "surrogatepass"), low, high)
+
+
+def _occurrences(data: bytes, needle: bytes, low: int, high: int) -> Iterable[int]:
+    at = data.find(needle, low)
+    while 0 <= at <= high:
+        yield at
+        at = data.find(needle, at + 1)
+
+
+def check_stream(
+    frames: Iterable[Any],
+    source: bytes | bytearray | memoryview,
+    *,
+    cap: int | None = None,
+    tail_capacity: int | None = None,
+    total: int | None = None,
+    truncated: bool | None = None,
+    subkind: str | None = None,
+    complete: bool = True,
+    lossless: bool = False,
+) -> CheckedStream:
+    """Assert that ``frames`` stream ``source`` as the contract requires.
+
+    Args:
+        frames: what a tool produced, in order: ``CustomProgress`` frames (with
+            ``PartialResultPayload`` or decoded ``dict`` payloads),
+            ``ToolCallProgressFrame``s, bare payloads or dicts. ``TextProgress``,
+            ``ContentProgress`` and ``text``/``content`` frames are skipped.
+        source: every byte the tool produced, in order.
+        cap: the spec's ``max_delta_bytes`` (``None``: the 16 KiB default; 0:
+            one character per frame).
+        tail_capacity: the producer's tail size, when known: then a gap's
+            survivors must start where a full tail of that size starts.
+        total: the bytes the stream must account for (default ``len(source)``);
+            less when a limit refused the rest.
+        truncated: ``True``: the last frame must say truncated; ``False``: no
+            frame may. Default: frames may say it only when ``total`` is less
+            than ``len(source)``, and need not (bytes refused after the last
+            frame leave no frame to say so).
+        subkind: check only frames of this subkind (default: every
+            partial-result frame).
+        complete: the stream has ended, so it must reach ``total``; with
+            ``False`` a prefix of a stream is checked.
+        lossless: no gap frame is allowed.
+
+    Returns:
+        a :class:`CheckedStream`: the text, the frame count, the lost spans.
+
+    Raises:
+        StreamCheckError: the first frame that breaks the contract, and why.
+        ValueError: ``total`` is outside ``0..len(source)``, or ``cap`` or
+            ``tail_capacity`` is negative.
+    """
+    data = bytes(source)
+    end_total = len(data) if total is None else total
+    if not 0 <= end_total <= len(data):
+        raise ValueError(f"total must be within 0..{len(data)} (the source's length), got {total}")
+    limit = DEFAULT_MAX_DELTA_BYTES if cap is None else cap
+    if limit < 0:
+        raise ValueError(f"cap must be >= 0 or None, got {cap}")
+    if tail_capacity is not None and tail_capacity < 1:
+        raise ValueError(f"tail_capacity must be >= 1 or None, got {tail_capacity}")
+    # Bytes refused at a limit after the last frame leave no frame to say so, so
+    # truncation is required only when the caller says it must show.
+    may_truncate = end_total < len(data) if truncated is None else truncated
+    items = _payloads(frames, subkind)
+    checker = _Checker(items, data[:end_total], max(limit, 0), tail_capacity)
+    _check_counters(items, end_total, len(data), may_truncate, must_truncate=bool(truncated))
+
+    position = 0
+    lost: list[LostSpan] = []
+    k = 0
+    while k < len(items):
+        index, payload = items[k]
+        following = next((j for j in range(k + 1, len(items)) if items[j][1].gap), len(items))
+        if not payload.gap:
+            placed = checker.place(items[k:following], position)
+            if isinstance(placed, _Mismatch):
+                raise StreamCheckError(*placed)
+            position = placed[-1]
+            k = following
+            continue
+        if lossless:
+            raise StreamCheckError(
+                index, "gap frame in a stream that must be lossless", _describe(payload)
+            )
+        last = following == len(items) and complete
+        start, placed = _place_gap(
+            checker, items[k:following], position, end_total if last else None
+        )
+        lost.append(LostSpan(index, position, start))
+        position = placed[-1]
+        k = following
+
+    if complete and position != end_total:
+        if not items:
+            raise StreamCheckError(
+                None, f"no partial-result frames for a source of {end_total} bytes"
+            )
+        index, payload = items[-1]
+        raise StreamCheckError(
+            index,
+            f"the stream ends after this frame at source byte {position} of {end_total}:"
+            f" {end_total - position} bytes were neither delivered nor reported as lost"
+            " (rule 3: was the backlog drained with final=True when the source ended?)",
+            f"{_describe(payload)}\n  never delivered: {_clip_bytes(data[position:end_total])}",
+        )
+    return CheckedStream(
+        text="".join(payload.delta for _, payload in items),
+        frames=len(items),
+        total_bytes=items[-1][1].total_bytes if items else 0,
+        lost=tuple(lost),
+        truncated=items[-1][1].truncated if items else False,
+    )
+
+
+def _place_gap(
+    checker: _Checker,
+    frames: list[tuple[int, PartialResultPayload]],
+    after: int,
+    must_end: int | None,
+) -> tuple[int, list[int]]:
+    """Place a gap frame and the frames up to the next gap: the earliest start
+    that fits (the least a later gap is then constrained by), or, for the last
+    run of a complete stream, the start that ends it at ``must_end``.
+
+    Raises:
+        StreamCheckError: no start fits.
+    """
+    index, payload = frames[0]
+    first_fit: tuple[int, list[int]] | None = None
+    closest: _Mismatch | None = None
+    for start in checker.candidates(after, payload):
+        if not checker.orphans_ok(start, after, payload.total_bytes):
+            continue
+        placed = checker.place(frames, start)
+        if isinstance(placed, _Mismatch):
+            if closest is None or placed.frame > closest.frame:
+                closest = placed
+            continue
+        if must_end is None or placed[-1] == must_end:
+            return start, placed
+        if first_fit is None:
+            first_fit = (start, placed)
+    if first_fit is not None:
+        return first_fit  # the end-of-stream check names what is missing
+    if closest is not None and closest.frame != index:
+        raise StreamCheckError(*closest)
+    where = f"between byte {after + 1} and {payload.total_bytes}"
+    if checker.tail_capacity is not None:
+        tail_start = payload.total_bytes - checker.tail_capacity
+        if tail_start <= after:
+            raise StreamCheckError(
+                index,
+                f"gap frame, but a tail of {checker.tail_capacity} bytes at total_bytes"
+                f" {payload.total_bytes} still holds byte {after}, the stream's position:"
+                " nothing can have been lost",
+                _describe(payload),
+            )
+        where = f"where the tail of {checker.tail_capacity} bytes starts (byte {tail_start})"
+    if isinstance(checker.place(frames, after), list):
+        raise StreamCheckError(
+            index,
+            f"gap=true, but the stream continues exactly at byte {after}: nothing was lost"
+            " (rule 4: a gap frame reports a loss)",
+            _describe(payload),
+        )
+    raise StreamCheckError(
+        index,
+        f"gap frame whose text is not the source {where} after skipping at most"
+        f" {MAX_ORPHAN_BYTES} orphaned continuation bytes (rule 4: a gap's survivors"
+        " are source bytes, never decoded orphans)",
+        f"{_describe(payload)}\n  source after byte {after}:"
+        f" {_clip_bytes(checker.data[after : after + EXCERPT_CHARS])}",
+    )
+
+
+def _check_counters(
+    items: list[tuple[int, PartialResultPayload]],
+    end_total: int,
+    produced: int,
+    may_truncate: bool,
+    *,
+    must_truncate: bool,
+) -> None:
+    """Rules 3 and 5 on the counters alone.
+
+    Raises:
+        StreamCheckError: a count went backwards or past the source, or the
+            ``truncated`` flag is inconsistent.
+    """
+    previous: PartialResultPayload | None = None
+    for index, payload in items:
+        if payload.total_bytes > end_total:
+            raise StreamCheckError(
+                index,
+                f"total_bytes {payload.total_bytes} is more than the {end_total} bytes"
+                " the source produced (rule 3)",
+                _describe(payload),
+            )
+        if previous is not None:
+            if payload.total_bytes < previous.total_bytes:
+                raise StreamCheckError(
+                    index,
+                    f"total_bytes went down from {previous.total_bytes} to"
+                    f" {payload.total_bytes} (rule 3: total_bytes never decreases)",
+                    _describe(payload),
+                )
+            if previous.truncated and not payload.truncated:
+                raise StreamCheckError(
+                    index,
+                    "truncated went back to false (rule 5: the flag is cumulative)",
+                    _describe(payload),
+                )
+            if previous.truncated and payload.total_bytes > previous.total_bytes:
+                raise StreamCheckError(
+                    index,
+                    f"total_bytes grew from {previous.total_bytes} to {payload.total_bytes}"
+                    " after the stream said truncated (rule 5: bytes past a limit are not"
+                    " counted)",
+                    _describe(payload),
+                )
+        if payload.truncated and not may_truncate:
+            raise StreamCheckError(
+                index,
+                f"says truncated, but all {produced} bytes of the source count in the stream"
+                " (rule 5: truncated means bytes were refused)",
+                _describe(payload),
+            )
+        previous = payload
+    if previous is not None and must_truncate and not previous.truncated:
+        index = items[-1][0]
+        raise StreamCheckError(
+            index,
+            f"the last frame does not say truncated, but only {end_total} of the source's"
+            f" {produced} bytes count in the stream (rule 5)",
+            _describe(previous),
+        )
