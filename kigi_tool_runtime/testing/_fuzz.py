@@ -1,0 +1,159 @@
+"""``fuzz_streaming_tool``: a Hypothesis test for any streaming tool in one call.
+
+The test draws a source (any bytes by default) and a write/tick schedule for
+it, asks the caller to turn them into the tool's arguments, runs the tool
+through :func:`run_tool`, and judges its frames with :func:`check_stream`::
+
+    test_my_tool = fuzz_streaming_tool(
+        MyTool(), lambda source, steps: MyArgs(data=source), max_examples=50
+    )
+
+:func:`python_writer_argv` makes a command that writes a schedule from a real
+child process, for tools that run commands (the shell tool).
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES
+
+from .._tool import Tool, ToolError
+from ._check import CheckedStream, check_stream
+from ._collect import Collected, collect
+from ._strategies import ScheduleStep, byte_sources, schedules
+
+__all__ = ("WRITER_TICK_S", "fuzz_streaming_tool", "python_writer_argv")
+
+#: How long a child made by :func:`python_writer_argv` pauses on a tick: long
+#: enough for the tool to see the bytes so far as one read, short enough that a
+#: schedule of a hundred ticks costs half a second.
+WRITER_TICK_S: Final = 0.005
+
+#: Source bytes per argument of a writer command. Linux refuses one argument
+#: over 128 KiB (``MAX_ARG_STRLEN``); 72 KiB is 96 KiB of base64, well below.
+WRITER_ARG_BYTES: Final = 72 * 1024
+
+# Each argument is "t" (pause), "a<base64>" (bytes to append to the next write)
+# or "w<base64>" (append, then write everything pending in one os.write loop).
+_WRITER_SCRIPT: Final = """\
+import base64, os, sys, time
+pending = b""
+for arg in sys.argv[1:]:
+    if arg == "t":
+        time.sleep(%r)
+        continue
+    pending += base64.b64decode(arg[1:])
+    if arg[0] == "w":
+        view = memoryview(pending)
+        while view:
+            view = view[os.write(1, view):]
+        pending = b""
+"""
+
+
+def python_writer_argv(
+    steps: Sequence[ScheduleStep], *, tick_s: float = WRITER_TICK_S
+) -> list[str]:
+    """An argv (``sys.executable -c ...``) whose process writes each step's bytes
+    to stdout as one write, in order, and pauses ``tick_s`` seconds on each
+    tick (``None``); runs of ticks pause once.
+
+    Raises:
+        ValueError: ``tick_s`` is negative.
+    """
+    if tick_s < 0:
+        raise ValueError(f"tick_s must be >= 0, got {tick_s}")
+    argv = [sys.executable, "-c", _WRITER_SCRIPT % tick_s]
+    for step in steps:
+        if step is None:
+            if argv[-1] != "t":
+                argv.append("t")
+            continue
+        pieces = [step[at : at + WRITER_ARG_BYTES] for at in range(0, len(step), WRITER_ARG_BYTES)]
+        pieces = pieces or [b""]
+        for number, piece in enumerate(pieces, 1):
+            mark = "w" if number == len(pieces) else "a"
+            argv.append(mark + base64.b64encode(piece).decode("ascii"))
+    return argv
+
+
+def fuzz_streaming_tool(
+    tool: Tool[Any],
+    make_args: Callable[[bytes, list[ScheduleStep]], Any],
+    *,
+    sources: st.SearchStrategy[bytes] | None = None,
+    tail_capacity: int | None = None,
+    lossless: bool = False,
+    max_examples: int | None = None,
+    hypothesis_settings: settings | None = None,
+    check_result: Callable[[bytes, Collected, CheckedStream], None] | None = None,
+) -> Callable[[], None]:
+    """A Hypothesis test (assign it to a ``test_*`` name) that streams drawn
+    sources through ``tool`` and checks every frame sequence with
+    :func:`check_stream`.
+
+    Args:
+        tool: a streaming tool (``capabilities.streaming`` set): its spec gives
+            the subkind and the cap checked.
+        make_args: the tool's arguments for a source and a write/tick schedule
+            of it (the schedule's writes concatenate to the source; use it when
+            the tool can write in pieces, e.g. :func:`python_writer_argv`).
+        sources: the sources to draw (default :func:`byte_sources`).
+        tail_capacity: the tool's tail size, when known (see
+            :func:`check_stream`).
+        lossless: the tool must never report a gap.
+        max_examples: examples to run (default: the active profile's).
+        hypothesis_settings: a whole ``hypothesis.settings`` to run under instead.
+        check_result: called with the source, the collected call and the
+            checked stream, to assert on the tool's result as well.
+
+    Returns:
+        a test function taking no arguments.
+
+    Raises:
+        ValueError: ``tool`` does not stream.
+    """
+    spec = tool.capabilities.streaming
+    if spec is None:
+        raise ValueError(f"tool {tool.id!r} does not stream (capabilities.streaming is unset)")
+    cap = DEFAULT_MAX_DELTA_BYTES if spec.max_delta_bytes is None else spec.max_delta_bytes
+    drawn = byte_sources() if sources is None else sources
+
+    def fuzz(source: bytes, data: st.DataObject) -> None:
+        steps = data.draw(schedules(source), label="steps")
+        collected = collect(tool, make_args(source, steps))
+        terminal = collected.terminal
+        if isinstance(terminal, ToolError):
+            raise AssertionError(
+                f"tool {tool.id!r} failed ({terminal.kind.value}): {terminal.message}"
+            )
+        checked = check_stream(
+            collected.frames,
+            source,
+            cap=cap,
+            tail_capacity=tail_capacity,
+            subkind=spec.subkind,
+            lossless=lossless,
+        )
+        if collected.dropped_after_terminal:
+            raise AssertionError(
+                f"tool {tool.id!r} yielded {collected.dropped_after_terminal} items after"
+                " its terminal"
+            )
+        if check_result is not None:
+            check_result(source, collected, checked)
+
+    fuzz.__name__ = fuzz.__qualname__ = f"test_fuzz_{tool.id.replace(':', '_')}"
+    test: Callable[[], None] = given(source=drawn, data=st.data())(fuzz)
+    if hypothesis_settings is not None:
+        test = hypothesis_settings(test)
+    elif max_examples is not None:
+        test = settings(max_examples=max_examples)(test)
+    return test
