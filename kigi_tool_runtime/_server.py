@@ -94,6 +94,8 @@ __all__ = (
     "WRITE_BATCH_BYTES",
     "Server",
     "ServerStats",
+    "open_stdio",
+    "progress_line",
     "serve_stdio",
 )
 
@@ -209,6 +211,25 @@ def _result_line(request_id: str | int, session_id: str | None, result: Any) -> 
     return json_codec.encode(response) + b"\n"
 
 
+def progress_line(
+    call_id: str,
+    seq: int,
+    kind: str,
+    body: Any,
+    session_id: str | None = None,
+    dropped_count: int | None = None,
+) -> bytes:
+    """One ``tool_call_progress`` notification line, newline included, exactly as
+    the server writes it (``body`` may be a pre-encoded ``msgspec.Raw``)."""
+    frame: ToolCallProgressFrame[Any] = ToolCallProgressFrame(
+        tool_call_id=call_id, kind=kind, body=body, dropped_count=dropped_count
+    )
+    note: JsonRpcNotification[Any] = JsonRpcNotification(
+        session_id=session_id, seq=seq, method=METHOD_TOOL_CALL_PROGRESS, params=frame
+    )
+    return json_codec.encode(note) + b"\n"
+
+
 class _Sink(Protocol):
     def write(self, data: bytes) -> None: ...
     async def drain(self) -> None: ...
@@ -261,19 +282,9 @@ class _Outbox:
         while frames and size < max_bytes:
             kind, body = frames.popleft()
             self.queued_bytes -= len(body)
-            frame: ToolCallProgressFrame[Any] = ToolCallProgressFrame(
-                tool_call_id=self.call_id,
-                kind=kind,
-                body=body,
-                dropped_count=self.dropped or None,
+            line = progress_line(
+                self.call_id, self.seq, kind, body, self.session_id, self.dropped or None
             )
-            note: JsonRpcNotification[Any] = JsonRpcNotification(
-                session_id=self.session_id,
-                seq=self.seq,
-                method=METHOD_TOOL_CALL_PROGRESS,
-                params=frame,
-            )
-            line = json_codec.encode(note) + b"\n"
             out.append(line)
             size += len(line)
             self.seq += 1

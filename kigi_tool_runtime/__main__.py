@@ -1,0 +1,7 @@
+"""``python -m kigi_tool_runtime ...`` is the ``kigi-stream`` command."""
+
+import sys
+
+from ._cli import main
+
+sys.exit(main())

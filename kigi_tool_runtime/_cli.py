@@ -1,0 +1,435 @@
+"""``kigi-stream``: run a command with streamed output, serve tools, follow and
+check frame logs.
+
+Commands:
+
+- ``run [options] -- CMD ...``: run CMD through the shell tool. One argument is
+  a shell command line (run by bash); several are a program and its arguments.
+  By default the reassembled output is printed live to stdout (a gap marker
+  where bytes were lost) and a summary line goes to stderr; ``--json`` prints
+  the ``tool_call_progress`` notification lines instead, byte for byte what
+  ``serve`` would send. On a terminal, a run longer than a moment shows a live
+  status line on stderr; piped, stderr only gets the summary.
+- ``serve``: the built-in tools (``bash``) over stdin/stdout.
+- ``follow FILE``: print a frame log's reassembled text as it grows, like
+  ``tail -f``; ``--from-offset`` resumes; Ctrl-C stops cleanly and prints the
+  offset to resume from; ``--once`` reads what is there and exits.
+- ``check FILE``: decode a frame log strictly and print its loss report.
+
+Exit status:
+
+- ``run``: the command's exit code; 128 + N when signal N killed it; 124 when
+  it timed out (``--timeout``); 127 when it could not be started; 130 on Ctrl-C;
+  141 when stdout was closed early; 1 for any other failure of the call.
+- ``check``: 0 when every record is a valid frame and the protocol was kept
+  (gaps, truncation and sender-reported drops are loss, not violations), 1
+  otherwise. ``follow``: 0.
+- 2 for bad usage (unknown options, bad numbers, missing files), with a message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import IO, Any, Final, NoReturn
+
+import msgspec
+
+from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING, progress_to_frame
+
+from ._follow import DEFAULT_POLL_INTERVAL, Follower
+from ._loss import DEFAULT_GAP_MARKER
+from ._reassembler import Appended, Reassembler
+from ._runner import run_tool
+from ._server import progress_line, serve_stdio
+from ._shell import (
+    DEFAULT_TAIL_CAPACITY,
+    DEFAULT_TICK_S,
+    MAX_COMMAND_TIMEOUT_MS,
+    ShellArgs,
+    ShellOutcome,
+    ShellTool,
+)
+from ._tool import ToolContext, ToolError, ToolResult
+
+__all__ = (
+    "EXIT_CANNOT_START",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_PIPE_CLOSED",
+    "EXIT_TIMEOUT",
+    "EXIT_USAGE",
+    "STATUS_AFTER_S",
+    "STATUS_INTERVAL_S",
+    "main",
+)
+
+#: Exit status for bad usage (argparse's own convention).
+EXIT_USAGE: Final = 2
+#: Exit status when ``--timeout`` stopped the command (``timeout(1)``'s convention).
+EXIT_TIMEOUT: Final = 124
+#: Exit status when the command could not be started (the shell's convention).
+EXIT_CANNOT_START: Final = 127
+#: Exit status on Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED: Final = 128 + signal.SIGINT
+#: Exit status when our stdout was closed under us (128 + SIGPIPE).
+EXIT_PIPE_CLOSED: Final = 128 + signal.SIGPIPE
+#: Exit status for any other failed call.
+EXIT_FAILED: Final = 1
+
+#: A run shorter than this never shows a status line: it would only flicker.
+STATUS_AFTER_S: Final = 1.0
+#: How often the status line is redrawn: live enough to read, cheap to draw.
+STATUS_INTERVAL_S: Final = 0.5
+
+_CALL_ID: Final = "run-1"
+
+
+class _UsageError(Exception):
+    """Raised for bad usage the parser cannot see (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="kigi-stream",
+        description="Stream a command's output as capped UTF-8 deltas, serve tools over"
+        " JSON-RPC lines, and follow or check frame logs.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = commands.add_parser("run", help="run a command through the shell tool")
+    run.add_argument("--cap", type=_positive_int, help="most source bytes per delta")
+    run.add_argument(
+        "--tail",
+        type=_positive_int,
+        default=DEFAULT_TAIL_CAPACITY,
+        help="tail buffer bytes (a reader further behind sees a gap)",
+    )
+    run.add_argument("--limit", type=_positive_int, help="hard output limit in bytes")
+    run.add_argument(
+        "--tick",
+        type=_positive_float,
+        default=DEFAULT_TICK_S * 1000,
+        help="milliseconds between drains (default 100)",
+    )
+    run.add_argument("--timeout", type=_positive_float, help="seconds before the command is killed")
+    run.add_argument("--json", action="store_true", help="print frames as JSON-RPC lines")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ...")
+
+    serve = commands.add_parser("serve", help="serve the built-in tools over stdin/stdout")
+    serve.add_argument(
+        "--max-frame-bytes",
+        type=_positive_int,
+        default=MAX_FRAME_BYTES_CEILING,
+        help="longest input line accepted (default 16 MiB)",
+    )
+
+    follow = commands.add_parser("follow", help="follow a frame log like tail -f")
+    follow.add_argument("file")
+    follow.add_argument("--from-offset", type=_non_negative_int, default=0)
+    follow.add_argument("--once", action="store_true", help="read what is there and exit")
+    follow.add_argument(
+        "--interval", type=_positive_float, default=DEFAULT_POLL_INTERVAL, help="poll seconds"
+    )
+
+    check = commands.add_parser("check", help="validate a frame log and print its loss report")
+    check.add_argument("file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "serve":
+            asyncio.run(serve_stdio([ShellTool()], max_frame_bytes=args.max_frame_bytes))
+            return 0
+        if args.command == "follow":
+            return _follow(args)
+        return _check(args)
+    except _UsageError as exc:
+        parser.exit(EXIT_USAGE, f"kigi-stream {args.command}: error: {exc}\n")
+
+
+# -- run -------------------------------------------------------------------------------
+
+
+class _Status:
+    """The live status line on a terminal's stderr (Rule: piped, never drawn)."""
+
+    def __init__(self, stream: IO[str], enabled: bool) -> None:
+        self._stream = stream
+        self._enabled = enabled
+        self._shown = False
+        self._started = time.monotonic()
+        self._next = self._started + STATUS_AFTER_S
+
+    def update(self, total: int) -> None:
+        now = time.monotonic()
+        if not self._enabled or now < self._next:
+            return
+        self._next = now + STATUS_INTERVAL_S
+        rate = total / max(now - self._started, 1e-9)
+        self._stream.write(f"\r\x1b[K[kigi-stream] {_size(total)}, {_size(rate)}/s")
+        self._stream.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+            self._shown = False
+
+
+def _size(count: float) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if count < 1024:
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"
+
+
+def _shell_tool(args: argparse.Namespace) -> ShellTool:
+    options: dict[str, Any] = {"tick": args.tick / 1000, "tail_capacity": args.tail}
+    # --cap and --limit need a shell tool that takes them; refuse clearly otherwise.
+    accepted = ShellTool.__init__.__code__.co_varnames
+    for flag, name, value in (
+        ("--cap", "max_delta_bytes", args.cap),
+        ("--limit", "limit", args.limit),
+    ):
+        if value is None:
+            continue
+        if name not in accepted:
+            raise _UsageError(f"{flag} is not supported by this version of the shell tool")
+        options[name] = value
+    try:
+        return ShellTool(**options)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise _UsageError("no command given; usage: kigi-stream run [options] -- CMD ...")
+    if args.timeout is not None and args.timeout * 1000 > MAX_COMMAND_TIMEOUT_MS:
+        raise _UsageError(
+            f"--timeout {args.timeout:g} is past the shell tool's longest deadline"
+            f" of {MAX_COMMAND_TIMEOUT_MS // 1000} s"
+        )
+    tool = _shell_tool(args)
+    shell_args = ShellArgs(
+        command=cmd[0] if len(cmd) == 1 else cmd,
+        timeout_ms=None if args.timeout is None else max(round(args.timeout * 1000), 1),
+    )
+    try:
+        return asyncio.run(_run_async(tool, shell_args, json_mode=args.json))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool) -> int:
+    out = sys.stdout.buffer
+    status = _Status(sys.stderr, sys.stderr.isatty() and not json_mode)
+    reassembler = Reassembler(known_calls=[_CALL_ID])
+    ctx = ToolContext(_CALL_ID)
+    started = time.monotonic()
+    seq = 0
+    frames = 0
+    terminal: ToolResult | ToolError | None = None
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, ctx.cancel)
+    interrupted = False
+    try:
+        async with run_tool(tool, shell_args, ctx=ctx) as run:
+            async for event in run:
+                if isinstance(event, ToolResult | ToolError):
+                    terminal = event
+                    continue
+                frame = progress_to_frame(_CALL_ID, event)
+                appended = reassembler.appended(frame, seq)
+                if json_mode:
+                    out.write(progress_line(_CALL_ID, seq, frame.kind, frame.body))
+                else:
+                    text = appended.render(DEFAULT_GAP_MARKER)
+                    if text:
+                        status.clear()
+                        out.write(text.encode("utf-8", "surrogateescape"))
+                out.flush()
+                seq += 1
+                frames += 1
+                status.update(_total(reassembler))
+    except BrokenPipeError:
+        ctx.cancel()
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        return EXIT_PIPE_CLOSED
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        interrupted = ctx.cancelled
+        status.clear()
+    duration = time.monotonic() - started
+    return _finish(terminal, reassembler, frames, duration, interrupted)
+
+
+def _total(reassembler: Reassembler) -> int:
+    state = reassembler.stream(_CALL_ID, "bash_output_chunk")
+    return 0 if state is None else state.report().total_bytes or 0
+
+
+def _finish(
+    terminal: ToolResult | ToolError | None,
+    reassembler: Reassembler,
+    frames: int,
+    duration: float,
+    interrupted: bool,
+) -> int:
+    reports = reassembler.reports()
+    gaps = sum(len(report.gaps) for report in reports)
+    truncated = any(report.truncated for report in reports)
+    total = sum(report.total_bytes or 0 for report in reports)
+    parts = [
+        f"{total} bytes",
+        f"{frames} frames",
+        f"{gaps} gaps",
+        "truncated" if truncated else "not truncated",
+    ]
+    code: int
+    if isinstance(terminal, ToolResult):
+        outcome = msgspec.convert(msgspec.to_builtins(terminal.value), ShellOutcome)
+        if outcome.timed_out:
+            code = EXIT_TIMEOUT
+            parts.append(f"timed out ({outcome.signal or outcome.exit_code})")
+        elif outcome.signal is not None:
+            number = getattr(signal.Signals, outcome.signal, None)
+            code = 128 + int(number) if number is not None else EXIT_FAILED
+            parts.append(f"killed by {outcome.signal}")
+        else:
+            code = outcome.exit_code if outcome.exit_code is not None else EXIT_FAILED
+            parts.append(f"exit {outcome.exit_code}")
+    elif isinstance(terminal, ToolError):
+        if interrupted:
+            code = EXIT_INTERRUPTED
+        elif terminal.kind == "execution" and "cannot start" in terminal.message:
+            code = EXIT_CANNOT_START
+        elif terminal.kind == "timeout":
+            code = EXIT_TIMEOUT
+        else:
+            code = EXIT_FAILED
+        parts.append(f"{terminal.kind.value}: {terminal.message}")
+    else:  # pragma: no cover - run_tool always ends with a terminal
+        code = EXIT_FAILED
+        parts.append("no result")
+    parts.append(f"{duration:.2f} s")
+    sys.stderr.write(f"kigi-stream: {', '.join(parts)}\n")
+    sys.stderr.flush()
+    return code
+
+
+# -- follow and check ------------------------------------------------------------------
+
+
+def _print_appended(items: list[Appended], out: IO[bytes]) -> None:
+    for item in items:
+        text = item.render(DEFAULT_GAP_MARKER)
+        if text:
+            out.write(text.encode("utf-8", "surrogateescape"))
+    out.flush()
+
+
+def _follow(args: argparse.Namespace) -> int:
+    if not os.path.exists(args.file) and args.once:
+        raise _UsageError(f"no such file: {args.file!r}")
+    follower = Follower(args.file, args.from_offset)
+    out = sys.stdout.buffer
+    try:
+        _print_appended(follower.poll_appended(), out)
+        if args.once:
+            return 0
+        while True:
+            time.sleep(args.interval)
+            _print_appended(follower.poll_appended(), out)
+    except KeyboardInterrupt:
+        pass
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+    except BrokenPipeError:
+        return EXIT_PIPE_CLOSED
+    finally:
+        sys.stderr.write(
+            f"kigi-stream follow: stopped at offset {follower.offset}"
+            f" (resume with --from-offset {follower.offset})\n"
+        )
+    return 0
+
+
+#: Anomaly kinds that are reported loss, not broken protocol (``check`` passes them).
+_LOSS_ONLY: Final = frozenset({"dropped_frames"})
+
+
+def _check(args: argparse.Namespace) -> int:
+    if not os.path.isfile(args.file):
+        raise _UsageError(f"no such file: {args.file!r}")
+    follower = Follower(args.file)
+    follower.poll()
+    reassembler = follower.reassembler
+    out = sys.stdout
+    for report in reassembler.reports():
+        out.write(report.summary() + "\n")
+    violations = [a for a in reassembler.anomalies if a.kind not in _LOSS_ONLY]
+    for anomaly in reassembler.anomalies:
+        where = f" [{anomaly.key.tool_call_id}/{anomaly.key.subkind}]" if anomaly.key else ""
+        out.write(f"record {anomaly.index}: {anomaly.kind}{where}: {anomaly.detail}\n")
+    verdict = "ok" if not violations else f"{len(violations)} violations"
+    out.write(
+        f"checked {reassembler.records} records, {len(reassembler.streams)} streams,"
+        f" {reassembler.ignored} other messages: {verdict}\n"
+    )
+    return 0 if not violations else 1

@@ -1,0 +1,631 @@
+"""``Client``: call tools on a server that speaks JSON lines of JSON-RPC 2.0.
+
+Invariants:
+
+Rule 1. A call is ``CallProgress* (ToolCallResult | ToolError)``: iterating a
+        :class:`Call` yields progress, then its ``ToolCallResult`` last; a failed
+        call raises :class:`RemoteToolError` (a ``ToolError``) instead. Every
+        progress frame is absorbed by the call's own :class:`Reassembler` before
+        it is yielded, so ``call.reassembler`` always reflects what was seen.
+Rule 2. A call never hangs: a server that closes its output (exits, crashes,
+        is killed) fails every pending call with ``connection_lost``; a call
+        with a ``timeout`` fails with ``timeout`` at most
+        :data:`TIMEOUT_GRACE_S` after it, whatever the server does.
+Rule 3. Memory is bounded: each call buffers at most
+        :data:`CALL_BUFFER_FRAMES` frames its consumer has not taken. Past that
+        the oldest untaken frame is dropped and counted (``Call.frames_dropped``);
+        the call's reassembler then sees the hole in ``seq`` and reports it.
+        The client never stops reading for one slow consumer, so a consumer
+        that waits on one call while another floods cannot deadlock, and the
+        terminal is never dropped.
+Rule 4. Leaving a call early (``break``, ``aclose``, ``cancel``) sends the hook
+        ``Cancel`` notification for it; its later frames are discarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import IO, Any, Final, NamedTuple, Protocol
+
+import msgspec
+
+from kigi_tool_protocol import (
+    MAX_FRAME_BYTES_CEILING,
+    METHOD_HOOK,
+    METHOD_TOOL_CALL,
+    METHOD_TOOL_CALL_PROGRESS,
+    METHOD_TOOLS_LIST,
+    CancelledWire,
+    ConnectionLostWire,
+    DecodeError,
+    HookFrame,
+    InternalErrorWire,
+    JsonRpcNotification,
+    JsonRpcRequest,
+    JsonRpcResponse,
+    PartialResultPayload,
+    TimeoutWire,
+    ToolCallParams,
+    ToolCallProgressFrame,
+    ToolCallResult,
+    ToolErrorWire,
+    convert,
+    error_code_for,
+    json_codec,
+)
+
+from ._lines import OversizedLine, read_lines
+from ._reassembler import Appended, Reassembler
+from ._tool import ToolError, ToolErrorKind
+
+__all__ = (
+    "CALL_BUFFER_FRAMES",
+    "CLOSE_WAIT_S",
+    "TIMEOUT_GRACE_S",
+    "Call",
+    "CallProgress",
+    "Client",
+    "ClientStats",
+    "RemoteToolError",
+)
+
+#: Frames one call may hold that its consumer has not taken yet (Rule 3). 1024
+#: full 16 KiB deltas are 16 MiB: a consumer busy elsewhere for a while loses
+#: nothing, one that never comes back costs a bounded amount.
+CALL_BUFFER_FRAMES: Final = 1024
+
+#: Seconds after a call's ``timeout`` that the client waits for the server's own
+#: ``timeout`` reply (the server enforces ``deadline_ms`` and kills the tool)
+#: before failing the call itself. Covers a kill's grace on a loaded machine.
+TIMEOUT_GRACE_S: Final = 5.0
+
+#: Seconds :meth:`Client.aclose` waits for a server process to exit after its
+#: input closed (it cancels its calls first) before killing it.
+CLOSE_WAIT_S: Final = 15.0
+
+_FAST_LINE: Final = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
+_ANY_FRAME: Final = ToolCallProgressFrame[Any]
+
+
+class RemoteToolError(ToolError):
+    """Raised when a call fails: the server replied with an error, the connection
+    was lost, or the call timed out.
+
+    ``wire`` is the exact ``ToolErrorWire`` (``wire.code`` is its code string,
+    e.g. ``"connection_lost"``, even for codes :class:`ToolErrorKind` lacks, which
+    map to ``kind`` ``internal_error``); ``number`` the JSON-RPC ``error.code``.
+    """
+
+    def __init__(self, wire: ToolErrorWire, message: str, *, number: int | None = None) -> None:
+        try:
+            kind = ToolErrorKind(wire.code)
+        except ValueError:
+            kind = ToolErrorKind.INTERNAL_ERROR
+        super().__init__(
+            kind,
+            message,
+            tool_id=getattr(wire, "tool_id", None),
+            details=getattr(wire, "details", None),
+            elapsed_ms=getattr(wire, "elapsed_ms", None),
+        )
+        self.wire = wire
+        self.number = error_code_for(wire) if number is None else number
+
+    def __repr__(self) -> str:
+        return f"RemoteToolError({self.wire.code!r}, {self.message!r})"
+
+    def to_wire(self) -> ToolErrorWire:
+        """The ``ToolErrorWire`` exactly as received (or made by the client)."""
+        return self.wire
+
+
+@dataclass(frozen=True, slots=True)
+class CallProgress:
+    """One progress frame of a call, as yielded by iterating a :class:`Call`:
+    the frame, its envelope ``seq``, and what it added to the reassembled view
+    (``appended.render()`` is the text to print, gap marker included)."""
+
+    frame: ToolCallProgressFrame[Any]
+    seq: int | None
+    appended: Appended
+
+
+class ClientStats(NamedTuple):
+    """Counters of a :class:`Client`: lines read, lines it could not use
+    (undecodable, oversized, for no call it knows), calls made."""
+
+    lines: int
+    lines_unused: int
+    calls: int
+
+
+class _Writer(Protocol):
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def close(self) -> None: ...
+
+
+_END: Final = object()
+
+
+class Call:
+    """One tool call in progress. Iterate it (``async for``) for
+    :class:`CallProgress` items and, last, the ``ToolCallResult``; or
+    ``await call.result()`` for the result alone.
+
+    Raises (while iterating):
+        RemoteToolError: the call failed (server error, ``connection_lost``,
+            ``timeout``, ``cancelled``).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        request_id: int,
+        tool_call_id: str,
+        tool_id: str,
+        timeout: float | None,
+    ) -> None:
+        self._client = client
+        self.request_id = request_id
+        self.tool_call_id = tool_call_id
+        self.tool_id = tool_id
+        self.reassembler = Reassembler(known_calls=[tool_call_id])
+        self.outcome: ToolCallResult | RemoteToolError | None = None
+        loop = asyncio.get_running_loop()
+        self._started = loop.time()
+        self._deadline = None if timeout is None else self._started + timeout + TIMEOUT_GRACE_S
+        self._timeout = timeout
+        self._items: deque[tuple[ToolCallProgressFrame[Any], int | None] | object] = deque()
+        self._getter: asyncio.Future[None] | None = None
+        #: Frames dropped because the consumer fell behind (Rule 3).
+        self.frames_dropped = 0
+        self._done = False  # the terminal is queued (or the call was abandoned)
+        self._finished = False  # the consumer has seen the end
+
+    def __repr__(self) -> str:
+        return f"Call(tool_id={self.tool_id!r}, tool_call_id={self.tool_call_id!r})"
+
+    # -- fed by the client's reader -----------------------------------------------
+
+    def _wake(self) -> None:
+        getter = self._getter
+        if getter is not None and not getter.done():
+            getter.set_result(None)
+
+    def _put_progress(self, frame: ToolCallProgressFrame[Any], seq: int | None) -> None:
+        if self._done:
+            return
+        if len(self._items) >= CALL_BUFFER_FRAMES:
+            self._items.popleft()  # Rule 3: the oldest untaken frame
+            self.frames_dropped += 1
+        self._items.append((frame, seq))
+        self._wake()
+
+    def _end(self, outcome: ToolCallResult | RemoteToolError) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.outcome = outcome
+        self._items.append(_END)
+        self._wake()
+
+    # -- the consumer --------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[CallProgress | ToolCallResult]:
+        return self
+
+    async def __anext__(self) -> CallProgress | ToolCallResult:
+        if self._finished:
+            raise StopAsyncIteration
+        await self._client._flush()
+        loop = asyncio.get_running_loop()
+        while not self._items:
+            self._getter = loop.create_future()
+            remaining = None if self._deadline is None else self._deadline - loop.time()
+            try:
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError
+                async with asyncio.timeout(remaining):
+                    await self._getter
+            except TimeoutError:
+                self._time_out()
+            finally:
+                self._getter = None
+        item = self._items.popleft()
+        if item is _END:
+            self._finished = True
+            outcome = self.outcome
+            assert outcome is not None
+            if isinstance(outcome, RemoteToolError):
+                raise outcome
+            return outcome
+        assert isinstance(item, tuple)
+        frame: ToolCallProgressFrame[Any] = item[0]
+        seq: int | None = item[1]
+        appended = self.reassembler.appended(frame, seq)
+        return CallProgress(frame, seq, appended)
+
+    def _time_out(self) -> None:
+        elapsed_ms = int((asyncio.get_running_loop().time() - self._started) * 1000)
+        wire = TimeoutWire(tool_id=self.tool_id, elapsed_ms=elapsed_ms)
+        message = (
+            f"tool {self.tool_id!r} call {self.tool_call_id!r} timed out after {elapsed_ms} ms"
+            f" (timeout {self._timeout} s; the server did not answer in time)"
+        )
+        self._client._abandon(self, send_cancel=True)
+        self._end(RemoteToolError(wire, message))
+
+    async def result(self) -> ToolCallResult:
+        """Consume the call and return its result.
+
+        Raises:
+            RemoteToolError: the call failed.
+        """
+        async for item in self:
+            if isinstance(item, ToolCallResult):
+                return item
+        raise AssertionError("a call always ends with a result or an error")  # pragma: no cover
+
+    async def cancel(self) -> None:
+        """Ask the server to cancel the call (hook ``Cancel``). Iterating goes on to
+        the server's reply, normally a ``cancelled`` error."""
+        if not self._done:
+            self._client._send_cancel(self)
+            await self._client._flush()
+
+    async def aclose(self) -> None:
+        """Stop caring about the call: cancel it if it is still running (Rule 4)."""
+        if not self._done:
+            self._client._abandon(self, send_cancel=True)
+            wire = CancelledWire(tool_id=self.tool_id)
+            self._end(RemoteToolError(wire, f"call {self.tool_call_id!r} was abandoned"))
+            await self._client._flush()
+        self._finished = True
+
+
+class Client:
+    """A connection to one tool server. Make it with :meth:`spawn` (start a server
+    process) or :meth:`connect` (wrap streams); use it as an async context manager.
+
+    ``max_frame_bytes`` bounds a line read from the server (longer ones are
+    skipped unread and counted); ``session_id`` is sent on every message.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: _Writer,
+        *,
+        process: asyncio.subprocess.Process | None = None,
+        session_id: str | None = None,
+        max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.process = process
+        self.session_id = session_id or f"sess_{uuid.uuid4().hex}"
+        self._max_frame_bytes = max_frame_bytes
+        self._ids = itertools.count(1)
+        self._calls: dict[str, Call] = {}
+        self._by_request: dict[int, Call] = {}
+        self._requests: dict[int, asyncio.Future[Any]] = {}
+        self._lost: str | None = None
+        self._closed = False
+        self._lines = 0
+        self._unused = 0
+        self._made = 0
+        self._read_task = asyncio.get_running_loop().create_task(
+            self._read_loop(), name="kigi client reader"
+        )
+
+    @classmethod
+    async def spawn(
+        cls,
+        argv: Sequence[str],
+        *,
+        stderr: int | IO[Any] | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        session_id: str | None = None,
+        max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
+    ) -> Client:
+        """Start ``argv`` (any program that serves the protocol on its stdin and
+        stdout) and connect to it. ``stderr`` is inherited unless given.
+
+        Raises:
+            OSError: the program could not be started.
+        """
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            cwd=cwd,
+            limit=64 * 1024,
+        )
+        assert process.stdin is not None
+        assert process.stdout is not None
+        return cls(
+            process.stdout,
+            process.stdin,
+            process=process,
+            session_id=session_id,
+            max_frame_bytes=max_frame_bytes,
+        )
+
+    @classmethod
+    async def connect(
+        cls,
+        reader: asyncio.StreamReader,
+        writer: _Writer,
+        *,
+        session_id: str | None = None,
+        max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
+    ) -> Client:
+        """Wrap an already-open connection (``writer`` needs ``write``, ``drain``
+        and ``close``)."""
+        return cls(reader, writer, session_id=session_id, max_frame_bytes=max_frame_bytes)
+
+    def statistics(self) -> ClientStats:
+        """The client's counters (see :class:`ClientStats`)."""
+        return ClientStats(self._lines, self._unused, self._made)
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- calls -------------------------------------------------------------------
+
+    def call(
+        self,
+        tool_id: str,
+        arguments: Any,
+        *,
+        timeout: float | None = None,
+        tool_call_id: str | None = None,
+    ) -> Call:
+        """Start a call of ``tool_id`` with ``arguments`` (any JSON-able value or
+        msgspec Struct). ``timeout`` (seconds) is sent as ``deadline_ms`` and
+        enforced here too (Rule 2). Iterate the returned :class:`Call`.
+
+        Raises:
+            ValueError: ``tool_call_id`` is already in use on this connection, or
+                ``timeout`` is not positive.
+        """
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        call_id = tool_call_id or str(uuid.uuid4())
+        if call_id in self._calls:
+            raise ValueError(f"tool_call_id {call_id!r} is already in flight")
+        request_id = next(self._ids)
+        call = Call(self, request_id, call_id, tool_id, timeout)
+        self._made += 1
+        if self._lost is not None:
+            call._end(self._connection_lost(tool_id))
+            return call
+        params: ToolCallParams[Any] = ToolCallParams(
+            tool_call_id=call_id,
+            tool_id=tool_id,
+            arguments=arguments,
+            deadline_ms=None if timeout is None else max(int(timeout * 1000), 1),
+        )
+        request: JsonRpcRequest[Any] = JsonRpcRequest(
+            id=request_id, session_id=self.session_id, method=METHOD_TOOL_CALL, params=params
+        )
+        self._calls[call_id] = call
+        self._by_request[request_id] = call
+        self._send(json_codec.encode(request))
+        return call
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """The server's tools (``tools.list``): id, description, input schema and
+        capabilities of each.
+
+        Raises:
+            RemoteToolError: the server answered with an error, or the connection
+                was lost.
+        """
+        request_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._requests[request_id] = future
+        request: JsonRpcRequest[Any] = JsonRpcRequest(
+            id=request_id, session_id=self.session_id, method=METHOD_TOOLS_LIST, params={}
+        )
+        self._send(json_codec.encode(request))
+        await self._flush()
+        result = await future
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            raise RemoteToolError(
+                InternalErrorWire(detail="tools.list result has no `tools` list"),
+                "tools.list result has no `tools` list",
+            )
+        return tools
+
+    async def aclose(self) -> None:
+        """Close the connection: end the server's input (it cancels what is in
+        flight), wait for its output to end, and, for a spawned server, for it to
+        exit (killing it after :data:`CLOSE_WAIT_S`)."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(ConnectionError, OSError):
+            self._writer.close()
+        try:
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(self._read_task)
+                if self.process is not None:
+                    await self.process.wait()
+        except TimeoutError:
+            if self.process is not None and self.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.kill()
+                await self.process.wait()
+            self._read_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._read_task
+
+    # -- internals ---------------------------------------------------------------
+
+    def _send(self, line: bytes) -> None:
+        if self._lost is not None:
+            return
+        try:
+            self._writer.write(line + b"\n")
+        except (ConnectionError, OSError, RuntimeError):
+            self._lose("the server's input is closed")
+
+    async def _flush(self) -> None:
+        if self._lost is not None or self._closed:
+            return
+        try:
+            await self._writer.drain()
+        except (ConnectionError, OSError):
+            self._lose("the server's input is closed")
+
+    def _send_cancel(self, call: Call) -> None:
+        hook = HookFrame.cancel(self.session_id, call.tool_id, call.tool_call_id)
+        note: JsonRpcNotification[Any] = JsonRpcNotification(
+            session_id=self.session_id, method=METHOD_HOOK, params=hook
+        )
+        self._send(json_codec.encode(note))
+
+    def _abandon(self, call: Call, *, send_cancel: bool) -> None:
+        if self._calls.get(call.tool_call_id) is call:
+            del self._calls[call.tool_call_id]
+            self._by_request.pop(call.request_id, None)
+            if send_cancel:
+                self._send_cancel(call)
+
+    def _connection_lost(self, tool_id: str) -> RemoteToolError:
+        wire = ConnectionLostWire(tool_id=tool_id)
+        return RemoteToolError(wire, f"connection to the tool server lost: {self._lost}")
+
+    def _lose(self, why: str) -> None:
+        if self._lost is not None:
+            return
+        if self.process is not None and self.process.returncode is not None:
+            why = f"{why} (server exited with code {self.process.returncode})"
+        self._lost = why
+        for call in list(self._calls.values()):
+            call._end(self._connection_lost(call.tool_id))
+        self._calls.clear()
+        self._by_request.clear()
+        for future in self._requests.values():
+            if not future.done():
+                future.set_exception(self._connection_lost("tools.list"))
+        self._requests.clear()
+
+    async def _read_loop(self) -> None:
+        why = "the server closed its output"
+        try:
+            async for line in read_lines(self._reader, self._max_frame_bytes):
+                self._lines += 1
+                if isinstance(line, OversizedLine):
+                    self._unused += 1
+                    continue
+                await self._handle(line)
+        except (ConnectionError, OSError) as exc:
+            why = f"reading from the server failed: {exc}"
+        finally:
+            if self.process is not None and self.process.returncode is None:
+                # Give a dying server a moment to be reaped, for a better message.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await self.process.wait()
+            self._lose(why)
+
+    async def _handle(self, line: bytes) -> None:
+        try:
+            fast = json_codec.decode(line, _FAST_LINE, max_bytes=self._max_frame_bytes)
+        except DecodeError:
+            pass
+        else:
+            await self._route_progress(fast.params, fast.seq)
+            return
+        try:
+            message = json_codec.decode_message(
+                line, max_bytes=self._max_frame_bytes, params=msgspec.Raw, result=msgspec.Raw
+            )
+        except DecodeError:
+            self._unused += 1
+            return
+        if isinstance(message, JsonRpcResponse):
+            self._route_response(message)
+        elif isinstance(message, JsonRpcNotification) and message.method == (
+            METHOD_TOOL_CALL_PROGRESS
+        ):
+            try:
+                frame = json_codec.decode(message.params, _ANY_FRAME)
+            except DecodeError:
+                self._unused += 1
+                return
+            await self._route_progress(frame, message.seq)
+        else:
+            self._unused += 1
+
+    async def _route_progress(self, frame: ToolCallProgressFrame[Any], seq: int | None) -> None:
+        call = self._calls.get(frame.tool_call_id)
+        if call is None:
+            self._unused += 1
+            return
+        call._put_progress(frame, seq)
+
+    def _route_response(self, response: JsonRpcResponse[msgspec.Raw]) -> None:
+        request_id = response.id
+        if not isinstance(request_id, int):
+            self._unused += 1
+            return
+        future = self._requests.pop(request_id, None)
+        if future is not None:
+            if future.done():
+                return
+            if response.error is not None:
+                future.set_exception(self._error_of(response, "tools.list"))
+            else:
+                assert response.result is not None
+                future.set_result(json_codec.decode(response.result))
+            return
+        call = self._by_request.pop(request_id, None)
+        if call is None:
+            self._unused += 1
+            return
+        self._calls.pop(call.tool_call_id, None)
+        if response.error is not None:
+            call._end(self._error_of(response, call.tool_id))
+            return
+        assert response.result is not None
+        try:
+            result = json_codec.decode(response.result, ToolCallResult)
+        except DecodeError as exc:
+            wire = InternalErrorWire(detail=f"the server's result is not a ToolCallResult: {exc}")
+            call._end(RemoteToolError(wire, wire.detail or ""))
+            return
+        call._end(result)
+
+    @staticmethod
+    def _error_of(response: JsonRpcResponse[Any], tool_id: str) -> RemoteToolError:
+        error = response.error
+        assert error is not None
+        try:
+            wire: ToolErrorWire = convert(error.data, ToolErrorWire)
+        except DecodeError:
+            wire = InternalErrorWire(detail=error.message)
+        return RemoteToolError(wire, error.message, number=error.code)
