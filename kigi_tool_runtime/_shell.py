@@ -248,6 +248,8 @@ class _PipeReader:
                 self._loop.remove_reader(self._fd)
                 return
             stream.write(view[:size])
+            if size < len(buf):
+                return  # the pipe is empty: skip a read that would only fail
 
     def wake(self) -> None:
         waiter = self._waiter
