@@ -10,6 +10,23 @@ implements :meth:`Tool.run` instead, ``async def`` or plain ``def`` (a plain
 ``def`` runs in a worker thread), and returns its result: a
 :class:`ToolResult`, or any JSON-able value, which becomes the JSON output.
 
+A streaming tool, whole::
+
+    class Grep(Tool[GrepArgs]):
+        id = "grep"
+        args_type = GrepArgs
+        capabilities = ToolCapabilities(streaming=SPEC)
+
+        async def execute(self, ctx, args):
+            stream = OutputStream(SPEC, capacity=256 * 1024, progress=ctx.wants_progress)
+            async for line in matching_lines(args):
+                stream.write(line)
+                for frame in stream.drain():
+                    yield frame
+            for frame in stream.finish():
+                yield frame
+            yield ToolResult(value={"matches": stream.total})
+
 Nothing here runs a tool: :func:`run_tool` in ``_runner`` does, and enforces
 the grammar. This module is sans-IO (no event loop).
 """
