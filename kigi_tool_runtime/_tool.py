@@ -25,7 +25,7 @@ A streaming tool, whole::
                     yield frame
             for frame in stream.finish():
                 yield frame
-            yield ToolResult(value={"matches": stream.total})
+            yield ToolResult(value={"bytes": stream.total})
 
 Nothing here runs a tool: :func:`run_tool` in ``_runner`` does, and enforces
 the grammar. This module is sans-IO (no event loop).
