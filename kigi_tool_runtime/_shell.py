@@ -340,7 +340,9 @@ class ShellTool(Tool[ShellArgs]):
 
         Raises:
             ToolError: ``execution``, the command could not be started (no such
-                program or directory, not executable).
+                program or directory, not executable); ``invalid_params``, the
+                command or environment holds what no process can take (a NUL
+                byte, a ``=`` in a variable name).
         """
         loop = asyncio.get_running_loop()
         limit = args.output_limit or DEFAULT_OUTPUT_LIMIT
@@ -429,6 +431,11 @@ class ShellTool(Tool[ShellArgs]):
         except OSError as exc:
             os.close(read_fd)
             raise ToolError.execution(f"cannot start {argv[0]!r}: {exc}") from exc
+        except ValueError as exc:  # a NUL byte, a '=' in a variable name
+            os.close(read_fd)
+            raise ToolError.invalid_params(
+                f"cannot start {argv[0]!r}: {exc}", details={"reason": str(exc)}
+            ) from exc
         except BaseException:
             os.close(read_fd)
             raise

@@ -265,6 +265,31 @@ def test_bad_arguments_name_the_field(args: dict[str, Any], path: str) -> None:
     assert got.terminal.details["path"] == path
 
 
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        ({"command": "echo \x00"}, "embedded null byte"),
+        ({"command": "true", "env": {"A=B": "1"}}, "illegal environment variable name"),
+    ],
+)
+def test_arguments_no_process_can_take_are_invalid_params(
+    args: dict[str, Any], reason: str
+) -> None:
+    """A NUL byte in the command or a ``=`` in a variable name is ``invalid_params``,
+    and leaks no file descriptor."""
+
+    async def main() -> tuple[Collected, set[str], set[str]]:
+        before = open_fds()
+        got = await collect(args)
+        return got, before, open_fds()
+
+    got, before, after = asyncio.run(main())
+    assert isinstance(got.terminal, ToolError)
+    assert got.terminal.kind is ToolErrorKind.INVALID_PARAMS
+    assert reason in got.terminal.message
+    assert before == after
+
+
 def test_unknown_argument_fields_are_rejected() -> None:
     """An argument the tool does not know is an error, not silently ignored."""
     got = run({"command": "true", "comand": "rm -rf /"})
