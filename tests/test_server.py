@@ -1,0 +1,358 @@
+"""The JSON-RPC server, driven through a real `kigi-stream serve` process over pipes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kigi_tool_runtime._server import (
+    CALL_QUEUE_BYTES,
+    MAX_CALLS_IN_FLIGHT,
+    SERVER_CANCEL_MESSAGE,
+    Server,
+    progress_line,
+)
+from kigi_tool_runtime._shell import ShellTool
+
+#: Generous bound for any single expected line: a stuck server fails the test
+#: instead of hanging it; never a timing assertion.
+LINE_WAIT_S = 60.0
+
+
+class ServeProcess:
+    """A `kigi-stream serve` child with line-level helpers."""
+
+    def __init__(self, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kigi_tool_runtime", "serve", *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert self.proc.stdout is not None
+        self._fd = self.proc.stdout.fileno()
+        self._buf = b""
+
+    def send(self, obj: Any) -> None:
+        assert self.proc.stdin is not None
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        self.proc.stdin.write(data + b"\n")
+        self.proc.stdin.flush()
+
+    def line(self) -> dict[str, Any]:
+        deadline = time.monotonic() + LINE_WAIT_S
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self._fd], [], [], max(left, 0))
+            assert ready, "the server wrote no line in time"
+            chunk = os.read(self._fd, 1 << 20)
+            assert chunk, f"the server closed its output; buffered: {self._buf[:200]!r}"
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        decoded: dict[str, Any] = json.loads(line)
+        return decoded
+
+    def until_response(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        progress: list[dict[str, Any]] = []
+        while True:
+            message = self.line()
+            if "id" in message:
+                return progress, message
+            progress.append(message)
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        return self.proc.wait(timeout=LINE_WAIT_S)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        assert self.proc.stdout is not None
+        assert self.proc.stdin is not None
+        self.proc.stdout.close()
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+
+
+def _call(call_id: str, command: Any, request_id: Any = 1, **params: Any) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tool.call",
+        "params": {
+            "tool_call_id": call_id,
+            "tool_id": "bash",
+            "arguments": {"command": command},
+            **params,
+        },
+    }
+
+
+@pytest.fixture
+def server() -> Any:
+    proc = ServeProcess()
+    yield proc
+    proc.kill()
+
+
+def test_a_call_streams_progress_then_its_result(server: ServeProcess) -> None:
+    """A call yields seq-numbered progress from 0 and one result with the outcome."""
+    server.send(_call("c1", "printf one; sleep 0.3; printf two"))
+    progress, response = server.until_response()
+    assert [p["seq"] for p in progress] == list(range(len(progress)))
+    assert all(p["method"] == "tool_call_progress" for p in progress)
+    assert "".join(p["params"]["body"]["delta"] for p in progress) == "onetwo"
+    assert all("dropped_count" not in p["params"] for p in progress)
+    assert response["id"] == 1
+    value = response["result"]["output"]["value"]
+    assert (value["exit_code"], value["output"]) == (0, "onetwo")
+
+
+def test_malformed_lines_get_errors_and_the_server_keeps_serving(server: ServeProcess) -> None:
+    """Garbage, non-objects, bad envelopes, unknown methods and bad params each get
+    their JSON-RPC error; a valid call afterwards still works."""
+    server.send(b"this is not json")
+    reply = server.line()
+    assert reply["id"] is None
+    assert reply["error"]["code"] == -32700
+    assert reply["error"]["message"].startswith("parse error: ")
+
+    server.send(b"[1, 2]")
+    reply = server.line()
+    assert (reply["id"], reply["error"]["code"]) == (None, -32600)
+    assert "must be a JSON object" in reply["error"]["message"]
+
+    server.send({"jsonrpc": "1.0", "id": 7, "method": "tool.call", "params": {}})
+    reply = server.line()
+    assert (reply["id"], reply["error"]["code"]) == (7, -32600)
+    assert '`jsonrpc` must be "2.0", got "1.0"' in reply["error"]["message"]
+
+    server.send({"jsonrpc": "2.0", "id": 8, "method": "tool.call"})
+    reply = server.line()
+    assert (reply["id"], reply["error"]["code"]) == (8, -32600)
+    assert "`params` is missing" in reply["error"]["message"]
+
+    server.send({"jsonrpc": "2.0", "id": True, "method": "tool.call", "params": {}})
+    reply = server.line()
+    assert (reply["id"], reply["error"]["code"]) == (None, -32600)
+    assert "`id` must be a string or an integer" in reply["error"]["message"]
+
+    server.send({"jsonrpc": "2.0", "id": "m", "method": "no.such.method", "params": {}})
+    reply = server.line()
+    assert (reply["id"], reply["error"]["code"]) == ("m", -32601)
+    assert reply["error"]["message"] == "method not found: 'no.such.method'"
+
+    server.send({"jsonrpc": "2.0", "id": 9, "method": "tool.call", "params": {"tool_id": "bash"}})
+    reply = server.line()
+    assert reply["error"]["code"] == -32602
+    assert reply["error"]["data"]["code"] == "invalid_params"
+    assert "tool_call_id" in reply["error"]["message"]
+
+    server.send(_call("c2", "true", request_id=10) | {})
+    reply = server.line()
+    assert "result" in reply, reply
+
+    bad_tool = _call("c3", "true", request_id=11)
+    bad_tool["params"]["tool_id"] = "nope"
+    server.send(bad_tool)
+    reply = server.line()
+    assert reply["error"]["code"] == -32011
+    assert reply["error"]["data"] == {"code": "tool_not_found", "tool_id": "nope"}
+
+    bad_args = _call("c4", 5, request_id=12)
+    server.send(bad_args)
+    reply = server.line()
+    assert reply["error"]["code"] == -32602
+    assert reply["error"]["data"]["code"] == "invalid_params"
+
+    server.send({"jsonrpc": "2.0", "method": "no.such.notification", "params": {}})
+    server.send(_call("c5", "echo fine", request_id=13))
+    progress, response = server.until_response()
+    assert response["id"] == 13
+    assert "".join(p["params"]["body"]["delta"] for p in progress) == "fine\n"
+
+
+def test_an_oversized_line_is_rejected_without_being_held() -> None:
+    """A line past --max-frame-bytes gets frame_too_large (-32018, id null) with its
+    full size, the server's memory does not grow by it, and serving goes on."""
+    proc = ServeProcess("--max-frame-bytes", "4096")
+    try:
+        proc.send({"jsonrpc": "2.0", "id": 0, "method": "tools.list", "params": {}})
+        assert proc.line()["id"] == 0
+        size = 64 * 1024 * 1024
+        assert proc.proc.stdin is not None
+        chunk = b"x" * (1 << 20)
+        for _ in range(size // len(chunk)):
+            proc.proc.stdin.write(chunk)
+        proc.proc.stdin.write(b"\n")
+        proc.proc.stdin.flush()
+        reply = proc.line()
+        assert reply["id"] is None
+        assert reply["error"]["code"] == -32018
+        assert reply["error"]["data"] == {"code": "frame_too_large", "bytes": size, "limit": 4096}
+        peak_kib = _status_kib(proc.proc.pid, "VmHWM")
+        assert peak_kib < 48 * 1024, f"server peaked at {peak_kib} KiB for a {size}-byte line"
+        proc.send(_call("c1", "echo ok"))
+        _, response = proc.until_response()
+        assert response["result"]["output"]["value"]["output"] == "ok\n"
+    finally:
+        proc.kill()
+
+
+def test_end_of_input_mid_call_cancels_and_exits_cleanly(server: ServeProcess) -> None:
+    """Closing the server's input mid-call ends the call with a cancelled error
+    (the server's own wording), then the server exits 0."""
+    server.send(_call("c1", "echo started; sleep 60"))
+    first = server.line()
+    assert first["params"]["body"]["delta"] == "started\n"
+    assert server.proc.stdin is not None
+    server.proc.stdin.close()
+    _, response = server.until_response()
+    assert response["error"]["code"] == -32603
+    assert response["error"]["message"] == SERVER_CANCEL_MESSAGE
+    assert response["error"]["data"] == {"code": "cancelled", "tool_id": "bash"}
+    assert server.proc.wait(timeout=LINE_WAIT_S) == 0
+
+
+def test_hook_cancel_notification_cancels_only_that_call(server: ServeProcess) -> None:
+    """A hook Cancel notification naming one call cancels it; the other call finishes."""
+    server.send(_call("slow", "echo s; sleep 60", request_id=1))
+    server.send(_call("other", "echo o; sleep 0.5; echo done", request_id=2))
+    server.send(
+        {
+            "jsonrpc": "2.0",
+            "session_id": "sess_a",
+            "method": "hook",
+            "params": {
+                "session_id": "sess_a",
+                "tool_id": "bash",
+                "call_id": "slow",
+                "event": {"type": "Cancel"},
+            },
+        }
+    )
+    responses: dict[Any, dict[str, Any]] = {}
+    while len(responses) < 2:
+        message = server.line()
+        if "id" in message:
+            responses[message["id"]] = message
+    assert responses[1]["error"]["data"] == {"code": "cancelled", "tool_id": "bash"}
+    assert responses[2]["result"]["output"]["value"]["output"] == "o\ndone\n"
+
+
+def test_tool_cancel_request_is_acknowledged(server: ServeProcess) -> None:
+    """`tool.cancel` with a tool_call_id cancels the call and answers how many it hit."""
+    server.send(_call("slow", "echo s; sleep 60", request_id=1))
+    assert server.line()["params"]["body"]["delta"] == "s\n"
+    server.send(
+        {"jsonrpc": "2.0", "id": 2, "method": "tool.cancel", "params": {"tool_call_id": "slow"}}
+    )
+    replies: dict[Any, dict[str, Any]] = {}
+    while len(replies) < 2:
+        message = server.line()
+        replies[message["id"]] = message
+    assert replies[2]["result"] == {"cancelled": 1}
+    assert replies[1]["error"]["data"]["code"] == "cancelled"
+    server.send(
+        {"jsonrpc": "2.0", "id": 3, "method": "tool.cancel", "params": {"tool_call_id": "gone"}}
+    )
+    assert server.line()["result"] == {"cancelled": 0}
+
+
+def test_duplicate_call_id_in_flight_is_refused(server: ServeProcess) -> None:
+    """A second call reusing an in-flight tool_call_id gets invalid_params naming it."""
+    server.send(_call("same", "echo a; sleep 60", request_id=1))
+    assert server.line()["params"]["tool_call_id"] == "same"
+    server.send(_call("same", "true", request_id=2))
+    reply = server.line()
+    assert reply["id"] == 2
+    assert reply["error"]["message"] == "tool_call_id 'same' is already in flight"
+
+
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+FLOOD_BYTES = 100 * 1024 * 1024
+
+FLOOD = (
+    "import os, sys\n"
+    "block = (b'0123456789abcdef' * 4096)\n"  # 64 KiB
+    f"for _ in range({FLOOD_BYTES} // len(block)):\n"
+    "    os.write(1, block)\n"
+    "open(sys.argv[1], 'w').close()\n"
+)
+
+
+@pytest.mark.slow
+def test_a_reader_that_stops_reading_keeps_server_memory_flat(tmp_path: Path) -> None:
+    """While the server's output is not read, a 100 MB flood runs to the end with the
+    server's peak memory bounded; frames it dropped are counted on a later frame,
+    and the final result arrives with every byte counted."""
+    done = tmp_path / "done"
+    proc = ServeProcess()
+    try:
+        proc.send({"jsonrpc": "2.0", "id": 0, "method": "tools.list", "params": {}})
+        assert proc.line()["id"] == 0
+        base_kib = _status_kib(proc.proc.pid, "VmHWM")
+        proc.send(_call("flood", [sys.executable, "-c", FLOOD, str(done)]))
+        deadline = time.monotonic() + 240
+        while not done.exists():
+            assert time.monotonic() < deadline, "the flood did not finish while unread"
+            time.sleep(0.2)
+        time.sleep(0.5)  # let the tool see the end of the pipe
+        peak_kib = _status_kib(proc.proc.pid, "VmHWM")
+        progress, response = proc.until_response()
+    finally:
+        proc.kill()
+    growth_mib = (peak_kib - base_kib) / 1024
+    assert growth_mib < 40, f"server memory grew {growth_mib:.0f} MiB for a 100 MiB flood"
+    dropped = [p["params"].get("dropped_count", 0) for p in progress]
+    assert sum(dropped) > 0
+    assert [p["seq"] for p in progress] == list(range(len(progress)))
+    value = response["result"]["output"]["value"]
+    assert value["total_bytes"] == FLOOD_BYTES
+    assert value["exit_code"] == 0
+    assert progress[-1]["params"]["body"]["total_bytes"] == FLOOD_BYTES
+
+
+def test_progress_line_is_the_served_wire() -> None:
+    """progress_line writes the notification in wire order, with dropped_count only when set."""
+    body = {"delta": "hi", "total_bytes": 2, "truncated": False, "gap": False}
+    assert progress_line("c", 0, "bash_output_chunk", body) == (
+        b'{"jsonrpc":"2.0","seq":0,"method":"tool_call_progress","params":{"tool_call_id":"c",'
+        b'"kind":"bash_output_chunk","body":{"delta":"hi","total_bytes":2,"truncated":false,'
+        b'"gap":false}}}\n'
+    )
+    line = progress_line("c", 3, "text", {"text": "x"}, session_id="s", dropped_count=2)
+    assert line == (
+        b'{"jsonrpc":"2.0","session_id":"s","seq":3,"method":"tool_call_progress",'
+        b'"params":{"tool_call_id":"c","kind":"text","body":{"text":"x"},"dropped_count":2}}\n'
+    )
+
+
+def test_server_rejects_bad_configuration() -> None:
+    """Duplicate tool ids and non-positive bounds are ValueErrors naming the problem."""
+    with pytest.raises(ValueError, match="two tools have the id 'bash'"):
+        Server([ShellTool(), ShellTool()])
+    with pytest.raises(ValueError, match="must be at least 1, got 0 and"):
+        Server([ShellTool()], max_frame_bytes=0)
+
+
+def test_bounds_are_sane() -> None:
+    """The per-call queue holds many full frames, and the in-flight bound is finite."""
+    assert CALL_QUEUE_BYTES >= 16 * 16 * 1024
+    assert 1 <= MAX_CALLS_IN_FLIGHT <= 1024
