@@ -5,19 +5,20 @@ Invariants:
 Rule 1. A call is ``CallProgress* (ToolCallResult | ToolError)``: iterating a
         :class:`Call` yields progress, then its ``ToolCallResult`` last; a failed
         call raises :class:`RemoteToolError` (a ``ToolError``) instead. Every
-        progress frame is absorbed by the call's own :class:`Reassembler` before
-        it is yielded, so ``call.reassembler`` always reflects what was seen.
+        progress frame is absorbed by the call's own :class:`Reassembler` as it
+        arrives, so ``call.reassembler`` is the whole view of what the server
+        sent, whether or not the consumer has taken every item yet.
 Rule 2. A call never hangs: a server that closes its output (exits, crashes,
         is killed) fails every pending call with ``connection_lost``; a call
         with a ``timeout`` fails with ``timeout`` at most
         :data:`TIMEOUT_GRACE_S` after it, whatever the server does.
 Rule 3. Memory is bounded: each call buffers at most
-        :data:`CALL_BUFFER_FRAMES` frames its consumer has not taken. Past that
-        the oldest untaken frame is dropped and counted (``Call.frames_dropped``);
-        the call's reassembler then sees the hole in ``seq`` and reports it.
-        The client never stops reading for one slow consumer, so a consumer
-        that waits on one call while another floods cannot deadlock, and the
-        terminal is never dropped.
+        :data:`CALL_BUFFER_FRAMES` progress items its consumer has not taken.
+        Past that the oldest untaken item is dropped and counted
+        (``Call.frames_dropped``); the reassembled view has absorbed it already,
+        so only that item's event is lost, never text. The client never stops
+        reading for one slow consumer, so a consumer that waits on one call
+        while another floods cannot deadlock; the terminal is never dropped.
 Rule 4. Leaving a call early (``break``, ``aclose``, ``cancel``) sends the hook
         ``Cancel`` notification for it; its later frames are discarded.
 """
@@ -183,7 +184,7 @@ class Call:
         self._started = loop.time()
         self._deadline = None if timeout is None else self._started + timeout + TIMEOUT_GRACE_S
         self._timeout = timeout
-        self._items: deque[tuple[ToolCallProgressFrame[Any], int | None] | object] = deque()
+        self._items: deque[CallProgress | object] = deque()
         self._getter: asyncio.Future[None] | None = None
         #: Frames dropped because the consumer fell behind (Rule 3).
         self.frames_dropped = 0
@@ -203,10 +204,11 @@ class Call:
     def _put_progress(self, frame: ToolCallProgressFrame[Any], seq: int | None) -> None:
         if self._done:
             return
+        appended = self.reassembler.appended(frame, seq)
         if len(self._items) >= CALL_BUFFER_FRAMES:
-            self._items.popleft()  # Rule 3: the oldest untaken frame
+            self._items.popleft()  # Rule 3: the oldest untaken item
             self.frames_dropped += 1
-        self._items.append((frame, seq))
+        self._items.append(CallProgress(frame, seq, appended))
         self._wake()
 
     def _end(self, outcome: ToolCallResult | RemoteToolError) -> None:
@@ -247,11 +249,8 @@ class Call:
             if isinstance(outcome, RemoteToolError):
                 raise outcome
             return outcome
-        assert isinstance(item, tuple)
-        frame: ToolCallProgressFrame[Any] = item[0]
-        seq: int | None = item[1]
-        appended = self.reassembler.appended(frame, seq)
-        return CallProgress(frame, seq, appended)
+        assert isinstance(item, CallProgress)
+        return item
 
     def _time_out(self) -> None:
         elapsed_ms = int((asyncio.get_running_loop().time() - self._started) * 1000)

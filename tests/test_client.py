@@ -1,0 +1,249 @@
+"""The client against a real `kigi-stream serve` process (and a few non-servers)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from kigi_tool_protocol import ToolCallResult
+from kigi_tool_runtime._client import (
+    CALL_BUFFER_FRAMES,
+    TIMEOUT_GRACE_S,
+    CallProgress,
+    Client,
+    RemoteToolError,
+)
+from kigi_tool_runtime._tool import ToolErrorKind
+
+SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]
+
+#: Generous bound on a whole test body: a hang fails instead of blocking the suite.
+#: Never a timing assertion.
+TEST_WAIT_S = 120.0
+
+T = TypeVar("T")
+
+
+def _run(body: Callable[[], Awaitable[T]]) -> T:
+    async def bounded() -> T:
+        async with asyncio.timeout(TEST_WAIT_S):
+            return await body()
+
+    return asyncio.run(bounded())
+
+
+async def _collect(call: Any) -> tuple[list[CallProgress], ToolCallResult]:
+    progress: list[CallProgress] = []
+    async for item in call:
+        if isinstance(item, ToolCallResult):
+            return progress, item
+        progress.append(item)
+    raise AssertionError("the call ended without a result")
+
+
+def test_a_call_streams_and_returns() -> None:
+    """Progress arrives in seq order and reassembles to the output; the result is last."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            call = client.call("bash", {"command": "printf 'héllo '; sleep 0.3; printf wörld"})
+            progress, result = await _collect(call)
+            assert [p.seq for p in progress] == list(range(len(progress)))
+            assert "".join(p.appended.text or "" for p in progress) == "héllo wörld"
+            state = call.reassembler.stream(call.tool_call_id, "bash_output_chunk")
+            assert state is not None
+            assert state.text == "héllo wörld"
+            assert state.report().complete
+            assert result.tool_call_id == call.tool_call_id
+            value: Any = result.output.value
+            assert value["exit_code"] == 0
+
+    _run(body)
+
+
+def test_two_concurrent_calls_each_get_their_own_stream() -> None:
+    """Two calls in flight at once interleave on the wire and each reassembles alone."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            a = client.call("bash", {"command": "for i in 1 2 3; do echo a$i; sleep 0.2; done"})
+            b = client.call("bash", {"command": "for i in 1 2 3; do echo b$i; sleep 0.2; done"})
+            (_, ra), (_, rb) = await asyncio.gather(_collect(a), _collect(b))
+            text_a = a.reassembler.stream(a.tool_call_id, "bash_output_chunk")
+            text_b = b.reassembler.stream(b.tool_call_id, "bash_output_chunk")
+            assert text_a is not None
+            assert text_b is not None
+            assert (text_a.text, text_b.text) == ("a1\na2\na3\n", "b1\nb2\nb3\n")
+            assert ra.tool_call_id != rb.tool_call_id
+            assert client.statistics().calls == 2
+
+    _run(body)
+
+
+def test_a_call_can_be_cancelled() -> None:
+    """cancel() sends the hook Cancel; the call ends with a cancelled error."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            call = client.call("bash", {"command": "echo started; sleep 60"})
+            first = await call.__anext__()
+            assert isinstance(first, CallProgress)
+            await call.cancel()
+            with pytest.raises(RemoteToolError) as caught:
+                await call.result()
+            assert caught.value.kind is ToolErrorKind.CANCELLED
+            assert caught.value.wire.code == "cancelled"
+            assert caught.value.number == -32603
+
+    _run(body)
+
+
+def test_a_call_times_out() -> None:
+    """A timeout is sent as deadline_ms; the call fails with a timeout error."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            call = client.call("bash", {"command": "sleep 60"}, timeout=0.5)
+            with pytest.raises(RemoteToolError) as caught:
+                await call.result()
+            assert caught.value.kind is ToolErrorKind.TIMEOUT
+            assert caught.value.wire.code == "timeout"
+
+    _run(body)
+
+
+def test_a_silent_server_still_times_out_on_the_client() -> None:
+    """A peer that never answers cannot hang a call with a timeout: the client fails it."""
+
+    async def body() -> None:
+        silent = [sys.executable, "-c", "import sys, time; sys.stdin.read(); time.sleep(60)"]
+        client = await Client.spawn(silent)
+        try:
+            call = client.call("bash", {"command": "true"}, timeout=0.2)
+            with pytest.raises(RemoteToolError) as caught:
+                await call.result()
+            assert caught.value.wire.code == "timeout"
+            assert "the server did not answer in time" in caught.value.message
+        finally:
+            assert client.process is not None
+            client.process.kill()
+            await client.aclose()
+
+    assert TIMEOUT_GRACE_S > 0
+    _run(body)
+
+
+def test_a_server_killed_mid_call_gives_connection_lost() -> None:
+    """Killing the server while a call waits fails it with connection_lost, naming the exit."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            call = client.call("bash", {"command": "echo started; sleep 60"})
+            first = await call.__anext__()
+            assert isinstance(first, CallProgress)
+            assert client.process is not None
+            client.process.kill()
+            with pytest.raises(RemoteToolError) as caught:
+                await call.result()
+            assert caught.value.wire.code == "connection_lost"
+            assert caught.value.number == -32004
+            assert "server exited with code -9" in caught.value.message
+            later = client.call("bash", {"command": "true"})
+            with pytest.raises(RemoteToolError, match="connection to the tool server lost"):
+                await later.result()
+
+    _run(body)
+
+
+def test_a_program_that_is_no_server_fails_calls_clearly() -> None:
+    """A child that prints garbage and exits: the garbage is counted, the call gets
+    connection_lost."""
+
+    async def body() -> None:
+        liar = [sys.executable, "-c", "print('hello, not json'); print('{\"a\":1}')"]
+        async with await Client.spawn(liar) as client:
+            call = client.call("bash", {"command": "true"})
+            with pytest.raises(RemoteToolError) as caught:
+                await call.result()
+            assert caught.value.wire.code == "connection_lost"
+            assert client.statistics().lines_unused == 2
+
+    _run(body)
+
+
+def test_a_tool_error_arrives_as_remote_tool_error() -> None:
+    """A server-side error (unknown tool) is raised with its wire data and number."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            with pytest.raises(RemoteToolError) as caught:
+                await client.call("no_such_tool", {}).result()
+            assert caught.value.wire.code == "tool_not_found"
+            assert caught.value.number == -32011
+            assert caught.value.kind is ToolErrorKind.TOOL_NOT_FOUND
+            tools = await client.list_tools()
+            assert [tool["id"] for tool in tools] == ["bash"]
+
+    _run(body)
+
+
+def test_leaving_a_call_early_cancels_it() -> None:
+    """aclose() on an unfinished call sends Cancel; the server stays usable."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            call = client.call("bash", {"command": "echo x; sleep 60"})
+            await call.__anext__()
+            await call.aclose()
+            with pytest.raises(StopAsyncIteration):
+                await call.__anext__()
+            _, result = await _collect(client.call("bash", {"command": "echo after"}))
+            value: Any = result.output.value
+            assert value["output"] == "after\n"
+
+    _run(body)
+
+
+def test_bad_call_arguments_are_rejected() -> None:
+    """A non-positive timeout and a reused call id are ValueErrors naming the problem."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            with pytest.raises(ValueError, match="timeout must be > 0 seconds, got 0"):
+                client.call("bash", {"command": "true"}, timeout=0)
+            client.call("bash", {"command": "sleep 60"}, tool_call_id="dup")
+            with pytest.raises(ValueError, match="tool_call_id 'dup' is already in flight"):
+                client.call("bash", {"command": "true"}, tool_call_id="dup")
+
+    _run(body)
+
+
+def test_a_consumer_that_falls_behind_loses_the_oldest_frames_visibly() -> None:
+    """Past the per-call buffer the oldest untaken items are dropped and counted, the
+    reassembled view still holds every frame, and the result arrives."""
+
+    async def body() -> None:
+        flood = (
+            "import os; b = b'y' * 16384\n"
+            f"for _ in range({CALL_BUFFER_FRAMES * 3}): os.write(1, b)\n"
+        )
+        async with await Client.spawn(SERVE) as client:
+            call = client.call("bash", {"command": [sys.executable, "-c", flood]})
+            await call._client._flush()
+            while call.outcome is None:  # do not consume until the call has ended
+                await asyncio.sleep(0.05)
+            progress, result = await _collect(call)
+            assert call.frames_dropped > 0
+            assert len(progress) == CALL_BUFFER_FRAMES
+            state = call.reassembler.stream(call.tool_call_id, "bash_output_chunk")
+            assert state is not None
+            assert state.frames == len(progress) + call.frames_dropped
+            assert not {a.kind for a in state.anomalies} - {"dropped_frames"}
+            value: Any = result.output.value
+            assert value["total_bytes"] == CALL_BUFFER_FRAMES * 3 * 16384
+
+    _run(body)
