@@ -9,6 +9,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kigi_tool_protocol import CustomProgress, TextProgress, ToolCapabilities
 from kigi_tool_runtime import (
@@ -642,3 +644,94 @@ def test_leaving_right_after_the_terminal_does_not_cancel_the_call() -> None:
 
     assert asyncio.run(main()) == [ToolResult(value="done")]
     assert not ctx.cancelled
+
+
+# -- any behaviour at all ------------------------------------------------------------
+
+ACTIONS = ("progress", "result", "yield_error", "raise_error", "raise", "junk", "pause")
+
+
+class Scripted(Tool[Count]):
+    """Acts out a script of actions, whatever they are."""
+
+    id = "scripted"
+    args_type = Count
+
+    def __init__(self, script: list[str]) -> None:
+        self.script = script
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        for i, action in enumerate(self.script):
+            if action == "progress":
+                yield text(i)
+            elif action == "result":
+                yield ToolResult(value=i)
+            elif action == "yield_error":
+                yield ToolError.execution(f"yielded {i}")
+            elif action == "raise_error":
+                raise ToolError.execution(f"raised {i}")
+            elif action == "raise":
+                raise RuntimeError(f"bug {i}")
+            elif action == "junk":
+                yield i  # type: ignore[misc]
+            else:
+                await asyncio.sleep(0)
+
+
+def expected_run(script: list[str], wants_progress: bool) -> tuple[list[ToolEvent], int, int]:
+    """What the runner must produce for ``script``: the items, then the suppressed
+    and after-terminal counts."""
+    items: list[ToolEvent] = []
+    suppressed = 0
+    for i, action in enumerate(script):
+        if action == "progress":
+            if wants_progress:
+                items.append(text(i))
+            else:
+                suppressed += 1
+        elif action in ("result", "yield_error", "junk"):
+            after = script[i + 1 :]
+            stop = next((j for j, a in enumerate(after) if a in ("raise_error", "raise")), None)
+            counted = after if stop is None else after[:stop]
+            yielded = sum(a != "pause" for a in counted)
+            return [*items, terminal_for(action, i)], suppressed, yielded
+        elif action in ("raise_error", "raise"):
+            return [*items, terminal_for(action, i)], suppressed, 0
+    ended = ToolError.execution("tool 'scripted' ended its stream without a result")
+    return [*items, ended], suppressed, 0
+
+
+def terminal_for(action: str, i: int) -> ToolResult | ToolError:
+    if action == "result":
+        return ToolResult(value=i)
+    if action == "yield_error":
+        return ToolError.execution(f"yielded {i}")
+    if action == "raise_error":
+        return ToolError.execution(f"raised {i}")
+    if action == "raise":
+        return ToolError.execution(f"tool 'scripted' failed: RuntimeError: bug {i}")
+    return ToolError.execution(
+        "tool 'scripted' yielded a int, which is neither progress nor a terminal"
+    )
+
+
+def same_event(got: ToolEvent, want: ToolEvent) -> bool:
+    if isinstance(want, ToolError):
+        return isinstance(got, ToolError) and (got.kind, got.message) == (want.kind, want.message)
+    return got == want
+
+
+@given(st.lists(st.sampled_from(ACTIONS), max_size=12), st.booleans())
+def test_any_tool_behaviour_becomes_progress_then_one_terminal(
+    script: list[str], wants_progress: bool
+) -> None:
+    """Whatever a tool does, in any order, the run is its progress (if wanted) up to
+    its first terminal, then exactly that terminal; later items are counted."""
+    items, run = run_all(Scripted(script), wants=wants_progress)
+    want, suppressed, after = expected_run(script, wants_progress)
+    assert len(items) == len(want)
+    assert all(same_event(g, w) for g, w in zip(items, want, strict=True))
+    stats = run.statistics()
+    assert stats.suppressed == suppressed
+    assert stats.after_terminal == after
+    assert stats.progress == len(items) - 1
