@@ -286,6 +286,8 @@ class ToolRun:
             yield self._end(self._stop_error(ToolErrorKind.CANCELLED))
             return
         task = loop.create_task(self._pump(args), name=f"tool {tool.id} call {ctx.call_id}")
+        # A task cancelled before its first step never runs the pump's `finally`.
+        task.add_done_callback(lambda _: self._channel.close())
         self._task = task
 
         def on_cancel() -> None:
