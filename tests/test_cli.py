@@ -1,0 +1,225 @@
+"""The kigi-stream CLI end to end: `python -m kigi_tool_runtime ...` in real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kigi_tool_runtime._cli import EXIT_TIMEOUT, EXIT_USAGE
+
+CLI = [sys.executable, "-m", "kigi_tool_runtime"]
+
+#: Generous bound on any one CLI run: a hang fails the test instead of blocking
+#: the suite. Never a timing assertion.
+RUN_WAIT_S = 120.0
+
+# A child that writes a 2-, 3- and 4-byte character each split across two writes,
+# sleeping past the tick (20 ms) between the halves.
+SPLITTER = (
+    "import os, time\n"
+    "for ch in ['é', '€', '🎉']:\n"
+    "    data = ch.encode()\n"
+    "    os.write(1, b'<' + data[:1]); time.sleep(0.15)\n"
+    "    os.write(1, data[1:] + b'>'); time.sleep(0.15)\n"
+    "os.write(1, 'done\\n'.encode())\n"
+)
+SPLIT_TEXT = "<é><€><🎉>done\n"
+
+
+def _cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [*CLI, *args], input=stdin, capture_output=True, timeout=RUN_WAIT_S, check=False
+    )
+
+
+def test_run_prints_split_multibyte_characters_whole() -> None:
+    """2-, 3- and 4-byte characters split across slow writes come out whole, no U+FFFD."""
+    done = _cli("run", "--tick", "20", "--", sys.executable, "-c", SPLITTER)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == SPLIT_TEXT
+    summary = done.stderr.decode()
+    assert summary.startswith("kigi-stream: 20 bytes, ")
+    assert "0 gaps, not truncated, exit 0" in summary
+
+
+def test_run_propagates_a_non_zero_exit_code() -> None:
+    """The command's exit code is kigi-stream's exit code."""
+    done = _cli("run", "--", "echo out; exit 7")
+    assert (done.returncode, done.stdout) == (7, b"out\n")
+    assert "exit 7" in done.stderr.decode()
+
+
+def test_run_reports_death_by_signal_as_128_plus_n() -> None:
+    """A command killed by SIGKILL makes kigi-stream exit 137."""
+    done = _cli("run", "--", "kill -KILL $$")
+    assert done.returncode == 128 + signal.SIGKILL
+    assert "killed by SIGKILL" in done.stderr.decode()
+
+
+def test_run_times_out_with_124() -> None:
+    """--timeout kills the command; the output so far is kept and the exit is 124."""
+    done = _cli("run", "--timeout", "0.5", "--", "echo before; sleep 60")
+    assert done.returncode == EXIT_TIMEOUT
+    assert done.stdout == b"before\n"
+    assert "timed out" in done.stderr.decode()
+
+
+def test_run_json_checked_agrees_with_the_live_view(tmp_path: Path) -> None:
+    """`run --json` frames pass `check` and reassemble (via `follow --once`) to the
+    same text, byte for byte, as the live view of the same command."""
+    live = _cli("run", "--tick", "20", "--", sys.executable, "-c", SPLITTER)
+    framed = _cli("run", "--json", "--tick", "20", "--", sys.executable, "-c", SPLITTER)
+    assert framed.returncode == 0
+    lines = framed.stdout.splitlines()
+    assert all(json.loads(line)["method"] == "tool_call_progress" for line in lines)
+    assert [json.loads(line)["seq"] for line in lines] == list(range(len(lines)))
+    log = tmp_path / "frames.jsonl"
+    log.write_bytes(framed.stdout)
+    checked = _cli("check", str(log))
+    assert checked.returncode == 0, checked.stdout
+    report = checked.stdout.decode()
+    assert "run-1/bash_output_chunk: 20 bytes in" in report
+    assert "no gaps" in report
+    assert report.rstrip().endswith(": ok")
+    followed = _cli("follow", "--once", str(log))
+    assert followed.stdout == live.stdout == SPLIT_TEXT.encode()
+
+
+def test_check_fails_on_an_invalid_frame(tmp_path: Path) -> None:
+    """A log with a bad line and a seq hole makes `check` exit 1, naming both."""
+    good = _cli("run", "--json", "--", "echo a; sleep 0.3; echo b").stdout.splitlines()
+    assert len(good) == 2
+    log = tmp_path / "bad.jsonl"
+    log.write_bytes(b"not json\n" + good[1] + b"\n")
+    checked = _cli("check", str(log))
+    assert checked.returncode == 1
+    report = checked.stdout.decode()
+    assert "record 0: undecodable" in report
+    assert "1 violations" in report
+
+
+def test_follow_resumes_from_an_offset(tmp_path: Path) -> None:
+    """--from-offset skips what was already shown and prints the rest."""
+    lines = _cli("run", "--json", "--", "echo one; sleep 0.3; echo two").stdout.splitlines()
+    log = tmp_path / "frames.jsonl"
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    offset = len(lines[0]) + 1
+    followed = _cli("follow", "--once", "--from-offset", str(offset), str(log))
+    assert followed.stdout == b"two\n"
+    assert f"--from-offset {log.stat().st_size}" in followed.stderr.decode()
+
+
+def test_follow_stops_cleanly_on_sigint(tmp_path: Path) -> None:
+    """A live follow prints what is appended and exits 0 on SIGINT with its offset."""
+    log = tmp_path / "live.jsonl"
+    log.write_bytes(b"")
+    proc = subprocess.Popen(
+        [*CLI, "follow", "--interval", "0.05", str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        frames = _cli("run", "--json", "--", "echo live").stdout
+        with log.open("ab") as handle:
+            handle.write(frames)
+        assert proc.stdout is not None
+        assert proc.stdout.read(5) == b"live\n"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=RUN_WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0
+    assert f"stopped at offset {len(frames)}" in err.decode()
+
+
+def test_status_line_only_on_a_terminal() -> None:
+    """Piped, stderr holds only the summary; on a terminal, a long run draws a status line."""
+    command = "for i in 1 2 3 4 5 6 7 8; do echo $i; sleep 0.3; done"
+    piped = _cli("run", "--", command)
+    assert piped.stderr.decode().count("\n") == 1
+    assert b"\r" not in piped.stderr
+    main_fd, child_fd = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [*CLI, "run", "--", command], stdout=subprocess.PIPE, stderr=child_fd
+        )
+        os.close(child_fd)
+        out, _ = proc.communicate(timeout=RUN_WAIT_S)
+        seen = b""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if b"exit 0" in seen:
+                break
+    finally:
+        os.close(main_fd)
+    assert out == b"1\n2\n3\n4\n5\n6\n7\n8\n"
+    assert b"[kigi-stream] " in seen
+    assert b"/s" in seen
+
+
+def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
+    """Missing command, bad numbers, unknown options and missing files exit 2 and say why."""
+    cases = [
+        (["run"], "no command given"),
+        (["run", "--tick", "0", "--", "true"], "must be a positive number, got 0"),
+        (["run", "--tail", "abc", "--", "true"], "expected a whole number, got 'abc'"),
+        (["run", "--timeout", "9999", "--", "true"], "past the shell tool's longest deadline"),
+        (["run", "--tail", "10", "--", "true"], "below one frame"),
+        (["check", str(tmp_path / "absent.jsonl")], "no such file"),
+        (["follow", "--once", str(tmp_path / "absent.jsonl")], "no such file"),
+        (["follow", "--from-offset", "-1", "x"], "must not be negative, got -1"),
+        (["frobnicate"], "invalid choice"),
+        ([], "required"),
+    ]
+    for args, message in cases:
+        done = _cli(*args)
+        assert done.returncode == EXIT_USAGE, (args, done.stderr)
+        assert message in done.stderr.decode(), (args, done.stderr)
+
+
+def test_serve_answers_over_stdio() -> None:
+    """`serve` answers requests from stdin on stdout, then exits 0 at end of input."""
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tool.call",
+        "params": {"tool_call_id": "c", "tool_id": "bash", "arguments": {"command": "echo hi"}},
+    }
+    proc = subprocess.Popen([*CLI, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(json.dumps(request).encode() + b"\n")
+        proc.stdin.flush()
+        messages: list[dict[str, Any]] = []
+        while not messages or "id" not in messages[-1]:
+            line = proc.stdout.readline()
+            assert line, "serve closed its output early"
+            messages.append(json.loads(line))
+        proc.stdin.close()
+        assert proc.wait(timeout=RUN_WAIT_S) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+    *progress, response = messages
+    assert "".join(p["params"]["body"]["delta"] for p in progress) == "hi\n"
+    assert response["result"]["output"]["value"]["output"] == "hi\n"
