@@ -14,14 +14,19 @@ Rule 2. Every progress notification carries the call's own ``seq``: 0, 1, 2, ...
         written for that call carries ``dropped_count`` = how many frames were
         dropped immediately before it (absent when none). A hole in ``seq`` can
         therefore only mean the transport lost a line.
-Rule 3. Memory is bounded when the peer stops reading. Each call queues at most
-        :data:`CALL_QUEUE_BYTES` of encoded progress; a frame that would pass it
-        drops the *oldest* queued frames (the newest frame is always kept, so
-        every drop is reported on a later frame). For a streamed
-        ``PartialResultPayload`` the consumer sees a hole in the text between
-        the frame before the drop and the frame carrying ``dropped_count``; its
-        ``total_bytes`` still counts everything. The final response is never
-        dropped and is written after the call's last queued frame.
+Rule 3. Memory is bounded, and a slow reader slows the tool before anything
+        is dropped. Each call queues at most :data:`CALL_QUEUE_BYTES` of encoded
+        progress. While the output is moving, a full queue pauses the call (the
+        runner then pauses the tool; the shell tool keeps reading its child into
+        its bounded tail and reports what it skipped as a gap). Once the output
+        has not moved for :data:`WRITER_STALL_S` (the peer stopped reading), the
+        call is no longer paused: a frame that would pass the budget drops the
+        *oldest* queued frames instead (the newest is always kept, so every drop
+        is reported on a later frame). For a streamed ``PartialResultPayload``
+        the consumer sees a hole in the text between the frame before the drop
+        and the frame carrying ``dropped_count``; its ``total_bytes`` still
+        counts everything. The final response is never dropped and is written
+        after the call's last queued frame.
 Rule 4. A bad line never stops the server: unparseable JSON gets -32700, a
         message that is not a valid request -32600, an unknown method -32601,
         bad params -32602 (``invalid_params`` data), a line longer than the frame
@@ -91,6 +96,7 @@ __all__ = (
     "MAX_CALLS_IN_FLIGHT",
     "MAX_CONTROL_LINES",
     "SERVER_CANCEL_MESSAGE",
+    "WRITER_STALL_S",
     "WRITE_BATCH_BYTES",
     "Server",
     "ServerStats",
@@ -103,6 +109,12 @@ __all__ = (
 #: full 16 KiB deltas: a reader that pauses for a moment loses nothing, one that
 #: stopped costs at most this per call (Rule 3), older frames are dropped past it.
 CALL_QUEUE_BYTES: Final = 1024 * 1024
+
+#: Seconds without a completed write after which the peer counts as having
+#: stopped reading (Rule 3): calls stop waiting for queue space and drop their
+#: oldest frames instead, so a tool is never held hostage by a stalled reader.
+#: Long enough that a busy but live reader on a loaded machine is waited for.
+WRITER_STALL_S: Final = 1.0
 
 #: Calls one connection may run at once. With :data:`CALL_QUEUE_BYTES` this bounds
 #: a stalled connection's queued progress to 64 MiB; a call past it is refused
@@ -311,6 +323,24 @@ class _Writer:
         self.broken = False
         self.frames_written = 0
         self.frames_dropped = 0
+        self._moved = asyncio.Event()
+        self._last_move = asyncio.get_running_loop().time()
+        self._pending = False  # bytes handed to the sink whose drain has not returned
+
+    def stalled(self) -> bool:
+        """True when a write has been pending for :data:`WRITER_STALL_S` (Rule 3)."""
+        if self.broken:
+            return True
+        loop_time = asyncio.get_running_loop().time()
+        return self._pending and loop_time - self._last_move >= WRITER_STALL_S
+
+    async def wait_for_room(self, outbox: _Outbox) -> None:
+        """Pause while ``outbox`` is over budget and the output is still moving."""
+        while outbox.queued_bytes >= self._budget and not self.stalled():
+            self._moved.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(WRITER_STALL_S):
+                    await self._moved.wait()
 
     def control(self, line: bytes) -> None:
         if self.broken:
@@ -372,13 +402,19 @@ class _Writer:
                         ready.append(outbox)
                     else:
                         outbox.scheduled = False
+                self._pending = True
+                self._last_move = asyncio.get_running_loop().time()
                 self._sink.write(b"".join(batch))
                 await self._sink.drain()
+                self._pending = False
+                self._last_move = asyncio.get_running_loop().time()
+                self._moved.set()
         except (ConnectionError, OSError):
             self.broken = True
             self._control.clear()
             self._ready.clear()
             self._space.set()
+            self._moved.set()
 
 
 class _Call(NamedTuple):
@@ -678,6 +714,8 @@ class Server:
                         final = self._tool_error_line(request_id, session_id, event, tool.id)
                     else:
                         self._progress(event, outbox, out)
+                        if outbox.queued_bytes >= self._call_queue_bytes:
+                            await out.wait_for_room(outbox)
         except Exception as exc:  # encoding a result failed: still answer the call
             error = ToolError("internal_error", f"the server failed to answer: {exc}")
             final = self._tool_error_line(request_id, session_id, error, tool.id)

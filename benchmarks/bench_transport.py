@@ -1,0 +1,110 @@
+"""Streamed text through the whole transport against the shell tool alone, in the
+same run.
+
+    python benchmarks/bench_transport.py [--quick] [--mb N]
+
+Baseline: the shell tool in-process (``run_tool(ShellTool(), ...)``), counting the
+deltas it yields. Transport: the same command through ``kigi-stream serve`` in a
+child process, its stdout pipe, the ``Client`` and the call's ``Reassembler``;
+counted is the text the reassembler holds at the end. Both run a child that
+writes ``N`` MB of text as fast as it can. Prints MB/s of delivered text for
+each, the gaps each saw (a consumer slower than the child loses the middle,
+which is reported, not hidden), and the transport's share of the baseline
+(goal: >= 50%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+
+from kigi_tool_protocol import ToolCallResult
+from kigi_tool_runtime._client import Client
+from kigi_tool_runtime._runner import run_tool
+from kigi_tool_runtime._shell import ShellArgs, ShellTool
+from kigi_tool_runtime._tool import ToolContext, ToolError, ToolResult
+
+MB = 1_000_000
+
+FLOOD = (
+    "import os, sys\n"
+    "line = b'the quick brown fox jumps over the lazy dog 0123456789 '\n"
+    "line += '\u00e9\u20ac\\n'.encode()\n"
+    "block = line * (65536 // len(line))\n"
+    "left = int(sys.argv[1])\n"
+    "while left > 0:\n"
+    "    left -= os.write(1, block[: min(left, len(block))])\n"
+)
+
+
+def _command(size: int) -> list[str]:
+    return [sys.executable, "-c", FLOOD, str(size)]
+
+
+async def in_process(size: int) -> tuple[float, int, int]:
+    """Seconds, delivered text bytes and gap frames of the shell tool alone."""
+    delivered = gaps = 0
+    started = time.perf_counter()
+    run = run_tool(ShellTool(), ShellArgs(command=_command(size)), ctx=ToolContext("bench"))
+    async with run:
+        async for event in run:
+            if isinstance(event, ToolResult | ToolError):
+                assert isinstance(event, ToolResult), event
+                continue
+            payload = getattr(event, "payload", None)
+            delta = getattr(payload, "delta", "")
+            delivered += len(delta.encode())
+            gaps += bool(getattr(payload, "gap", False))
+    return time.perf_counter() - started, delivered, gaps
+
+
+async def through_transport(client: Client, size: int) -> tuple[float, int, int]:
+    """Seconds, reassembled text bytes and gaps of one call through serve."""
+    started = time.perf_counter()
+    call = client.call("bash", {"command": _command(size)})
+    async for item in call:
+        if isinstance(item, ToolCallResult):
+            break
+    elapsed = time.perf_counter() - started
+    state = call.reassembler.stream(call.tool_call_id, "bash_output_chunk")
+    assert state is not None
+    return elapsed, state.text_bytes, len(state.gaps)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one short round")
+    parser.add_argument("--mb", type=int, help="MB the child writes per round")
+    args = parser.parse_args()
+    size = (args.mb or (20 if args.quick else 200)) * MB
+    rounds = 1 if args.quick else 3
+    print(f"{size // MB} MB of text per round, {rounds} round(s), best and median rate")
+    base: list[float] = []
+    wire: list[float] = []
+    base_gaps = wire_gaps = 0
+    async with await Client.spawn([sys.executable, "-m", "kigi_tool_runtime", "serve"]) as client:
+        await client.list_tools()  # the server is up before the clock starts
+        for _ in range(rounds):
+            seconds, delivered, gaps = await in_process(size)
+            base.append(delivered / seconds / MB)
+            base_gaps += gaps
+            seconds, delivered, gaps = await through_transport(client, size)
+            wire.append(delivered / seconds / MB)
+            wire_gaps += gaps
+    for name, rates, gaps in (
+        ("shell tool in-process", base, base_gaps),
+        ("serve -> pipe -> client -> reassembler", wire, wire_gaps),
+    ):
+        print(
+            f"{name:40s} best {max(rates):8.1f} MB/s  median {statistics.median(rates):8.1f} MB/s"
+            f"  gap frames {gaps}"
+        )
+    share = statistics.median(wire) / statistics.median(base)
+    print(f"transport / in-process (median): {share:.0%}  (goal >= 50%)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
