@@ -6,6 +6,7 @@ from __future__ import annotations
 import array
 import json
 import math
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -400,6 +401,23 @@ def test_total_beyond_u64_is_rejected() -> None:
 def test_cursor_past_total_means_no_frame() -> None:
     """last_total > total is not an error: no frame, cursor unchanged."""
     assert stream_chunk(spec_with(None), b"abc", 3, 9) == Chunk(None, 9)
+
+
+def test_a_call_never_copies_the_tail() -> None:
+    """A call allocates for the frame it emits, not for the size of the tail."""
+    big = 8 * 1024 * 1024
+    tail = bytes(big - 5) + "é€".encode()
+    spec = spec_with(None)
+    tracemalloc.start()
+    try:
+        small, _ = stream_chunk(spec, tail, 1000 + big, 995 + big)
+        gapped, _ = stream_chunk(spec, memoryview(tail), 10 * big, 0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert payload_of(small).delta == "é€"
+    assert payload_of(gapped).gap
+    assert peak < 4 * DEFAULT_MAX_DELTA_BYTES
 
 
 # -- Cuts at every byte index ----------------------------------------------------

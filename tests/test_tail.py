@@ -4,6 +4,7 @@ views that never block a write, and a stateful model of every byte written."""
 from __future__ import annotations
 
 import array
+import tracemalloc
 
 import pytest
 from hypothesis import strategies as st
@@ -72,6 +73,21 @@ def test_write_larger_than_capacity_keeps_its_last_bytes() -> None:
     assert buffer.write(b"0123456789") == 10
     assert bytes(buffer.tail()) == b"6789"
     assert buffer.total == 12
+
+
+def test_huge_write_copies_only_what_it_keeps() -> None:
+    """A write far larger than the capacity allocates about the capacity, not the write."""
+    data = bytes(16 * 1024 * 1024)
+    buffer = TailBuffer(1024)
+    tracemalloc.start()
+    try:
+        buffer.write(data)
+        buffer.write(memoryview(data))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert buffer.total == 2 * len(data)
+    assert peak < 64 * 1024
 
 
 def test_limit_refuses_counts_and_truncates() -> None:
