@@ -2,6 +2,7 @@
 and reassemble it knowing exactly what was lost."""
 
 from ._chunk import Chunk, stream_chunk
+from ._client import Call, CallProgress, Client, ClientStats, RemoteToolError
 from ._emit import OMISSION_MARKER, Excerpt, OutputStream
 from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower, read_from
 from ._harness import (
@@ -22,6 +23,7 @@ from ._harness import (
     history_is_valid,
     repair_history_after_failure,
 )
+from ._lines import LineSplitter, OversizedLine, read_lines
 from ._loss import (
     DEFAULT_GAP_MARKER,
     MAX_HELD_BYTES,
@@ -34,6 +36,7 @@ from ._loss import (
 )
 from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, Record, StreamState
 from ._runner import RunStats, ToolRun, run_tool
+from ._server import Server, ServerStats, serve_stdio
 from ._shell import SHELL_SPEC, ShellArgs, ShellOutcome, ShellTool
 from ._streamer import DeltaStreamer
 from ._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
@@ -52,7 +55,11 @@ __all__: tuple[str, ...] = (
     "AnomalyKind",
     "AnomalyReported",
     "Appended",
+    "Call",
+    "CallProgress",
     "Chunk",
+    "Client",
+    "ClientStats",
     "DeltaStreamer",
     "Excerpt",
     "Follower",
@@ -60,15 +67,20 @@ __all__: tuple[str, ...] = (
     "GapMarker",
     "GapReported",
     "HarnessEvent",
+    "LineSplitter",
     "LossReport",
     "Message",
     "MessageBlock",
     "OutputAppended",
     "OutputStream",
+    "OversizedLine",
     "ProgressNoted",
     "Reassembler",
     "Record",
+    "RemoteToolError",
     "RunStats",
+    "Server",
+    "ServerStats",
     "ShellArgs",
     "ShellOutcome",
     "ShellTool",
@@ -92,7 +104,9 @@ __all__: tuple[str, ...] = (
     "ToolUseBlock",
     "history_is_valid",
     "read_from",
+    "read_lines",
     "repair_history_after_failure",
     "run_tool",
+    "serve_stdio",
     "stream_chunk",
 )
