@@ -46,11 +46,17 @@ from kigi_tool_protocol import (
 from kigi_tool_runtime import DeltaStreamer, TailBuffer, stream_chunk
 
 MIB = 1024 * 1024
+#: A pipe read's worth: what a subprocess tool typically hands the buffer at once.
 WRITE_BYTES = 4 * 1024
+#: The tail a tool keeps: large enough that draining after every write never gaps.
 TAIL_BYTES = 64 * 1024
+#: The default cap (one frame per write here) and a small one (16 frames per write).
 CAPS = (16 * 1024, 256)
+#: The targets this benchmark reports against (baseline time / core time).
 GOAL_VS_BASELINE = {16 * 1024: 3.0, 256: 4.0}
+#: The target share of the floor's throughput.
 GOAL_VS_FLOOR = 0.60
+#: Streaming 1 GiB must not grow memory by this much: the tail is 64 KiB.
 MEMORY_BUDGET = 16 * MIB
 
 Frames = list[bytes]
