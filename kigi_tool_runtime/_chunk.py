@@ -29,9 +29,9 @@ Rule 8. ``total_bytes`` is ``total``; ``truncated`` is passed through verbatim.
 
 Cost: one call touches only the bytes it emits (plus at most 3 leading orphans
 and at most 4 bytes of a first character), never the whole tail: only the
-emitted slice is taken (a view of a memoryview tail, a copy of just those bytes
-of a bytes tail) and decoded, and the decoder's own incremental stop performs
-the hold-back in that same pass.
+emitted slice is taken (a view: every tail is read through a memoryview) and
+decoded, and the decoder's own incremental stop performs the hold-back in that
+same pass.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Chunk(NamedTuple):
     last_total: int
 
 
-def _first_char_len(tail: Tail, start: int, end: int, final: bool) -> int:
+def _first_char_len(tail: memoryview, start: int, end: int, final: bool) -> int:
     """Byte length of the first decode unit of ``tail[start:end]``: a whole
     character, or a maximal invalid subpart (one U+FFFD). When the bytes run out
     before the unit is decided (an incomplete sequence), 0, or with ``final`` the
@@ -180,8 +180,9 @@ def cap_of(spec: StreamingSpec) -> int:
     return cap
 
 
-def bytes_tail(tail: Tail) -> Tail:
-    """``tail`` as something whose items are single bytes (a view, no copy).
+def bytes_tail(tail: Tail) -> memoryview:
+    """``tail`` as a flat view of unsigned bytes (no copy), so that slicing out
+    the emitted bytes never copies them either.
 
     Raises:
         TypeError: ``tail`` is not bytes-like, or is a non-contiguous view.
@@ -190,20 +191,20 @@ def bytes_tail(tail: Tail) -> Tail:
     if tail_type is memoryview:
         if tail.format != "B" or tail.ndim != 1 or not tail.c_contiguous:  # type: ignore[union-attr]
             return _as_bytes_view(tail)  # type: ignore[arg-type]
-        return tail
+        return tail  # type: ignore[return-value]
     if tail_type is bytes or tail_type is bytearray:
-        return tail
+        return memoryview(tail)
     if isinstance(tail, memoryview):
         return _as_bytes_view(tail)
     if isinstance(tail, (bytes, bytearray)):
-        return tail
+        return memoryview(tail)
     raise TypeError(f"tail must be bytes, bytearray or memoryview, not {type(tail).__name__}")
 
 
 def _advance(
     subkind: str,
     cap: int,
-    tail: Tail,
+    tail: memoryview,
     total: int,
     last_total: int,
     truncated: bool,

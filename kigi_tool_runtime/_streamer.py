@@ -119,7 +119,9 @@ class DeltaStreamer:
             return []
         return self._loop(bytes_tail(tail), total, truncated, final)
 
-    def _loop(self, tail: Tail, total: int, truncated: bool, final: bool) -> list[CustomProgress]:
+    def _loop(
+        self, tail: memoryview, total: int, truncated: bool, final: bool
+    ) -> list[CustomProgress]:
         cursor = self._last_total
         subkind = self._subkind
         cap = self._cap
