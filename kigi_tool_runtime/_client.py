@@ -13,7 +13,8 @@ Rule 2. A call never hangs: a server that closes its output (exits, crashes,
         with a ``timeout`` fails with ``timeout`` at most
         :data:`TIMEOUT_GRACE_S` after it, whatever the server does.
 Rule 3. Memory is bounded: each call buffers at most
-        :data:`CALL_BUFFER_FRAMES` progress items its consumer has not taken.
+        ``call_buffer_frames`` (default :data:`CALL_BUFFER_FRAMES`) progress
+        items its consumer has not taken.
         Past that the oldest untaken item is dropped and counted
         (``Call.frames_dropped``); the reassembled view has absorbed it already,
         so only that item's event is lost, never text. The client never stops
@@ -205,7 +206,7 @@ class Call:
         if self._done:
             return
         appended = self.reassembler.appended(frame, seq)
-        if len(self._items) >= CALL_BUFFER_FRAMES:
+        if len(self._items) >= self._client._call_buffer_frames:
             self._items.popleft()  # Rule 3: the oldest untaken item
             self.frames_dropped += 1
         self._items.append(CallProgress(frame, seq, appended))
@@ -290,12 +291,24 @@ class Call:
         self._finished = True
 
 
+def _check_bounds(max_frame_bytes: int, call_buffer_frames: int) -> None:
+    if max_frame_bytes < 1 or call_buffer_frames < 1:
+        raise ValueError(
+            "max_frame_bytes and call_buffer_frames must be at least 1, got"
+            f" {max_frame_bytes} and {call_buffer_frames}"
+        )
+
+
 class Client:
     """A connection to one tool server. Make it with :meth:`spawn` (start a server
     process) or :meth:`connect` (wrap streams); use it as an async context manager.
 
     ``max_frame_bytes`` bounds a line read from the server (longer ones are
-    skipped unread and counted); ``session_id`` is sent on every message.
+    skipped unread and counted); ``session_id`` is sent on every message;
+    ``call_buffer_frames`` bounds each call's untaken items (Rule 3).
+
+    Raises:
+        ValueError: ``max_frame_bytes`` or ``call_buffer_frames`` is below 1.
     """
 
     def __init__(
@@ -306,7 +319,10 @@ class Client:
         process: asyncio.subprocess.Process | None = None,
         session_id: str | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
+        call_buffer_frames: int = CALL_BUFFER_FRAMES,
     ) -> None:
+        _check_bounds(max_frame_bytes, call_buffer_frames)
+        self._call_buffer_frames = call_buffer_frames
         self._reader = reader
         self._writer = writer
         self.process = process
@@ -335,13 +351,16 @@ class Client:
         cwd: str | None = None,
         session_id: str | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
+        call_buffer_frames: int = CALL_BUFFER_FRAMES,
     ) -> Client:
         """Start ``argv`` (any program that serves the protocol on its stdin and
         stdout) and connect to it. ``stderr`` is inherited unless given.
 
         Raises:
+            ValueError: a bound is below 1 (nothing is started).
             OSError: the program could not be started.
         """
+        _check_bounds(max_frame_bytes, call_buffer_frames)
         process = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
@@ -359,6 +378,7 @@ class Client:
             process=process,
             session_id=session_id,
             max_frame_bytes=max_frame_bytes,
+            call_buffer_frames=call_buffer_frames,
         )
 
     @classmethod
@@ -369,10 +389,17 @@ class Client:
         *,
         session_id: str | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
+        call_buffer_frames: int = CALL_BUFFER_FRAMES,
     ) -> Client:
         """Wrap an already-open connection (``writer`` needs ``write``, ``drain``
         and ``close``)."""
-        return cls(reader, writer, session_id=session_id, max_frame_bytes=max_frame_bytes)
+        return cls(
+            reader,
+            writer,
+            session_id=session_id,
+            max_frame_bytes=max_frame_bytes,
+            call_buffer_frames=call_buffer_frames,
+        )
 
     def statistics(self) -> ClientStats:
         """The client's counters (see :class:`ClientStats`)."""

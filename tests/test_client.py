@@ -222,28 +222,38 @@ def test_bad_call_arguments_are_rejected() -> None:
     _run(body)
 
 
-def test_a_consumer_that_falls_behind_loses_the_oldest_frames_visibly() -> None:
+def test_a_consumer_that_falls_behind_loses_the_oldest_items_visibly() -> None:
     """Past the per-call buffer the oldest untaken items are dropped and counted, the
     reassembled view still holds every frame, and the result arrives."""
 
     async def body() -> None:
-        flood = (
-            "import os; b = b'y' * 16384\n"
-            f"for _ in range({CALL_BUFFER_FRAMES * 3}): os.write(1, b)\n"
-        )
-        async with await Client.spawn(SERVE) as client:
-            call = client.call("bash", {"command": [sys.executable, "-c", flood]})
-            await call._client._flush()
+        # Ten writes, each after a pause longer than the server's tick: ten frames.
+        slow = "import os, time\nfor i in range(10): os.write(1, b'%d;' % i); time.sleep(0.15)\n"
+        async with await Client.spawn(SERVE, call_buffer_frames=4) as client:
+            call = client.call("bash", {"command": [sys.executable, "-c", slow]})
+            await client._flush()
             while call.outcome is None:  # do not consume until the call has ended
                 await asyncio.sleep(0.05)
             progress, result = await _collect(call)
+            assert len(progress) == 4
             assert call.frames_dropped > 0
-            assert len(progress) == CALL_BUFFER_FRAMES
             state = call.reassembler.stream(call.tool_call_id, "bash_output_chunk")
             assert state is not None
             assert state.frames == len(progress) + call.frames_dropped
-            assert not {a.kind for a in state.anomalies} - {"dropped_frames"}
+            assert state.text == "".join(f"{i};" for i in range(10))
+            assert state.report().complete
             value: Any = result.output.value
-            assert value["total_bytes"] == CALL_BUFFER_FRAMES * 3 * 16384
+            assert value["total_bytes"] == 20
+
+    _run(body)
+
+
+def test_client_bounds_are_checked() -> None:
+    """A call buffer or frame limit below one is a ValueError naming both values."""
+
+    async def body() -> None:
+        with pytest.raises(ValueError, match="must be at least 1, got 16 and 0"):
+            await Client.spawn(SERVE, max_frame_bytes=16, call_buffer_frames=0)
+        assert CALL_BUFFER_FRAMES >= 64
 
     _run(body)
