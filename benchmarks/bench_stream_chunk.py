@@ -303,10 +303,13 @@ def stream_memory(size: int) -> tuple[float, int, int, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sources, two rounds")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="rounds per figure (best one counts)"
+    )
     args = parser.parse_args(argv)
     source_bytes = 2 * MIB if args.quick else 16 * MIB
     stream_bytes = 64 * MIB if args.quick else 1024 * MIB
-    repeats = 2 if args.quick else 5
+    repeats = args.rounds or (2 if args.quick else 5)
 
     # First, while the process is still small, so ru_maxrss growth means something.
     mbps, frames, peak, rss = stream_memory(stream_bytes)
