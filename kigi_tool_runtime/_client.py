@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import itertools
 import uuid
 from collections import deque
@@ -70,6 +71,8 @@ from ._tool import ToolError, ToolErrorKind
 __all__ = (
     "CALL_BUFFER_FRAMES",
     "CLOSE_WAIT_S",
+    "PIPE_BYTES",
+    "READ_BUFFER_BYTES",
     "TIMEOUT_GRACE_S",
     "Call",
     "CallProgress",
@@ -82,6 +85,15 @@ __all__ = (
 #: full 16 KiB deltas are 16 MiB: a consumer busy elsewhere for a while loses
 #: nothing, one that never comes back costs a bounded amount.
 CALL_BUFFER_FRAMES: Final = 1024
+
+#: Bytes the connection's reader buffers before it stops reading the pipe for a
+#: moment. A few full frames: the pipe keeps flowing while a batch is decoded.
+READ_BUFFER_BYTES: Final = 512 * 1024
+
+#: The pipe size asked for on Linux (``F_SETPIPE_SZ``; the default is 64 KiB): a
+#: wider pipe moves a flood in fewer wake-ups of either process. Best effort: the
+#: system limit (``/proc/sys/fs/pipe-max-size``, 1 MiB by default) may refuse it.
+PIPE_BYTES: Final = 1024 * 1024
 
 #: Seconds after a call's ``timeout`` that the client waits for the server's own
 #: ``timeout`` reply (the server enforces ``deadline_ms`` and kills the tool)
@@ -291,6 +303,16 @@ class Call:
         self._finished = True
 
 
+def _widen_pipe(reader: asyncio.StreamReader) -> None:
+    transport = getattr(reader, "_transport", None)
+    pipe = None if transport is None else transport.get_extra_info("pipe")
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if pipe is None or set_size is None:
+        return
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(pipe.fileno(), set_size, PIPE_BYTES)
+
+
 def _check_bounds(max_frame_bytes: int, call_buffer_frames: int) -> None:
     if max_frame_bytes < 1 or call_buffer_frames < 1:
         raise ValueError(
@@ -368,10 +390,11 @@ class Client:
             stderr=stderr,
             env=env,
             cwd=cwd,
-            limit=64 * 1024,
+            limit=READ_BUFFER_BYTES,
         )
         assert process.stdin is not None
         assert process.stdout is not None
+        _widen_pipe(process.stdout)
         return cls(
             process.stdout,
             process.stdin,

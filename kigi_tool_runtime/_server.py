@@ -83,9 +83,6 @@ from kigi_tool_protocol import (
     json_codec,
     progress_to_frame,
 )
-from kigi_tool_protocol import (
-    ToolProgress as _ToolProgress,
-)
 
 from ._lines import OversizedLine, read_lines
 from ._runner import STOP_WAIT_S, run_tool
@@ -334,9 +331,10 @@ class _Writer:
         loop_time = asyncio.get_running_loop().time()
         return self._pending and loop_time - self._last_move >= WRITER_STALL_S
 
-    async def wait_for_room(self, outbox: _Outbox) -> None:
-        """Pause while ``outbox`` is over budget and the output is still moving."""
-        while outbox.queued_bytes >= self._budget and not self.stalled():
+    async def wait_for_room(self, outbox: _Outbox, size: int) -> None:
+        """Pause while ``size`` more bytes would not fit ``outbox``'s budget and the
+        output is still moving (Rule 3)."""
+        while outbox.frames and outbox.queued_bytes + size > self._budget and not self.stalled():
             self._moved.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(WRITER_STALL_S):
@@ -713,9 +711,11 @@ class Server:
                             event.message = SERVER_CANCEL_MESSAGE
                         final = self._tool_error_line(request_id, session_id, event, tool.id)
                     else:
-                        self._progress(event, outbox, out)
-                        if outbox.queued_bytes >= self._call_queue_bytes:
-                            await out.wait_for_room(outbox)
+                        frame = progress_to_frame(outbox.call_id, event)
+                        body = msgspec.Raw(json_codec.encode(frame.body))
+                        if outbox.queued_bytes + len(body) > self._call_queue_bytes:
+                            await out.wait_for_room(outbox, len(body))
+                        out.progress(outbox, frame.kind, body)
         except Exception as exc:  # encoding a result failed: still answer the call
             error = ToolError("internal_error", f"the server failed to answer: {exc}")
             final = self._tool_error_line(request_id, session_id, error, tool.id)
@@ -732,10 +732,6 @@ class Server:
     ) -> bytes:
         wire = error.with_tool_id(tool_id).to_wire()
         return _wire_error_line(request_id, session_id, error.message, wire)
-
-    def _progress(self, progress: _ToolProgress, outbox: _Outbox, out: _Writer) -> None:
-        frame = progress_to_frame(outbox.call_id, progress)
-        out.progress(outbox, frame.kind, msgspec.Raw(json_codec.encode(frame.body)))
 
 
 # -- stdio -----------------------------------------------------------------------------
