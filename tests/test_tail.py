@@ -159,8 +159,7 @@ def test_storage_grows_past_initial_allocation() -> None:
 
 @pytest.mark.parametrize("capacity", [MIN_TAIL_CAPACITY, 1000, STORAGE_SLACK_BYTES + 3])
 def test_storage_stays_within_capacity_plus_slack(capacity: int) -> None:
-    """Storage never exceeds capacity + max(capacity, STORAGE_SLACK_BYTES), and
-    compacting in place at that size keeps the newest bytes exact."""
+    """Storage stays within capacity + max(capacity, slack); compaction keeps bytes exact."""
     most = capacity + max(capacity, STORAGE_SLACK_BYTES)
     buffer = TailBuffer(capacity)
     stream = bytearray()
