@@ -18,6 +18,7 @@ from kigi_tool_runtime._server import (
     CALL_QUEUE_BYTES,
     MAX_CALLS_IN_FLIGHT,
     SERVER_CANCEL_MESSAGE,
+    WRITER_STALL_S,
     Server,
     progress_line,
 )
@@ -300,8 +301,9 @@ FLOOD = (
 @pytest.mark.slow
 def test_a_reader_that_stops_reading_keeps_server_memory_flat(tmp_path: Path) -> None:
     """While the server's output is not read, a 100 MB flood runs to the end with the
-    server's peak memory bounded; frames it dropped are counted on a later frame,
-    and the final result arrives with every byte counted."""
+    server's peak memory bounded; once the reader counts as stalled, frames are
+    dropped and counted on a later frame, and the final result arrives with every
+    byte counted."""
     done = tmp_path / "done"
     proc = ServeProcess()
     try:
@@ -313,7 +315,10 @@ def test_a_reader_that_stops_reading_keeps_server_memory_flat(tmp_path: Path) ->
         while not done.exists():
             assert time.monotonic() < deadline, "the flood did not finish while unread"
             time.sleep(0.2)
-        time.sleep(0.5)  # let the tool see the end of the pipe
+        # Stay stopped well past the stall threshold: the server must stop waiting
+        # for room and drop (counted) while nobody reads. A generous wait, not a
+        # timing assertion: reading earlier would only make the test weaker.
+        time.sleep(3 * WRITER_STALL_S + 1)
         peak_kib = _status_kib(proc.proc.pid, "VmHWM")
         progress, response = proc.until_response()
     finally:
