@@ -63,6 +63,7 @@ from ._loss import (
     GapMarker,
     LossReport,
     StreamKey,
+    _plural,
     render_gap_marker,
 )
 
@@ -680,10 +681,10 @@ class Reassembler:
         if self._anomalies or self.ignored:
             kinds = sorted({anomaly.kind for anomaly in self._anomalies})
             listed = f" ({', '.join(kinds)})" if kinds else ""
-            lines.append(
-                f"connection: {self._records} records, {len(self._anomalies)} "
-                f"anomalies{listed}, {self.ignored} other messages ignored"
-            )
+            records = _plural(self._records, "record", "records")
+            anomalies = _plural(len(self._anomalies), "anomaly", "anomalies")
+            ignored = _plural(self.ignored, "other message", "other messages")
+            lines.append(f"connection: {records}, {anomalies}{listed}, {ignored} ignored")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -765,8 +766,11 @@ class Reassembler:
         """Absorb a decoded ``JsonRpcNotification``; one whose method is not
         ``tool_call_progress`` is counted in :attr:`ignored`."""
         if notification.method != METHOD_TOOL_CALL_PROGRESS:
-            self._records += 1
+            index = self._records
+            self._records = index + 1
             self._last_key = None
+            if notification.seq is not None:
+                self._check_seq(notification.seq, index)
             self.ignored += 1
             return
         params = notification.params
@@ -965,11 +969,12 @@ class Reassembler:
                 Anomaly("undecodable", index, f"not a JSON-RPC message: {error}")
             )
             return
+        if isinstance(message, JsonRpcNotification) and message.seq is not None:
+            # seq counts every notification on the connection, not only progress.
+            self._check_seq(message.seq, index)
         if isinstance(message, JsonRpcResponse) or message.method != METHOD_TOOL_CALL_PROGRESS:
             self.ignored += 1
             return
-        if isinstance(message, JsonRpcNotification) and message.seq is not None:
-            self._check_seq(message.seq, index)
         try:
             frame = json_codec.decode(message.params, _RAW_FRAME)
         except DecodeError as error:
@@ -984,7 +989,11 @@ class Reassembler:
         try:
             payload = json_codec.decode(frame.body, PartialResultPayload)
         except DecodeError as error:
-            body = json_codec.decode(frame.body)
+            try:
+                body = json_codec.decode(frame.body)
+            except DecodeError:
+                # Not even JSON text (invalid UTF-8 in a key): not a note either.
+                body = None
             self._absorb_other(
                 frame.tool_call_id, frame.kind, body, _where(error, "$.params.body"), index
             )

@@ -1,9 +1,30 @@
 """Testing helpers for the kigi tool runtime (imports Hypothesis).
 
 Hypothesis strategies for byte sources, write/tick schedules, caps, tail sizes,
-streaming specs and payloads. The runtime itself never imports this package.
+streaming specs, payloads, frames and frame logs; ``check_stream`` to judge a
+frame sequence against its source; ``collect`` to run a tool in a test; and
+``fuzz_streaming_tool`` to do all of it in one call. The runtime itself never
+imports this package.
 """
 
+from ._check import CheckedStream, LostSpan, StreamCheckError, check_stream
+from ._collect import Collected, collect, collect_async
+from ._consumer_strategies import (
+    DAMAGES,
+    FrameLog,
+    ProducerRun,
+    damaged_frame_logs,
+    frame_logs,
+    producer_runs,
+    progress_line,
+)
+from ._frame_strategies import (
+    MALFORMED_PAYLOADS,
+    malformed_payloads,
+    progress_frames,
+    tool_call_frames,
+)
+from ._fuzz import WRITER_TICK_S, fuzz_streaming_tool, python_writer_argv
 from ._strategies import (
     ScheduleStep,
     byte_sources,
@@ -16,12 +37,33 @@ from ._strategies import (
 )
 
 __all__ = (
+    "DAMAGES",
+    "MALFORMED_PAYLOADS",
+    "WRITER_TICK_S",
+    "CheckedStream",
+    "Collected",
+    "FrameLog",
+    "LostSpan",
+    "ProducerRun",
     "ScheduleStep",
+    "StreamCheckError",
     "byte_sources",
     "caps",
+    "check_stream",
+    "collect",
+    "collect_async",
+    "damaged_frame_logs",
+    "frame_logs",
+    "fuzz_streaming_tool",
+    "malformed_payloads",
     "partial_payloads",
+    "producer_runs",
+    "progress_frames",
+    "progress_line",
+    "python_writer_argv",
     "schedules",
     "streaming_specs",
     "tail_sizes",
+    "tool_call_frames",
     "utf8_text_sources",
 )

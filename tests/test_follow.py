@@ -1,0 +1,210 @@
+"""Follower: a live tail of an append-only frame log, resumable from an offset,
+with bounded memory for over-long lines."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kigi_tool_runtime import (
+    DEFAULT_MAX_RECORD_BYTES,
+    READ_BLOCK_BYTES,
+    Follower,
+    Reassembler,
+    read_from,
+)
+from kigi_tool_runtime._lines import OversizedLine
+from kigi_tool_runtime.testing import damaged_frame_logs, frame_logs, progress_line
+
+KIND = "bash_output_chunk"
+
+
+def frame(delta: str, total: int, seq: int | None = None) -> bytes:
+    return progress_line("c1", KIND, {"delta": delta, "total_bytes": total}, seq)
+
+
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as handle:
+        handle.write(data)
+
+
+@given(
+    st.one_of(
+        frame_logs().map(lambda log: list(log.lines)),
+        damaged_frame_logs().map(lambda damaged: damaged[0]),
+    ),
+    st.data(),
+)
+def test_follower_fed_in_pieces_equals_the_whole_file_fold(
+    lines: list[bytes], data: st.DataObject
+) -> None:
+    """Appending the log to a real file in arbitrary pieces (cut mid-line and
+    mid-character) and polling after each gives the fold of the whole file; so
+    does a second follower that reconnects from a saved offset."""
+    blob = b"".join(one + b"\n" for one in lines)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(blob)), max_size=12)))
+    reconnect_after = data.draw(st.integers(0, len(cuts) + 1))
+    whole = Reassembler.fold([one for one in lines if one])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "frames.jsonl"
+        follower = Follower(path)
+        saved: tuple[int, Reassembler] | None = None
+        start = 0
+        for number, end in enumerate([*cuts, len(blob)]):
+            append(path, blob[start:end])
+            start = end
+            follower.poll()
+            if number == reconnect_after:
+                # A viewer that disconnects keeps its offset and its fold.
+                saved = (follower.offset, Reassembler.fold([]).absorb(follower.reassembler))
+        assert follower.offset == len(blob)
+        assert follower.reassembler == whole
+        if saved is not None:
+            offset, before = saved
+            resumed = Follower(path, offset)
+            resumed.poll()
+            assert before.absorb(resumed.reassembler) == whole
+
+
+def test_partial_last_line_is_left_for_the_next_read(tmp_path: Path) -> None:
+    """A line the writer is still writing is not returned, and the offset stays
+    at its start until its newline lands."""
+    path = tmp_path / "log"
+    first, second = frame("ab", 2), frame("cd", 4)
+    path.write_bytes(first + b"\n" + second[:10])
+    lines, offset = read_from(path)
+    assert (lines, offset) == ([first], len(first) + 1)
+    again, same = read_from(path, offset)
+    assert (again, same) == ([], offset)
+    append(path, second[10:] + b"\n")
+    rest, end = read_from(path, offset)
+    assert (rest, end) == ([second], path.stat().st_size)
+
+
+def test_absent_file_has_no_lines_yet(tmp_path: Path) -> None:
+    """A log the tool has not created yet reads as nothing, at the same offset."""
+    assert read_from(tmp_path / "missing", 0) == ([], 0)
+    follower = Follower(tmp_path / "missing")
+    assert follower.poll().records == 0
+
+
+def test_a_shrunk_log_is_refused(tmp_path: Path) -> None:
+    """An append-only log shorter than the saved offset was replaced: an error."""
+    path = tmp_path / "log"
+    path.write_bytes(b"x\n")
+    with pytest.raises(ValueError, match="shorter than the saved offset 10"):
+        read_from(path, 10)
+
+
+def test_bad_arguments_are_refused(tmp_path: Path) -> None:
+    """Negative offsets, empty limits and non-positive intervals are caller errors."""
+    with pytest.raises(ValueError, match="offset must not be negative, got -1"):
+        read_from(tmp_path / "x", -1)
+    with pytest.raises(ValueError, match="max_line_bytes must be at least 1, got 0"):
+        read_from(tmp_path / "x", 0, max_line_bytes=0)
+    with pytest.raises(ValueError, match="offset must not be negative"):
+        Follower(tmp_path / "x", -5)
+    with pytest.raises(ValueError, match="max_line_bytes must be at least 1"):
+        Follower(tmp_path / "x", max_line_bytes=0)
+
+    async def first() -> None:
+        async for _ in Follower(tmp_path / "x").follow(0):
+            pass
+
+    with pytest.raises(ValueError, match="interval must be positive, got 0"):
+        asyncio.run(first())
+
+
+def test_empty_lines_are_skipped(tmp_path: Path) -> None:
+    """Blank lines between frames are not records."""
+    path = tmp_path / "log"
+    path.write_bytes(b"\n\n" + frame("a", 1) + b"\n\n")
+    lines, offset = read_from(path)
+    assert lines == [frame("a", 1)]
+    assert offset == path.stat().st_size
+
+
+def test_a_20_mib_line_is_skipped_without_being_held(tmp_path: Path) -> None:
+    """A 20 MiB line comes back as an OversizedLine with its size, once it ends;
+    while it is incomplete nothing is returned and the offset waits at it."""
+    path = tmp_path / "log"
+    size = 20 * 1024 * 1024
+    head = frame("a", 1) + b"\n"
+    with open(path, "wb") as handle:
+        handle.write(head)
+        handle.write(b"x" * size)
+    lines, offset = read_from(path)
+    assert (lines, offset) == ([frame("a", 1)], len(head))
+    append(path, b"\n" + frame("b", 2) + b"\n")
+    lines, offset = read_from(path, offset)
+    assert lines == [OversizedLine(size, DEFAULT_MAX_RECORD_BYTES), frame("b", 2)]
+    assert offset == path.stat().st_size
+    folded = Reassembler.fold([frame("a", 1), *lines])
+    assert [a.kind for a in folded.anomalies] == ["undecodable"]
+    assert f"line of {size} bytes exceeds the frame limit" in folded.anomalies[0].detail
+    state = folded.stream("c1", KIND)
+    assert state is not None
+    assert state.text == "ab"
+
+
+def test_line_limit_is_hit_exactly(tmp_path: Path) -> None:
+    """A line of exactly the limit is returned; one byte more is skipped."""
+    path = tmp_path / "log"
+    path.write_bytes(b"a" * 10 + b"\n" + b"b" * 11 + b"\n")
+    lines, _ = read_from(path, max_line_bytes=10)
+    assert lines == [b"a" * 10, OversizedLine(11, 10)]
+
+
+def test_lines_longer_than_a_read_block_come_back_whole(tmp_path: Path) -> None:
+    """A frame spanning several reads is reassembled into one line."""
+    long = frame("y" * (3 * READ_BLOCK_BYTES), 3 * READ_BLOCK_BYTES)
+    path = tmp_path / "log"
+    path.write_bytes(frame("a", 1) + b"\n" + long + b"\n")
+    lines, _ = read_from(path)
+    assert lines == [frame("a", 1), long]
+
+
+def test_poll_appended_answers_per_record(tmp_path: Path) -> None:
+    """Line mode: each record's append comes back in order, gap first."""
+    path = tmp_path / "log"
+    gap = progress_line("c1", KIND, {"delta": "z", "total_bytes": 10, "gap": True})
+    path.write_bytes(frame("ab", 2) + b"\n" + gap + b"\n")
+    follower = Follower(path)
+    printed = "".join(added.render("<{lost}>") for added in follower.poll_appended())
+    assert printed == "ab<4-7>z"
+    assert follower.poll_appended() == []
+
+
+def test_follow_yields_new_records_as_a_writer_appends(tmp_path: Path) -> None:
+    """The async follower picks up what a real writer process appends."""
+    path = tmp_path / "log"
+    path.write_bytes(frame("a", 1, seq=1) + b"\n")
+    writer = (
+        "import sys, time\n"
+        "time.sleep(0.05)\n"
+        "with open(sys.argv[1], 'ab') as f:\n"
+        f"    f.write({frame('b', 2, seq=2)!r} + b'\\n')\n"
+    )
+
+    async def run() -> Reassembler:
+        child = await asyncio.create_subprocess_exec(sys.executable, "-c", writer, str(path))
+        follower = Follower(path)
+        seen = 0
+        async for fresh in follower.follow(0.01):
+            seen += fresh.records
+            if seen == 2:
+                break
+        await child.wait()
+        return follower.reassembler
+
+    folded = asyncio.run(run())
+    state = folded.stream("c1", KIND)
+    assert state is not None
+    assert state.text == "ab"
+    assert folded.anomalies == ()
