@@ -507,19 +507,18 @@ class Client:
             )
         return tools
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, wait: float = CLOSE_WAIT_S) -> None:
         """Close the connection: end the server's input (it cancels what is in
         flight), wait for its output to end, and, for a spawned server, for it to
-        exit (killing it after :data:`CLOSE_WAIT_S`)."""
+        exit, killing it after ``wait`` seconds (default :data:`CLOSE_WAIT_S`)."""
         if self._closed:
             return
         self._closed = True
         with contextlib.suppress(ConnectionError, OSError):
             self._writer.close()
         try:
-            async with asyncio.timeout(CLOSE_WAIT_S):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(self._read_task)
+            async with asyncio.timeout(wait):
+                await asyncio.wait({self._read_task})  # never raises; the task is kept
                 if self.process is not None:
                     await self.process.wait()
         except TimeoutError:

@@ -12,6 +12,7 @@ import pytest
 from kigi_tool_protocol import ToolCallResult
 from kigi_tool_runtime._client import (
     CALL_BUFFER_FRAMES,
+    CLOSE_WAIT_S,
     TIMEOUT_GRACE_S,
     CallProgress,
     Client,
@@ -255,5 +256,19 @@ def test_client_bounds_are_checked() -> None:
         with pytest.raises(ValueError, match="must be at least 1, got 16 and 0"):
             await Client.spawn(SERVE, max_frame_bytes=16, call_buffer_frames=0)
         assert CALL_BUFFER_FRAMES >= 64
+
+    _run(body)
+
+
+def test_close_kills_a_server_that_ignores_end_of_input() -> None:
+    """aclose() ends a server that does not exit at end of input after its wait."""
+
+    async def body() -> None:
+        stubborn = [sys.executable, "-c", "import time; time.sleep(60)"]
+        client = await Client.spawn(stubborn)
+        await client.aclose(wait=0.3)
+        assert client.process is not None
+        assert client.process.returncode == -9
+        assert CLOSE_WAIT_S > 0.3
 
     _run(body)

@@ -8,6 +8,7 @@ import os
 import select
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from kigi_tool_runtime._server import (
     CALL_QUEUE_BYTES,
     MAX_CALLS_IN_FLIGHT,
+    MAX_CONTROL_LINES,
     SERVER_CANCEL_MESSAGE,
     WRITER_STALL_S,
     Server,
@@ -355,6 +357,52 @@ def test_server_rejects_bad_configuration() -> None:
         Server([ShellTool(), ShellTool()])
     with pytest.raises(ValueError, match="must be at least 1, got 0 and"):
         Server([ShellTool()], max_frame_bytes=0)
+
+
+def test_calls_past_the_in_flight_bound_are_refused(server: ServeProcess) -> None:
+    """The call past MAX_CALLS_IN_FLIGHT gets a custom tool_busy error; the others run."""
+    for n in range(MAX_CALLS_IN_FLIGHT):
+        server.send(_call(f"c{n}", "sleep 60", request_id=n))
+    server.send(_call("one-too-many", "true", request_id="x"))
+    reply = server.line()
+    assert reply["id"] == "x"
+    assert reply["error"]["data"]["code"] == "custom"
+    assert reply["error"]["data"]["subcode"] == "tool_busy"
+    assert f"{MAX_CALLS_IN_FLIGHT} calls are already in flight" in reply["error"]["message"]
+    assert server.proc.stdin is not None
+    server.proc.stdin.close()
+    cancelled = [server.line() for _ in range(MAX_CALLS_IN_FLIGHT)]
+    assert {r["error"]["data"]["code"] for r in cancelled} == {"cancelled"}
+    assert server.proc.wait(timeout=LINE_WAIT_S) == 0
+
+
+def test_a_garbage_flood_with_no_reader_keeps_memory_bounded(server: ServeProcess) -> None:
+    """A peer that floods bad lines and does not read: the server stops reading once
+    MAX_CONTROL_LINES replies wait, so its memory stays flat; every line is answered."""
+    server.send({"jsonrpc": "2.0", "id": 0, "method": "tools.list", "params": {}})
+    assert server.line()["id"] == 0
+    base_kib = _status_kib(server.proc.pid, "VmHWM")
+    count = 200 * MAX_CONTROL_LINES
+    errors: list[BaseException] = []
+
+    def flood() -> None:
+        try:
+            assert server.proc.stdin is not None
+            server.proc.stdin.write(b"x\n" * count)
+            server.proc.stdin.flush()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    writer = threading.Thread(target=flood)
+    writer.start()
+    time.sleep(2)  # the server fills its output and stops reading; nothing reads it
+    peak_kib = _status_kib(server.proc.pid, "VmHWM")
+    codes = [server.line()["error"]["code"] for _ in range(count)]
+    writer.join(timeout=LINE_WAIT_S)
+    assert not errors
+    assert codes == [-32700] * count
+    growth_mib = (peak_kib - base_kib) / 1024
+    assert growth_mib < 8, f"server memory grew {growth_mib:.1f} MiB while unread"
 
 
 def test_bounds_are_sane() -> None:
