@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import pty
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kigi_tool_runtime._cli import EXIT_TIMEOUT, EXIT_USAGE
+from kigi_tool_runtime._shell import ShellTool
 
 CLI = [sys.executable, "-m", "kigi_tool_runtime"]
 
@@ -223,3 +225,46 @@ def test_serve_answers_over_stdio() -> None:
     *progress, response = messages
     assert "".join(p["params"]["body"]["delta"] for p in progress) == "hi\n"
     assert response["result"]["output"]["value"]["output"] == "hi\n"
+
+
+def test_cap_and_limit_follow_what_the_shell_tool_supports() -> None:
+    """--cap/--limit reach the shell tool when it takes them; otherwise they are
+    refused with exit 2 and a message, never silently ignored."""
+    accepted = inspect.signature(ShellTool).parameters
+    done = _cli("run", "--json", "--cap", "4", "--", "printf abcdefghij")
+    if "max_delta_bytes" in accepted:
+        assert done.returncode == 0
+        deltas = [json.loads(line)["params"]["body"]["delta"] for line in done.stdout.splitlines()]
+        assert "".join(deltas) == "abcdefghij"
+        assert max(len(d.encode()) for d in deltas) <= 4
+    else:
+        assert done.returncode == EXIT_USAGE
+        assert "--cap is not supported by this version of the shell tool" in done.stderr.decode()
+    done = _cli("run", "--limit", "4", "--", "printf abcdefghij")
+    if "limit" in accepted:
+        assert done.stdout == b"abcd"
+        assert "truncated" in done.stderr.decode()
+    else:
+        assert done.returncode == EXIT_USAGE
+        assert "--limit is not supported by this version of the shell tool" in done.stderr.decode()
+
+
+def test_serve_works_with_regular_files_as_stdio(tmp_path: Path) -> None:
+    """`serve < requests > replies` works on regular files (not pipes): bad lines are
+    answered, and a call cut short by the end of input ends cancelled."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(
+        b"garbage\n"
+        b'{"jsonrpc":"2.0","id":1,"method":"tool.call","params":{"tool_call_id":"c",'
+        b'"tool_id":"bash","arguments":{"command":"sleep 60"}}}\n'
+    )
+    replies = tmp_path / "replies.jsonl"
+    with requests.open("rb") as stdin, replies.open("wb") as stdout:
+        done = subprocess.run(
+            [*CLI, "serve"], stdin=stdin, stdout=stdout, timeout=RUN_WAIT_S, check=False
+        )
+    assert done.returncode == 0
+    lines = [json.loads(line) for line in replies.read_bytes().splitlines()]
+    assert lines[0]["error"]["code"] == -32700
+    assert lines[-1]["id"] == 1
+    assert lines[-1]["error"]["data"] == {"code": "cancelled", "tool_id": "bash"}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -13,6 +15,8 @@ from kigi_tool_protocol import ToolCallResult
 from kigi_tool_runtime._client import (
     CALL_BUFFER_FRAMES,
     CLOSE_WAIT_S,
+    PIPE_BYTES,
+    READ_BUFFER_BYTES,
     TIMEOUT_GRACE_S,
     CallProgress,
     Client,
@@ -270,5 +274,22 @@ def test_close_kills_a_server_that_ignores_end_of_input() -> None:
         assert client.process is not None
         assert client.process.returncode == -9
         assert CLOSE_WAIT_S > 0.3
+
+    _run(body)
+
+
+def test_a_spawned_server_gets_a_wide_pipe() -> None:
+    """On Linux the client asks for a PIPE_BYTES pipe from the server, when allowed."""
+
+    async def body() -> None:
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        async with await Client.spawn(SERVE) as client:
+            assert client.process is not None
+            assert client.process.stdout is not None
+            transport: Any = client.process.stdout._transport  # type: ignore[attr-defined]
+            fd = transport.get_extra_info("pipe").fileno()
+            size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+            assert size == (PIPE_BYTES if limit >= PIPE_BYTES else size)
+            assert READ_BUFFER_BYTES >= 16 * 1024
 
     _run(body)
