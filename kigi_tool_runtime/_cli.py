@@ -14,7 +14,9 @@ Commands:
 - ``follow FILE``: print a frame log's reassembled text as it grows, like
   ``tail -f``; ``--from-offset`` resumes; Ctrl-C stops cleanly and prints the
   offset to resume from; ``--once`` reads what is there and exits.
-- ``check FILE``: decode a frame log strictly and print its loss report.
+- ``check FILE``: decode a frame log strictly and print each stream's loss
+  report and every anomaly with its line number. ``seq`` counts per call on
+  this transport, so each call's records are checked on their own.
 
 Exit status:
 
@@ -43,7 +45,8 @@ import msgspec
 
 from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING, progress_to_frame
 
-from ._follow import DEFAULT_POLL_INTERVAL, Follower
+from ._follow import DEFAULT_POLL_INTERVAL, Follower, read_from
+from ._lines import OversizedLine
 from ._loss import DEFAULT_GAP_MARKER
 from ._reassembler import Appended, Reassembler
 from ._runner import run_tool
@@ -414,22 +417,65 @@ def _follow(args: argparse.Namespace) -> int:
 _LOSS_ONLY: Final = frozenset({"dropped_frames"})
 
 
+class _PeekParams(msgspec.Struct):
+    tool_call_id: Any = None
+
+
+class _Peek(msgspec.Struct):
+    params: _PeekParams | None = None
+
+
+_peek_decoder: Final = msgspec.json.Decoder(_Peek)
+
+
+def _call_of(line: bytes | OversizedLine) -> str | None:
+    """The ``params.tool_call_id`` of a line, if it has a string one (a cheap look:
+    the line is decoded strictly later)."""
+    if isinstance(line, OversizedLine):
+        return None
+    try:
+        call = _peek_decoder.decode(line).params
+    except msgspec.MsgspecError:
+        return None
+    return call.tool_call_id if call is not None and isinstance(call.tool_call_id, str) else None
+
+
 def _check(args: argparse.Namespace) -> int:
+    # ``seq`` counts per call on this transport, so each call's records are
+    # folded by a reassembler of their own; records that name no call go to one
+    # more, which reports them. Line numbers are kept for the messages.
     if not os.path.isfile(args.file):
         raise _UsageError(f"no such file: {args.file!r}")
-    follower = Follower(args.file)
-    follower.poll()
-    reassembler = follower.reassembler
+    try:
+        lines, _ = read_from(args.file)
+    except (ValueError, OSError) as exc:
+        raise _UsageError(str(exc)) from None
+    folds: dict[str | None, tuple[Reassembler, list[int]]] = {}
+    for number, line in enumerate(lines, start=1):
+        call = _call_of(line)
+        fold = folds.get(call)
+        if fold is None:
+            fold = folds[call] = (Reassembler(), [])
+        fold[0].absorb_record(line)
+        fold[1].append(number)
     out = sys.stdout
-    for report in reassembler.reports():
-        out.write(report.summary() + "\n")
-    violations = [a for a in reassembler.anomalies if a.kind not in _LOSS_ONLY]
-    for anomaly in reassembler.anomalies:
-        where = f" [{anomaly.key.tool_call_id}/{anomaly.key.subkind}]" if anomaly.key else ""
-        out.write(f"record {anomaly.index}: {anomaly.kind}{where}: {anomaly.detail}\n")
-    verdict = "ok" if not violations else f"{len(violations)} violations"
+    records = ignored = streams = 0
+    problems: list[tuple[int, str]] = []
+    violations = 0
+    for reassembler, numbers in folds.values():
+        records += reassembler.records
+        ignored += reassembler.ignored
+        streams += len(reassembler.streams)
+        for report in reassembler.reports():
+            out.write(report.summary() + "\n")
+        for anomaly in reassembler.anomalies:
+            where = f" [{anomaly.key.tool_call_id}/{anomaly.key.subkind}]" if anomaly.key else ""
+            problems.append((numbers[anomaly.index], f"{anomaly.kind}{where}: {anomaly.detail}"))
+            violations += anomaly.kind not in _LOSS_ONLY
+    for number, text in sorted(problems):
+        out.write(f"line {number}: {text}\n")
+    verdict = "ok" if not violations else f"{violations} violations"
     out.write(
-        f"checked {reassembler.records} records, {len(reassembler.streams)} streams,"
-        f" {reassembler.ignored} other messages: {verdict}\n"
+        f"checked {records} records, {streams} streams, {ignored} other messages: {verdict}\n"
     )
     return 0 if not violations else 1

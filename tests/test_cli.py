@@ -103,7 +103,7 @@ def test_check_fails_on_an_invalid_frame(tmp_path: Path) -> None:
     checked = _cli("check", str(log))
     assert checked.returncode == 1
     report = checked.stdout.decode()
-    assert "record 0: undecodable" in report
+    assert "line 1: undecodable" in report
     assert "1 violations" in report
 
 
@@ -268,3 +268,45 @@ def test_serve_works_with_regular_files_as_stdio(tmp_path: Path) -> None:
     assert lines[0]["error"]["code"] == -32700
     assert lines[-1]["id"] == 1
     assert lines[-1]["error"]["data"] == {"code": "cancelled", "tool_id": "bash"}
+
+
+def test_check_takes_seq_per_call_in_a_served_log(tmp_path: Path) -> None:
+    """A `serve` log of two interleaved calls passes `check`: each call's seq is its own."""
+    proc = subprocess.Popen([*CLI, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None
+        for n in (1, 2):
+            request = {
+                "jsonrpc": "2.0",
+                "id": n,
+                "method": "tool.call",
+                "params": {
+                    "tool_call_id": f"c{n}",
+                    "tool_id": "bash",
+                    "arguments": {"command": "for i in 1 2 3; do echo $i; sleep 0.2; done"},
+                },
+            }
+            proc.stdin.write(json.dumps(request).encode() + b"\n")
+        proc.stdin.flush()
+        assert proc.stdout is not None
+        log: list[bytes] = []
+        while sum(b'"result"' in line for line in log) < 2:
+            line = proc.stdout.readline()
+            assert line, "serve closed its output early"
+            log.append(line)
+        proc.stdin.close()
+        proc.wait(timeout=RUN_WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+    path = tmp_path / "served.jsonl"
+    path.write_bytes(b"".join(log))
+    checked = _cli("check", str(path))
+    report = checked.stdout.decode()
+    assert checked.returncode == 0, report
+    assert "c1/bash_output_chunk: 6 bytes" in report
+    assert "c2/bash_output_chunk: 6 bytes" in report
+    assert "2 streams, 2 other messages: ok" in report
