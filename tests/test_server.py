@@ -272,6 +272,42 @@ def test_tool_cancel_request_is_acknowledged(server: ServeProcess) -> None:
     assert server.line()["result"] == {"cancelled": 0}
 
 
+def test_session_ended_cancels_every_call_and_session_id_is_echoed(
+    server: ServeProcess,
+) -> None:
+    """Messages carry the request's session_id back; a SessionEnded hook request
+    cancels every call in flight and answers how many."""
+    for n in (1, 2):
+        server.send(_call(f"c{n}", "echo up; sleep 60", request_id=n) | {"session_id": "sess_z"})
+    firsts = [server.line(), server.line()]
+    assert {f["params"]["tool_call_id"] for f in firsts} == {"c1", "c2"}
+    assert all(f["session_id"] == "sess_z" for f in firsts)
+    server.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "h",
+            "method": "hook",
+            "params": {"session_id": "sess_z", "event": {"type": "SessionEnded"}},
+        }
+    )
+    replies: dict[Any, dict[str, Any]] = {}
+    while len(replies) < 3:
+        message = server.line()
+        replies[message["id"]] = message
+    assert replies["h"]["result"] == {"cancelled": 2}
+    for n in (1, 2):
+        assert replies[n]["session_id"] == "sess_z"
+        assert replies[n]["error"]["data"]["code"] == "cancelled"
+
+
+def test_a_bad_hook_is_answered_with_invalid_params(server: ServeProcess) -> None:
+    """A hook request whose params are not a HookFrame gets -32602 naming the field."""
+    server.send({"jsonrpc": "2.0", "id": 4, "method": "hook", "params": {"event": {}}})
+    reply = server.line()
+    assert reply["error"]["code"] == -32602
+    assert reply["error"]["message"].startswith("invalid params for hook: ")
+
+
 def test_duplicate_call_id_in_flight_is_refused(server: ServeProcess) -> None:
     """A second call reusing an in-flight tool_call_id gets invalid_params naming it."""
     server.send(_call("same", "echo a; sleep 60", request_id=1))
