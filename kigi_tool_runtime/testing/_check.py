@@ -227,6 +227,20 @@ class _Mismatch(NamedTuple):
     detail: str
 
 
+class _Miss(NamedTuple):
+    """A delta that is not the source at ``start``; explained only if reported
+    (a gap's search tries many starts, and most of them miss)."""
+
+    frame: int
+    start: int
+    payload: PartialResultPayload
+
+
+#: How many characters of a lossy delta are compared before the whole of it:
+#: most wrong starts of a gap search differ within the first few.
+_PROBE_CHARS: Final = 16
+
+
 class _Checker:
     """One check: the source, the contract's parameters, and the frames."""
 
@@ -241,28 +255,50 @@ class _Checker:
         self.data = data
         self.cap = cap
         self.tail_capacity = tail_capacity
+        self.encoded: dict[int, bytes] = {}
         try:
             data.decode("utf-8")
             self.valid = True
         except UnicodeDecodeError:
             self.valid = False
 
+    def exact(self, index: int, delta: str) -> bytes | None:
+        """The source bytes ``delta`` must be, when that is decided by the delta
+        alone (valid text, or no U+FFFD to stand for invalid bytes)."""
+        if not (self.valid or _REPLACEMENT not in delta):
+            return None
+        encoded = self.encoded.get(index)
+        if encoded is None:
+            encoded = self.encoded[index] = delta.encode("utf-8", "surrogatepass")
+        return encoded
+
+    def lossy_text(self, start: int, chars: int) -> tuple[str, list[tuple[int, int]]]:
+        """The decode of source bytes from ``start``, far enough for ``chars``
+        characters, with its invalid spans."""
+        data = self.data
+        stop = min(start + MAX_CHAR_BYTES * chars + MAX_CHAR_BYTES, len(data))
+        return _decode(memoryview(data)[start:stop], stop == len(data))
+
     # A delta placed at `start`: the end of the bytes it consumed, or why not.
-    def match(self, index: int, start: int, payload: PartialResultPayload) -> int | _Mismatch:
+    def match(
+        self, index: int, start: int, payload: PartialResultPayload
+    ) -> int | _Mismatch | _Miss:
         delta, data = payload.delta, self.data
         if not delta:
             return start
-        if self.valid or _REPLACEMENT not in delta:
-            encoded = delta.encode("utf-8", "surrogatepass")
-            if data.startswith(encoded, start):
-                end = start + len(encoded)
-            else:
-                return self.mismatch(index, start, payload)
+        encoded = self.exact(index, delta)
+        if encoded is not None:
+            if not data.startswith(encoded, start):
+                return _Miss(index, start, payload)
+            end = start + len(encoded)
         else:
-            stop = min(start + MAX_CHAR_BYTES * len(delta) + MAX_CHAR_BYTES, len(data))
-            text, spans = _decode(memoryview(data)[start:stop], stop == len(data))
+            if len(delta) > _PROBE_CHARS:
+                probe, _ = self.lossy_text(start, _PROBE_CHARS)
+                if not probe.startswith(delta[:_PROBE_CHARS]):
+                    return _Miss(index, start, payload)
+            text, spans = self.lossy_text(start, len(delta))
             if not text.startswith(delta):
-                return self.mismatch(index, start, payload)
+                return _Miss(index, start, payload)
             end = start + _bytes_for(text, len(delta), spans)
         if end > payload.total_bytes:
             return _Mismatch(
@@ -281,11 +317,16 @@ class _Checker:
             )
         return end
 
+    def error(self, failure: _Mismatch | _Miss) -> StreamCheckError:
+        """The error that reports ``failure``."""
+        if isinstance(failure, _Miss):
+            failure = self.mismatch(*failure)
+        return StreamCheckError(*failure)
+
     def mismatch(self, index: int, start: int, payload: PartialResultPayload) -> _Mismatch:
         """Say how ``payload``'s delta differs from the source at ``start``."""
         delta, data = payload.delta, self.data
-        stop = min(start + MAX_CHAR_BYTES * len(delta) + MAX_CHAR_BYTES, len(data))
-        expected, spans = _decode(memoryview(data)[start:stop], stop == len(data))
+        expected, spans = self.lossy_text(start, len(delta))
         at = next(
             (i for i, (a, b) in enumerate(zip(delta, expected, strict=False)) if a != b),
             min(len(delta), len(expected)),
@@ -332,7 +373,7 @@ class _Checker:
     # A run of frames placed from `start`: the end of each, or the first misfit.
     def place(
         self, frames: list[tuple[int, PartialResultPayload]], start: int
-    ) -> list[int] | _Mismatch:
+    ) -> list[int] | _Mismatch | _Miss:
         ends: list[int] = []
         position = start
         for index, payload in frames:
@@ -344,11 +385,28 @@ class _Checker:
                     _describe(payload),
                 )
             found = self.match(index, position, payload)
-            if isinstance(found, _Mismatch):
+            if not isinstance(found, int):
                 return found
             ends.append(found)
             position = found
         return ends
+
+    def start_for_end(
+        self, frames: list[tuple[int, PartialResultPayload]], after: int, end: int
+    ) -> int | None:
+        """The one start from which ``frames`` would end exactly at ``end``, if
+        the source there decodes to their text (the last run of a complete
+        stream is placed from its end, not searched for)."""
+        text = "".join(payload.delta for _, payload in frames)
+        if self.valid or _REPLACEMENT not in text:
+            return end - len(text.encode("utf-8", "surrogatepass"))
+        # Decode from far enough back that the decoder has resynchronised by the
+        # start; the text must then be the decode's last characters.
+        low = max(after + 1, end - MAX_CHAR_BYTES * len(text) - MAX_CHAR_BYTES)
+        decoded, spans = _decode(memoryview(self.data)[low:end], end == len(self.data))
+        if not decoded.endswith(text):
+            return None
+        return low + _bytes_for(decoded, len(decoded) - len(text), spans)
 
     def orphans_ok(self, start: int, after: int, total: int) -> bool:
         """Whether a gap's survivors may begin at ``start``: the tail began at
@@ -462,8 +520,8 @@ def check_stream(
         following = next((j for j in range(k + 1, len(items)) if items[j][1].gap), len(items))
         if not payload.gap:
             placed = checker.place(items[k:following], position)
-            if isinstance(placed, _Mismatch):
-                raise StreamCheckError(*placed)
+            if not isinstance(placed, list):
+                raise checker.error(placed)
             position = placed[-1]
             k = following
             continue
@@ -515,13 +573,19 @@ def _place_gap(
         StreamCheckError: no start fits.
     """
     index, payload = frames[0]
+    if must_end is not None:
+        start = checker.start_for_end(frames, after, must_end)
+        if start is not None and checker.orphans_ok(start, after, payload.total_bytes):
+            placed = checker.place(frames, start)
+            if isinstance(placed, list) and placed[-1] == must_end:
+                return start, placed
     first_fit: tuple[int, list[int]] | None = None
-    closest: _Mismatch | None = None
+    closest: _Mismatch | _Miss | None = None
     for start in checker.candidates(after, payload):
         if not checker.orphans_ok(start, after, payload.total_bytes):
             continue
         placed = checker.place(frames, start)
-        if isinstance(placed, _Mismatch):
+        if not isinstance(placed, list):
             if closest is None or placed.frame > closest.frame:
                 closest = placed
             continue
@@ -532,7 +596,7 @@ def _place_gap(
     if first_fit is not None:
         return first_fit  # the end-of-stream check names what is missing
     if closest is not None and closest.frame != index:
-        raise StreamCheckError(*closest)
+        raise checker.error(closest)
     where = f"between byte {after + 1} and {payload.total_bytes}"
     if checker.tail_capacity is not None:
         tail_start = payload.total_bytes - checker.tail_capacity
