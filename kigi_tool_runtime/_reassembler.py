@@ -163,6 +163,7 @@ class StreamState:
         "_pre_lo",
         "_replacements",
         "_run_open",
+        "_unmeasured",
         "first_total",
         "frames",
         "key",
@@ -178,6 +179,10 @@ class StreamState:
         self.truncated = False
         self._first_index = -1
         self._chunks: list[str] = []
+        # Chunks the steady path appended without counting them in _chars,
+        # _bytes, _replacements and the cursor: measured in one pass when a
+        # figure is next needed (a UTF-8 length costs an encode).
+        self._unmeasured: list[str] = []
         self._has_text = False
         self._chars = 0
         self._bytes = 0
@@ -223,6 +228,7 @@ class StreamState:
     @property
     def text_bytes(self) -> int:
         """The UTF-8 length of :attr:`text` (0 while it is ``None``)."""
+        self._measure()
         return self._bytes
 
     @property
@@ -243,6 +249,7 @@ class StreamState:
 
     def report(self) -> LossReport:
         """The :class:`LossReport` of this stream."""
+        self._measure()
         return LossReport(
             key=self.key,
             frames=self.frames,
@@ -277,6 +284,8 @@ class StreamState:
     __hash__ = None  # type: ignore[assignment]  # mutable value: not hashable
 
     def _fields(self) -> tuple[Any, ...]:
+        self._measure()
+        text = self.text
         return (
             self.key,
             self.frames,
@@ -284,7 +293,7 @@ class StreamState:
             self.total_bytes,
             self.truncated,
             self._first_index,
-            self.text,
+            text,
             self._chars,
             self._bytes,
             self._replacements,
@@ -306,10 +315,56 @@ class StreamState:
 
     # -- absorbing ------------------------------------------------------------
 
+    def _measure(self) -> None:
+        """Count the chunks the steady path appended without counting them."""
+        part = self._unmeasured
+        if not part:
+            return
+        self._unmeasured = []
+        chars = sum(map(len, part))
+        if all(map(str.isascii, part)):
+            size = low = chars
+        else:
+            size = sum(map(len, map(str.encode, part)))
+            replaced = sum(map(_count_replacements, part))
+            self._replacements += replaced
+            low = size - 2 * replaced
+        self._chars += chars
+        self._bytes += size
+        # The steady path only runs with no open gap run and the leading run
+        # closed, so these bytes only move the cursor (and, before any gap, the
+        # count of bytes consumed before it).
+        self._cur_lo += low
+        self._cur_hi += size
+        if not self._anchored:
+            self._pre_lo += low
+            self._pre_hi += size
+
     def _absorb_payload(
         self, payload: PartialResultPayload, index: int, dropped: int | None
     ) -> None:
         total = payload.total_bytes
+        last = self.total_bytes
+        if (
+            not self._lead_open
+            and not self._run_open
+            and not payload.gap
+            and not dropped
+            and last is not None
+            and total >= last
+        ):
+            # The steady path: a frame that only appends. Its bytes are counted
+            # lazily, in one pass, when a figure is next needed.
+            self.frames += 1
+            delta = payload.delta
+            if delta:
+                self._chunks.append(delta)
+                self._unmeasured.append(delta)
+            self.total_bytes = total
+            if payload.truncated:
+                self.truncated = True
+            return
+        self._measure()
         delta = payload.delta
         self.frames += 1
         self._has_text = True
@@ -410,6 +465,8 @@ class StreamState:
     def _absorb_state(self, later: StreamState, records: int) -> None:
         """Absorb the fold of this stream's later records (``records`` = how many
         records this fold's owner had absorbed before them)."""
+        self._measure()
+        later._measure()
         anomalies = [
             _shift_anomaly(anomaly, records)
             for anomaly in later._anomalies
@@ -511,6 +568,10 @@ class StreamState:
             if anomaly.kind == "unknown_call"
         ]
         return fresh
+
+
+def _count_replacements(text: str) -> int:
+    return text.count(_REPLACEMENT)
 
 
 def _regressed(key: StreamKey, index: int, last: int, total: int) -> Anomaly:

@@ -1,0 +1,130 @@
+"""Reassembly throughput: strict decode + absorb, beside strict decoding alone.
+
+For 16 KiB and 256 B deltas, one stream of ``tool_call_progress`` JSON lines
+(the wire's bytes, with a connection ``seq``) is
+
+- decoded alone, strictly, into typed frames (the baseline); the frames are kept,
+  as any consumer must keep what it will show, and dropped in a second baseline;
+- decoded and absorbed by a :class:`Reassembler` (``absorb_line``), and the text
+  read once at the end (so the lazy join is paid for).
+
+Figures are frames/s and MB/s of delta text, best of several runs, and the cost
+absorbing adds on top of decoding. ``--quick`` for a short run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from collections.abc import Callable
+
+from kigi_tool_protocol import (
+    METHOD_TOOL_CALL_PROGRESS,
+    JsonRpcNotification,
+    PartialResultPayload,
+    ToolCallProgressFrame,
+    json_codec,
+)
+from kigi_tool_runtime import Reassembler
+
+TYPED = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
+
+
+def make_lines(delta_bytes: int, frames: int, text: str) -> list[bytes]:
+    piece = (text * (delta_bytes // len(text.encode()) + 1)).encode()[:delta_bytes]
+    delta = piece.decode("utf-8", "ignore")
+    lines = []
+    total = 0
+    for seq in range(frames):
+        total += len(delta.encode())
+        body = PartialResultPayload(delta=delta, total_bytes=total)
+        frame = ToolCallProgressFrame(tool_call_id="call-1", kind="bash_output_chunk", body=body)
+        notification = JsonRpcNotification(
+            session_id="s", seq=seq, method=METHOD_TOOL_CALL_PROGRESS, params=frame
+        )
+        lines.append(json_codec.encode(notification))
+    return lines
+
+
+def best(run: Callable[[list[bytes]], object], lines: list[bytes], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        run(lines)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def decode_keep(lines: list[bytes]) -> object:
+    decode = json_codec.decode
+    return [decode(line, TYPED) for line in lines]
+
+
+def decode_drop(lines: list[bytes]) -> None:
+    decode = json_codec.decode
+    for line in lines:
+        decode(line, TYPED)
+
+
+def absorb_text(lines: list[bytes]) -> object:
+    reassembler = Reassembler()
+    absorb_line = reassembler.absorb_line
+    for line in lines:
+        absorb_line(line)
+    state = reassembler.stream("call-1", "bash_output_chunk")
+    assert state is not None
+    assert state.text is not None
+    return state.text
+
+
+def absorb_report(lines: list[bytes]) -> object:
+    reassembler = Reassembler()
+    absorb_line = reassembler.absorb_line
+    for line in lines:
+        absorb_line(line)
+    state = reassembler.stream("call-1", "bash_output_chunk")
+    assert state is not None
+    assert state.text is not None
+    report = state.report()
+    assert report.complete
+    assert report.undelivered_bytes == 0
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer frames and runs")
+    args = parser.parse_args()
+    repeats = 3 if args.quick else 7
+    scale = 1 if args.quick else 4
+    cases = [
+        ("16 KiB ascii", 16 * 1024, 500 * scale, "build output line 42\n"),
+        ("16 KiB mixed", 16 * 1024, 500 * scale, "héllo wörld ✓ 😀 "),
+        ("256 B ascii", 256, 20_000 * scale, "build output line 42\n"),
+        ("256 B mixed", 256, 20_000 * scale, "héllo wörld ✓ 😀 "),
+    ]
+    print(f"{'case':<14} {'what':<26} {'frames/s':>12} {'MB/s text':>10} {'vs decode':>10}")
+    for name, size, frames, text in cases:
+        lines = make_lines(size, frames, text)
+        text_mb = frames * size / 1e6
+        keep = best(decode_keep, lines, repeats)
+        drop = best(decode_drop, lines, repeats)
+        full = best(absorb_text, lines, repeats)
+        reported = best(absorb_report, lines, repeats)
+        for what, seconds in (
+            ("decode, frames kept", keep),
+            ("decode, frames dropped", drop),
+            ("decode + absorb + text", full),
+            ("... + loss report", reported),
+        ):
+            extra = f"{(seconds / keep - 1) * 100:+.0f}%"
+            print(
+                f"{name:<14} {what:<26} {frames / seconds:>12,.0f} "
+                f"{text_mb / seconds:>10,.1f} {extra:>10}"
+            )
+
+
+if __name__ == "__main__":
+    main()
