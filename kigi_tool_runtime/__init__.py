@@ -3,7 +3,7 @@ and reassemble it knowing exactly what was lost."""
 
 from ._chunk import Chunk, stream_chunk
 from ._client import Call, CallProgress, Client, ClientStats, RemoteToolError
-from ._emit import OMISSION_MARKER, Excerpt, OutputStream
+from ._emit import LIMIT_MARKER, OMISSION_MARKER, Excerpt, OutputStream
 from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower, read_from
 from ._harness import (
     AnomalyReported,
@@ -46,6 +46,7 @@ __all__: tuple[str, ...] = (
     "DEFAULT_GAP_MARKER",
     "DEFAULT_MAX_RECORD_BYTES",
     "DEFAULT_POLL_INTERVAL",
+    "LIMIT_MARKER",
     "MAX_HELD_BYTES",
     "MIN_TAIL_CAPACITY",
     "OMISSION_MARKER",

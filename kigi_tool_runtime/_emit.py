@@ -36,12 +36,16 @@ from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, CustomProgress, Streamin
 from ._streamer import DeltaStreamer
 from ._tail import TailBuffer
 
-__all__ = ("OMISSION_MARKER", "Excerpt", "OutputStream")
+__all__ = ("LIMIT_MARKER", "OMISSION_MARKER", "Excerpt", "OutputStream")
 
 #: Put between the head and the tail of an excerpt whose middle was left out.
 #: Blank lines around it keep it off the lines of the output itself, and it says
 #: how much is missing so a reader (or a model) never mistakes it for output.
 OMISSION_MARKER: Final = "\n\n[... {omitted} bytes of output omitted ...]\n\n"
+
+#: Appended to an excerpt when bytes were refused at the stream's hard limit:
+#: they are gone for good, and the reader is told how many.
+LIMIT_MARKER: Final = "\n\n[... {dropped} more bytes of output dropped at the output limit ...]\n"
 
 # A UTF-8 character is at most 4 bytes: a cut can split at most 3 of them off.
 _MAX_SPLIT_BYTES: Final = 3
@@ -50,14 +54,17 @@ Data = bytes | bytearray | memoryview
 
 
 class Excerpt(NamedTuple):
-    """What :meth:`OutputStream.excerpt` returns: the text for the reader, the
-    source's byte count, how many bytes the text leaves out (0 when whole), and
-    whether bytes were refused at the stream's hard limit."""
+    """What :meth:`OutputStream.excerpt` returns: the text for the reader; the
+    bytes the stream accepted (``total``); how many of those the text leaves out
+    around :data:`OMISSION_MARKER` (``omitted``, 0 when whole); whether bytes
+    were refused at the stream's hard limit (``truncated``) and how many
+    (``dropped``, announced by :data:`LIMIT_MARKER` at the end of the text)."""
 
     text: str
     total: int
     omitted: int
     truncated: bool
+    dropped: int = 0
 
 
 def _complete_prefix(data: bytes) -> bytes:
@@ -194,23 +201,28 @@ class OutputStream:
         """The output for a reader: whole when it fits in ``max_bytes`` (default:
         the kept head plus the tail's capacity), otherwise the kept head and the
         newest bytes around :data:`OMISSION_MARKER`. Neither side is cut inside a
-        character; invalid bytes decode to U+FFFD.
+        character; invalid bytes decode to U+FFFD. Bytes refused at the hard
+        limit are announced by :data:`LIMIT_MARKER` at the end.
         """
         total = self._tail.total
+        dropped = self._tail.statistics().dropped
         head = bytes(self._head)
         tail_view = self._tail.tail()
         budget = len(head) + len(tail_view) if max_bytes is None else max_bytes
         if total <= budget and total - len(head) <= len(tail_view):
             rest = bytes(tail_view[len(tail_view) - (total - len(head)) :])
             text = (head + rest).decode("utf-8", "replace")
-            return Excerpt(text, total, 0, self._tail.truncated)
-        head = _complete_prefix(head[: budget // 2])
-        keep = max(budget - len(head), 0)
-        tail = _complete_suffix(bytes(tail_view[max(len(tail_view) - keep, 0) :]))
-        omitted = total - len(head) - len(tail)
-        text = (
-            head.decode("utf-8", "replace")
-            + OMISSION_MARKER.format(omitted=omitted)
-            + tail.decode("utf-8", "replace")
-        )
-        return Excerpt(text, total, omitted, self._tail.truncated)
+            omitted = 0
+        else:
+            head = _complete_prefix(head[: budget // 2])
+            keep = max(budget - len(head), 0)
+            tail = _complete_suffix(bytes(tail_view[max(len(tail_view) - keep, 0) :]))
+            omitted = total - len(head) - len(tail)
+            text = (
+                head.decode("utf-8", "replace")
+                + OMISSION_MARKER.format(omitted=omitted)
+                + tail.decode("utf-8", "replace")
+            )
+        if dropped:
+            text += LIMIT_MARKER.format(dropped=dropped)
+        return Excerpt(text, total, omitted, dropped > 0, dropped)

@@ -174,7 +174,9 @@ class ShellOutcome(msgspec.Struct, frozen=True, kw_only=True):
     e.g. ``"SIGKILL"``) is set. ``timed_out`` says the tool killed it at its
     deadline. ``total_bytes`` counts all output; ``output`` is the output for the
     model: whole, or, when ``truncated``, the head and the tail around a marker
-    that says how many bytes (``omitted_bytes``) were left out.
+    that says how many bytes were left out there. ``omitted_bytes`` counts every
+    byte missing from ``output``: those, and any dropped at the tool's hard
+    ``limit`` (a second marker at the end says how many).
     """
 
     exit_code: int | None
@@ -286,11 +288,16 @@ class ShellTool(Tool[ShellArgs]):
     and stderr as ``bash_output_chunk`` deltas, and return a :class:`ShellOutcome`.
 
     The keyword arguments tune the bounds (defaults are the module constants).
+    ``max_delta_bytes`` sets the stream's cap (its ``StreamingSpec``, declared in
+    this instance's ``capabilities``); ``limit`` is a hard cap on the bytes
+    streamed per call: bytes past it are read and counted but dropped, the
+    stream says ``truncated``, and the result says how many were dropped.
 
     Raises:
         ValueError: a bound is out of range (``tick``, ``grace`` or
             ``exit_drain`` not positive, ``tail_capacity`` below one frame,
-            ``read_chunk`` below :data:`MIN_READ_CHUNK_BYTES`).
+            ``read_chunk`` below :data:`MIN_READ_CHUNK_BYTES`, a negative
+            ``max_delta_bytes`` or ``limit``).
     """
 
     id = "bash"
@@ -314,12 +321,21 @@ class ShellTool(Tool[ShellArgs]):
         grace: float = TERM_GRACE_S,
         exit_drain: float = EXIT_DRAIN_S,
         read_chunk: int = READ_CHUNK_BYTES,
+        max_delta_bytes: int | None = None,
+        limit: int | None = None,
         shell: str | None = None,
     ) -> None:
         for name, value in (("tick", tick), ("grace", grace), ("exit_drain", exit_drain)):
             if not value > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {value}")
-        cap = SHELL_SPEC.max_delta_bytes or 0
+        if max_delta_bytes is not None:
+            if max_delta_bytes < 0:
+                raise ValueError(f"max_delta_bytes must be >= 0 or None, got {max_delta_bytes}")
+            spec = StreamingSpec(subkind=SHELL_SPEC.subkind, max_delta_bytes=max_delta_bytes)
+            self.capabilities = msgspec.structs.replace(self.capabilities, streaming=spec)
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0 or None, got {limit}")
+        cap = self.spec.max_delta_bytes or 0
         if tail_capacity < cap:
             raise ValueError(f"tail_capacity {tail_capacity} is below one frame ({cap} bytes)")
         if read_chunk < MIN_READ_CHUNK_BYTES:
@@ -329,10 +345,18 @@ class ShellTool(Tool[ShellArgs]):
         self.tail_capacity = tail_capacity
         self.grace = grace
         self.exit_drain = exit_drain
+        self.limit = limit
         self.shell = shell or shutil.which("bash") or "/bin/sh"
 
     def __repr__(self) -> str:
         return f"ShellTool(tick={self.tick}, tail_capacity={self.tail_capacity})"
+
+    @property
+    def spec(self) -> StreamingSpec:
+        """The stream this instance produces (``bash_output_chunk``, its cap)."""
+        spec = self.capabilities.streaming
+        assert spec is not None
+        return spec
 
     async def execute(self, ctx: ToolContext, args: ShellArgs) -> AsyncIterator[ToolEvent]:
         """Run the command: ``bash_output_chunk`` progress, then a
@@ -348,8 +372,9 @@ class ShellTool(Tool[ShellArgs]):
         limit = args.output_limit or DEFAULT_OUTPUT_LIMIT
         head = limit // 2
         stream = OutputStream(
-            SHELL_SPEC,
+            self.spec,
             capacity=max(self.tail_capacity, limit - head),
+            limit=self.limit,
             head_bytes=head,
             progress=ctx.wants_progress,
         )
@@ -394,9 +419,9 @@ class ShellTool(Tool[ShellArgs]):
                     signal=_signal_name(-returncode) if returncode < 0 else None,
                     timed_out=bool(timed_out),
                     duration_ms=round(((exited_at or [loop.time()])[0] - started) * 1000),
-                    total_bytes=excerpt.total,
-                    truncated=excerpt.omitted > 0,
-                    omitted_bytes=excerpt.omitted,
+                    total_bytes=excerpt.total + excerpt.dropped,
+                    truncated=excerpt.omitted + excerpt.dropped > 0,
+                    omitted_bytes=excerpt.omitted + excerpt.dropped,
                     output=excerpt.text,
                 )
             )

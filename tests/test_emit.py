@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec, ToolCapabilities
 from kigi_tool_runtime import (
+    LIMIT_MARKER,
     OMISSION_MARKER,
     Excerpt,
     OutputStream,
@@ -115,7 +116,8 @@ def test_the_hard_limit_truncates_the_stream() -> None:
     assert "".join(p.delta for p in frames) == "abcde"
     assert all(p.truncated for p in frames)
     assert stream.truncated
-    assert stream.excerpt().truncated
+    excerpt = stream.excerpt()
+    assert excerpt == Excerpt("abcde" + LIMIT_MARKER.format(dropped=3), 5, 0, True, 3)
 
 
 def test_bad_construction_is_refused_with_the_reason() -> None:

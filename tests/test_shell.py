@@ -18,6 +18,7 @@ import pytest
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload
 from kigi_tool_runtime import (
+    LIMIT_MARKER,
     OMISSION_MARKER,
     ShellArgs,
     ShellOutcome,
@@ -717,3 +718,43 @@ def test_a_stopped_process_is_continued_so_sigterm_reaches_it() -> None:
     assert outcome.signal == "SIGTERM"
     assert_group_gone(pid_line(outcome.output))
     assert before == after
+
+
+def test_a_custom_cap_streams_small_whole_character_frames() -> None:
+    """``max_delta_bytes`` sets this instance's stream cap: every frame consumes at
+    most that many bytes (or one whole character), and the output is whole."""
+    text = "grüße ✓ 😀 " * 20
+    tool = ShellTool(max_delta_bytes=8)
+    assert tool.capabilities.streaming is not None
+    assert tool.capabilities.streaming.max_delta_bytes == 8
+    assert ShellTool.capabilities.streaming == SHELL_SPEC, "the class default is untouched"
+    got = run(py(f"import sys; sys.stdout.write({text!r})"), tool)
+    assert got.text == text
+    assert all(len(p.delta.encode()) <= 8 or len(p.delta) == 1 for p in got.payloads)
+    assert len(got.payloads) >= len(text.encode()) // 8
+
+
+def test_the_hard_limit_drops_and_counts_what_is_past_it() -> None:
+    """``limit``: the stream stops at the limit and says ``truncated``; the child is
+    still read to the end, and the result counts and announces the dropped bytes."""
+    script = "import sys; sys.stdout.write('a' * 3000 + 'b' * 3000)"
+    got = run(py(script), ShellTool(limit=1000))
+    assert got.text == "a" * 1000
+    assert got.payloads[-1].truncated
+    assert got.payloads[-1].total_bytes == 1000
+    outcome = got.outcome
+    assert outcome.exit_code == 0
+    assert outcome.total_bytes == 6000
+    assert outcome.truncated
+    assert outcome.omitted_bytes == 5000
+    assert outcome.output == "a" * 1000 + LIMIT_MARKER.format(dropped=5000)
+
+
+def test_negative_caps_and_limits_are_refused() -> None:
+    """A negative cap or limit, or a cap larger than the tail, is refused."""
+    with pytest.raises(ValueError, match="max_delta_bytes must be >= 0 or None, got -1"):
+        ShellTool(max_delta_bytes=-1)
+    with pytest.raises(ValueError, match="limit must be >= 0 or None, got -1"):
+        ShellTool(limit=-1)
+    with pytest.raises(ValueError, match="tail_capacity 16384 is below one frame"):
+        ShellTool(tail_capacity=CAP, max_delta_bytes=CAP + 1)
