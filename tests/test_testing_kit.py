@@ -494,7 +494,12 @@ def test_rejects_frames_of_other_types() -> None:
 def test_empty_source_and_no_frames() -> None:
     """No frames for an empty source is a valid stream; for a non-empty one it is not."""
     assert check_stream([], b"") == CheckedStream("", 0, 0, (), False)
-    error = fails(r"^stream: no partial-result frames for a source of 3 bytes", [], b"abc")
+    error = fails(
+        r"^stream: no partial-result frames for a source of 3 bytes: none of them was"
+        r" delivered or reported as lost",
+        [],
+        b"abc",
+    )
     assert error.frame is None
     assert check_stream([], b"abc", complete=False).frames == 0
 
@@ -519,6 +524,28 @@ def test_lossy_text_is_the_replace_decode() -> None:
         r"^frame 0: U\+FFFD at character 2 \(source byte 3\) where the source has 'b'",
         [frame("a\ufffd\ufffdb", 4)],
         b"a\xe2\x82b",
+    )
+
+
+def test_long_lossy_deltas_are_compared_whole() -> None:
+    """A lossy delta is probed by its first characters, then compared whole: a
+    difference past the probe is found and placed exactly."""
+    source = b"\xff" * 20 + b"ab" + b"\xff" * 20
+    assert (
+        check_stream([frame("\ufffd" * 20 + "ab" + "\ufffd" * 20, 42)], source, cap=42).frames == 1
+    )
+    fails(
+        r"^frame 0: delta differs from the source at character 20 \(source byte 20\):"
+        r" expected 'ab",
+        [frame("\ufffd" * 20 + "xb" + "\ufffd" * 20, 42)],
+        source,
+        cap=42,
+    )
+    fails(
+        r"^frame 0: delta differs from the source at character 3 \(source byte 3\)",
+        [frame("\ufffd" * 3 + "a" + "\ufffd" * 38, 42)],
+        source,
+        cap=42,
     )
 
 

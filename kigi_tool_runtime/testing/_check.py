@@ -540,7 +540,10 @@ def check_stream(
     if complete and position != end_total:
         if not items:
             raise StreamCheckError(
-                None, f"no partial-result frames for a source of {end_total} bytes"
+                None,
+                f"no partial-result frames for a source of {end_total} bytes: none of them"
+                " was delivered or reported as lost (rule 3: was the stream finished when"
+                " the source ended?)",
             )
         index, payload = items[-1]
         raise StreamCheckError(
