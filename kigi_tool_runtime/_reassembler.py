@@ -958,9 +958,11 @@ class Reassembler:
     # -- internals ------------------------------------------------------------
 
     def _state(self, tool_call_id: str, kind: str, index: int) -> StreamState:
-        key = StreamKey(tool_call_id, kind)
-        state = self._streams.get(key)
+        # A plain tuple finds the StreamKey entry (equal hash and equality)
+        # without building a named tuple per frame.
+        state: StreamState | None = self._streams.get((tool_call_id, kind))  # type: ignore[call-overload]
         if state is None:
+            key = StreamKey(tool_call_id, kind)
             state = self._streams[key] = StreamState(key)
             if self._known is not None and tool_call_id not in self._known:
                 state._anomalies.append(
@@ -971,7 +973,7 @@ class Reassembler:
                         key,
                     )
                 )
-        self._last_key = key
+        self._last_key = state.key
         return state
 
     def _absorb_decoded(
