@@ -353,6 +353,16 @@ test_shell_tool_fuzzed = fuzz_streaming_tool(
 )
 """The shell tool streams what a real child writes in flushed pieces, losslessly."""
 
+test_shell_tool_with_small_cap_and_limit_fuzzed = fuzz_streaming_tool(
+    ShellTool(tick=0.01, max_delta_bytes=5, limit=300),
+    lambda source, steps: ShellArgs(command=python_writer_argv(steps)),
+    tail_capacity=DEFAULT_TAIL_CAPACITY,
+    limit=300,
+    lossless=True,
+    max_examples=8,
+)
+"""With a 5-byte cap and a 300-byte limit the shell tool still keeps every rule."""
+
 
 # -- the kit catches broken tools -----------------------------------------------
 
@@ -870,6 +880,12 @@ def test_fuzz_reports_items_after_the_terminal() -> None:
     test = fuzz_streaming_tool(Late(), emit_args, hypothesis_settings=FIND_BUG)
     with pytest.raises(AssertionError, match=r"tool 'late' yielded 1 items after its terminal"):
         test()
+
+
+def test_fuzz_rejects_a_negative_limit() -> None:
+    """A negative limit is a ValueError naming it."""
+    with pytest.raises(ValueError, match=r"limit must be >= 0 or None, got -1"):
+        fuzz_streaming_tool(EmitTool(), emit_args, limit=-1)
 
 
 def test_fuzz_test_is_named_for_the_tool() -> None:

@@ -90,6 +90,7 @@ def fuzz_streaming_tool(
     *,
     sources: st.SearchStrategy[bytes] | None = None,
     tail_capacity: int | None = None,
+    limit: int | None = None,
     lossless: bool = False,
     max_examples: int | None = None,
     hypothesis_settings: settings | None = None,
@@ -108,6 +109,8 @@ def fuzz_streaming_tool(
         sources: the sources to draw (default :func:`byte_sources`).
         tail_capacity: the tool's tail size, when known (see
             :func:`check_stream`).
+        limit: the tool's hard output limit, when it has one: bytes past it are
+            refused, so the stream accounts for ``min(len(source), limit)``.
         lossless: the tool must never report a gap.
         max_examples: examples to run (default: the active profile's).
         hypothesis_settings: a whole ``hypothesis.settings`` to run under instead.
@@ -118,11 +121,13 @@ def fuzz_streaming_tool(
         a test function taking no arguments.
 
     Raises:
-        ValueError: ``tool`` does not stream.
+        ValueError: ``tool`` does not stream, or ``limit`` is negative.
     """
     spec = tool.capabilities.streaming
     if spec is None:
         raise ValueError(f"tool {tool.id!r} does not stream (capabilities.streaming is unset)")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0 or None, got {limit}")
     cap = DEFAULT_MAX_DELTA_BYTES if spec.max_delta_bytes is None else spec.max_delta_bytes
     drawn = byte_sources() if sources is None else sources
 
@@ -139,6 +144,7 @@ def fuzz_streaming_tool(
             source,
             cap=cap,
             tail_capacity=tail_capacity,
+            total=len(source) if limit is None else min(len(source), limit),
             subkind=spec.subkind,
             lossless=lossless,
         )
