@@ -220,6 +220,22 @@ def _result_line(request_id: str | int, session_id: str | None, result: Any) -> 
     return json_codec.encode(response) + b"\n"
 
 
+def _progress_note(
+    call_id: str,
+    seq: int,
+    kind: str,
+    body: Any,
+    session_id: str | None,
+    dropped_count: int | None,
+) -> JsonRpcNotification[Any]:
+    frame: ToolCallProgressFrame[Any] = ToolCallProgressFrame(
+        tool_call_id=call_id, kind=kind, body=body, dropped_count=dropped_count
+    )
+    return JsonRpcNotification(
+        session_id=session_id, seq=seq, method=METHOD_TOOL_CALL_PROGRESS, params=frame
+    )
+
+
 def progress_line(
     call_id: str,
     seq: int,
@@ -230,17 +246,18 @@ def progress_line(
 ) -> bytes:
     """One ``tool_call_progress`` notification line, newline included, exactly as
     the server writes it (``body`` may be a pre-encoded ``msgspec.Raw``)."""
-    frame: ToolCallProgressFrame[Any] = ToolCallProgressFrame(
-        tool_call_id=call_id, kind=kind, body=body, dropped_count=dropped_count
-    )
-    note: JsonRpcNotification[Any] = JsonRpcNotification(
-        session_id=session_id, seq=seq, method=METHOD_TOOL_CALL_PROGRESS, params=frame
-    )
+    note = _progress_note(call_id, seq, kind, body, session_id, dropped_count)
     return json_codec.encode(note) + b"\n"
 
 
+# The writer encodes a batch's notifications straight into one buffer
+# (``encode_into``), saving two copies of every delta. A plain msgspec encoder
+# writes the same bytes as the protocol codec (a test pins that).
+_batch_encoder: Final = msgspec.json.Encoder()
+
+
 class _Sink(Protocol):
-    def write(self, data: bytes) -> None: ...
+    def write(self, data: bytes | bytearray) -> None: ...
     async def drain(self) -> None: ...
 
 
@@ -282,25 +299,26 @@ class _Outbox:
         self.dropped += dropped
         return dropped
 
-    def take(self, max_bytes: int, out: list[bytes]) -> tuple[int, bool]:
+    def take(self, max_bytes: int, out: bytearray) -> tuple[int, bool]:
         """Encode queued frames (then the final response, once they are all out)
-        into ``out``, up to about ``max_bytes``. Returns (frames taken, finished)."""
+        onto ``out``, up to about ``max_bytes``. Returns (frames taken, finished)."""
         taken = 0
-        size = 0
+        limit = len(out) + max_bytes
         frames = self.frames
-        while frames and size < max_bytes:
+        encode_into = _batch_encoder.encode_into
+        while frames and len(out) < limit:
             kind, body = frames.popleft()
             self.queued_bytes -= len(body)
-            line = progress_line(
+            note = _progress_note(
                 self.call_id, self.seq, kind, body, self.session_id, self.dropped or None
             )
-            out.append(line)
-            size += len(line)
+            encode_into(note, out, len(out))
+            out.append(10)  # b"\n"
             self.seq += 1
             self.dropped = 0
             taken += 1
         if not frames and self.final is not None:
-            out.append(self.final)
+            out += self.final
             return taken, True
         return taken, False
 
@@ -386,9 +404,9 @@ class _Writer:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
-                batch: list[bytes] = []
+                batch = bytearray()
                 while control:
-                    batch.append(control.popleft())
+                    batch += control.popleft()
                 self._space.set()
                 for _ in range(len(ready)):
                     outbox = ready.popleft()
@@ -402,7 +420,7 @@ class _Writer:
                         outbox.scheduled = False
                 self._pending = True
                 self._last_move = asyncio.get_running_loop().time()
-                self._sink.write(b"".join(batch))
+                self._sink.write(batch)
                 await self._sink.drain()
                 self._pending = False
                 self._last_move = asyncio.get_running_loop().time()
@@ -743,7 +761,7 @@ class _FileSink:
     def __init__(self, fd: int) -> None:
         self._fd = fd
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]

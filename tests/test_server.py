@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from kigi_tool_runtime._server import (
@@ -22,6 +23,7 @@ from kigi_tool_runtime._server import (
     SERVER_CANCEL_MESSAGE,
     WRITER_STALL_S,
     Server,
+    _Outbox,
     progress_line,
 )
 from kigi_tool_runtime._shell import ShellTool
@@ -384,6 +386,27 @@ def test_progress_line_is_the_served_wire() -> None:
     assert line == (
         b'{"jsonrpc":"2.0","session_id":"s","seq":3,"method":"tool_call_progress",'
         b'"params":{"tool_call_id":"c","kind":"text","body":{"text":"x"},"dropped_count":2}}\n'
+    )
+
+
+def test_batched_frames_are_the_same_bytes_as_progress_line() -> None:
+    """The writer's batch encoding equals progress_line frame by frame, numbers seq
+    from 0, reports drops on the next frame, and puts the final response last."""
+    outbox = _Outbox("c", "sess_q")
+    bodies = [msgspec.Raw(msgspec.json.encode({"delta": f"é{n}\u2028"})) for n in range(5)]
+    for body in bodies[:2]:
+        assert outbox.push("k", body, budget=10**6) == 0
+    batch = bytearray()
+    assert outbox.take(10**6, batch) == (2, False)
+    assert outbox.push("k", bodies[2], budget=1) == 0
+    assert outbox.push("k", bodies[3], budget=1) == 1  # the oldest queued frame goes
+    outbox.final = b'{"final":true}\n'
+    assert outbox.take(10**6, batch) == (1, True)
+    assert bytes(batch) == (
+        progress_line("c", 0, "k", bodies[0], "sess_q")
+        + progress_line("c", 1, "k", bodies[1], "sess_q")
+        + progress_line("c", 2, "k", bodies[3], "sess_q", dropped_count=1)
+        + b'{"final":true}\n'
     )
 
 
