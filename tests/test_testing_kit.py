@@ -468,6 +468,26 @@ def test_accepts_every_frame_shape() -> None:
     assert check_stream([*others, shapes[0]], "hé".encode()).frames == 1
 
 
+def test_transport_drops_are_named() -> None:
+    """A fault after a frame that says the server dropped frames names that
+    frame's dropped_count as the likely cause."""
+    frames = [
+        ToolCallProgressFrame(tool_call_id="c", kind="k", body=frame("ab", 2)),
+        ToolCallProgressFrame(tool_call_id="c", kind="k", body=frame("ef", 6), dropped_count=1),
+    ]
+    error = fails(
+        r"^frame 1: .*; frame 1 has dropped_count 1: the transport dropped frames before it",
+        frames,
+        b"abcdef",
+    )
+    assert error.frame == 1
+    assert "  frame: delta='ef'" in error.detail
+    # A fault before the drop is reported as it is.
+    frames[0] = ToolCallProgressFrame(tool_call_id="c", kind="k", body=frame("xb", 2))
+    error = fails(r"^frame 0: delta differs", frames, b"abcdef")
+    assert "dropped_count" not in str(error)
+
+
 def test_subkind_selects_frames() -> None:
     """With a subkind, frames of other subkinds are not judged."""
     frames = [

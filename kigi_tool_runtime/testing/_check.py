@@ -73,12 +73,13 @@ class StreamCheckError(AssertionError):
 
     ``frame`` is that index (``None`` when the fault is the sequence as a whole,
     e.g. no frames for a non-empty source); ``reason`` is the message's first
-    line without the frame prefix.
+    line without the frame prefix; ``detail`` the excerpt lines after it.
     """
 
     def __init__(self, frame: int | None, reason: str, detail: str = "") -> None:
         self.frame = frame
         self.reason = reason
+        self.detail = detail
         where = "stream" if frame is None else f"frame {frame}"
         super().__init__(f"{where}: {reason}" + (f"\n{detail}" if detail else ""))
 
@@ -496,7 +497,44 @@ def check_stream(
         ValueError: ``total`` is outside ``0..len(source)``, or ``cap`` or
             ``tail_capacity`` is negative.
     """
-    data = bytes(source)
+    frames = list(frames)
+    try:
+        return _check_stream(
+            frames, bytes(source), cap, tail_capacity, total, truncated, subkind, complete, lossless
+        )
+    except StreamCheckError as error:
+        # Frames a server dropped from its queue are a loss no gap frame can
+        # report: say so when they precede the fault.
+        drops = [
+            (index, frame.dropped_count)
+            for index, frame in enumerate(frames)
+            if isinstance(frame, ToolCallProgressFrame)
+            and frame.dropped_count
+            and (error.frame is None or index <= error.frame)
+        ]
+        if not drops:
+            raise
+        index, count = drops[0]
+        raise StreamCheckError(
+            error.frame,
+            f"{error.reason}; frame {index} has dropped_count {count}: the transport"
+            " dropped frames before it, a loss only the consumer can report",
+            error.detail,
+        ) from None
+
+
+def _check_stream(
+    frames: list[Any],
+    data: bytes,
+    cap: int | None,
+    tail_capacity: int | None,
+    total: int | None,
+    truncated: bool | None,
+    subkind: str | None,
+    complete: bool,
+    lossless: bool,
+) -> CheckedStream:
+    """:func:`check_stream` on arguments in their plain form."""
     end_total = len(data) if total is None else total
     if not 0 <= end_total <= len(data):
         raise ValueError(f"total must be within 0..{len(data)} (the source's length), got {total}")
