@@ -913,6 +913,27 @@ def test_fuzz_test_is_named_for_the_tool() -> None:
     assert fuzz_streaming_tool(EmitTool(), emit_args).__name__ == "test_fuzz_emit"
 
 
+def test_fuzz_settings() -> None:
+    """The test has no deadline and runs max_examples; given settings are used whole."""
+
+    def settings_of(test: object) -> settings:
+        # Where Hypothesis keeps a test's settings.
+        found = getattr(test, "_hypothesis_internal_use_settings")  # noqa: B009
+        assert isinstance(found, settings)
+        return found
+
+    default = settings_of(fuzz_streaming_tool(EmitTool(), emit_args))
+    assert default.deadline is None
+    assert settings.default is not None
+    assert default.max_examples == settings.default.max_examples
+    few = settings_of(fuzz_streaming_tool(EmitTool(), emit_args, max_examples=3))
+    assert (few.deadline, few.max_examples) == (None, 3)
+    assert (
+        settings_of(fuzz_streaming_tool(EmitTool(), emit_args, hypothesis_settings=FIND_BUG))
+        is FIND_BUG
+    )
+
+
 def test_python_writer_splits_long_writes_and_merges_ticks() -> None:
     """A write longer than one argument holds is spread over several and still
     written once; runs of ticks pause once."""

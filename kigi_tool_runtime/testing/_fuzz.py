@@ -112,8 +112,10 @@ def fuzz_streaming_tool(
         limit: the tool's hard output limit, when it has one: bytes past it are
             refused, so the stream accounts for ``min(len(source), limit)``.
         lossless: the tool must never report a gap.
-        max_examples: examples to run (default: the active profile's).
-        hypothesis_settings: a whole ``hypothesis.settings`` to run under instead.
+        max_examples: examples to run (default: the active profile's). The
+            test has no deadline: a run starts an event loop, often a process.
+        hypothesis_settings: a whole ``hypothesis.settings`` to run under
+            instead (``max_examples`` and the deadline are then its own).
         check_result: called with the source, the collected call and the
             checked stream, to assert on the tool's result as well.
 
@@ -159,7 +161,9 @@ def fuzz_streaming_tool(
     fuzz.__name__ = fuzz.__qualname__ = f"test_fuzz_{tool.id.replace(':', '_')}"
     test: Callable[[], None] = given(source=drawn, data=st.data())(fuzz)
     if hypothesis_settings is not None:
-        test = hypothesis_settings(test)
-    elif max_examples is not None:
-        test = settings(max_examples=max_examples)(test)
-    return test
+        return hypothesis_settings(test)
+    # A run starts an event loop and often a process: its time says nothing
+    # about the tool's correctness, so no example has a deadline.
+    if max_examples is None:
+        return settings(deadline=None)(test)
+    return settings(deadline=None, max_examples=max_examples)(test)
