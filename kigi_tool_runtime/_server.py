@@ -19,7 +19,7 @@ Rule 3. Memory is bounded, and a slow reader slows the tool before anything
         progress. While the output is moving, a full queue pauses the call (the
         runner then pauses the tool; the shell tool keeps reading its child into
         its bounded tail and reports what it skipped as a gap). Once the output
-        has not moved for :data:`WRITER_STALL_S` (the peer stopped reading), the
+        has let no byte out for :data:`WRITER_STALL_S` (the peer stopped reading), the
         call is no longer paused: a frame that would pass the budget drops the
         *oldest* queued frames instead (the newest is always kept, so every drop
         is reported on a later frame). For a streamed ``PartialResultPayload``
@@ -107,8 +107,8 @@ __all__ = (
 #: stopped costs at most this per call (Rule 3), older frames are dropped past it.
 CALL_QUEUE_BYTES: Final = 1024 * 1024
 
-#: Seconds without a completed write after which the peer counts as having
-#: stopped reading (Rule 3): calls stop waiting for queue space and drop their
+#: Seconds in which no written byte left the output after which the peer counts
+#: as having stopped reading (Rule 3): calls stop waiting for queue space and drop their
 #: oldest frames instead, so a tool is never held hostage by a stalled reader.
 #: Long enough that a busy but live reader on a loaded machine is waited for.
 WRITER_STALL_S: Final = 1.0
@@ -341,13 +341,25 @@ class _Writer:
         self._moved = asyncio.Event()
         self._last_move = asyncio.get_running_loop().time()
         self._pending = False  # bytes handed to the sink whose drain has not returned
+        self._last_buffered: int | None = None
 
     def stalled(self) -> bool:
-        """True when a write has been pending for :data:`WRITER_STALL_S` (Rule 3)."""
+        """True when a write is pending and no byte of it has left for
+        :data:`WRITER_STALL_S` (Rule 3). A slow reader that keeps taking bytes,
+        however few, is not stalled."""
         if self.broken:
             return True
-        loop_time = asyncio.get_running_loop().time()
-        return self._pending and loop_time - self._last_move >= WRITER_STALL_S
+        now = asyncio.get_running_loop().time()
+        buffered = self._buffered()
+        if buffered is not None and buffered != self._last_buffered:
+            self._last_buffered = buffered
+            self._last_move = now
+        return self._pending and now - self._last_move >= WRITER_STALL_S
+
+    def _buffered(self) -> int | None:
+        transport = getattr(self._sink, "transport", None)
+        size = getattr(transport, "get_write_buffer_size", None)
+        return None if size is None else int(size())
 
     async def wait_for_room(self, outbox: _Outbox, size: int) -> None:
         """Pause while ``size`` more bytes would not fit ``outbox``'s budget and the
