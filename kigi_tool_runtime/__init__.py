@@ -34,10 +34,11 @@ from ._loss import (
     LossReport,
     StreamKey,
 )
-from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, Record, StreamState
+from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, Record
 from ._runner import RunStats, ToolRun, run_tool
 from ._server import Server, ServerStats, serve_stdio
 from ._shell import SHELL_SPEC, ShellArgs, ShellOutcome, ShellTool
+from ._stream import StreamState
 from ._streamer import DeltaStreamer
 from ._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
 from ._tool import Tool, ToolContext, ToolError, ToolErrorKind, ToolEvent, ToolResult

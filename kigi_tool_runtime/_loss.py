@@ -202,7 +202,8 @@ class LossReport:
         call, subkind = self.key
         total = "no total yet" if self.total_bytes is None else f"total {self.total_bytes}"
         frames = _plural(self.frames, "frame", "frames")
-        parts = [f"{call}/{subkind}: {self.text_bytes} bytes in {frames} ({total})"]
+        size = _plural(self.text_bytes, "byte", "bytes")
+        parts = [f"{call}/{subkind}: {size} in {frames} ({total})"]
         if self.gaps:
             low, high = self.lost_bytes_min, self.lost_bytes
             lost = str(high) if low == high else f"{low}-{high}"
