@@ -356,6 +356,7 @@ class Client:
         self._requests: dict[int, asyncio.Future[Any]] = {}
         self._lost: str | None = None
         self._closed = False
+        self._unflushed = False
         self._lines = 0
         self._unused = 0
         self._made = 0
@@ -539,10 +540,12 @@ class Client:
             self._writer.write(line + b"\n")
         except (ConnectionError, OSError, RuntimeError):
             self._lose("the server's input is closed")
+        self._unflushed = True
 
     async def _flush(self) -> None:
-        if self._lost is not None or self._closed:
+        if self._lost is not None or self._closed or not self._unflushed:
             return
+        self._unflushed = False
         try:
             await self._writer.drain()
         except (ConnectionError, OSError):
