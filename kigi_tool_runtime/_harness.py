@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kigi_tool_protocol import JsonRpcNotification, ToolCallProgressFrame
+from kigi_tool_protocol import JsonRpcNotification, JsonRpcResponse, ToolCallProgressFrame
 
 from ._loss import Anomaly, Gap, LossReport
 from ._reassembler import Reassembler, Record
@@ -184,6 +184,15 @@ class ToolCallMonitor:
     def failed(self, tool_call_id: str, message: str, code: int | None = None) -> ToolFailed:
         """Call ``tool_call_id`` failed."""
         return ToolFailed(tool_call_id, message, code, self._reports(tool_call_id))
+
+    def outcome(
+        self, tool_call_id: str, response: JsonRpcResponse[Any]
+    ) -> ToolCompleted | ToolFailed:
+        """The event for the JSON-RPC response to call ``tool_call_id``: its
+        ``result`` completes it, its ``error`` fails it (message and code kept)."""
+        if response.error is not None:
+            return self.failed(tool_call_id, response.error.message, response.error.code)
+        return self.completed(tool_call_id, response.result)
 
     def _reports(self, tool_call_id: str) -> tuple[LossReport, ...]:
         return tuple(

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kigi_tool_protocol import JsonRpcResponse, decode_message
 from kigi_tool_runtime import (
     AnomalyReported,
     GapReported,
@@ -191,6 +192,17 @@ def test_monitor_failure_carries_the_streamed_reports() -> None:
     assert (failed.message, failed.code) == ("exit 2", -32603)
     assert failed.reports[0].truncated
     assert monitor.failed("other", "x").reports == ()
+
+
+def test_monitor_maps_a_response_to_its_outcome() -> None:
+    """A result completes the call; an error fails it with message and code."""
+    monitor = ToolCallMonitor()
+    ok = decode_message(b'{"jsonrpc":"2.0","id":1,"result":{"output":"done"}}')
+    bad = decode_message(b'{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"timed out"}}')
+    assert isinstance(ok, JsonRpcResponse)
+    assert isinstance(bad, JsonRpcResponse)
+    assert monitor.outcome("c1", ok) == ToolCompleted("c1", {"output": "done"}, ())
+    assert monitor.outcome("c2", bad) == ToolFailed("c2", "timed out", -32001, ())
 
 
 def test_monitor_refuses_to_start_a_call_twice() -> None:
