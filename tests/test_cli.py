@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kigi_tool_runtime._cli import EXIT_TIMEOUT, EXIT_USAGE
+from kigi_tool_runtime._server import progress_line
 from kigi_tool_runtime._shell import ShellTool
 
 CLI = [sys.executable, "-m", "kigi_tool_runtime"]
@@ -310,3 +311,37 @@ def test_check_takes_seq_per_call_in_a_served_log(tmp_path: Path) -> None:
     assert "c1/bash_output_chunk: 6 bytes" in report
     assert "c2/bash_output_chunk: 6 bytes" in report
     assert "2 streams, 2 other messages: ok" in report
+
+
+def test_follow_marks_a_gap_where_bytes_were_lost(tmp_path: Path) -> None:
+    """A gap frame in the log prints the gap marker with the lost byte count."""
+    log = tmp_path / "gap.jsonl"
+    log.write_bytes(
+        progress_line("c", 0, "bash_output_chunk", {"delta": "ab", "total_bytes": 2})
+        + progress_line(
+            "c", 1, "bash_output_chunk", {"delta": "yz", "total_bytes": 10, "gap": True}
+        )
+    )
+    followed = _cli("follow", "--once", str(log))
+    assert followed.stdout.decode() == "ab[... 3-6 bytes lost ...]yz"
+    checked = _cli("check", str(log))
+    assert checked.returncode == 0
+    assert "1 gap (3-6 bytes lost)" in checked.stdout.decode()
+
+
+def test_run_stops_the_command_on_sigint_with_130() -> None:
+    """Ctrl-C cancels the call (the command is killed) and kigi-stream exits 130."""
+    proc = subprocess.Popen(
+        [*CLI, "run", "--", "echo ready; sleep 60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=RUN_WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGINT
+    assert "cancelled" in err.decode()
