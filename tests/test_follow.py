@@ -12,11 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kigi_tool_protocol import StreamingSpec
 from kigi_tool_runtime import (
     DEFAULT_MAX_RECORD_BYTES,
     READ_BLOCK_BYTES,
+    DeltaStreamer,
     Follower,
     Reassembler,
+    TailBuffer,
     read_from,
 )
 from kigi_tool_runtime._lines import OversizedLine
@@ -208,3 +211,44 @@ def test_follow_yields_new_records_as_a_writer_appends(tmp_path: Path) -> None:
     assert state is not None
     assert state.text == "ab"
     assert folded.anomalies == ()
+
+
+@pytest.mark.slow
+def test_a_100_mb_stream_through_a_log_arrives_whole(tmp_path: Path) -> None:
+    """100 MB of tool output, streamed by the real core at the default cap,
+    written to a log in pieces as a server would and followed as it grows,
+    reassembles byte for byte with no loss reported."""
+    spec = StreamingSpec(subkind=KIND)
+    buffer = TailBuffer(256 * 1024)
+    streamer = DeltaStreamer(spec)
+    # Latin-1 text keeps the reassembled str at one byte per character.
+    piece = ("0123456789abcdef" * 4096 + "é\n").encode()
+    repeats = (100 * 1024 * 1024) // len(piece) + 1
+    path = tmp_path / "frames.jsonl"
+    follower = Follower(path)
+    seq = 0
+    with open(path, "ab") as log:
+        for number in range(repeats):
+            buffer.write(piece)
+            frames = streamer.drain_buffer(buffer)
+            if number == repeats - 1:
+                frames += streamer.finish_buffer(buffer)
+            for progress in frames:
+                log.write(progress_line("c1", KIND, progress.payload, seq) + b"\n")
+                seq += 1
+            if number % 128 == 0:
+                log.flush()
+                follower.poll()
+    follower.poll()
+    state = follower.reassembler.stream("c1", KIND)
+    assert state is not None
+    report = state.report()
+    assert report.complete
+    assert report.total_bytes == len(piece) * repeats
+    assert report.text_bytes == report.total_bytes
+    text = state.text
+    assert text is not None
+    assert len(text) == len(piece.decode()) * repeats
+    assert text[: len(piece.decode())] == piece.decode()
+    assert text.count("é\n") == repeats
+    assert text.endswith(piece.decode())
