@@ -150,7 +150,8 @@ def render_gap_marker(marker: GapMarker, gap: Gap) -> str:
     return marker(gap)
 
 
-def _plural(count: int, noun: str, nouns: str) -> str:
+def plural(count: int, noun: str, nouns: str) -> str:
+    """``"1 frame"``, ``"2 frames"``."""
     return f"{count} {noun if count == 1 else nouns}"
 
 
@@ -201,13 +202,13 @@ class LossReport:
         """One line: bytes, frames, gaps, truncation, anomalies."""
         call, subkind = self.key
         total = "no total yet" if self.total_bytes is None else f"total {self.total_bytes}"
-        frames = _plural(self.frames, "frame", "frames")
-        size = _plural(self.text_bytes, "byte", "bytes")
+        frames = plural(self.frames, "frame", "frames")
+        size = plural(self.text_bytes, "byte", "bytes")
         parts = [f"{call}/{subkind}: {size} in {frames} ({total})"]
         if self.gaps:
             low, high = self.lost_bytes_min, self.lost_bytes
             lost = str(high) if low == high else f"{low}-{high}"
-            parts.append(f"{_plural(len(self.gaps), 'gap', 'gaps')} ({lost} bytes lost)")
+            parts.append(f"{plural(len(self.gaps), 'gap', 'gaps')} ({lost} bytes lost)")
         else:
             parts.append("no gaps")
         if self.truncated:
@@ -215,6 +216,6 @@ class LossReport:
         if self.anomalies:
             kinds = sorted({anomaly.kind for anomaly in self.anomalies})
             parts.append(
-                f"{_plural(len(self.anomalies), 'anomaly', 'anomalies')} ({', '.join(kinds)})"
+                f"{plural(len(self.anomalies), 'anomaly', 'anomalies')} ({', '.join(kinds)})"
             )
         return ", ".join(parts)

@@ -62,7 +62,7 @@ from ._loss import (
     GapMarker,
     LossReport,
     StreamKey,
-    _plural,
+    plural,
     render_gap_marker,
 )
 from ._stream import StreamState, anomaly_rank, insert_anomaly, shift_anomaly
@@ -108,8 +108,8 @@ class Appended:
 
     ``key`` is the stream it belonged to (``None`` for an undecodable or ignored
     record); ``text`` the delta it appended (``None`` if it carried none);
-    ``gap`` the gap it opened, its byte count as known at that frame (frames
-    paced after it can only lower the upper bound); ``truncated`` whether the
+    ``gap`` the gap it opened, its byte count as known at that frame (later
+    frames can only narrow the bounds); ``truncated`` whether the
     stream is now known to be truncated; ``anomalies`` what it was reported for;
     ``note`` a non-delta progress body.
     """
@@ -243,9 +243,9 @@ class Reassembler:
         if self._anomalies or self.ignored:
             kinds = sorted({anomaly.kind for anomaly in self._anomalies})
             listed = f" ({', '.join(kinds)})" if kinds else ""
-            records = _plural(self._records, "record", "records")
-            anomalies = _plural(len(self._anomalies), "anomaly", "anomalies")
-            ignored = _plural(self.ignored, "other message", "other messages")
+            records = plural(self._records, "record", "records")
+            anomalies = plural(len(self._anomalies), "anomaly", "anomalies")
+            ignored = plural(self.ignored, "other message", "other messages")
             lines.append(f"connection: {records}, {anomalies}{listed}, {ignored} ignored")
         return "\n".join(lines)
 
@@ -275,7 +275,7 @@ class Reassembler:
         self, record: Record | ToolCallProgressFrame[Any] | JsonRpcNotification[Any]
     ) -> None:
         """Absorb one record of any kind: a JSON line (bytes or str), an
-        :class:`~kigi_tool_runtime.OversizedLine`, a decoded notification or a
+        ``OversizedLine`` (a line the reader skipped), a decoded notification or a
         decoded frame."""
         if isinstance(record, bytes | bytearray | memoryview | str):
             self.absorb_line(record)
