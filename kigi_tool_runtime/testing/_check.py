@@ -273,11 +273,13 @@ class _Checker:
             encoded = self.encoded[index] = delta.encode("utf-8", "surrogatepass")
         return encoded
 
-    def lossy_text(self, start: int, chars: int) -> tuple[str, list[tuple[int, int]]]:
+    def lossy_text(
+        self, start: int, chars: int, per_char: int = MAX_CHAR_BYTES
+    ) -> tuple[str, list[tuple[int, int]]]:
         """The decode of source bytes from ``start``, far enough for ``chars``
-        characters, with its invalid spans."""
+        characters of up to ``per_char`` bytes, with its invalid spans."""
         data = self.data
-        stop = min(start + MAX_CHAR_BYTES * chars + MAX_CHAR_BYTES, len(data))
+        stop = min(start + per_char * chars + MAX_CHAR_BYTES, len(data))
         return _decode(memoryview(data)[start:stop], stop == len(data))
 
     # A delta placed at `start`: the end of the bytes it consumed, or why not.
@@ -297,7 +299,11 @@ class _Checker:
                 probe, _ = self.lossy_text(start, _PROBE_CHARS)
                 if not probe.startswith(delta[:_PROBE_CHARS]):
                     return _Miss(index, start, payload)
-            text, spans = self.lossy_text(start, len(delta))
+            # Most characters of a lossy source are 1-2 bytes: decode twice the
+            # delta's length first, and the full 4 bytes a character only if short.
+            text, spans = self.lossy_text(start, len(delta), MAX_CHAR_BYTES // 2)
+            if len(text) <= len(delta) and start + len(text) < len(data):
+                text, spans = self.lossy_text(start, len(delta))
             if not text.startswith(delta):
                 return _Miss(index, start, payload)
             end = start + _bytes_for(text, len(delta), spans)
