@@ -50,6 +50,8 @@ DAMAGES: Final = (
     "unknown_field",
     "regress",
     "other_method",
+    "dropped_count",
+    "unknown_call",
 )
 
 
@@ -136,9 +138,18 @@ def producer_runs(
     return ProducerRun(tool_call_id, subkind, source, capacity, tuple(frames), tuple(losses))
 
 
-def progress_line(tool_call_id: str, kind: str, body: object, seq: int | None = None) -> bytes:
+def progress_line(
+    tool_call_id: str,
+    kind: str,
+    body: object,
+    seq: int | None = None,
+    *,
+    dropped_count: int | None = None,
+) -> bytes:
     """One ``tool_call_progress`` notification as a JSON line (no newline)."""
-    frame = ToolCallProgressFrame(tool_call_id=tool_call_id, kind=kind, body=body)
+    frame = ToolCallProgressFrame(
+        tool_call_id=tool_call_id, kind=kind, body=body, dropped_count=dropped_count
+    )
     return json_codec.encode(
         JsonRpcNotification(seq=seq, method=METHOD_TOOL_CALL_PROGRESS, params=frame)
     )
@@ -212,6 +223,12 @@ def damaged_frame_logs(draw: st.DrawFn) -> tuple[list[bytes], str]:
             )
         elif damage == "regress":
             lines.insert(at, progress_line("call-0", "chunk_0", {"delta": "", "total_bytes": 0}))
+        elif damage == "dropped_count":
+            body = {"delta": "d", "total_bytes": 2**40}
+            lines.insert(at, progress_line("call-0", "chunk_0", body, dropped_count=2))
+        elif damage == "unknown_call":
+            body = {"delta": "u", "total_bytes": 1, "truncated": True}
+            lines.insert(at, progress_line("stranger", "chunk_0", body))
         else:
             lines.insert(at, b'{"jsonrpc":"2.0","method":"ping","params":null}')
     return lines, damages[0]
