@@ -97,22 +97,27 @@ class AnomalyReported:
 @dataclass(frozen=True, slots=True)
 class ToolCompleted:
     """Call ``tool_call_id`` returned ``output``; ``reports`` say what, if
-    anything, its streamed output lost."""
+    anything, its streamed output lost. ``tool_id`` names the tool (``None`` for
+    a call the monitor was not told about): a result restates no name, so a
+    printer that has long scrolled past the start can still say what ended."""
 
     tool_call_id: str
     output: Any
     reports: tuple[LossReport, ...]
+    tool_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ToolFailed:
     """Call ``tool_call_id`` failed with ``message`` (``code``: the JSON-RPC error
-    code, when there was one); ``reports`` cover the output streamed before it."""
+    code, when there was one); ``reports`` cover the output streamed before it;
+    ``tool_id`` names the tool, as in :class:`ToolCompleted`."""
 
     tool_call_id: str
     message: str
     code: int | None
     reports: tuple[LossReport, ...]
+    tool_id: str | None = None
 
 
 HarnessEvent = (
@@ -179,11 +184,19 @@ class ToolCallMonitor:
 
     def completed(self, tool_call_id: str, output: Any) -> ToolCompleted:
         """Call ``tool_call_id`` returned ``output``."""
-        return ToolCompleted(tool_call_id, output, self._reports(tool_call_id))
+        return ToolCompleted(
+            tool_call_id, output, self._reports(tool_call_id), self._started.get(tool_call_id)
+        )
 
     def failed(self, tool_call_id: str, message: str, code: int | None = None) -> ToolFailed:
         """Call ``tool_call_id`` failed."""
-        return ToolFailed(tool_call_id, message, code, self._reports(tool_call_id))
+        return ToolFailed(
+            tool_call_id,
+            message,
+            code,
+            self._reports(tool_call_id),
+            self._started.get(tool_call_id),
+        )
 
     def outcome(
         self, tool_call_id: str, response: JsonRpcResponse[Any]

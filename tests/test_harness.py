@@ -170,6 +170,7 @@ def test_monitor_turns_frames_into_ordered_events() -> None:
     done = monitor.completed("c1", {"exit_code": 0})
     assert isinstance(done, ToolCompleted)
     assert done.output == {"exit_code": 0}
+    assert done.tool_id == "bash"
     assert [report.key.subkind for report in done.reports] == [KIND, "text"]
     assert done.reports[0].gaps == (gap.gap,)
 
@@ -191,7 +192,9 @@ def test_monitor_failure_carries_the_streamed_reports() -> None:
     assert isinstance(failed, ToolFailed)
     assert (failed.message, failed.code) == ("exit 2", -32603)
     assert failed.reports[0].truncated
-    assert monitor.failed("other", "x").reports == ()
+    assert failed.tool_id == "bash"
+    stranger = monitor.failed("other", "x")
+    assert (stranger.reports, stranger.tool_id) == ((), None)
 
 
 def test_monitor_maps_a_response_to_its_outcome() -> None:
