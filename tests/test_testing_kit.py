@@ -327,13 +327,13 @@ def test_emit_tool_passes_with_gaps_at_a_small_tail() -> None:
     assert checked.text == (source[22:30] + source[82:90] + source[92:]).decode()
 
 
+# A correct in-process streaming tool passes the fuzzer over any bytes.
 test_emit_tool_fuzzed = fuzz_streaming_tool(EmitTool(), emit_args)
-"""A correct in-process streaming tool passes the fuzzer over any bytes."""
 
+# A correct tool with a tail of one frame passes too, gaps and all.
 test_emit_tool_with_small_tail_fuzzed = fuzz_streaming_tool(
     EmitTool(capacity=EMIT_CAP), emit_args, tail_capacity=EMIT_CAP
 )
-"""A correct tool with a tail of one frame passes too, gaps and all."""
 
 
 def _shell_result(source: bytes, got: Collected, checked: CheckedStream) -> None:
@@ -343,6 +343,7 @@ def _shell_result(source: bytes, got: Collected, checked: CheckedStream) -> None
     assert checked.text == source.decode("utf-8", "replace")
 
 
+# The shell tool streams what a real child writes in flushed pieces, losslessly.
 test_shell_tool_fuzzed = fuzz_streaming_tool(
     ShellTool(tick=0.01),
     lambda source, steps: ShellArgs(command=python_writer_argv(steps)),
@@ -351,8 +352,8 @@ test_shell_tool_fuzzed = fuzz_streaming_tool(
     max_examples=12,
     check_result=_shell_result,
 )
-"""The shell tool streams what a real child writes in flushed pieces, losslessly."""
 
+# With a 5-byte cap and a 300-byte limit the shell tool still keeps every rule.
 test_shell_tool_with_small_cap_and_limit_fuzzed = fuzz_streaming_tool(
     ShellTool(tick=0.01, max_delta_bytes=5, limit=300),
     lambda source, steps: ShellArgs(command=python_writer_argv(steps)),
@@ -361,7 +362,6 @@ test_shell_tool_with_small_cap_and_limit_fuzzed = fuzz_streaming_tool(
     lossless=True,
     max_examples=8,
 )
-"""With a 5-byte cap and a 300-byte limit the shell tool still keeps every rule."""
 
 
 # -- the kit catches broken tools -----------------------------------------------
@@ -909,8 +909,12 @@ def test_fuzz_rejects_a_negative_limit() -> None:
 
 
 def test_fuzz_test_is_named_for_the_tool() -> None:
-    """The returned test carries a name pytest reports."""
-    assert fuzz_streaming_tool(EmitTool(), emit_args).__name__ == "test_fuzz_emit"
+    """The returned test carries a name and a docstring for pytest's report."""
+    test = fuzz_streaming_tool(EmitTool(), emit_args)
+    assert test.__name__ == "test_fuzz_emit"
+    assert test.__doc__ == (
+        "Tool 'emit' keeps the streaming contract over drawn sources and schedules."
+    )
 
 
 def test_fuzz_settings() -> None:

@@ -159,6 +159,9 @@ def fuzz_streaming_tool(
             check_result(source, collected, checked)
 
     fuzz.__name__ = fuzz.__qualname__ = f"test_fuzz_{tool.id.replace(':', '_')}"
+    fuzz.__doc__ = (
+        f"Tool {tool.id!r} keeps the streaming contract over drawn sources and schedules."
+    )
     test: Callable[[], None] = given(source=drawn, data=st.data())(fuzz)
     if hypothesis_settings is not None:
         return hypothesis_settings(test)
