@@ -293,3 +293,25 @@ def test_a_spawned_server_gets_a_wide_pipe() -> None:
             assert READ_BUFFER_BYTES >= 16 * 1024
 
     _run(body)
+
+
+def test_connect_wraps_streams_the_caller_opened() -> None:
+    """Client.connect speaks over streams it did not start: a serve child's pipes."""
+
+    async def body() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *SERVE, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        client = await Client.connect(proc.stdout, proc.stdin, session_id="sess_mine")
+        try:
+            assert client.session_id == "sess_mine"
+            _, result = await _collect(client.call("bash", {"command": "echo wrapped"}))
+            value: Any = result.output.value
+            assert value["output"] == "wrapped\n"
+        finally:
+            await client.aclose()
+            assert await proc.wait() == 0
+
+    _run(body)
