@@ -4,6 +4,7 @@ and the frame strategies; the kit catches broken tools and passes the SDK's own.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -30,6 +31,8 @@ from kigi_tool_protocol import (
     json_codec,
 )
 from kigi_tool_runtime import (
+    CallProgress,
+    Client,
     DeltaStreamer,
     OutputStream,
     ShellArgs,
@@ -362,6 +365,48 @@ test_shell_tool_with_small_cap_and_limit_fuzzed = fuzz_streaming_tool(
     lossless=True,
     max_examples=8,
 )
+
+
+#: Sources sent through a real server and client: 1-4-byte characters, invalid
+#: and truncated sequences (one at the very end), and more than two full frames.
+WIRE_SOURCES = (
+    "grüße ✓ 😀 ".encode() * 50,
+    b"ok \xe2\x82 bad \xff\xfe \xed\xa0\x80 tail \xf0\x9f\x98",
+    b"x" * 40_000,
+)
+#: Pieces each wire source is written in (cut at odd offsets, so mid-character).
+WIRE_PIECES = 9
+SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]
+
+
+def test_frames_over_the_wire_pass_the_kit() -> None:
+    """The shell tool's frames, served over JSON-RPC and decoded by the client,
+    keep every rule and reassemble to the lossy decode of what the child wrote."""
+
+    async def body() -> list[CheckedStream]:
+        checked = []
+        async with await Client.spawn(SERVE) as client:
+            for source in WIRE_SOURCES:
+                cuts = [len(source) * i // WIRE_PIECES + i % 2 for i in range(WIRE_PIECES + 1)]
+                steps: list[ScheduleStep] = []
+                for start, end in itertools.pairwise([0, *cuts[1:-1], len(source)]):
+                    steps += [source[start:end], None]
+                call = client.call("bash", ShellArgs(command=python_writer_argv(steps)))
+                frames = [item.frame async for item in call if isinstance(item, CallProgress)]
+                checked.append(
+                    check_stream(
+                        frames,
+                        source,
+                        subkind="bash_output_chunk",
+                        tail_capacity=DEFAULT_TAIL_CAPACITY,
+                        lossless=True,
+                    )
+                )
+        return checked
+
+    results = asyncio.run(asyncio.wait_for(body(), timeout=120))
+    assert [r.text for r in results] == [s.decode("utf-8", "replace") for s in WIRE_SOURCES]
+    assert results[2].frames >= 3
 
 
 # -- the kit catches broken tools -----------------------------------------------
