@@ -346,3 +346,32 @@ def test_run_stops_the_command_on_sigint_with_130() -> None:
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGINT
     assert "cancelled" in err.decode()
+
+
+def test_run_of_a_missing_program_exits_127() -> None:
+    """A program that cannot be started makes kigi-stream exit 127 and say so."""
+    done = _cli("run", "--", "/nonexistent/program", "arg")
+    assert done.returncode == 127
+    assert "cannot start" in done.stderr.decode()
+
+
+def test_run_into_a_closed_pipe_exits_141_quietly() -> None:
+    """When stdout's reader goes away, the command is stopped and the exit is 141,
+    without a traceback."""
+    flood = "import os\nwhile True: os.write(1, b'z' * 65536)\n"
+    proc = subprocess.Popen(
+        [*CLI, "run", "--", sys.executable, "-c", flood],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.read(10) == b"z" * 10
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=RUN_WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGPIPE
+    assert b"Traceback" not in err
