@@ -24,10 +24,11 @@ from typing import Final, NamedTuple
 
 __all__ = ("READ_CHUNK_BYTES", "LineSplitter", "OversizedLine", "read_lines")
 
-#: Bytes asked of the stream per read. Large enough that a 16 KiB-delta frame
-#: arrives in one or two reads, small enough that discarding an oversized line
-#: never holds more than this beyond the limit.
-READ_CHUNK_BYTES: Final = 64 * 1024
+#: Bytes asked of the stream per read. At least what a stream buffers before it
+#: pauses its transport (twice its ``limit``; the client's is 512 KiB), so one
+#: read takes the whole buffer instead of copying the rest down after each
+#: smaller read. Discarding an oversized line holds at most this much at once.
+READ_CHUNK_BYTES: Final = 1024 * 1024
 
 
 class OversizedLine(NamedTuple):
@@ -52,7 +53,6 @@ class LineSplitter:
         self._buf = bytearray()
         # Bytes of the current line already discarded (> 0: we are skipping it).
         self._skipped = 0
-        self._scan_from = 0
 
     @property
     def max_line_bytes(self) -> int:
@@ -61,45 +61,52 @@ class LineSplitter:
 
     @property
     def buffered(self) -> int:
-        """Bytes held for the line in progress (never more than the limit + one feed)."""
+        """Bytes held for the line in progress (never more than the limit)."""
         return len(self._buf)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | OversizedLine]:
-        """Append ``data`` and return every line it completes, in order."""
+        """Take ``data`` and return every line it completes, in order."""
         out: list[bytes | OversizedLine] = []
-        view = memoryview(data)
-        if self._skipped:
-            nl = bytes(view).find(b"\n") if len(view) else -1
-            if nl < 0:
-                self._skipped += len(view)
-                return out
-            out.append(OversizedLine(self._skipped + nl, self._limit))
-            self._skipped = 0
-            view = view[nl + 1 :]
+        chunk = data if isinstance(data, bytes) else bytes(data)
+        limit = self._limit
         buf = self._buf
-        buf += view
-        start = 0
-        scan = self._scan_from
+        pos = 0
+        if self._skipped or buf:
+            # Finish the line in progress first; only the new bytes are scanned.
+            nl = chunk.find(b"\n")
+            held = self._skipped or len(buf)
+            if nl < 0:
+                if self._skipped or held + len(chunk) > limit:
+                    self._skipped = held + len(chunk)  # too long: count, do not keep
+                    buf.clear()
+                else:
+                    buf += chunk
+                return out
+            length = held + nl
+            if self._skipped or length > limit:
+                out.append(OversizedLine(length, limit))
+            else:
+                buf += memoryview(chunk)[:nl]
+                out.append(bytes(buf))
+            self._skipped = 0
+            buf.clear()
+            pos = nl + 1
+        # Lines wholly inside this chunk are sliced out of it: one copy each.
+        find = chunk.find
         while True:
-            nl = buf.find(b"\n", scan)
+            nl = find(b"\n", pos)
             if nl < 0:
                 break
-            length = nl - start
-            if length > self._limit:
-                out.append(OversizedLine(length, self._limit))
+            if nl - pos > limit:
+                out.append(OversizedLine(nl - pos, limit))
             else:
-                out.append(bytes(buf[start:nl]))
-            start = scan = nl + 1
-        pending = len(buf) - start
-        if pending > self._limit:
-            # Too long already: forget the bytes, keep counting to the newline.
-            self._skipped = pending
-            buf.clear()
-            self._scan_from = 0
-        else:
-            if start:
-                del buf[:start]
-            self._scan_from = len(buf)
+                out.append(chunk[pos:nl])
+            pos = nl + 1
+        rest = len(chunk) - pos
+        if rest > limit:
+            self._skipped = rest
+        elif rest:
+            buf += memoryview(chunk)[pos:]
         return out
 
     def end(self) -> bytes | OversizedLine | None:
@@ -111,7 +118,6 @@ class LineSplitter:
             return None
         line = bytes(self._buf)
         self._buf.clear()
-        self._scan_from = 0
         return line
 
 

@@ -28,7 +28,7 @@ def _split_all(data: bytes, cuts: list[int], limit: int) -> list[bytes | Oversiz
     prev = 0
     for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
         out += splitter.feed(data[prev:cut])
-        assert splitter.buffered <= limit + len(data[prev:cut])
+        assert splitter.buffered <= limit
         prev = cut
     end = splitter.end()
     if end is not None:
