@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import fcntl
 import itertools
+import os
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -303,14 +304,11 @@ class Call:
         self._finished = True
 
 
-def _widen_pipe(reader: asyncio.StreamReader) -> None:
-    transport = getattr(reader, "_transport", None)
-    pipe = None if transport is None else transport.get_extra_info("pipe")
-    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if pipe is None or set_size is None:
-        return
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(pipe.fileno(), set_size, PIPE_BYTES)
+def _widen_pipe(fd: int) -> None:
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
+    if set_size is not None:
+        with contextlib.suppress(OSError):  # past the system's pipe-max-size
+            fcntl.fcntl(fd, set_size, PIPE_BYTES)
 
 
 def _check_bounds(max_frame_bytes: int, call_buffer_frames: int) -> None:
@@ -357,6 +355,7 @@ class Client:
         self._lost: str | None = None
         self._closed = False
         self._unflushed = False
+        self._pipe: asyncio.BaseTransport | None = None  # the read end made by spawn()
         self._lines = 0
         self._unused = 0
         self._made = 0
@@ -384,26 +383,39 @@ class Client:
             OSError: the program could not be started.
         """
         _check_bounds(max_frame_bytes, call_buffer_frames)
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-            cwd=cwd,
-            limit=READ_BUFFER_BYTES,
-        )
+        # The server's stdout is a pipe made here, so it can be widened first.
+        read_fd, write_fd = os.pipe()
+        _widen_pipe(read_fd)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=write_fd,
+                stderr=stderr,
+                env=env,
+                cwd=cwd,
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)  # the child holds the only write end now
         assert process.stdin is not None
-        assert process.stdout is not None
-        _widen_pipe(process.stdout)
-        return cls(
-            process.stdout,
+        reader = asyncio.StreamReader(limit=READ_BUFFER_BYTES)
+        pipe = open(read_fd, "rb", buffering=0)  # noqa: SIM115 (the transport closes it)
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), pipe
+        )
+        client = cls(
+            reader,
             process.stdin,
             process=process,
             session_id=session_id,
             max_frame_bytes=max_frame_bytes,
             call_buffer_frames=call_buffer_frames,
         )
+        client._pipe = transport
+        return client
 
     @classmethod
     async def connect(
@@ -530,6 +542,8 @@ class Client:
             self._read_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._read_task
+        if self._pipe is not None:
+            self._pipe.close()
 
     # -- internals ---------------------------------------------------------------
 
