@@ -92,6 +92,7 @@ marker for a line too long to read."""
 _FAST_LINE: Final = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
 _RAW_FRAME: Final = ToolCallProgressFrame[msgspec.Raw]
 _ANY_FRAME: Final = ToolCallProgressFrame[Any]
+_decode: Final = json_codec.decode
 
 
 def _where(error: DecodeError, prefix: str) -> str:
@@ -295,26 +296,32 @@ class Reassembler:
         """
         index = self._records
         self._records = index + 1
-        self._last_key = None
-        self._last_delta = None
-        self._last_note = None
         try:
-            fast = json_codec.decode(line, _FAST_LINE, max_bytes=self._max_bytes)
+            fast = _decode(line, _FAST_LINE, max_bytes=self._max_bytes)
         except DecodeError:
             self._careful_line(line, index)
             return
-        if fast.seq is not None:
-            self._check_seq(fast.seq, index)
+        # The hot path, inlined: the next seq in order, a stream already seen.
+        seq = fast.seq
+        if seq is not None:
+            last = self._last_seq
+            if last is not None and seq == last + 1:
+                self._last_seq = seq
+            else:
+                self._check_seq(seq, index)
         frame = fast.params
-        self._absorb_decoded(frame.tool_call_id, frame.kind, frame.body, frame.dropped_count, index)
+        payload = frame.body
+        state: StreamState | None = self._streams.get((frame.tool_call_id, frame.kind))  # type: ignore[call-overload]
+        if state is None:
+            state = self._state(frame.tool_call_id, frame.kind, index)
+        self._last_key = state.key
+        self._last_delta = payload.delta
+        state._absorb_payload(payload, index, frame.dropped_count)
 
     def absorb_oversized(self, line: OversizedLine) -> None:
         """Report a line that was too long to read (it was skipped unparsed)."""
         index = self._records
         self._records = index + 1
-        self._last_key = None
-        self._last_delta = None
-        self._last_note = None
         self._anomalies.append(
             Anomaly(
                 "undecodable",
@@ -330,7 +337,6 @@ class Reassembler:
         if notification.method != METHOD_TOOL_CALL_PROGRESS:
             index = self._records
             self._records = index + 1
-            self._last_key = None
             if notification.seq is not None:
                 self._check_seq(notification.seq, index)
             self.ignored += 1
@@ -342,7 +348,6 @@ class Reassembler:
             except DecodeError as error:
                 index = self._records
                 self._records = index + 1
-                self._last_key = None
                 if notification.seq is not None:
                     self._check_seq(notification.seq, index)
                 self._anomalies.append(
@@ -364,9 +369,6 @@ class Reassembler:
         """
         index = self._records
         self._records = index + 1
-        self._last_key = None
-        self._last_delta = None
-        self._last_note = None
         if seq is not None:
             self._check_seq(seq, index)
         body = frame.body
@@ -431,6 +433,10 @@ class Reassembler:
 
         ``seq`` applies when ``record`` is a bare frame.
         """
+        # Only a record that lands in a stream sets these; clear them first.
+        self._last_key = None
+        self._last_delta = None
+        self._last_note = None
         before = len(self._anomalies)
         if seq is not None and not isinstance(
             record, bytes | bytearray | memoryview | str | OversizedLine
