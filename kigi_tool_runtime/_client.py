@@ -20,8 +20,11 @@ Rule 3. Memory is bounded: each call buffers at most
         so only that item's event is lost, never text. The client never stops
         reading for one slow consumer, so a consumer that waits on one call
         while another floods cannot deadlock; the terminal is never dropped.
-Rule 4. Leaving a call early (``break``, ``aclose``, ``cancel``) sends the hook
-        ``Cancel`` notification for it; its later frames are discarded.
+Rule 4. Leaving a call early (``aclose()``, or leaving ``async with call:``
+        before it ended) sends the hook ``Cancel`` notification for it and
+        discards its later frames; ``cancel()`` sends it and goes on to the
+        server's ``cancelled`` reply. (A bare ``break`` out of ``async for``
+        cannot be seen: use ``async with``.)
 """
 
 from __future__ import annotations
@@ -293,6 +296,17 @@ class Call:
         if not self._done:
             self._client._send_cancel(self)
             await self._client._flush()
+
+    async def __aenter__(self) -> Call:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     async def aclose(self) -> None:
         """Stop caring about the call: cancel it if it is still running (Rule 4)."""

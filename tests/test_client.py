@@ -198,15 +198,22 @@ def test_a_tool_error_arrives_as_remote_tool_error() -> None:
 
 
 def test_leaving_a_call_early_cancels_it() -> None:
-    """aclose() on an unfinished call sends Cancel; the server stays usable."""
+    """Leaving `async with call:` early sends Cancel (the tool's process is gone);
+    the server stays usable."""
 
     async def body() -> None:
         async with await Client.spawn(SERVE) as client:
-            call = client.call("bash", {"command": "echo x; sleep 60"})
-            await call.__anext__()
-            await call.aclose()
+            async with client.call("bash", {"command": "echo $$; exec sleep 60"}) as call:
+                first = await call.__anext__()
+                assert isinstance(first, CallProgress)
+                pid = int(first.appended.text or "")
             with pytest.raises(StopAsyncIteration):
                 await call.__anext__()
+            for _ in range(600):  # generous: the server kills it after the cancel
+                if not Path(f"/proc/{pid}").exists():
+                    break
+                await asyncio.sleep(0.05)
+            assert not Path(f"/proc/{pid}").exists()
             _, result = await _collect(client.call("bash", {"command": "echo after"}))
             value: Any = result.output.value
             assert value["output"] == "after\n"
