@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import os
 import signal
 import sys
@@ -240,7 +241,7 @@ def _size(count: float) -> str:
 def _shell_tool(args: argparse.Namespace) -> ShellTool:
     options: dict[str, Any] = {"tick": args.tick / 1000, "tail_capacity": args.tail}
     # --cap and --limit need a shell tool that takes them; refuse clearly otherwise.
-    accepted = ShellTool.__init__.__code__.co_varnames
+    accepted = inspect.signature(ShellTool).parameters
     for flag, name, value in (
         ("--cap", "max_delta_bytes", args.cap),
         ("--limit", "limit", args.limit),
@@ -308,7 +309,7 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
                 out.flush()
                 seq += 1
                 frames += 1
-                status.update(_total(reassembler))
+                status.update(getattr(frame.body, "total_bytes", 0))
     except BrokenPipeError:
         ctx.cancel()
         with contextlib.suppress(OSError):
@@ -320,11 +321,6 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
         status.clear()
     duration = time.monotonic() - started
     return _finish(terminal, reassembler, frames, duration, interrupted)
-
-
-def _total(reassembler: Reassembler) -> int:
-    state = reassembler.stream(_CALL_ID, "bash_output_chunk")
-    return 0 if state is None else state.report().total_bytes or 0
 
 
 def _finish(
