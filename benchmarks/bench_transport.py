@@ -10,17 +10,22 @@ counted is the text the reassembler holds at the end. Both run a child that
 writes ``N`` MB of text as fast as it can. Prints MB/s of delivered text for
 each, the gaps each saw and the share of the bytes delivered (a consumer slower
 than the child loses the middle, which is reported, not hidden), and the
-transport's median share of the baseline's (goal: >= 50%). Rates swing with the
-load on a shared machine: compare figures from the same run only.
+transport's median share of the baseline's (goal: >= 50%); and the CPU time
+each spends per delivered MB (the flooding child is not counted), which says
+how much of a gap is the transport's cost and how much is two cores shared
+three ways. Rates swing with the load on a shared machine: compare figures
+from the same run only.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from kigi_tool_protocol import ToolCallResult
 from kigi_tool_runtime._client import Client
@@ -43,6 +48,12 @@ FLOOD = (
 
 def _command(size: int) -> list[str]:
     return [sys.executable, "-c", FLOOD, str(size)]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (not its children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def in_process(size: int) -> tuple[float, int, int]:
@@ -87,17 +98,31 @@ async def main() -> None:
     wire: list[float] = []
     base_gaps = wire_gaps = 0
     base_bytes = wire_bytes = 0
+    base_cpu = wire_cpu = server_cpu = 0.0
     async with await Client.spawn([sys.executable, "-m", "kigi_tool_runtime", "serve"]) as client:
         await client.list_tools()  # the server is up before the clock starts
+        assert client.process is not None
+        pid = client.process.pid
         for _ in range(rounds):
+            cpu = time.process_time()
             seconds, delivered, gaps = await in_process(size)
+            base_cpu += time.process_time() - cpu
             base.append(delivered / seconds / MB)
             base_gaps += gaps
             base_bytes += delivered
+            cpu, server = time.process_time(), _cpu_seconds(pid)
             seconds, delivered, gaps = await through_transport(client, size)
+            server_cpu += _cpu_seconds(pid) - server
+            wire_cpu += time.process_time() - cpu + _cpu_seconds(pid) - server
             wire.append(delivered / seconds / MB)
             wire_gaps += gaps
             wire_bytes += delivered
+    print(
+        f"CPU per delivered MB: in-process {base_cpu / base_bytes * MB * 1000:.2f} ms;"
+        f" transport {wire_cpu / wire_bytes * MB * 1000:.2f} ms"
+        f" (server {server_cpu / wire_bytes * MB * 1000:.2f} + client"
+        f" {(wire_cpu - server_cpu) / wire_bytes * MB * 1000:.2f}), children not counted"
+    )
     for name, rates, gaps, delivered in (
         ("shell tool in-process", base, base_gaps, base_bytes),
         ("serve -> pipe -> client -> reassembler", wire, wire_gaps, wire_bytes),
