@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import inspect
 import os
 import signal
 import sys
@@ -144,14 +143,16 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = commands.add_parser("run", help="run a command through the shell tool")
-    run.add_argument("--cap", type=_positive_int, help="most source bytes per delta")
+    run.add_argument(
+        "--cap", type=_non_negative_int, help="most source bytes per delta (0: one character)"
+    )
     run.add_argument(
         "--tail",
         type=_positive_int,
         default=DEFAULT_TAIL_CAPACITY,
         help="tail buffer bytes (a reader further behind sees a gap)",
     )
-    run.add_argument("--limit", type=_positive_int, help="hard output limit in bytes")
+    run.add_argument("--limit", type=_non_negative_int, help="hard output limit in bytes")
     run.add_argument(
         "--tick",
         type=_positive_float,
@@ -239,20 +240,13 @@ def _size(count: float) -> str:
 
 
 def _shell_tool(args: argparse.Namespace) -> ShellTool:
-    options: dict[str, Any] = {"tick": args.tick / 1000, "tail_capacity": args.tail}
-    # --cap and --limit need a shell tool that takes them; refuse clearly otherwise.
-    accepted = inspect.signature(ShellTool).parameters
-    for flag, name, value in (
-        ("--cap", "max_delta_bytes", args.cap),
-        ("--limit", "limit", args.limit),
-    ):
-        if value is None:
-            continue
-        if name not in accepted:
-            raise _UsageError(f"{flag} is not supported by this version of the shell tool")
-        options[name] = value
     try:
-        return ShellTool(**options)
+        return ShellTool(
+            tick=args.tick / 1000,
+            tail_capacity=args.tail,
+            max_delta_bytes=args.cap,
+            limit=args.limit,
+        )
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
 

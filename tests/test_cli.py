@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import pty
@@ -15,7 +14,6 @@ from typing import Any
 
 from kigi_tool_runtime._cli import EXIT_TIMEOUT, EXIT_USAGE, STATUS_AFTER_S
 from kigi_tool_runtime._server import progress_line
-from kigi_tool_runtime._shell import ShellTool
 
 CLI = [sys.executable, "-m", "kigi_tool_runtime"]
 
@@ -185,6 +183,8 @@ def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
         (["run", "--tail", "abc", "--", "true"], "expected a whole number, got 'abc'"),
         (["run", "--timeout", "9999", "--", "true"], "past the shell tool's longest deadline"),
         (["run", "--tail", "10", "--", "true"], "below one frame"),
+        (["run", "--cap", "-1", "--", "true"], "must not be negative, got -1"),
+        (["run", "--limit", "x", "--", "true"], "expected a whole number, got 'x'"),
         (["check", str(tmp_path / "absent.jsonl")], "no such file"),
         (["follow", "--once", str(tmp_path / "absent.jsonl")], "no such file"),
         (["follow", "--from-offset", "-1", "x"], "must not be negative, got -1"),
@@ -229,26 +229,20 @@ def test_serve_answers_over_stdio() -> None:
     assert response["result"]["output"]["value"]["output"] == "hi\n"
 
 
-def test_cap_and_limit_follow_what_the_shell_tool_supports() -> None:
-    """--cap/--limit reach the shell tool when it takes them; otherwise they are
-    refused with exit 2 and a message, never silently ignored."""
-    accepted = inspect.signature(ShellTool).parameters
-    done = _cli("run", "--json", "--cap", "4", "--", "printf abcdefghij")
-    if "max_delta_bytes" in accepted:
-        assert done.returncode == 0
-        deltas = [json.loads(line)["params"]["body"]["delta"] for line in done.stdout.splitlines()]
-        assert "".join(deltas) == "abcdefghij"
-        assert max(len(d.encode()) for d in deltas) <= 4
-    else:
-        assert done.returncode == EXIT_USAGE
-        assert "--cap is not supported by this version of the shell tool" in done.stderr.decode()
+def test_cap_and_limit_reach_the_shell_tool() -> None:
+    """--cap bounds every delta's bytes; --limit stops the output there, truncated."""
+    done = _cli("run", "--json", "--cap", "4", "--", "printf abcdéfghij")
+    assert done.returncode == 0
+    deltas = [json.loads(line)["params"]["body"]["delta"] for line in done.stdout.splitlines()]
+    assert "".join(deltas) == "abcdéfghij"
+    assert max(len(d.encode()) for d in deltas) <= 4
+    done = _cli("run", "--json", "--cap", "0", "--", "printf 'a€'")
+    deltas = [json.loads(line)["params"]["body"]["delta"] for line in done.stdout.splitlines()]
+    assert deltas == ["a", "€"]
     done = _cli("run", "--limit", "4", "--", "printf abcdefghij")
-    if "limit" in accepted:
-        assert done.stdout == b"abcd"
-        assert "truncated" in done.stderr.decode()
-    else:
-        assert done.returncode == EXIT_USAGE
-        assert "--limit is not supported by this version of the shell tool" in done.stderr.decode()
+    assert done.stdout == b"abcd"
+    assert "4 bytes" in done.stderr.decode()
+    assert ", truncated," in done.stderr.decode()
 
 
 def test_serve_works_with_regular_files_as_stdio(tmp_path: Path) -> None:
