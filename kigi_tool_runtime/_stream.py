@@ -159,6 +159,12 @@ class StreamState:
         chunks = self._chunks
         if len(chunks) != 1:
             joined = "".join(chunks)
+            # The unmeasured list must not keep the old chunks alive beside the
+            # joined text (twice the memory); all-ASCII text counts for free.
+            if joined.isascii():
+                self._measure(len(joined) - self._chars)
+            else:
+                self._measure()
             chunks[:] = [joined] if joined else []
             return joined
         return chunks[0]
@@ -253,16 +259,20 @@ class StreamState:
 
     # -- absorbing ------------------------------------------------------------
 
-    def _measure(self) -> None:
-        """Count the chunks the steady path appended without counting them."""
+    def _measure(self, ascii_chars: int | None = None) -> None:
+        """Count the chunks the steady path appended without counting them
+        (``ascii_chars``: their length, when they are known to be ASCII)."""
         part = self._unmeasured
         if not part:
             return
         self._unmeasured = []
-        chars = sum(map(len, part))
-        if all(map(str.isascii, part)):
+        if ascii_chars is not None:
+            chars = size = low = ascii_chars
+        elif all(map(str.isascii, part)):
+            chars = size = low = sum(map(len, part))
             size = low = chars
         else:
+            chars = sum(map(len, part))
             size = sum(map(len, map(str.encode, part)))
             replaced = sum(map(_count_replacements, part))
             self._replacements += replaced

@@ -58,3 +58,21 @@ def test_state_is_unhashable_and_describes_itself() -> None:
     assert repr(state) == f"StreamState({summary!r})"
     assert state.render() == "a"
     assert state.notes == ()
+
+
+def test_reading_the_text_counts_what_it_joined() -> None:
+    """Joining the text counts the chunks it joined (free for ASCII), so no
+    chunk is held twice, and later figures still come out right."""
+    first = [{"delta": "ab", "total_bytes": 2}, {"delta": "cd", "total_bytes": 4}]
+    later = [{"delta": "z", "total_bytes": 20, "gap": True}, {"delta": "y", "total_bytes": 21}]
+    reassembler = Reassembler.fold([progress_line("c", KIND, body) for body in first])
+    state = reassembler.stream("c", KIND)
+    assert state is not None
+    assert state.text == "abcd"
+    assert state.text_bytes == 4
+    for body in later:
+        reassembler.absorb_line(progress_line("c", KIND, body))
+    (gap,) = state.gaps
+    assert (gap.offset, gap.lost_bytes, gap.exact) == (4, 15, True)
+    assert state == fold(*first, *later)
+    assert state.text == "abcdzy"
