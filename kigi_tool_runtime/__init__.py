@@ -23,7 +23,7 @@ from ._harness import (
     history_is_valid,
     repair_history_after_failure,
 )
-from ._lines import LineSplitter, OversizedLine, read_lines
+from ._lines import LineReader, LineSplitter, OversizedLine, read_lines
 from ._loss import (
     DEFAULT_GAP_MARKER,
     MAX_HELD_BYTES,
@@ -69,6 +69,7 @@ __all__: tuple[str, ...] = (
     "GapMarker",
     "GapReported",
     "HarnessEvent",
+    "LineReader",
     "LineSplitter",
     "LossReport",
     "Message",

@@ -68,7 +68,7 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
-from ._lines import OversizedLine, read_lines
+from ._lines import LineReader, OversizedLine, read_lines
 from ._reassembler import Appended, Reassembler
 from ._tool import ToolError, ToolErrorKind
 
@@ -76,7 +76,6 @@ __all__ = (
     "CALL_BUFFER_FRAMES",
     "CLOSE_WAIT_S",
     "PIPE_BYTES",
-    "READ_BUFFER_BYTES",
     "TIMEOUT_GRACE_S",
     "Call",
     "CallProgress",
@@ -89,10 +88,6 @@ __all__ = (
 #: full 16 KiB deltas are 16 MiB: a consumer busy elsewhere for a while loses
 #: nothing, one that never comes back costs a bounded amount.
 CALL_BUFFER_FRAMES: Final = 1024
-
-#: Bytes the connection's reader buffers before it stops reading the pipe for a
-#: moment. A few full frames: the pipe keeps flowing while a batch is decoded.
-READ_BUFFER_BYTES: Final = 512 * 1024
 
 #: The pipe size asked for on Linux (``F_SETPIPE_SZ``; the default is 64 KiB): a
 #: wider pipe moves a flood in fewer wake-ups of either process. Best effort: the
@@ -337,8 +332,10 @@ class Client:
     """A connection to one tool server. Make it with :meth:`spawn` (start a server
     process) or :meth:`connect` (wrap streams); use it as an async context manager.
 
-    ``max_frame_bytes`` bounds a line read from the server (longer ones are
-    skipped unread and counted); ``session_id`` is sent on every message;
+    ``reader`` is a ``StreamReader`` or a :class:`LineReader` protocol (which
+    brings its own line limit). ``max_frame_bytes`` bounds a line read from the
+    server (longer ones are skipped unread and counted); ``session_id`` is sent
+    on every message;
     ``call_buffer_frames`` bounds each call's untaken items (Rule 3).
 
     Raises:
@@ -347,7 +344,7 @@ class Client:
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
+        reader: asyncio.StreamReader | LineReader,
         writer: _Writer,
         *,
         process: asyncio.subprocess.Process | None = None,
@@ -415,11 +412,9 @@ class Client:
         finally:
             os.close(write_fd)  # the child holds the only write end now
         assert process.stdin is not None
-        reader = asyncio.StreamReader(limit=READ_BUFFER_BYTES)
+        reader = LineReader(max_frame_bytes)
         pipe = open(read_fd, "rb", buffering=0)  # noqa: SIM115 (the transport closes it)
-        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), pipe
-        )
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(lambda: reader, pipe)
         client = cls(
             reader,
             process.stdin,
@@ -615,7 +610,12 @@ class Client:
     async def _read_loop(self) -> None:
         why = "the server closed its output"
         try:
-            async for line in read_lines(self._reader, self._max_frame_bytes):
+            lines = (
+                self._reader
+                if isinstance(self._reader, LineReader)
+                else read_lines(self._reader, self._max_frame_bytes)
+            )
+            async for line in lines:
                 self._lines += 1
                 if isinstance(line, OversizedLine):
                     self._unused += 1

@@ -13,22 +13,39 @@ Invariants:
 
 :class:`LineSplitter` is sans-IO; :func:`read_lines` pumps an asyncio
 ``StreamReader`` through it in fixed-size chunks, so it works whatever the
-reader's own ``limit`` is.
+reader's own ``limit`` is; :class:`LineReader` is an asyncio protocol that
+splits bytes as they arrive, without a stream buffer between (one copy fewer
+per byte, for pipes the caller creates), pausing its transport while more
+than ``high_water`` bytes of lines wait to be taken.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Final, NamedTuple
 
-__all__ = ("READ_CHUNK_BYTES", "LineSplitter", "OversizedLine", "read_lines")
+__all__ = (
+    "LINE_QUEUE_BYTES",
+    "READ_CHUNK_BYTES",
+    "LineReader",
+    "LineSplitter",
+    "OversizedLine",
+    "read_lines",
+)
 
 #: Bytes asked of the stream per read. At least what a stream buffers before it
 #: pauses its transport (twice its ``limit``; the client's is 512 KiB), so one
 #: read takes the whole buffer instead of copying the rest down after each
 #: smaller read. Discarding an oversized line holds at most this much at once.
 READ_CHUNK_BYTES: Final = 1024 * 1024
+
+
+#: Bytes of complete lines a :class:`LineReader` holds before it pauses its
+#: transport: a few dozen full frames, so decoding one batch overlaps with the
+#: pipe filling, while a consumer that stops leaves the data in the pipe.
+LINE_QUEUE_BYTES: Final = 1024 * 1024
 
 
 class OversizedLine(NamedTuple):
@@ -141,4 +158,94 @@ async def read_lines(
                 yield last
             return
         for line in splitter.feed(chunk):
+            yield line
+
+
+class LineReader(asyncio.Protocol):
+    """An asyncio protocol (for ``connect_read_pipe`` and friends) that splits
+    what it receives into lines of at most ``max_line_bytes``; iterate it with
+    ``async for`` until end of input. Memory is bounded by ``high_water`` plus
+    one received chunk plus ``max_line_bytes``.
+
+    Raises:
+        ValueError: ``max_line_bytes`` or ``high_water`` is less than 1.
+    """
+
+    def __init__(self, max_line_bytes: int, *, high_water: int = LINE_QUEUE_BYTES) -> None:
+        if high_water < 1:
+            raise ValueError(f"high_water must be at least 1, got {high_water}")
+        self._splitter = LineSplitter(max_line_bytes)
+        self._high_water = high_water
+        self._lines: deque[bytes | OversizedLine] = deque()
+        self._queued = 0
+        self._ended = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._transport: asyncio.BaseTransport | None = None
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        lines = self._splitter.feed(data)
+        if not lines:
+            return
+        self._lines.extend(lines)
+        self._queued += sum(len(line) if isinstance(line, bytes) else 0 for line in lines)
+        if self._queued > self._high_water and not self._paused:
+            pause = getattr(self._transport, "pause_reading", None)
+            if pause is not None:
+                pause()
+                self._paused = True
+        self._wake()
+
+    def eof_received(self) -> bool | None:
+        self._end()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self._error is None:
+            self._error = exc
+        self._end()
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            last = self._splitter.end()
+            if last is not None:
+                self._lines.append(last)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def __aiter__(self) -> AsyncIterator[bytes | OversizedLine]:
+        """The lines, in order, until end of input.
+
+        Raises:
+            OSError: reading failed (the transport reported an error).
+        """
+        lines = self._lines
+        while True:
+            while not lines:
+                if self._ended:
+                    if self._error is not None:
+                        raise self._error
+                    return
+                self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+            line = lines.popleft()
+            if isinstance(line, bytes):
+                self._queued -= len(line)
+            if self._paused and self._queued <= self._high_water // 2:
+                resume = getattr(self._transport, "resume_reading", None)
+                if resume is not None:
+                    resume()
+                self._paused = False
             yield line

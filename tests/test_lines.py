@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kigi_tool_runtime._lines import READ_CHUNK_BYTES, LineSplitter, OversizedLine, read_lines
+from kigi_tool_runtime._lines import (
+    LINE_QUEUE_BYTES,
+    READ_CHUNK_BYTES,
+    LineReader,
+    LineSplitter,
+    OversizedLine,
+    read_lines,
+)
 
 
 def _reference(data: bytes, limit: int) -> list[bytes | OversizedLine]:
@@ -99,3 +107,59 @@ def test_read_lines_over_a_stream_reader() -> None:
 
     out = asyncio.run(main())
     assert out == [b"one", OversizedLine(3 * READ_CHUNK_BYTES, 200), b"m" * 100, b"two"]
+
+
+def test_line_reader_over_a_real_pipe() -> None:
+    """The protocol yields the pipe's lines, an oversized one as such, and a last
+    unterminated line at end of input."""
+
+    async def main() -> list[bytes | OversizedLine]:
+        read_fd, write_fd = os.pipe()
+        reader = LineReader(8)
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_read_pipe(lambda: reader, open(read_fd, "rb", 0))  # noqa: SIM115
+        try:
+            os.write(write_fd, b"one\n" + b"z" * 50 + b"\ntw")
+            os.write(write_fd, b"o\nend")
+            os.close(write_fd)
+            return [line async for line in reader]
+        finally:
+            transport.close()
+
+    assert asyncio.run(main()) == [b"one", OversizedLine(50, 8), b"two", b"end"]
+
+
+def test_line_reader_pauses_its_transport_past_high_water() -> None:
+    """Past ``high_water`` bytes of untaken lines the transport stops reading; taking
+    the lines resumes it."""
+
+    async def main() -> tuple[bool, bool, list[bytes | OversizedLine]]:
+        read_fd, write_fd = os.pipe()
+        reader = LineReader(100, high_water=10)
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_read_pipe(lambda: reader, open(read_fd, "rb", 0))  # noqa: SIM115
+        try:
+            os.write(write_fd, b"abcdef\n" * 20)
+            lines = aiter(reader)
+            taken = [await anext(lines)]  # the chunk has arrived whole by now
+            paused = not transport.is_reading()
+            taken += [await anext(lines) for _ in range(19)]
+            resumed = transport.is_reading()
+            os.close(write_fd)
+            with pytest.raises(StopAsyncIteration):
+                await anext(lines)
+            return paused, resumed, taken
+        finally:
+            transport.close()
+
+    paused, resumed, taken = asyncio.run(main())
+    assert paused
+    assert resumed
+    assert taken == [b"abcdef"] * 20
+
+
+def test_line_reader_rejects_a_bad_high_water() -> None:
+    """A high-water mark below one byte is a ValueError naming the value."""
+    with pytest.raises(ValueError, match="high_water must be at least 1, got 0"):
+        LineReader(8, high_water=0)
+    assert LINE_QUEUE_BYTES >= 16 * 1024
