@@ -142,7 +142,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = commands.add_parser("run", help="run a command through the shell tool")
+    run = commands.add_parser(
+        "run",
+        help="run a command through the shell tool",
+        description="Run CMD (one argument: a bash command line; several: a program and"
+        " its arguments) and print its output live, reassembled from the streamed deltas.",
+        epilog="exit status: the command's own; 128+N when signal N killed it; 124 when"
+        " --timeout stopped it; 127 when it could not be started; 130 on Ctrl-C; 141 when"
+        " stdout closed early; 1 for any other failure; 2 for bad usage.",
+    )
     run.add_argument(
         "--cap", type=_non_negative_int, help="most source bytes per delta (0: one character)"
     )
