@@ -204,16 +204,7 @@ class _Codec:
         """
         if data.__class__ is not bytes or len(data) > max_bytes:
             self._check_input(data, max_bytes)
-        entry = self._by_id.get(id(type))
-        decoder = entry[1] if entry is not None and entry[0] is type else self._decoder(type)
-        try:
-            return decoder.decode(data)
-        except msgspec.MsgspecError as exc:
-            raise _translate(exc) from exc
-        except RecursionError as exc:
-            raise DecodeError(_TOO_DEEP) from exc
-        except UnicodeEncodeError as exc:  # a str frame holding a lone surrogate
-            raise DecodeError(f"frame is not valid Unicode text: {exc.reason}") from exc
+        return self._decode_unchecked(data, type)
 
     def decode_message(
         self,
