@@ -9,11 +9,11 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from protocol_strategies import WIRE_STRATEGIES
 
 import kigi_tool_protocol as kp
 from kigi_tool_protocol._codec import _ID_CACHE_ENTRIES
 from kigi_tool_protocol._limits import U64_MAX
+from kigi_tool_runtime.testing import WIRE_STRATEGIES, partial_payloads
 
 CODECS = [pytest.param(kp.json_codec, id="json"), pytest.param(kp.msgpack_codec, id="msgpack")]
 PAYLOAD = kp.PartialResultPayload(delta="hello\n", total_bytes=6)
@@ -37,15 +37,15 @@ def test_round_trip(codec: kp.JsonCodec | kp.MsgpackCodec, name: str, data: st.D
     assert codec.encode(decoded) == encoded
 
 
-@given(
-    delta=st.text(), total=st.integers(0, U64_MAX), flags=st.tuples(st.booleans(), st.booleans())
-)
-def test_json_bytes_match_serde_escaping(delta: str, total: int, flags: tuple[bool, bool]) -> None:
+@given(payload=partial_payloads())
+def test_json_bytes_match_serde_escaping(payload: kp.PartialResultPayload) -> None:
     """JSON output is compact, in field order, and escaped exactly like serde_json."""
-    payload = kp.PartialResultPayload(
-        delta=delta, total_bytes=total, truncated=flags[0], gap=flags[1]
-    )
-    expected = {"delta": delta, "total_bytes": total, "truncated": flags[0], "gap": flags[1]}
+    expected = {
+        "delta": payload.delta,
+        "total_bytes": payload.total_bytes,
+        "truncated": payload.truncated,
+        "gap": payload.gap,
+    }
     assert kp.json_codec.encode(payload) == _serde_json(expected)
 
 

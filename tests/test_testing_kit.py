@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 import kigi_tool_runtime.testing as kit
@@ -25,8 +26,10 @@ from kigi_tool_protocol import (
     PartialResultPayload,
     StreamingSpec,
     TextProgress,
+    ToolCallParams,
     ToolCallProgressFrame,
     ToolCapabilities,
+    ToolErrorWire,
     convert,
     json_codec,
 )
@@ -49,6 +52,7 @@ from kigi_tool_runtime import (
 from kigi_tool_runtime._shell import DEFAULT_TAIL_CAPACITY
 from kigi_tool_runtime.testing import (
     MALFORMED_PAYLOADS,
+    WIRE_STRATEGIES,
     WRITER_TICK_S,
     CheckedStream,
     Collected,
@@ -59,12 +63,14 @@ from kigi_tool_runtime.testing import (
     _collect,
     _frame_strategies,
     _fuzz,
+    _wire_strategies,
     byte_sources,
     caps,
     check_stream,
     collect,
     collect_async,
     fuzz_streaming_tool,
+    json_values,
     malformed_payloads,
     producer_runs,
     progress_frames,
@@ -73,6 +79,7 @@ from kigi_tool_runtime.testing import (
     tail_sizes,
     tool_call_frames,
     utf8_text_sources,
+    wire_values,
 )
 from kigi_tool_runtime.testing._check import EXCERPT_CHARS, MAX_ORPHAN_BYTES
 from kigi_tool_runtime.testing._fuzz import WRITER_ARG_BYTES
@@ -1031,6 +1038,35 @@ def test_malformed_payload_table_is_rejected() -> None:
         assert caught.value.path == path, body
 
 
+def test_wire_values_looks_up_a_wire_type() -> None:
+    """wire_values takes the decode type of WIRE_STRATEGIES (a class or a union)
+    and refuses anything else, naming the known types."""
+    assert wire_values(ToolErrorWire) is WIRE_STRATEGIES["ToolErrorWire"][1]
+    assert wire_values(ToolCallParams) is WIRE_STRATEGIES["ToolCallParams"][1]
+    with pytest.raises(ValueError, match=r"<class 'int'> is not a wire type; known: StreamingSpec"):
+        wire_values(int)
+
+
+@pytest.mark.parametrize("variant", get_args(ToolErrorWire), ids=lambda v: v.__name__)
+def test_wire_values_draw_every_variant_of_a_union(variant: type[Any]) -> None:
+    """Every ToolErrorWire variant is drawn, so a property over the union covers each."""
+    drawn = find(
+        wire_values(ToolErrorWire),
+        lambda wire: isinstance(wire, variant),
+        # Stops at the first hit (cheap); no shrinking, which is slow on regex ids.
+        settings=settings(phases=[Phase.generate], database=None, max_examples=1000),
+    )
+    assert json_codec.decode(json_codec.encode(drawn), ToolErrorWire) == drawn
+
+
+@given(value=json_values())
+def test_json_values_are_strict_json(value: Any) -> None:
+    """json_values makes values strict JSON carries (no NaN or infinity) and
+    that come back from a JSON round trip unchanged."""
+    text = json.dumps(value, allow_nan=False)
+    assert json.loads(text) == value
+
+
 # -- the package ------------------------------------------------------------------
 
 
@@ -1050,7 +1086,7 @@ def test_all_is_complete() -> None:
     """The testing package exports every public name of its modules, and only those."""
     exported = set(kit.__all__)
     assert exported == {name for name in dir(kit) if not name.startswith("_")}
-    for module in (_check, _collect, _frame_strategies, _fuzz):
+    for module in (_check, _collect, _frame_strategies, _fuzz, _wire_strategies):
         assert set(module.__all__) <= exported, module.__name__
     order = sorted(exported, key=lambda name: (not name.isupper(), not name[0].isupper(), name))
     assert list(kit.__all__) == order

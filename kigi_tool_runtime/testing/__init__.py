@@ -1,10 +1,11 @@
 """Testing helpers for the kigi tool runtime (imports Hypothesis).
 
 Hypothesis strategies for byte sources, write/tick schedules, caps, tail sizes,
-streaming specs, payloads, frames and frame logs; ``check_stream`` to judge a
-frame sequence against its source; ``collect`` to run a tool in a test; and
-``fuzz_streaming_tool`` to do all of it in one call. The runtime itself never
-imports this package.
+streaming specs, payloads, frames and frame logs, and for every wire type
+(``wire_values(ToolErrorWire)``, ``WIRE_STRATEGIES``, ``json_values()``);
+``check_stream`` to judge a frame sequence against its source; ``collect`` to
+run a tool in a test; and ``fuzz_streaming_tool`` to do all of it in one call.
+The runtime itself never imports this package.
 """
 
 from ._check import CheckedStream, LostSpan, StreamCheckError, check_stream
@@ -35,10 +36,12 @@ from ._strategies import (
     tail_sizes,
     utf8_text_sources,
 )
+from ._wire_strategies import WIRE_STRATEGIES, json_values, wire_values
 
 __all__ = (
     "DAMAGES",
     "MALFORMED_PAYLOADS",
+    "WIRE_STRATEGIES",
     "WRITER_TICK_S",
     "CheckedStream",
     "Collected",
@@ -55,6 +58,7 @@ __all__ = (
     "damaged_frame_logs",
     "frame_logs",
     "fuzz_streaming_tool",
+    "json_values",
     "malformed_payloads",
     "partial_payloads",
     "producer_runs",
@@ -66,4 +70,5 @@ __all__ = (
     "tail_sizes",
     "tool_call_frames",
     "utf8_text_sources",
+    "wire_values",
 )

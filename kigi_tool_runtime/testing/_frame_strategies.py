@@ -71,12 +71,13 @@ def _break_field(
 
 
 def progress_frames(
-    payloads: st.SearchStrategy[PartialResultPayload] | None = None,
+    payloads: st.SearchStrategy[Any] | None = None,
     subkinds: st.SearchStrategy[str] | None = None,
 ) -> st.SearchStrategy[CustomProgress]:
     """``CustomProgress`` frames as a streaming tool yields them: a subkind and a
     ``PartialResultPayload`` (any from :func:`partial_payloads` by default; not
-    a consistent stream, see ``producer_runs`` for that)."""
+    a consistent stream, see ``producer_runs`` for that). ``payloads`` may draw
+    any JSON value instead (``json_values()``) for a consumer of other subkinds."""
     return st.builds(
         CustomProgress,
         subkind=st.sampled_from(_SUBKINDS) if subkinds is None else subkinds,
@@ -87,10 +88,11 @@ def progress_frames(
 def tool_call_frames(
     bodies: st.SearchStrategy[Any] | None = None,
     tool_call_ids: st.SearchStrategy[str] | None = None,
+    subkinds: st.SearchStrategy[str] | None = None,
 ) -> st.SearchStrategy[ToolCallProgressFrame[Any]]:
     """``ToolCallProgressFrame``s as a harness receives them: a non-empty call
-    id, a subkind, a body (a ``PartialResultPayload`` by default) and a
-    ``dropped_count`` that is absent, zero or any u32."""
+    id, a subkind (``kind``), a body (a ``PartialResultPayload`` by default) and
+    a ``dropped_count`` that is absent, zero or any u32."""
     return st.builds(
         ToolCallProgressFrame,
         tool_call_id=(
@@ -98,7 +100,7 @@ def tool_call_frames(
             if tool_call_ids is None
             else tool_call_ids
         ),
-        kind=st.sampled_from(_SUBKINDS),
+        kind=st.sampled_from(_SUBKINDS) if subkinds is None else subkinds,
         body=partial_payloads() if bodies is None else bodies,
         dropped_count=st.one_of(st.none(), st.just(0), st.integers(1, U32_MAX)),
     )
