@@ -70,7 +70,7 @@ from kigi_tool_protocol import (
 
 from ._lines import LineReader, OversizedLine, read_lines
 from ._reassembler import Appended, Reassembler
-from ._tool import ToolError, ToolErrorKind
+from ._tool import ToolError
 
 __all__ = (
     "CALL_BUFFER_FRAMES",
@@ -111,32 +111,21 @@ class RemoteToolError(ToolError):
     """Raised when a call fails: the server replied with an error, the connection
     was lost, or the call timed out.
 
-    ``wire`` is the exact ``ToolErrorWire`` (``wire.code`` is its code string,
-    e.g. ``"connection_lost"``, even for codes :class:`ToolErrorKind` lacks, which
-    map to ``kind`` ``internal_error``); ``number`` the JSON-RPC ``error.code``.
+    A :class:`ToolError` made from the received ``ToolErrorWire`` (see
+    :meth:`ToolError.from_wire`): ``kind`` is the wire's code and the fields are
+    the wire's, so :meth:`to_wire` gives the wire back unchanged. ``wire`` is the
+    ``ToolErrorWire`` as received; ``number`` the JSON-RPC ``error.code``.
+    ``message`` is the wire's own sentence when its variant carries one, else
+    the reply's ``error.message`` (or the client's account of the failure).
     """
 
     def __init__(self, wire: ToolErrorWire, message: str, *, number: int | None = None) -> None:
-        try:
-            kind = ToolErrorKind(wire.code)
-        except ValueError:
-            kind = ToolErrorKind.INTERNAL_ERROR
-        super().__init__(
-            kind,
-            message,
-            tool_id=getattr(wire, "tool_id", None),
-            details=getattr(wire, "details", None),
-            elapsed_ms=getattr(wire, "elapsed_ms", None),
-        )
+        self._init_from_wire(wire, message)
         self.wire = wire
         self.number = error_code_for(wire) if number is None else number
 
     def __repr__(self) -> str:
         return f"RemoteToolError({self.wire.code!r}, {self.message!r})"
-
-    def to_wire(self) -> ToolErrorWire:
-        """The ``ToolErrorWire`` exactly as received (or made by the client)."""
-        return self.wire
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,23 +34,38 @@ the grammar. This module is sans-IO (no event loop).
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from enum import StrEnum
 from typing import Any, Final, Generic, Literal, TypeVar
 
 import msgspec
 
 from kigi_tool_protocol import (
+    BehaviorVersionUnsupportedWire,
+    CancelledWire,
+    ConnectionLostWire,
     ContentProgress,
+    CustomErrorWire,
     CustomProgress,
+    ExecutionWire,
+    ForbiddenWire,
+    FrameTooLargeWire,
+    InternalErrorWire,
+    InvalidParamsWire,
+    RenderLimitedWire,
+    SessionMismatchWire,
+    TerminalErrorWire,
     TextProgress,
+    TimeoutWire,
     ToolCallResult,
     ToolCapabilities,
     ToolErrorWire,
+    ToolNotFoundWire,
     ToolOutputJson,
     ToolOutputText,
     ToolOutputWire,
     ToolProgress,
+    UnsupportedProtocolVersionWire,
     error_code_for,
     validate_tool_call_id,
     validate_tool_id,
@@ -73,7 +88,8 @@ ArgsT = TypeVar("ArgsT", bound=msgspec.Struct)
 
 
 class ToolErrorKind(StrEnum):
-    """How a tool call failed; each kind is a ``ToolErrorWire`` code."""
+    """How a tool call failed; each kind is a ``ToolErrorWire`` code, and every
+    ``ToolErrorWire`` code is a kind (a wire error converts both ways)."""
 
     #: The arguments do not fit the tool's input type (the runner names the field).
     INVALID_PARAMS = "invalid_params"
@@ -89,15 +105,77 @@ class ToolErrorKind(StrEnum):
     FORBIDDEN = "forbidden"
     #: The runtime itself failed; not the tool's fault.
     INTERNAL_ERROR = "internal_error"
+    #: The frame's session does not own the call.
+    SESSION_MISMATCH = "session_mismatch"
+    #: The transport to the tool closed mid-call.
+    CONNECTION_LOST = "connection_lost"
+    #: The peer speaks none of the protocol versions this side supports.
+    UNSUPPORTED_PROTOCOL_VERSION = "unsupported_protocol_version"
+    #: A frame exceeded the frame size limit.
+    FRAME_TOO_LARGE = "frame_too_large"
+    #: The tool does not implement the requested behavior version.
+    BEHAVIOR_VERSION_UNSUPPORTED = "behavior_version_unsupported"
+    #: A render tool hit its budget.
+    RENDER_LIMITED = "render_limited"
+    #: A terminal (shell) tool failed for good.
+    TERMINAL_ERROR = "terminal_error"
+    #: A tool-defined error; its own code is the error's ``subcode``.
+    CUSTOM = "custom"
+
+
+#: The kinds whose wire variant names the tool: :meth:`ToolError.to_wire` needs a
+#: ``tool_id`` for them (the runner fills it in with :meth:`ToolError.with_tool_id`).
+_NEEDS_TOOL_ID: Final = frozenset(
+    {
+        ToolErrorKind.EXECUTION,
+        ToolErrorKind.TIMEOUT,
+        ToolErrorKind.CANCELLED,
+        ToolErrorKind.TOOL_NOT_FOUND,
+        ToolErrorKind.CONNECTION_LOST,
+        ToolErrorKind.BEHAVIOR_VERSION_UNSUPPORTED,
+        ToolErrorKind.RENDER_LIMITED,
+        ToolErrorKind.TERMINAL_ERROR,
+    }
+)
+
+#: The kinds whose wire variant carries the error's sentence (as ``message``,
+#: ``reason`` or ``detail``); the others carry only data, so a sentence made for
+#: them stays on this side of the wire.
+_CARRIES_MESSAGE: Final = frozenset(
+    {
+        ToolErrorKind.INVALID_PARAMS,
+        ToolErrorKind.EXECUTION,
+        ToolErrorKind.FORBIDDEN,
+        ToolErrorKind.INTERNAL_ERROR,
+        ToolErrorKind.RENDER_LIMITED,
+        ToolErrorKind.TERMINAL_ERROR,
+        ToolErrorKind.CUSTOM,
+    }
+)
 
 
 class ToolError(Exception):
     """Raised by a tool (or made by the runner) when a tool call fails.
 
-    ``kind`` says how; ``message`` is a sentence for the caller (and the model);
-    ``details`` is optional JSON-able data (``invalid_params`` only);
-    ``elapsed_ms`` is set on ``timeout``. ``tool_id`` is filled in by the runner
-    when the tool did not set it.
+    ``kind`` says how; ``message`` is a sentence for the caller (and the model).
+    The other attributes are the wire fields of particular kinds, ``None`` for
+    the rest: ``tool_id`` (filled in by the runner when the tool did not set
+    it), ``details`` (JSON-able data; ``invalid_params`` and ``custom``),
+    ``elapsed_ms`` (``timeout``), ``subcode`` (``custom``), ``supported``
+    (``unsupported_protocol_version``), ``frame_bytes`` and ``limit``
+    (``frame_too_large``), ``requested`` (``behavior_version_unsupported``),
+    ``card_id`` (``render_limited``), ``request_id`` (``internal_error``).
+
+    :meth:`to_wire` and :meth:`from_wire` convert to and from ``ToolErrorWire``
+    without loss: ``ToolError.from_wire(wire).to_wire() == wire`` for every
+    variant.
+
+    Raises:
+        ValueError: ``kind`` is not a :class:`ToolErrorKind`, or a field the
+            kind's wire variant requires is missing (``subcode`` for ``custom``,
+            ``supported`` for ``unsupported_protocol_version``, ``frame_bytes``
+            and ``limit`` for ``frame_too_large``, ``requested`` for
+            ``behavior_version_unsupported``).
     """
 
     def __init__(
@@ -108,12 +186,31 @@ class ToolError(Exception):
         tool_id: str | None = None,
         details: Any = None,
         elapsed_ms: int | None = None,
+        subcode: str | None = None,
+        supported: Iterable[str] | None = None,
+        frame_bytes: int | None = None,
+        limit: int | None = None,
+        requested: str | None = None,
+        card_id: str | None = None,
+        request_id: str | None = None,
     ) -> None:
         self.kind = ToolErrorKind(kind)
         self.message = message
         self.tool_id = tool_id
         self.details = details
         self.elapsed_ms = elapsed_ms
+        self.subcode = subcode
+        self.supported = None if supported is None else tuple(supported)
+        self.frame_bytes = frame_bytes
+        self.limit = limit
+        self.requested = requested
+        self.card_id = card_id
+        self.request_id = request_id
+        # An ``internal_error`` read off the wire without a ``detail`` keeps none.
+        self._has_detail = True
+        missing = [name for name in _REQUIRED.get(self.kind, ()) if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.kind.value!r} error needs {' and '.join(missing)}")
         super().__init__(message)
 
     def __repr__(self) -> str:
@@ -134,6 +231,72 @@ class ToolError(Exception):
         """A ``forbidden`` error: the tool refuses to act."""
         return cls(ToolErrorKind.FORBIDDEN, reason)
 
+    @classmethod
+    def terminal(cls, message: str) -> ToolError:
+        """A ``terminal_error``: a terminal (shell) tool failed for good."""
+        return cls(ToolErrorKind.TERMINAL_ERROR, message)
+
+    @classmethod
+    def render_limited(cls, reason: str, card_id: str | None = None) -> ToolError:
+        """A ``render_limited`` error: a render tool hit its budget (on ``card_id``)."""
+        return cls(ToolErrorKind.RENDER_LIMITED, reason, card_id=card_id)
+
+    @classmethod
+    def custom(cls, subcode: str, message: str, details: Any = None) -> ToolError:
+        """A tool-defined error with its own code ``subcode`` and optional JSON data."""
+        return cls(ToolErrorKind.CUSTOM, message, subcode=subcode, details=details)
+
+    @classmethod
+    def frame_too_large(cls, frame_bytes: int, limit: int) -> ToolError:
+        """A ``frame_too_large`` error: a frame of ``frame_bytes`` bytes exceeded ``limit``."""
+        return cls(
+            ToolErrorKind.FRAME_TOO_LARGE,
+            f"a frame of {frame_bytes} bytes exceeds the {limit}-byte limit",
+            frame_bytes=frame_bytes,
+            limit=limit,
+        )
+
+    @classmethod
+    def unsupported_protocol_version(cls, supported: Iterable[str]) -> ToolError:
+        """An ``unsupported_protocol_version`` error listing the versions this side speaks."""
+        versions = tuple(supported)
+        return cls(
+            ToolErrorKind.UNSUPPORTED_PROTOCOL_VERSION,
+            f"unsupported protocol version; supported: {', '.join(versions) or 'none'}",
+            supported=versions,
+        )
+
+    @classmethod
+    def behavior_version_unsupported(cls, requested: str) -> ToolError:
+        """A ``behavior_version_unsupported`` error: the tool lacks version ``requested``."""
+        return cls(
+            ToolErrorKind.BEHAVIOR_VERSION_UNSUPPORTED,
+            f"behavior version {requested!r} is not supported",
+            requested=requested,
+        )
+
+    @staticmethod
+    def from_wire(wire: ToolErrorWire, message: str | None = None) -> ToolError:
+        """The error a ``ToolErrorWire`` describes, of the matching kind, such that
+        ``from_wire(wire).to_wire() == wire``.
+
+        ``message`` (a failed reply's ``error.message``) is the sentence for the
+        variants that carry none; the variants that do carry one (``message``,
+        ``reason`` or ``detail``) use theirs. Without either, the sentence is
+        made from the wire's fields. An ``internal_error`` without a ``detail``
+        keeps none.
+        """
+        error = ToolError.__new__(ToolError)
+        error._init_from_wire(wire, message)
+        return error
+
+    def _init_from_wire(self, wire: ToolErrorWire, message: str | None) -> None:
+        """Initialise this error from ``wire`` (:meth:`from_wire`, and the client's
+        ``RemoteToolError``, which is a ``ToolError`` made from a received wire)."""
+        text, fields = _wire_fields(wire, message)
+        ToolError.__init__(self, message=text, **fields)
+        self._has_detail = not isinstance(wire, InternalErrorWire) or wire.detail is not None
+
     def with_tool_id(self, tool_id: str) -> ToolError:
         """This error, with ``tool_id`` set if it was not (returns ``self``)."""
         if self.tool_id is None:
@@ -147,30 +310,116 @@ class ToolError(Exception):
             ValueError: the kind needs a tool id and none is set.
         """
         kind = self.kind
-        fields: dict[str, Any] = {"code": kind.value}
-        if kind in (ToolErrorKind.FORBIDDEN,):
-            fields["reason"] = self.message
-        elif kind is ToolErrorKind.INVALID_PARAMS:
-            fields["message"] = self.message
-            if self.details is not None:
-                fields["details"] = self.details
-        elif kind is ToolErrorKind.INTERNAL_ERROR:
-            fields["detail"] = self.message
-        else:
-            if self.tool_id is None:
+        tool_id = self.tool_id
+        if kind in _NEEDS_TOOL_ID:
+            if tool_id is None:
                 raise ValueError(f"a {kind.value!r} error needs a tool id; call with_tool_id()")
-            fields["tool_id"] = self.tool_id
-            if kind is ToolErrorKind.EXECUTION:
-                fields["message"] = self.message
-            elif kind is ToolErrorKind.TIMEOUT:
-                fields["elapsed_ms"] = self.elapsed_ms or 0
-        wire: ToolErrorWire = msgspec.convert(fields, ToolErrorWire)
+        else:
+            tool_id = ""
+        K = ToolErrorKind
+        wire: ToolErrorWire
+        if kind is K.INVALID_PARAMS:
+            wire = InvalidParamsWire(message=self.message, details=self.details)
+        elif kind is K.EXECUTION:
+            wire = ExecutionWire(tool_id=tool_id, message=self.message)
+        elif kind is K.TIMEOUT:
+            wire = TimeoutWire(tool_id=tool_id, elapsed_ms=self.elapsed_ms or 0)
+        elif kind is K.CANCELLED:
+            wire = CancelledWire(tool_id=tool_id)
+        elif kind is K.TOOL_NOT_FOUND:
+            wire = ToolNotFoundWire(tool_id=tool_id)
+        elif kind is K.FORBIDDEN:
+            wire = ForbiddenWire(reason=self.message)
+        elif kind is K.INTERNAL_ERROR:
+            detail = self.message if self._has_detail else None
+            wire = InternalErrorWire(request_id=self.request_id, detail=detail)
+        elif kind is K.SESSION_MISMATCH:
+            wire = SessionMismatchWire()
+        elif kind is K.CONNECTION_LOST:
+            wire = ConnectionLostWire(tool_id=tool_id)
+        elif kind is K.UNSUPPORTED_PROTOCOL_VERSION:
+            wire = UnsupportedProtocolVersionWire(supported=list(self.supported or ()))
+        elif kind is K.FRAME_TOO_LARGE:
+            wire = FrameTooLargeWire(bytes=self.frame_bytes or 0, limit=self.limit or 0)
+        elif kind is K.BEHAVIOR_VERSION_UNSUPPORTED:
+            wire = BehaviorVersionUnsupportedWire(tool_id=tool_id, requested=self.requested or "")
+        elif kind is K.RENDER_LIMITED:
+            wire = RenderLimitedWire(tool_id=tool_id, card_id=self.card_id, reason=self.message)
+        elif kind is K.TERMINAL_ERROR:
+            wire = TerminalErrorWire(tool_id=tool_id, message=self.message)
+        else:
+            assert kind is K.CUSTOM
+            wire = CustomErrorWire(
+                subcode=self.subcode or "", message=self.message, details=self.details
+            )
         return wire
 
     @property
     def code(self) -> int:
         """The JSON-RPC ``error.code`` for this error."""
         return error_code_for(self.to_wire())
+
+
+#: The fields each kind's wire variant requires beyond the tool id and the sentence.
+_REQUIRED: Final[dict[ToolErrorKind, tuple[str, ...]]] = {
+    ToolErrorKind.CUSTOM: ("subcode",),
+    ToolErrorKind.UNSUPPORTED_PROTOCOL_VERSION: ("supported",),
+    ToolErrorKind.FRAME_TOO_LARGE: ("frame_bytes", "limit"),
+    ToolErrorKind.BEHAVIOR_VERSION_UNSUPPORTED: ("requested",),
+}
+
+
+def _wire_fields(wire: ToolErrorWire, message: str | None) -> tuple[str, dict[str, Any]]:
+    """The sentence and the :class:`ToolError` keyword fields (``kind`` among
+    them) of ``wire``; see :meth:`ToolError.from_wire` for the sentence."""
+    carried: str | None = None
+    if isinstance(wire, ForbiddenWire | RenderLimitedWire):
+        carried = wire.reason
+    elif isinstance(wire, InvalidParamsWire | ExecutionWire | TerminalErrorWire | CustomErrorWire):
+        carried = wire.message
+    elif isinstance(wire, InternalErrorWire):
+        carried = wire.detail
+    supported = getattr(wire, "supported", None)
+    fields: dict[str, Any] = {
+        "kind": ToolErrorKind(wire.code),
+        "tool_id": getattr(wire, "tool_id", None),
+        "details": getattr(wire, "details", None),
+        "elapsed_ms": getattr(wire, "elapsed_ms", None),
+        "subcode": getattr(wire, "subcode", None),
+        "supported": None if supported is None else tuple(supported),
+        "frame_bytes": getattr(wire, "bytes", None),
+        "limit": getattr(wire, "limit", None),
+        "requested": getattr(wire, "requested", None),
+        "card_id": getattr(wire, "card_id", None),
+        "request_id": getattr(wire, "request_id", None),
+    }
+    if carried is not None:
+        return carried, fields
+    if message is not None:
+        return message, fields
+    return _sentence(fields), fields
+
+
+def _sentence(fields: dict[str, Any]) -> str:
+    """A sentence for a wire error that carries none and came without one."""
+    K = ToolErrorKind
+    kind, tool = fields["kind"], repr(fields["tool_id"])
+    versions = ", ".join(fields["supported"] or ()) or "none"
+    sentences = {
+        K.TIMEOUT: f"tool {tool} timed out after {fields['elapsed_ms']} ms",
+        K.CANCELLED: f"tool {tool} call was cancelled",
+        K.TOOL_NOT_FOUND: f"no tool has the id {tool}",
+        K.SESSION_MISMATCH: "the session does not own the call",
+        K.CONNECTION_LOST: f"connection to tool {tool} lost",
+        K.UNSUPPORTED_PROTOCOL_VERSION: f"unsupported protocol version; supported: {versions}",
+        K.FRAME_TOO_LARGE: (
+            f"a frame of {fields['frame_bytes']} bytes exceeds the {fields['limit']}-byte limit"
+        ),
+        K.BEHAVIOR_VERSION_UNSUPPORTED: (
+            f"tool {tool} does not support behavior version {fields['requested']!r}"
+        ),
+    }
+    return sentences.get(kind, f"{kind.value} error")
 
 
 class ToolResult(msgspec.Struct, frozen=True, kw_only=True):

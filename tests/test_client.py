@@ -11,8 +11,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from hypothesis import given
 
-from kigi_tool_protocol import ToolCallResult
+from kigi_tool_protocol import (
+    JsonRpcError,
+    JsonRpcResponse,
+    ToolCallResult,
+    ToolErrorWire,
+    error_code_for,
+    json_codec,
+)
 from kigi_tool_runtime._client import (
     CALL_BUFFER_FRAMES,
     CLOSE_WAIT_S,
@@ -22,7 +30,8 @@ from kigi_tool_runtime._client import (
     Client,
     RemoteToolError,
 )
-from kigi_tool_runtime._tool import ToolErrorKind
+from kigi_tool_runtime._tool import ToolError, ToolErrorKind
+from kigi_tool_runtime.testing import wire_values
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]
 
@@ -48,6 +57,22 @@ async def _collect(call: Any) -> tuple[list[CallProgress], ToolCallResult]:
             return progress, item
         progress.append(item)
     raise AssertionError("the call ended without a result")
+
+
+@given(wire=wire_values(ToolErrorWire))
+def test_a_received_error_is_a_tool_error_of_its_kind(wire: ToolErrorWire) -> None:
+    """An error reply, decoded off the wire, raises a ``ToolError`` of the wire's
+    kind whose ``to_wire`` is the received wire, byte for byte (every variant)."""
+    number = error_code_for(wire)
+    line = json_codec.encode(
+        JsonRpcResponse[Any](id=1, error=JsonRpcError(code=number, message="m", data=wire))
+    )
+    error = Client._error_of(json_codec.decode(line, JsonRpcResponse[Any]), "t")
+    assert isinstance(error, ToolError)
+    assert error.kind is ToolErrorKind(wire.code)
+    assert json_codec.encode(error.to_wire()) == json_codec.encode(wire)
+    assert error.to_wire() == ToolError.from_wire(wire, "m").to_wire()
+    assert (error.wire, error.number) == (wire, number)
 
 
 def test_a_call_streams_and_returns() -> None:

@@ -4,19 +4,34 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pytest
+from hypothesis import given
 
 from kigi_tool_protocol import (
     ERROR_CODES,
+    BehaviorVersionUnsupportedWire,
+    CancelledWire,
+    ConnectionLostWire,
+    ExecutionWire,
+    ForbiddenWire,
+    FrameTooLargeWire,
     IdentifierError,
+    InternalErrorWire,
+    RenderLimitedWire,
+    SessionMismatchWire,
+    TimeoutWire,
     ToolCallResult,
     ToolErrorWire,
+    ToolNotFoundWire,
+    UnsupportedProtocolVersionWire,
+    error_code_for,
     json_codec,
 )
 from kigi_tool_runtime import Tool, ToolContext, ToolError, ToolErrorKind, ToolEvent, ToolResult
+from kigi_tool_runtime.testing import wire_values
 
 
 class Args(msgspec.Struct):
@@ -210,7 +225,52 @@ WIRE_CASES = [
         ToolError(ToolErrorKind.INTERNAL_ERROR, "oops"),
         b'{"code":"internal_error","detail":"oops"}',
     ),
+    (
+        ToolError(ToolErrorKind.INTERNAL_ERROR, "oops", request_id="r-1"),
+        b'{"code":"internal_error","request_id":"r-1","detail":"oops"}',
+    ),
+    (ToolError(ToolErrorKind.SESSION_MISMATCH, "not yours"), b'{"code":"session_mismatch"}'),
+    (
+        ToolError(ToolErrorKind.CONNECTION_LOST, "gone", tool_id="bash"),
+        b'{"code":"connection_lost","tool_id":"bash"}',
+    ),
+    (
+        ToolError.unsupported_protocol_version(["1.0", "1.1"]),
+        b'{"code":"unsupported_protocol_version","supported":["1.0","1.1"]}',
+    ),
+    (
+        ToolError.unsupported_protocol_version([]),
+        b'{"code":"unsupported_protocol_version","supported":[]}',
+    ),
+    (
+        ToolError.frame_too_large(70_000, 65_536),
+        b'{"code":"frame_too_large","bytes":70000,"limit":65536}',
+    ),
+    (
+        ToolError.behavior_version_unsupported("v2").with_tool_id("bash"),
+        b'{"code":"behavior_version_unsupported","tool_id":"bash","requested":"v2"}',
+    ),
+    (
+        ToolError.render_limited("too many cards", card_id="c7").with_tool_id("render"),
+        b'{"code":"render_limited","tool_id":"render","card_id":"c7","reason":"too many cards"}',
+    ),
+    (
+        ToolError.render_limited("budget spent").with_tool_id("render"),
+        b'{"code":"render_limited","tool_id":"render","reason":"budget spent"}',
+    ),
+    (
+        ToolError.terminal("pty closed").with_tool_id("bash"),
+        b'{"code":"terminal_error","tool_id":"bash","message":"pty closed"}',
+    ),
+    (
+        ToolError.custom("quota", "over quota", details={"left": 0}),
+        b'{"code":"custom","subcode":"quota","message":"over quota","details":{"left":0}}',
+    ),
+    (ToolError.custom("quota", "over"), b'{"code":"custom","subcode":"quota","message":"over"}'),
 ]
+
+#: JSON-RPC numbers of the variants without a row of their own in ERROR_CODES.
+OFF_TABLE_NUMBERS = {"session_mismatch": -32600}
 
 
 @pytest.mark.parametrize(("error", "expected"), WIRE_CASES)
@@ -219,20 +279,132 @@ def test_every_error_kind_maps_onto_its_wire_variant(error: ToolError, expected:
     wire = error.to_wire()
     assert json_codec.encode(wire) == expected
     assert json_codec.decode(expected, ToolErrorWire) == wire
-    assert error.code == ERROR_CODES.get(error.kind.value, -32603)
+    kind = error.kind.value
+    assert error.code == OFF_TABLE_NUMBERS.get(kind, ERROR_CODES.get(kind, -32603))
+    assert json_codec.encode(ToolError.from_wire(wire).to_wire()) == expected
 
 
 def test_error_kinds_are_wire_codes() -> None:
-    """Every kind is a ``ToolErrorWire`` code (each has a case above) with a number."""
+    """The kinds are exactly the ``ToolErrorWire`` codes (each has a case above)
+    and each has a number."""
+    codes = {variant.__struct_config__.tag for variant in get_args(ToolErrorWire)}
+    assert {kind.value for kind in ToolErrorKind} == codes
     assert {error.kind for error, _ in WIRE_CASES} == set(ToolErrorKind)
     assert ToolError.invalid_params("x").code == -32602
     assert ToolError(ToolErrorKind.TIMEOUT, "x", tool_id="t").code == -32001
+
+
+@given(wire=wire_values(ToolErrorWire))
+def test_every_wire_error_converts_both_ways(wire: ToolErrorWire) -> None:
+    """``from_wire`` makes the error of the wire's kind, whose ``to_wire`` is the
+    same wire, byte for byte, for every variant and field combination."""
+    error = ToolError.from_wire(wire, "the reply's message")
+    assert error.kind.value == wire.code
+    assert error.to_wire() == wire
+    assert json_codec.encode(error.to_wire()) == json_codec.encode(wire)
+    assert error.code == error_code_for(wire)
+    assert str(error) == error.message
+
+
+@pytest.mark.parametrize(
+    ("wire", "message"),
+    [
+        (ExecutionWire(tool_id="t", message="exit 2"), "exit 2"),
+        (ForbiddenWire(reason="read only"), "read only"),
+        (RenderLimitedWire(tool_id="t", reason="budget"), "budget"),
+        (InternalErrorWire(detail="oops"), "oops"),
+        (InternalErrorWire(), "the reply's message"),
+        (CancelledWire(tool_id="t"), "the reply's message"),
+        (FrameTooLargeWire(bytes=9, limit=8), "the reply's message"),
+    ],
+)
+def test_from_wire_keeps_the_wires_own_sentence(wire: ToolErrorWire, message: str) -> None:
+    """A variant that carries a sentence (``message``, ``reason``, ``detail``)
+    keeps it; the others take the reply's ``error.message``."""
+    assert ToolError.from_wire(wire, "the reply's message").message == message
+
+
+@pytest.mark.parametrize(
+    ("wire", "sentence"),
+    [
+        (TimeoutWire(tool_id="t", elapsed_ms=1500), "tool 't' timed out after 1500 ms"),
+        (CancelledWire(tool_id="t"), "tool 't' call was cancelled"),
+        (ToolNotFoundWire(tool_id="t"), "no tool has the id 't'"),
+        (SessionMismatchWire(), "the session does not own the call"),
+        (ConnectionLostWire(tool_id="t"), "connection to tool 't' lost"),
+        (
+            UnsupportedProtocolVersionWire(supported=["1.0", "2.0"]),
+            "unsupported protocol version; supported: 1.0, 2.0",
+        ),
+        (
+            UnsupportedProtocolVersionWire(supported=[]),
+            "unsupported protocol version; supported: none",
+        ),
+        (FrameTooLargeWire(bytes=9, limit=8), "a frame of 9 bytes exceeds the 8-byte limit"),
+        (
+            BehaviorVersionUnsupportedWire(tool_id="t", requested="v2"),
+            "tool 't' does not support behavior version 'v2'",
+        ),
+        (InternalErrorWire(), "internal_error error"),
+    ],
+)
+def test_from_wire_without_a_message_makes_one(wire: ToolErrorWire, sentence: str) -> None:
+    """With no sentence on the wire and none given, the error says what the wire says."""
+    error = ToolError.from_wire(wire)
+    assert error.message == sentence
+    assert error.to_wire() == wire
+
+
+def test_an_internal_error_without_detail_keeps_none() -> None:
+    """An ``internal_error`` read without ``detail`` goes back out without one, while
+    one made here sends its message as the detail."""
+    error = ToolError.from_wire(InternalErrorWire(request_id="r"), "server failed")
+    assert json_codec.encode(error.to_wire()) == b'{"code":"internal_error","request_id":"r"}'
+    assert ToolError("internal_error", "x").to_wire() == InternalErrorWire(detail="x")
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields", "missing"),
+    [
+        ("custom", {}, "subcode"),
+        ("unsupported_protocol_version", {}, "supported"),
+        ("frame_too_large", {}, "frame_bytes and limit"),
+        ("frame_too_large", {"frame_bytes": 9}, "limit"),
+        ("behavior_version_unsupported", {}, "requested"),
+    ],
+)
+def test_a_kind_missing_a_required_field_is_refused(
+    kind: str, fields: dict[str, Any], missing: str
+) -> None:
+    """A kind whose wire variant needs more than a sentence says which field is missing."""
+    with pytest.raises(ValueError, match=f"^a '{kind}' error needs {missing}$"):
+        ToolError(kind, "x", **fields)
+
+
+def test_the_extra_field_constructors_fill_their_fields() -> None:
+    """Each constructor of a data-carrying kind sets its fields and a sentence."""
+    large = ToolError.frame_too_large(9, 8)
+    assert (large.kind, large.frame_bytes, large.limit) == ("frame_too_large", 9, 8)
+    assert large.message == "a frame of 9 bytes exceeds the 8-byte limit"
+    versions = ToolError.unsupported_protocol_version(iter(["1.0"]))
+    assert versions.supported == ("1.0",)
+    assert versions.message == "unsupported protocol version; supported: 1.0"
+    behavior = ToolError.behavior_version_unsupported("v2")
+    assert behavior.requested == "v2"
+    assert behavior.message == "behavior version 'v2' is not supported"
+    custom = ToolError.custom("quota", "over", details=[1])
+    assert (custom.subcode, custom.message, custom.details) == ("quota", "over", [1])
+    render = ToolError.render_limited("budget", card_id="c")
+    assert (render.kind, render.card_id, render.message) == ("render_limited", "c", "budget")
+    assert ToolError.terminal("closed").kind is ToolErrorKind.TERMINAL_ERROR
 
 
 def test_an_error_needing_a_tool_id_says_so() -> None:
     """A kind whose wire variant carries the tool id cannot go out without one."""
     with pytest.raises(ValueError, match="a 'execution' error needs a tool id"):
         ToolError.execution("x").to_wire()
+    with pytest.raises(ValueError, match="a 'terminal_error' error needs a tool id"):
+        ToolError.terminal("x").to_wire()
 
 
 def test_with_tool_id_keeps_an_existing_id() -> None:
