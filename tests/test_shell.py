@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from kigi_tool_protocol import CustomProgress, PartialResultPayload
+from kigi_tool_protocol import CustomProgress, PartialResultPayload, ToolProgress
 from kigi_tool_runtime import (
     LIMIT_MARKER,
     OMISSION_MARKER,
@@ -40,6 +40,7 @@ from kigi_tool_runtime._shell import (
     SHELL_SPEC,
     WAKEUP_READ_BYTES,
 )
+from kigi_tool_runtime.testing import Collected, collect_async
 
 PY = sys.executable
 CAP = 16 * 1024
@@ -47,19 +48,10 @@ CAP = 16 * 1024
 PATIENCE_S = 60.0
 
 
-class Collected(msgspec.Struct):
-    payloads: list[PartialResultPayload]
-    terminal: ToolResult | ToolError
-
-    @property
-    def text(self) -> str:
-        return "".join(p.delta for p in self.payloads)
-
-    @property
-    def outcome(self) -> ShellOutcome:
-        assert isinstance(self.terminal, ToolResult), self.terminal
-        assert isinstance(self.terminal.value, ShellOutcome)
-        return self.terminal.value
+def shell_outcome(got: Collected) -> ShellOutcome:
+    value = got.result
+    assert isinstance(value, ShellOutcome), value
+    return value
 
 
 def payload(item: object) -> PartialResultPayload:
@@ -69,7 +61,7 @@ def payload(item: object) -> PartialResultPayload:
     return item.payload
 
 
-async def collect(
+async def call_shell(
     args: dict[str, Any],
     tool: ShellTool | None = None,
     *,
@@ -77,26 +69,25 @@ async def collect(
     on_frame: Callable[[PartialResultPayload], Awaitable[None]] | None = None,
     keep: bool = True,
 ) -> Collected:
-    payloads: list[PartialResultPayload] = []
-    terminal: ToolResult | ToolError | None = None
-    ctx = ToolContext("call-1", wants_progress=wants_progress)
+    """The kit's ``collect_async`` on the shell tool, bounded by PATIENCE_S: every
+    frame must be a ``bash_output_chunk`` payload, and nothing may follow the
+    terminal."""
+
+    async def check(item: ToolProgress) -> None:
+        chunk = payload(item)
+        if on_frame is not None:
+            await on_frame(chunk)
+
     async with asyncio.timeout(PATIENCE_S):
-        async for item in run_tool(tool or ShellTool(), args, ctx=ctx):
-            assert terminal is None, "nothing may follow the terminal"
-            if isinstance(item, (ToolResult, ToolError)):
-                terminal = item
-                continue
-            frame = payload(item)
-            if keep:
-                payloads.append(frame)
-            if on_frame is not None:
-                await on_frame(frame)
-    assert terminal is not None
-    return Collected(payloads, terminal)
+        got = await collect_async(
+            tool or ShellTool(), args, wants_progress=wants_progress, on_frame=check, keep=keep
+        )
+    assert got.dropped_after_terminal == 0, "nothing may follow the terminal"
+    return got
 
 
 def run(args: dict[str, Any], tool: ShellTool | None = None, **kw: Any) -> Collected:
-    return asyncio.run(collect(args, tool, **kw))
+    return asyncio.run(call_shell(args, tool, **kw))
 
 
 def py(script: str) -> dict[str, Any]:
@@ -138,10 +129,10 @@ def test_characters_split_across_ticks_are_reassembled_whole() -> None:
         "env": {"PAUSE": "0.12"},
     }
     got = run(args, ShellTool(tick=0.05))
-    assert got.outcome.exit_code == 0
+    assert shell_outcome(got).exit_code == 0
     assert "\ufffd" not in got.text
     assert got.text == source
-    assert got.outcome.output == source
+    assert shell_outcome(got).output == source
     assert not any(p.gap or p.truncated for p in got.payloads)
     assert got.payloads[-1].total_bytes == len(source.encode())
 
@@ -157,9 +148,9 @@ def test_stderr_flood_keeps_arrival_order_with_stdout() -> None:
     )
     expected = "".join(f"out {i}\nerr {i} " + "e" * 1000 + "\n" for i in range(3000))
     got = run(py(script))
-    assert got.outcome.exit_code == 0
+    assert shell_outcome(got).exit_code == 0
     assert got.text == expected
-    assert got.outcome.total_bytes == len(expected)
+    assert shell_outcome(got).total_bytes == len(expected)
 
 
 def test_binary_output_decodes_like_python_replace() -> None:
@@ -170,19 +161,19 @@ def test_binary_output_decodes_like_python_replace() -> None:
     script = f"import sys; sys.stdout.buffer.write(bytes(range(256)) * 300 + {tricky!r})"
     got = run(py(script))
     assert got.text == source.decode("utf-8", "replace")
-    assert got.outcome.total_bytes == len(source)
-    assert got.outcome.exit_code == 0
+    assert shell_outcome(got).total_bytes == len(source)
+    assert shell_outcome(got).exit_code == 0
 
 
 def test_a_silent_command_streams_nothing_and_succeeds() -> None:
     """A command that prints nothing yields no progress and an empty output."""
     got = run({"command": "true"})
     assert got.payloads == []
-    assert got.outcome == ShellOutcome(
+    assert shell_outcome(got) == ShellOutcome(
         exit_code=0,
         signal=None,
         timed_out=False,
-        duration_ms=got.outcome.duration_ms,
+        duration_ms=shell_outcome(got).duration_ms,
         total_bytes=0,
         truncated=False,
         omitted_bytes=0,
@@ -193,16 +184,16 @@ def test_a_silent_command_streams_nothing_and_succeeds() -> None:
 def test_a_non_zero_exit_is_a_result_with_its_code() -> None:
     """A failing command is a result (not an error) carrying its exit code and output."""
     got = run({"command": "echo failing; exit 7"})
-    assert got.outcome.exit_code == 7
-    assert got.outcome.signal is None
-    assert got.outcome.output == "failing\n"
+    assert shell_outcome(got).exit_code == 7
+    assert shell_outcome(got).signal is None
+    assert shell_outcome(got).output == "failing\n"
 
 
 def test_a_command_killed_by_a_signal_reports_the_signal() -> None:
     """A child killed by a signal has no exit code; the outcome names the signal."""
     got = run(py("import os, signal; print('bye', flush=True); os.kill(os.getpid(), 9)"))
-    assert got.outcome.exit_code is None
-    assert got.outcome.signal == "SIGKILL"
+    assert shell_outcome(got).exit_code is None
+    assert shell_outcome(got).signal == "SIGKILL"
     assert got.text == "bye\n"
 
 
@@ -210,13 +201,13 @@ def test_cwd_and_env_reach_the_child(tmp_path: Path) -> None:
     """``cwd`` sets the working directory; ``env`` adds to the inherited environment."""
     script = "import os; print(os.getcwd()); print(os.environ['KIGI_X'], 'PATH' in os.environ)"
     got = run({**py(script), "cwd": str(tmp_path), "env": {"KIGI_X": "yes"}})
-    assert got.outcome.output == f"{tmp_path}\nyes True\n"
+    assert shell_outcome(got).output == f"{tmp_path}\nyes True\n"
 
 
 def test_a_shell_string_runs_through_the_shell() -> None:
     """A string command is a shell command line (pipes and redirections work)."""
     got = run({"command": "printf 'a\\nb\\n' | tr a-z A-Z; echo oops 1>&2"})
-    assert got.outcome.output == "A\nB\noops\n"
+    assert shell_outcome(got).output == "A\nB\noops\n"
 
 
 def test_a_missing_program_is_an_execution_error() -> None:
@@ -225,7 +216,7 @@ def test_a_missing_program_is_an_execution_error() -> None:
 
     async def main() -> tuple[Collected, set[str], set[str]]:
         before = open_fds()
-        got = await collect({"command": ["/nonexistent/kigi-prog", "x"]})
+        got = await call_shell({"command": ["/nonexistent/kigi-prog", "x"]})
         return got, before, open_fds()
 
     got, before, after = asyncio.run(main())
@@ -281,7 +272,7 @@ def test_arguments_no_process_can_take_are_invalid_params(
 
     async def main() -> tuple[Collected, set[str], set[str]]:
         before = open_fds()
-        got = await collect(args)
+        got = await call_shell(args)
         return got, before, open_fds()
 
     got, before, after = asyncio.run(main())
@@ -334,7 +325,7 @@ def test_long_output_keeps_head_and_tail_around_a_marker() -> None:
     lines = "".join(f"line {i:05d}\n" for i in range(2000))
     script = f"import sys; sys.stdout.write({lines!r})"
     got = run({**py(script), "output_limit": MIN_OUTPUT_LIMIT})
-    outcome = got.outcome
+    outcome = shell_outcome(got)
     assert outcome.truncated
     assert outcome.total_bytes == len(lines)
     head, tail = outcome.output.split(OMISSION_MARKER.format(omitted=outcome.omitted_bytes))
@@ -350,9 +341,9 @@ def test_output_within_the_limit_is_whole() -> None:
     """Output up to ``output_limit`` is returned whole, without a marker."""
     text = "x" * 1000
     got = run({**py(f"print({text!r}, end='')"), "output_limit": 1000})
-    assert got.outcome.output == text
-    assert not got.outcome.truncated
-    assert got.outcome.omitted_bytes == 0
+    assert shell_outcome(got).output == text
+    assert not shell_outcome(got).truncated
+    assert shell_outcome(got).omitted_bytes == 0
 
 
 def test_without_progress_the_full_result_still_arrives() -> None:
@@ -360,11 +351,11 @@ def test_without_progress_the_full_result_still_arrives() -> None:
     script = "import sys; sys.stdout.write('abc' * 100000)"
     got = run(py(script), wants_progress=False)
     assert got.payloads == []
-    assert got.outcome.total_bytes == 300000
-    assert got.outcome.truncated
-    assert got.outcome.output.startswith("abc")
+    assert shell_outcome(got).total_bytes == 300000
+    assert shell_outcome(got).truncated
+    assert shell_outcome(got).output.startswith("abc")
     # The default limit: its first half and its last half of the output are kept.
-    assert got.outcome.omitted_bytes == 300000 - DEFAULT_OUTPUT_LIMIT
+    assert shell_outcome(got).omitted_bytes == 300000 - DEFAULT_OUTPUT_LIMIT
 
 
 # -- volume: every byte accounted for, memory flat ------------------------------------
@@ -460,7 +451,7 @@ def test_a_100_mb_flood_accounts_for_every_byte_in_flat_memory() -> None:
         tracemalloc.start()
         try:
             baseline = tracemalloc.get_traced_memory()[0]
-            got = await collect(flood_args(records), on_frame=on_frame, keep=False)
+            got = await call_shell(flood_args(records), on_frame=on_frame, keep=False)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
@@ -468,8 +459,8 @@ def test_a_100_mb_flood_accounts_for_every_byte_in_flat_memory() -> None:
 
     got, growth = asyncio.run(main())
     accounting.finish()
-    assert got.outcome.exit_code == 0
-    assert got.outcome.total_bytes == total
+    assert shell_outcome(got).exit_code == 0
+    assert shell_outcome(got).total_bytes == total
     assert accounting.position == total
     assert accounting.surfaced + accounting.skipped == total
     assert accounting.skipped == accounting.skipped_by_wire
@@ -505,7 +496,7 @@ def test_a_stalled_consumer_gets_a_gap_that_says_how_much(tmp_path: Path) -> Non
     got = run(flood_args(records, str(pid_file)), tool, on_frame=on_frame, keep=False)
     accounting.finish()
     total = records * RECORD
-    assert got.outcome.total_bytes == total
+    assert shell_outcome(got).total_bytes == total
     assert accounting.gaps >= 1
     assert accounting.skipped > 0
     assert accounting.position == total
@@ -657,14 +648,14 @@ def test_a_grandchild_holding_the_pipe_does_not_hang_the_tool() -> None:
 
     async def main() -> tuple[Collected, set[str], set[str]]:
         before = open_fds()
-        got = await collect(py(script), ShellTool(exit_drain=0.3))
+        got = await call_shell(py(script), ShellTool(exit_drain=0.3))
         return got, before, open_fds()
 
     got, before, after = asyncio.run(main())
-    grandchild = int(got.outcome.output.split()[1])
+    grandchild = int(shell_outcome(got).output.split()[1])
     try:
-        assert got.outcome.exit_code == 0
-        assert got.outcome.output == f"grandchild {grandchild}\n"
+        assert shell_outcome(got).exit_code == 0
+        assert shell_outcome(got).output == f"grandchild {grandchild}\n"
         assert before == after
     finally:
         os.kill(grandchild, signal.SIGKILL)
@@ -742,7 +733,7 @@ def test_the_hard_limit_drops_and_counts_what_is_past_it() -> None:
     assert got.text == "a" * 1000
     assert got.payloads[-1].truncated
     assert got.payloads[-1].total_bytes == 1000
-    outcome = got.outcome
+    outcome = shell_outcome(got)
     assert outcome.exit_code == 0
     assert outcome.total_bytes == 6000
     assert outcome.truncated

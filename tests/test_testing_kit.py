@@ -30,6 +30,7 @@ from kigi_tool_protocol import (
     ToolCallProgressFrame,
     ToolCapabilities,
     ToolErrorWire,
+    ToolProgress,
     convert,
     json_codec,
 )
@@ -893,6 +894,23 @@ def test_collect_failure_and_result() -> None:
     assert got.terminal.kind is ToolErrorKind.EXECUTION
     with pytest.raises(AssertionError, match=r"the tool call failed \(execution\): disk on fire"):
         _ = got.result
+
+
+def test_collect_hands_each_frame_to_on_frame() -> None:
+    """on_frame (plain or async) sees every frame in order as it arrives, and
+    keep=False keeps none of them while the terminal still comes."""
+    seen: list[ToolProgress] = []
+    kept = collect(ChattyTool(), EmitArgs(steps=[]), on_frame=seen.append)
+    assert seen == list(kept.frames)
+    awaited: list[ToolProgress] = []
+
+    async def slow_consumer(frame: ToolProgress) -> None:
+        await asyncio.sleep(0)
+        awaited.append(frame)
+
+    dropped = collect(ChattyTool(), EmitArgs(steps=[]), on_frame=slow_consumer, keep=False)
+    assert awaited == seen
+    assert (dropped.frames, dropped.payloads, dropped.result) == ((), [], 2)
 
 
 def test_collect_async_inside_a_loop() -> None:

@@ -7,6 +7,7 @@ the synchronous variant, so a plain test function can run a tool in one line.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, ToolProgress
@@ -20,7 +21,8 @@ __all__ = ("Collected", "collect", "collect_async")
 class Collected(NamedTuple):
     """What one tool call produced: its progress ``frames`` in order, its
     ``terminal`` (a :class:`ToolResult` or :class:`ToolError`), and how many
-    items it yielded after the terminal (dropped by the runner)."""
+    items it yielded after the terminal (dropped by the runner). ``frames`` is
+    empty when the call was collected with ``keep=False``."""
 
     frames: tuple[ToolProgress, ...]
     terminal: ToolResult | ToolError
@@ -63,9 +65,16 @@ async def collect_async(
     wants_progress: bool = True,
     call_id: str = "call-0",
     timeout_ms: int | None = None,
+    on_frame: Callable[[ToolProgress], Awaitable[None] | None] | None = None,
+    keep: bool = True,
 ) -> Collected:
     """Run ``tool`` with ``args`` (an ``args_type`` instance, decoded JSON or JSON
     text) to its terminal and collect everything it yields.
+
+    ``on_frame`` (a plain or ``async`` function) sees each progress frame as it
+    arrives; the call waits while it runs, so a slow one is a slow consumer.
+    ``keep=False`` keeps no frames (``on_frame`` sees them all), so a call that
+    streams far more than fits in memory can still be checked frame by frame.
 
     Raises:
         IdentifierError: ``call_id`` is empty.
@@ -77,8 +86,13 @@ async def collect_async(
         async for item in run:
             if isinstance(item, (ToolResult, ToolError)):
                 terminal = item
-            else:
+                continue
+            if keep:
                 frames.append(item)
+            if on_frame is not None:
+                pending = on_frame(item)
+                if pending is not None:
+                    await pending
     # The runner's grammar guarantees a terminal, always last.
     assert terminal is not None, "run_tool ended without a terminal"
     return Collected(tuple(frames), terminal, run.statistics().after_terminal)
@@ -91,6 +105,8 @@ def collect(
     wants_progress: bool = True,
     call_id: str = "call-0",
     timeout_ms: int | None = None,
+    on_frame: Callable[[ToolProgress], Awaitable[None] | None] | None = None,
+    keep: bool = True,
 ) -> Collected:
     """:func:`collect_async` in a fresh event loop, for synchronous tests.
 
@@ -107,6 +123,12 @@ def collect(
         raise RuntimeError("collect() cannot run inside an event loop; await collect_async() there")
     return asyncio.run(
         collect_async(
-            tool, args, wants_progress=wants_progress, call_id=call_id, timeout_ms=timeout_ms
+            tool,
+            args,
+            wants_progress=wants_progress,
+            call_id=call_id,
+            timeout_ms=timeout_ms,
+            on_frame=on_frame,
+            keep=keep,
         )
     )
