@@ -171,6 +171,7 @@ class ToolError(Exception):
     variant.
 
     Raises:
+        TypeError: ``supported`` is a single ``str`` (not a list of versions).
         ValueError: ``kind`` is not a :class:`ToolErrorKind`, or a field the
             kind's wire variant requires is missing (``subcode`` for ``custom``,
             ``supported`` for ``unsupported_protocol_version``, ``frame_bytes``
@@ -200,7 +201,7 @@ class ToolError(Exception):
         self.details = details
         self.elapsed_ms = elapsed_ms
         self.subcode = subcode
-        self.supported = None if supported is None else tuple(supported)
+        self.supported = None if supported is None else _versions(supported)
         self.frame_bytes = frame_bytes
         self.limit = limit
         self.requested = requested
@@ -259,7 +260,7 @@ class ToolError(Exception):
     @classmethod
     def unsupported_protocol_version(cls, supported: Iterable[str]) -> ToolError:
         """An ``unsupported_protocol_version`` error listing the versions this side speaks."""
-        versions = tuple(supported)
+        versions = _versions(supported)
         return cls(
             ToolErrorKind.UNSUPPORTED_PROTOCOL_VERSION,
             f"unsupported protocol version; supported: {', '.join(versions) or 'none'}",
@@ -358,6 +359,12 @@ class ToolError(Exception):
     def code(self) -> int:
         """The JSON-RPC ``error.code`` for this error."""
         return error_code_for(self.to_wire())
+
+
+def _versions(supported: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(supported, str):  # would split into characters
+        raise TypeError(f"supported is a list of versions, not the str {supported!r}")
+    return tuple(supported)
 
 
 #: The fields each kind's wire variant requires beyond the tool id and the sentence.

@@ -180,6 +180,7 @@ def test_a_server_killed_mid_call_gives_connection_lost() -> None:
             with pytest.raises(RemoteToolError) as caught:
                 await call.result()
             assert caught.value.wire.code == "connection_lost"
+            assert caught.value.kind is ToolErrorKind.CONNECTION_LOST
             assert caught.value.number == -32004
             assert "server exited with code -9" in caught.value.message
             later = client.call("bash", {"command": "true"})

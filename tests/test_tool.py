@@ -381,6 +381,12 @@ def test_a_kind_missing_a_required_field_is_refused(
         ToolError(kind, "x", **fields)
 
 
+def test_supported_versions_must_be_a_list_not_a_str() -> None:
+    """A bare version string would be split into characters: it is refused."""
+    with pytest.raises(TypeError, match=r"^supported is a list of versions, not the str '1\.0'$"):
+        ToolError.unsupported_protocol_version("1.0")
+
+
 def test_the_extra_field_constructors_fill_their_fields() -> None:
     """Each constructor of a data-carrying kind sets its fields and a sentence."""
     large = ToolError.frame_too_large(9, 8)
