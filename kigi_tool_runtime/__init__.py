@@ -34,7 +34,7 @@ from ._loss import (
     LossReport,
     StreamKey,
 )
-from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, Record
+from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, Record, SeqScope
 from ._runner import RunStats, ToolRun, run_tool
 from ._server import Server, ServerStats, serve_stdio
 from ._shell import SHELL_SPEC, ShellArgs, ShellOutcome, ShellTool
@@ -82,6 +82,7 @@ __all__: tuple[str, ...] = (
     "Record",
     "RemoteToolError",
     "RunStats",
+    "SeqScope",
     "Server",
     "ServerStats",
     "ShellArgs",

@@ -18,12 +18,19 @@ Rule 3. Nothing is dropped silently. A record that cannot be decoded is counted
         Valid JSON-RPC messages that are not progress notifications are counted
         in :attr:`Reassembler.ignored`.
 Rule 4. Each check compares a record with the one before it: ``seq`` with the
-        previous ``seq`` on the connection (it is a per-connection counter, so
-        it is checked across all streams), ``total_bytes`` with the previous
+        previous ``seq`` of the same counter, ``total_bytes`` with the previous
         total of the same stream. A repeated or reordered frame is reported and
         still absorbed: the reassembler reports transport faults; it does not
         guess which copy is right.
-Rule 5. Decoding is strict and layered: the common line (a progress
+Rule 5. Which records share a ``seq`` counter is the ``seq_scope``. ``"call"``
+        (the default; this project's server numbers each call 0, 1, 2, ...):
+        one counter per ``tool_call_id``, across that call's subkinds, so calls
+        may interleave freely; a record whose call cannot be read (a
+        notification of another method, progress params that are not a frame)
+        has no counter, and its ``seq`` is not checked. ``"connection"`` (a hub
+        numbering every notification it sends): one counter for the whole
+        connection, fed by every notification that carries a ``seq``.
+Rule 6. Decoding is strict and layered: the common line (a progress
         notification with a partial-result body) is decoded in one typed pass;
         any other line is decoded envelope, then frame, then body, so the
         report names the layer that is wrong, and a bad body still counts
@@ -37,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 
 import msgspec
 
@@ -72,6 +79,7 @@ __all__ = (
     "Appended",
     "Reassembler",
     "Record",
+    "SeqScope",
 )
 
 #: The longest record (one JSON line) the reassembler parses. The wire's frame
@@ -83,6 +91,13 @@ DEFAULT_MAX_RECORD_BYTES: Final = MAX_FRAME_BYTES_CEILING
 Record = bytes | bytearray | memoryview | str | OversizedLine
 """One record of a JSON-lines frame log: a line (without its newline), or the
 marker for a line too long to read."""
+
+SeqScope = Literal["call", "connection"]
+"""Which records share one envelope ``seq`` counter: ``"call"``, one counter per
+``tool_call_id`` (this project's server), or ``"connection"``, one for every
+notification on the connection (a hub's numbering)."""
+
+_SEQ_SCOPES: Final = get_args(SeqScope)
 
 
 # -- strict line decoding ---------------------------------------------------
@@ -136,25 +151,27 @@ class Reassembler:
 
     ``known_calls``: when given, a frame for any other call is still absorbed
     but reported (``unknown_call``). ``max_record_bytes``: records longer than
-    this are reported ``undecodable`` without being parsed.
+    this are reported ``undecodable`` without being parsed. ``seq_scope``: which
+    records share one ``seq`` counter (see :data:`SeqScope`); ``"call"`` by
+    default, as this project's server numbers them.
 
     A value: two reassemblers are equal when they have folded to the same state.
 
     Raises:
-        ValueError: ``max_record_bytes`` is less than 1.
+        ValueError: ``max_record_bytes`` is less than 1, or ``seq_scope`` is
+            neither ``"call"`` nor ``"connection"``.
     """
 
     __slots__ = (
         "_anomalies",
-        "_first_seq",
-        "_first_seq_index",
         "_known",
         "_last_delta",
         "_last_key",
         "_last_note",
-        "_last_seq",
         "_max_bytes",
+        "_per_call",
         "_records",
+        "_seqs",
         "_streams",
         "ignored",
     )
@@ -164,18 +181,23 @@ class Reassembler:
         *,
         known_calls: Iterable[str] | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        seq_scope: SeqScope = "call",
     ) -> None:
         if max_record_bytes < 1:
             raise ValueError(f"max_record_bytes must be at least 1, got {max_record_bytes}")
+        if seq_scope not in _SEQ_SCOPES:
+            raise ValueError(f"seq_scope must be 'call' or 'connection', got {seq_scope!r}")
         self._known = None if known_calls is None else frozenset(known_calls)
         self._max_bytes = max_record_bytes
+        self._per_call = seq_scope == "call"
         self._streams: dict[StreamKey, StreamState] = {}
         self._anomalies: list[Anomaly] = []
         self._records = 0
         self.ignored = 0
-        self._first_seq: int | None = None
-        self._first_seq_index = -1
-        self._last_seq: int | None = None
+        # One counter per call id ("call" scope) or one under None ("connection"):
+        # [first seq, the record index it came at, last seq]. The first seq is
+        # what a fold absorbed before this one checks its own last seq against.
+        self._seqs: dict[str | None, list[int]] = {}
         self._last_key: StreamKey | None = None
         self._last_delta: str | None = None
         self._last_note: Any = None
@@ -187,13 +209,17 @@ class Reassembler:
         *,
         known_calls: Iterable[str] | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        seq_scope: SeqScope = "call",
     ) -> Reassembler:
         """A new reassembler that has absorbed ``records`` in order.
 
         Raises:
-            ValueError: ``max_record_bytes`` is less than 1.
+            ValueError: ``max_record_bytes`` is less than 1, or ``seq_scope`` is
+                neither ``"call"`` nor ``"connection"``.
         """
-        folded = cls(known_calls=known_calls, max_record_bytes=max_record_bytes)
+        folded = cls(
+            known_calls=known_calls, max_record_bytes=max_record_bytes, seq_scope=seq_scope
+        )
         absorb = folded.absorb_record
         for record in records:
             absorb(record)
@@ -202,9 +228,16 @@ class Reassembler:
     def spawn(self) -> Reassembler:
         """A new, empty reassembler configured like this one (to fold a suffix
         that will be absorbed into this one)."""
-        return Reassembler(known_calls=self._known, max_record_bytes=self._max_bytes)
+        return Reassembler(
+            known_calls=self._known, max_record_bytes=self._max_bytes, seq_scope=self.seq_scope
+        )
 
     # -- reading --------------------------------------------------------------
+
+    @property
+    def seq_scope(self) -> SeqScope:
+        """Which records share one ``seq`` counter (see :data:`SeqScope`)."""
+        return "call" if self._per_call else "connection"
 
     @property
     def records(self) -> int:
@@ -259,9 +292,8 @@ class Reassembler:
         return (
             self._records == other._records
             and self.ignored == other.ignored
-            and self._first_seq == other._first_seq
-            and self._first_seq_index == other._first_seq_index
-            and self._last_seq == other._last_seq
+            and self._per_call == other._per_call
+            and self._seqs == other._seqs
             and self._anomalies == other._anomalies
             and self._known == other._known
             and self._max_bytes == other._max_bytes
@@ -303,13 +335,13 @@ class Reassembler:
             return
         # The hot path, inlined: the next seq in order, a stream already seen.
         seq = fast.seq
-        if seq is not None:
-            last = self._last_seq
-            if last is not None and seq == last + 1:
-                self._last_seq = seq
-            else:
-                self._check_seq(seq, index)
         frame = fast.params
+        if seq is not None:
+            track = self._seqs.get(frame.tool_call_id if self._per_call else None)
+            if track is not None and seq == track[2] + 1:
+                track[2] = seq
+            else:
+                self._check_seq(seq, index, frame.tool_call_id)
         payload = frame.body
         state: StreamState | None = self._streams.get((frame.tool_call_id, frame.kind))  # type: ignore[call-overload]
         if state is None:
@@ -338,7 +370,7 @@ class Reassembler:
             index = self._records
             self._records = index + 1
             if notification.seq is not None:
-                self._check_seq(notification.seq, index)
+                self._check_seq(notification.seq, index, None)
             self.ignored += 1
             return
         params = notification.params
@@ -349,7 +381,7 @@ class Reassembler:
                 index = self._records
                 self._records = index + 1
                 if notification.seq is not None:
-                    self._check_seq(notification.seq, index)
+                    self._check_seq(notification.seq, index, None)
                 self._anomalies.append(
                     Anomaly(
                         "undecodable",
@@ -370,7 +402,7 @@ class Reassembler:
         index = self._records
         self._records = index + 1
         if seq is not None:
-            self._check_seq(seq, index)
+            self._check_seq(seq, index, frame.tool_call_id)
         body = frame.body
         if isinstance(body, PartialResultPayload):
             payload: PartialResultPayload | None = body
@@ -394,25 +426,32 @@ class Reassembler:
         return ``self``: ``fold(a).absorb(fold(b)) == fold(a + b)``.
 
         Raises:
-            ValueError: ``later`` was configured differently (known calls, limit).
+            ValueError: ``later`` was configured differently (known calls,
+                limit, seq scope).
         """
         if later is self:
             later = self.spawn().absorb(self)
-        if later._known != self._known or later._max_bytes != self._max_bytes:
+        if (
+            later._known != self._known
+            or later._max_bytes != self._max_bytes
+            or later._per_call != self._per_call
+        ):
             raise ValueError(
-                "cannot absorb a fold made with different known_calls or max_record_bytes"
+                "cannot absorb a fold made with different known_calls, max_record_bytes"
+                " or seq_scope"
             )
         shift = self._records
         anomalies = [shift_anomaly(anomaly, shift) for anomaly in later._anomalies]
-        if self._last_seq is not None and later._first_seq is not None:
-            seq_fault = _seq_fault(self._last_seq, later._first_seq, later._first_seq_index + shift)
+        for call, (first, first_index, last) in later._seqs.items():
+            track = self._seqs.get(call)
+            if track is None:
+                self._seqs[call] = [first, first_index + shift, last]
+                continue
+            # The one check that straddles the split, per counter.
+            seq_fault = _seq_fault(track[2], first, first_index + shift, call)
             if seq_fault is not None:
                 insert_anomaly(anomalies, seq_fault)
-        if self._first_seq is None and later._first_seq is not None:
-            self._first_seq = later._first_seq
-            self._first_seq_index = later._first_seq_index + shift
-        if later._last_seq is not None:
-            self._last_seq = later._last_seq
+            track[2] = last
         self._anomalies.extend(anomalies)
         for key, state in later._streams.items():
             mine = self._streams.get(key)
@@ -514,17 +553,22 @@ class Reassembler:
             )
         )
 
-    def _check_seq(self, seq: int, index: int) -> None:
-        last = self._last_seq
-        if last is None:
-            if self._first_seq is None:
-                self._first_seq = seq
-                self._first_seq_index = index
+    def _check_seq(self, seq: int, index: int, call: str | None) -> None:
+        # ``call`` is the record's tool_call_id, or None when it has none.
+        if self._per_call:
+            if call is None:
+                return  # no call, no counter: see Rule 5
+            counter: str | None = call
         else:
-            fault = _seq_fault(last, seq, index)
-            if fault is not None:
-                self._anomalies.append(fault)
-        self._last_seq = seq
+            counter = None
+        track = self._seqs.get(counter)
+        if track is None:
+            self._seqs[counter] = [seq, index, seq]
+            return
+        fault = _seq_fault(track[2], seq, index, counter)
+        if fault is not None:
+            self._anomalies.append(fault)
+        track[2] = seq
 
     def _careful_line(self, line: bytes | bytearray | memoryview | str, index: int) -> None:
         # Decode layer by layer, so the report names the layer that is wrong and
@@ -539,9 +583,10 @@ class Reassembler:
                 Anomaly("undecodable", index, f"not a JSON-RPC message: {error}")
             )
             return
-        if isinstance(message, JsonRpcNotification) and message.seq is not None:
+        seq = message.seq if isinstance(message, JsonRpcNotification) else None
+        if seq is not None and not self._per_call:
             # seq counts every notification on the connection, not only progress.
-            self._check_seq(message.seq, index)
+            self._check_seq(seq, index, None)
         if isinstance(message, JsonRpcResponse) or message.method != METHOD_TOOL_CALL_PROGRESS:
             self.ignored += 1
             return
@@ -556,6 +601,8 @@ class Reassembler:
                 )
             )
             return
+        if seq is not None and self._per_call:
+            self._check_seq(seq, index, frame.tool_call_id)
         try:
             payload = json_codec.decode(frame.body, PartialResultPayload)
         except DecodeError as error:
@@ -571,19 +618,23 @@ class Reassembler:
         self._absorb_decoded(frame.tool_call_id, frame.kind, payload, frame.dropped_count, index)
 
 
-def _seq_fault(last: int, seq: int, index: int) -> Anomaly | None:
+def _seq_fault(last: int, seq: int, index: int, call: str | None) -> Anomaly | None:
+    # ``call`` names the counter in "call" scope (None: the connection's).
     if seq == last + 1:
         return None
+    counter = "seq" if call is None else f"seq of call {call!r}"
     if seq > last:
         missing = seq - last - 1
         return Anomaly(
             "seq_gap",
             index,
-            f"seq jumped from {last} to {seq}: {missing} frame(s) lost in transport",
+            f"{counter} jumped from {last} to {seq}: {missing} frame(s) lost in transport",
         )
     if seq == last:
-        return Anomaly("seq_repeated", index, f"seq {seq} arrived twice in a row; absorbed again")
-    return Anomaly("seq_reordered", index, f"seq went back from {last} to {seq}")
+        return Anomaly(
+            "seq_repeated", index, f"{counter} {seq} arrived twice in a row; absorbed again"
+        )
+    return Anomaly("seq_reordered", index, f"{counter} went back from {last} to {seq}")
 
 
 class _ReadOnly(Mapping[StreamKey, StreamState]):

@@ -27,6 +27,7 @@ from kigi_tool_runtime import (
     DeltaStreamer,
     Gap,
     Reassembler,
+    SeqScope,
     StreamKey,
     TailBuffer,
 )
@@ -77,6 +78,23 @@ def decoded(lines: list[bytes]) -> list[Any]:
 SPLIT_WORK = 60_000
 
 
+SCOPES = pytest.mark.parametrize("scope", ["call", "connection"])
+
+
+def per_call(lines: list[bytes] | tuple[bytes, ...]) -> list[bytes]:
+    """``lines`` renumbered as this project's server numbers them: each call's
+    ``seq`` counts 0, 1, 2, ... on its own."""
+    counters: dict[str, int] = {}
+    renumbered = []
+    for one in lines:
+        params = json.loads(one)["params"]
+        call = params["tool_call_id"]
+        seq = counters.get(call, 0)
+        counters[call] = seq + 1
+        renumbered.append(progress_line(call, params["kind"], params["body"], seq))
+    return renumbered
+
+
 def split_points(count: int) -> list[int]:
     points = max(SPLIT_WORK // max(count, 1), 40)
     if count + 1 <= points:
@@ -99,6 +117,7 @@ def test_reassembly_is_exact_without_loss_and_gaps_bound_real_losses(run: Any) -
     if not run.frames:
         assert state is None
         return
+    assert state is not None
     assert folded.anomalies == ()
     gap_frames = [index for index, frame in enumerate(run.frames) if frame.gap]
     assert [gap.index for gap in state.gaps] == gap_frames
@@ -125,6 +144,7 @@ def test_valid_text_loses_exactly_what_the_gaps_and_total_account_for(run: Any) 
         assert run.source == b""
         return
     report = state.report()
+    assert state.text is not None
     assert "\ufffd" not in state.text or "\ufffd" in run.source.decode()
     assert report.lost_bytes_min <= report.undelivered_bytes <= report.lost_bytes or (
         not report.gaps and report.undelivered_bytes == 0
@@ -199,34 +219,76 @@ def test_empty_gap_frame_makes_text_present_but_empty() -> None:
 # -- the fold contract -----------------------------------------------------------
 
 
-@given(frame_logs())
-def test_fold_contract_holds_at_every_split(log: FrameLog) -> None:
-    """Folding the two sides of any split and absorbing equals folding the whole."""
+@SCOPES
+@given(log=frame_logs())
+def test_fold_contract_holds_at_every_split(scope: SeqScope, log: FrameLog) -> None:
+    """Folding the two sides of any split and absorbing equals folding the whole,
+    in either seq scope (a connection-numbered log read per call is full of
+    per-call holes, each found across the split too)."""
     records = decoded(list(log.lines))
-    whole = Reassembler.fold(records)
+    whole = Reassembler.fold(records, seq_scope=scope)
     for cut in split_points(len(records)):
-        assert Reassembler.fold(records[:cut]).absorb(Reassembler.fold(records[cut:])) == whole
-    assert Reassembler.fold(log.lines) == whole
+        left = Reassembler.fold(records[:cut], seq_scope=scope)
+        assert left.absorb(Reassembler.fold(records[cut:], seq_scope=scope)) == whole
+    assert Reassembler.fold(log.lines, seq_scope=scope) == whole
 
 
-@given(damaged_frame_logs(), st.data())
-def test_fold_contract_holds_on_damaged_logs(damaged: tuple[list[bytes], str], data: Any) -> None:
+@SCOPES
+@given(damaged=damaged_frame_logs(), data=st.data())
+def test_fold_contract_holds_on_damaged_logs(
+    scope: SeqScope, damaged: tuple[list[bytes], str], data: Any
+) -> None:
     """Duplicates, holes, regressions and garbage straddling a split are found
-    all the same, from raw lines, at any two split points."""
+    all the same, from raw lines, at any two split points, in either seq scope."""
     lines, _ = damaged
-    whole = Reassembler.fold(lines)
+    whole = Reassembler.fold(lines, seq_scope=scope)
     first = data.draw(st.integers(0, len(lines)))
     second = data.draw(st.integers(first, len(lines)))
     parts = [lines[:first], lines[first:second], lines[second:]]
-    left = Reassembler.fold(parts[0])
-    assert left.absorb(Reassembler.fold(parts[1]).absorb(Reassembler.fold(parts[2]))) == whole
-    assert (
-        Reassembler.fold(parts[0])
-        .absorb(Reassembler.fold(parts[1]))
-        .absorb(Reassembler.fold(parts[2]))
-        == whole
-    )
+
+    def fold(part: list[bytes]) -> Reassembler:
+        return Reassembler.fold(part, seq_scope=scope)
+
+    assert fold(parts[0]).absorb(fold(parts[1]).absorb(fold(parts[2]))) == whole
+    assert fold(parts[0]).absorb(fold(parts[1])).absorb(fold(parts[2])) == whole
     assert whole.records == len(lines)
+
+
+@SCOPES
+@given(log=frame_logs(), data=st.data())
+def test_fold_contract_holds_on_per_call_numbered_logs(
+    scope: SeqScope, log: FrameLog, data: Any
+) -> None:
+    """Interleaved calls numbered per call, as the server writes them, with one
+    line dropped, repeated or swapped: the fold contract holds at any split,
+    and "call" scope finds exactly the damage while an intact log is clean."""
+    lines = per_call(log.lines)
+    damages = ["none", "drop", "duplicate", "swap"] if lines else ["none"]
+    damage = data.draw(st.sampled_from(damages))
+    at = data.draw(st.integers(0, max(len(lines) - 1, 0)))
+    calls = [json.loads(one)["params"]["tool_call_id"] for one in lines]
+    # A dropped frame is a hole only between two frames of its call (a counter
+    # may start anywhere, so a lost first frame cannot be told).
+    hole = bool(lines) and calls[at] in calls[:at] and calls[at] in calls[at + 1 :]
+    if damage == "drop":
+        del lines[at]
+    elif damage == "duplicate":
+        lines.insert(at, lines[at])
+    elif damage == "swap" and at + 1 < len(lines):
+        lines[at], lines[at + 1] = lines[at + 1], lines[at]
+    whole = Reassembler.fold(lines, seq_scope=scope)
+    for _ in range(3):
+        cut = data.draw(st.integers(0, len(lines)))
+        left = Reassembler.fold(lines[:cut], seq_scope=scope)
+        assert left.absorb(Reassembler.fold(lines[cut:], seq_scope=scope)) == whole
+    if scope == "call":
+        seq_faults = [a for a in whole.anomalies if a.kind.startswith("seq_")]
+        if damage == "none":
+            assert whole.anomalies == ()
+        elif damage == "duplicate":
+            assert [a.kind for a in seq_faults] == ["seq_repeated"]
+        elif damage == "drop":
+            assert [a.kind for a in seq_faults] == (["seq_gap"] if hole else [])
 
 
 def test_cross_boundary_checks_are_found_after_a_split() -> None:
@@ -247,9 +309,28 @@ def test_absorbing_itself_doubles_the_records() -> None:
 
 
 def test_absorbing_a_differently_configured_fold_is_refused() -> None:
-    """Folds made with different known calls cannot be combined."""
-    with pytest.raises(ValueError, match="different known_calls or max_record_bytes"):
+    """Folds made with different known calls or seq scopes cannot be combined."""
+    refusal = "different known_calls, max_record_bytes or seq_scope"
+    with pytest.raises(ValueError, match=refusal):
         Reassembler(known_calls={"a"}).absorb(Reassembler())
+    with pytest.raises(ValueError, match=refusal):
+        Reassembler(seq_scope="connection").absorb(Reassembler())
+
+
+def test_an_unknown_seq_scope_is_refused() -> None:
+    """seq_scope is "call" or "connection"; anything else names itself in the error."""
+    with pytest.raises(ValueError, match="seq_scope must be 'call' or 'connection', got 'hub'"):
+        Reassembler(seq_scope="hub")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="got 'stream'"):
+        Reassembler.fold([], seq_scope="stream")  # type: ignore[arg-type]
+
+
+def test_seq_scope_defaults_to_call_and_spawns_alike() -> None:
+    """The default is the server's numbering; a spawned fold keeps the scope."""
+    assert Reassembler().seq_scope == "call"
+    hub = Reassembler(seq_scope="connection")
+    assert hub.spawn().seq_scope == "connection"
+    assert hub != Reassembler()
 
 
 def test_state_is_a_value() -> None:
@@ -316,23 +397,93 @@ def test_total_bytes_going_backwards_is_reported() -> None:
     assert anomaly.index == 2
 
 
-def test_seq_hole_is_reported_with_the_count_lost() -> None:
-    """Envelope seq 1 then 4: two frames were lost in transport."""
-    folded = Reassembler.fold([line(body("a", 1), seq=1), line(body("b", 2), seq=4)])
+@pytest.mark.parametrize(
+    ("scope", "counter"), [("call", "seq of call 'c1'"), ("connection", "seq")]
+)
+def test_seq_hole_is_reported_with_the_count_lost(scope: SeqScope, counter: str) -> None:
+    """Envelope seq 1 then 4: two frames were lost in transport; in "call"
+    scope the message names the call whose counter jumped."""
+    folded = Reassembler.fold(
+        [line(body("a", 1), seq=1), line(body("b", 2), seq=4)], seq_scope=scope
+    )
     (anomaly,) = folded.anomalies
     assert anomaly.kind == "seq_gap"
-    assert anomaly.detail == "seq jumped from 1 to 4: 2 frame(s) lost in transport"
+    assert anomaly.detail == f"{counter} jumped from 1 to 4: 2 frame(s) lost in transport"
     assert anomaly.key is None
 
 
-def test_seq_is_one_counter_across_streams() -> None:
-    """seq counts the connection, so frames of two calls interleave without holes."""
+def test_connection_scope_is_one_counter_across_streams() -> None:
+    """In "connection" scope seq counts the connection, so frames of two calls
+    interleave without holes."""
     lines = [
         line(body("a", 1), seq=7, call="x"),
         line(body("b", 1), seq=8, call="y"),
         line(body("c", 2), seq=9, call="x"),
     ]
-    assert Reassembler.fold(lines).anomalies == ()
+    assert Reassembler.fold(lines, seq_scope="connection").anomalies == ()
+
+
+# Two calls interleaved, each numbered from 0 as the server numbers them.
+INTERLEAVED = [
+    line(body("a", 1), seq=0, call="x"),
+    line(body("p", 1), seq=0, call="y"),
+    line(body("b", 2), seq=1, call="x"),
+    line(body("q", 2), seq=1, call="y"),
+    line(body("c", 3), seq=2, call="x"),
+]
+
+
+def test_call_scope_takes_interleaved_per_call_seqs_without_anomaly() -> None:
+    """Each call counts from 0 on its own: interleaving them is no hole, no
+    repeat, no reordering, whole or split anywhere."""
+    whole = Reassembler.fold(INTERLEAVED)
+    assert whole.anomalies == ()
+    assert (only(whole, "x").text, only(whole, "y").text) == ("abc", "pq")
+    for cut in range(len(INTERLEAVED) + 1):
+        split = Reassembler.fold(INTERLEAVED[:cut]).absorb(Reassembler.fold(INTERLEAVED[cut:]))
+        assert split == whole
+
+
+def test_connection_scope_reports_per_call_seqs_as_repeats() -> None:
+    """The same log read as one connection counter: 0, 0, 1, 1, 2 repeats twice."""
+    folded = Reassembler.fold(INTERLEAVED, seq_scope="connection")
+    assert [(a.kind, a.index, a.detail) for a in folded.anomalies] == [
+        ("seq_repeated", 1, "seq 0 arrived twice in a row; absorbed again"),
+        ("seq_repeated", 3, "seq 1 arrived twice in a row; absorbed again"),
+    ]
+
+
+def test_call_scope_finds_a_hole_with_another_calls_frames_between() -> None:
+    """x's seq goes 0 then 2 with y's frames in between: one frame of x was lost,
+    found whole and at every split; "connection" scope reads the same log as
+    a repeat at each call's first frame and sees x's 2 after y's 1 as in order."""
+    lines = [
+        line(body("a", 1), seq=0, call="x"),
+        line(body("p", 1), seq=0, call="y"),
+        line(body("q", 2), seq=1, call="y"),
+        line(body("c", 3), seq=2, call="x"),
+        line(body("r", 3), seq=2, call="y"),
+    ]
+    whole = Reassembler.fold(lines)
+    (anomaly,) = whole.anomalies
+    assert (anomaly.kind, anomaly.index) == ("seq_gap", 3)
+    assert anomaly.detail == "seq of call 'x' jumped from 0 to 2: 1 frame(s) lost in transport"
+    for cut in range(len(lines) + 1):
+        assert Reassembler.fold(lines[:cut]).absorb(Reassembler.fold(lines[cut:])) == whole
+    hub = Reassembler.fold(lines, seq_scope="connection")
+    assert [(a.kind, a.index) for a in hub.anomalies] == [
+        ("seq_repeated", 1),
+        ("seq_repeated", 4),
+    ]
+
+
+def test_call_scope_shares_one_counter_across_a_calls_subkinds() -> None:
+    """The server numbers a call, not a stream: two subkinds of one call share
+    its counter, so a repeat across them is found."""
+    clean = [line(body("a", 1), seq=0), line({"text": "note"}, seq=1, kind="text")]
+    assert Reassembler.fold(clean).anomalies == ()
+    repeated = [line(body("a", 1), seq=0), line({"text": "note"}, seq=0, kind="text")]
+    assert [a.kind for a in Reassembler.fold(repeated).anomalies] == ["seq_repeated"]
 
 
 def test_duplicated_frames_are_reported_and_visible_in_the_text() -> None:
@@ -346,11 +497,16 @@ def test_duplicated_frames_are_reported_and_visible_in_the_text() -> None:
     assert "1 anomaly (seq_repeated)" in folded.summary()
 
 
-def test_reordered_frames_are_reported() -> None:
+@pytest.mark.parametrize(
+    ("scope", "counter"), [("call", "seq of call 'c1'"), ("connection", "seq")]
+)
+def test_reordered_frames_are_reported(scope: SeqScope, counter: str) -> None:
     """seq going back is a reordering (or a replay)."""
-    folded = Reassembler.fold([line(body("a", 1), seq=5), line(body("b", 2), seq=4)])
+    folded = Reassembler.fold(
+        [line(body("a", 1), seq=5), line(body("b", 2), seq=4)], seq_scope=scope
+    )
     assert [a.kind for a in folded.anomalies] == ["seq_reordered"]
-    assert folded.anomalies[0].detail == "seq went back from 5 to 4"
+    assert folded.anomalies[0].detail == f"{counter} went back from 5 to 4"
 
 
 def test_dropped_count_is_reported() -> None:
@@ -460,19 +616,31 @@ def test_broken_envelopes_are_undecodable(record: bytes, needle: str) -> None:
     assert needle in anomaly.detail
 
 
-def test_seq_of_other_notifications_counts_too() -> None:
-    """seq numbers every notification on the connection, so a ping in between
-    is no hole, and a missing one is."""
-    lines = [
-        line(body("a", 1), seq=1),
-        b'{"jsonrpc":"2.0","seq":2,"method":"ping","params":null}',
-        line(body("b", 2), seq=3),
-        JsonRpcNotification(seq=4, method="ping", params=None),
-        line(body("c", 3), seq=6),
-    ]
-    folded = Reassembler.fold(lines)
+PINGS: list[Any] = [
+    line(body("a", 1), seq=1),
+    b'{"jsonrpc":"2.0","seq":2,"method":"ping","params":null}',
+    line(body("b", 2), seq=3),
+    JsonRpcNotification(seq=4, method="ping", params=None),
+    line(body("c", 3), seq=6),
+]
+
+
+def test_connection_scope_counts_the_seq_of_other_notifications() -> None:
+    """In "connection" scope seq numbers every notification, so a ping in
+    between is no hole, and a missing one is."""
+    folded = Reassembler.fold(PINGS, seq_scope="connection")
     assert [a.kind for a in folded.anomalies] == ["seq_gap"]
     assert folded.anomalies[0].index == 4
+
+
+def test_call_scope_ignores_the_seq_of_other_notifications() -> None:
+    """In "call" scope a ping names no call, so its seq counts for none: the
+    call's own 1, 3, 6 holes are reported, the pings' 2 and 4 change nothing."""
+    folded = Reassembler.fold(PINGS)
+    assert [(a.kind, a.index) for a in folded.anomalies] == [("seq_gap", 2), ("seq_gap", 4)]
+    assert folded.ignored == 2
+    without_pings = Reassembler.fold([PINGS[0], PINGS[2], PINGS[4]])
+    assert [a.detail for a in without_pings.anomalies] == [a.detail for a in folded.anomalies]
 
 
 def test_other_messages_are_counted_not_reported() -> None:
@@ -519,18 +687,37 @@ def test_decoded_frames_and_notifications_fold_like_lines() -> None:
     assert by_frame == by_line
 
 
-def test_notification_with_bad_params_is_undecodable_but_its_seq_counts() -> None:
-    """params that are not a frame are reported; the seq still feeds hole detection."""
+def test_notification_with_bad_params_is_undecodable_and_its_seq_counts_per_scope() -> None:
+    """params that are not a frame are reported. In "connection" scope their seq
+    still feeds hole detection; in "call" scope they name no call, so the
+    call's next frame shows the one it lost."""
+    bad_params: list[Any] = [
+        line(body("a", 1), seq=0),
+        JsonRpcNotification(seq=1, method=METHOD_TOOL_CALL_PROGRESS, params={"kind": 1}),
+        JsonRpcNotification(method="ping", params=None),
+        b'{"jsonrpc":"2.0","seq":2,"method":"tool_call_progress","params":{"kind":1}}',
+        line(body("b", 2), seq=3),
+    ]
+    hub = Reassembler.fold(bad_params, seq_scope="connection")
+    assert [(a.kind, a.index) for a in hub.anomalies] == [("undecodable", 1), ("undecodable", 3)]
+    assert "progress params are not a frame" in hub.anomalies[0].detail
+    assert hub.ignored == 1
+    server = Reassembler.fold(bad_params)
+    assert [(a.kind, a.index) for a in server.anomalies] == [
+        ("undecodable", 1),
+        ("undecodable", 3),
+        ("seq_gap", 4),
+    ]
+    assert server.anomalies[-1].detail.startswith("seq of call 'c1' jumped from 0 to 3")
+
+
+def test_call_scope_counts_the_seq_of_a_frame_with_a_bad_body() -> None:
+    """A frame whose body alone is bad still names its call, so its seq counts."""
+    bad_body = {"delta": "x", "total_bytes": 2, "offset": 1}
     folded = Reassembler.fold(
-        [
-            JsonRpcNotification(seq=1, method=METHOD_TOOL_CALL_PROGRESS, params={"kind": 1}),
-            JsonRpcNotification(method="ping", params=None),
-            line(body("a", 1), seq=2),
-        ]
+        [line(body("a", 1), seq=0), line(bad_body, seq=1), line(body("b", 3), seq=2)]
     )
-    assert [a.kind for a in folded.anomalies] == ["undecodable"]
-    assert "progress params are not a frame" in folded.anomalies[0].detail
-    assert folded.ignored == 1
+    assert [a.kind for a in folded.anomalies] == ["payload_invalid"]
 
 
 # -- appended, render, report ----------------------------------------------------------
