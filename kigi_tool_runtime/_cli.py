@@ -12,11 +12,15 @@ Commands:
   status line on stderr; piped, stderr only gets the summary.
 - ``serve``: the built-in tools (``bash``) over stdin/stdout.
 - ``follow FILE``: print a frame log's reassembled text as it grows, like
-  ``tail -f``; ``--from-offset`` resumes; Ctrl-C stops cleanly and prints the
-  offset to resume from; ``--once`` reads what is there and exits.
+  ``tail -f``, and each anomaly on stderr with its line number (counted from
+  where reading began); ``--from-offset`` resumes; Ctrl-C stops cleanly and
+  prints the offset to resume from; ``--once`` reads what is there and exits.
 - ``check FILE``: decode a frame log strictly and print each stream's loss
-  report and every anomaly with its line number. ``seq`` counts per call on
-  this transport, so each call's records are checked on their own.
+  report and every anomaly with its line number.
+
+``follow`` and ``check`` take ``--seq-scope``: ``call`` (the default, as
+``serve`` numbers ``seq``: each call from 0, so calls may interleave) or
+``connection`` (one counter for the whole log, as a hub numbers it).
 
 Exit status:
 
@@ -39,16 +43,15 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import IO, Any, Final, NoReturn
+from typing import IO, Final, NoReturn, get_args
 
 import msgspec
 
 from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING, progress_to_frame
 
 from ._follow import DEFAULT_POLL_INTERVAL, Follower, read_from
-from ._lines import OversizedLine
-from ._loss import DEFAULT_GAP_MARKER
-from ._reassembler import Appended, Reassembler
+from ._loss import DEFAULT_GAP_MARKER, Anomaly
+from ._reassembler import Appended, Reassembler, SeqScope
 from ._runner import run_tool
 from ._server import progress_line, serve_stdio
 from ._shell import (
@@ -92,6 +95,7 @@ STATUS_AFTER_S: Final = 1.0
 STATUS_INTERVAL_S: Final = 0.5
 
 _CALL_ID: Final = "run-1"
+_SEQ_SCOPES: Final[tuple[SeqScope, ...]] = get_args(SeqScope)
 
 
 class _UsageError(Exception):
@@ -189,6 +193,14 @@ def _parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="validate a frame log and print its loss report")
     check.add_argument("file")
+    for log_command in (follow, check):
+        log_command.add_argument(
+            "--seq-scope",
+            choices=_SEQ_SCOPES,
+            default="call",
+            help="what one seq counter numbers: each call (serve's logs, the default)"
+            " or the whole connection (a hub's)",
+        )
     return parser
 
 
@@ -377,26 +389,35 @@ def _finish(
 # -- follow and check ------------------------------------------------------------------
 
 
-def _print_appended(items: list[Appended], out: IO[bytes]) -> None:
-    for item in items:
+def _describe(anomaly: Anomaly) -> str:
+    where = f" [{anomaly.key.tool_call_id}/{anomaly.key.subkind}]" if anomaly.key else ""
+    return f"{anomaly.kind}{where}: {anomaly.detail}"
+
+
+def _print_appended(items: list[Appended], first: int, out: IO[bytes], err: IO[str]) -> None:
+    # ``first``: the line number (from where reading began) of ``items[0]``.
+    for number, item in enumerate(items, start=first):
         text = item.render(DEFAULT_GAP_MARKER)
         if text:
             out.write(text.encode("utf-8", "surrogateescape"))
+        for anomaly in item.anomalies:
+            err.write(f"kigi-stream follow: line {number}: {_describe(anomaly)}\n")
     out.flush()
+    err.flush()
 
 
 def _follow(args: argparse.Namespace) -> int:
     if not os.path.exists(args.file) and args.once:
         raise _UsageError(f"no such file: {args.file!r}")
-    follower = Follower(args.file, args.from_offset)
-    out = sys.stdout.buffer
+    follower = Follower(args.file, args.from_offset, seq_scope=args.seq_scope)
+    out, err = sys.stdout.buffer, sys.stderr
     try:
-        _print_appended(follower.poll_appended(), out)
-        if args.once:
-            return 0
         while True:
+            first = follower.reassembler.records + 1
+            _print_appended(follower.poll_appended(), first, out, err)
+            if args.once:
+                return 0
             time.sleep(args.interval)
-            _print_appended(follower.poll_appended(), out)
     except KeyboardInterrupt:
         pass
     except ValueError as exc:
@@ -415,65 +436,27 @@ def _follow(args: argparse.Namespace) -> int:
 _LOSS_ONLY: Final = frozenset({"dropped_frames"})
 
 
-class _PeekParams(msgspec.Struct):
-    tool_call_id: Any = None
-
-
-class _Peek(msgspec.Struct):
-    params: _PeekParams | None = None
-
-
-_peek_decoder: Final = msgspec.json.Decoder(_Peek)
-
-
-def _call_of(line: bytes | OversizedLine) -> str | None:
-    """The ``params.tool_call_id`` of a line, if it has a string one (a cheap look:
-    the line is decoded strictly later)."""
-    if isinstance(line, OversizedLine):
-        return None
-    try:
-        call = _peek_decoder.decode(line).params
-    except msgspec.MsgspecError:
-        return None
-    return call.tool_call_id if call is not None and isinstance(call.tool_call_id, str) else None
-
-
 def _check(args: argparse.Namespace) -> int:
-    # ``seq`` counts per call on this transport, so each call's records are
-    # folded by a reassembler of their own; records that name no call go to one
-    # more, which reports them. Line numbers are kept for the messages.
+    # One fold of the whole log, each call's seq on its own counter (or the
+    # connection's): record i is reported as line i + 1, counting the log's
+    # non-empty lines (read_from skips empty ones).
     if not os.path.isfile(args.file):
         raise _UsageError(f"no such file: {args.file!r}")
     try:
         lines, _ = read_from(args.file)
     except (ValueError, OSError) as exc:
         raise _UsageError(str(exc)) from None
-    folds: dict[str | None, tuple[Reassembler, list[int]]] = {}
-    for number, line in enumerate(lines, start=1):
-        call = _call_of(line)
-        fold = folds.get(call)
-        if fold is None:
-            fold = folds[call] = (Reassembler(), [])
-        fold[0].absorb_record(line)
-        fold[1].append(number)
+    reassembler = Reassembler.fold(lines, seq_scope=args.seq_scope)
     out = sys.stdout
-    records = ignored = streams = 0
-    problems: list[tuple[int, str]] = []
+    for report in reassembler.reports():
+        out.write(report.summary() + "\n")
     violations = 0
-    for reassembler, numbers in folds.values():
-        records += reassembler.records
-        ignored += reassembler.ignored
-        streams += len(reassembler.streams)
-        for report in reassembler.reports():
-            out.write(report.summary() + "\n")
-        for anomaly in reassembler.anomalies:
-            where = f" [{anomaly.key.tool_call_id}/{anomaly.key.subkind}]" if anomaly.key else ""
-            problems.append((numbers[anomaly.index], f"{anomaly.kind}{where}: {anomaly.detail}"))
-            violations += anomaly.kind not in _LOSS_ONLY
-    for number, text in sorted(problems):
-        out.write(f"line {number}: {text}\n")
+    for anomaly in reassembler.anomalies:
+        out.write(f"line {anomaly.index + 1}: {_describe(anomaly)}\n")
+        violations += anomaly.kind not in _LOSS_ONLY
     verdict = "ok" if not violations else f"{violations} violations"
     out.write(
-        f"checked {records} records, {streams} streams, {ignored} other messages: {verdict}\n"
+        f"checked {reassembler.records} records, {len(reassembler.streams)} streams,"
+        f" {reassembler.ignored} other messages: {verdict}\n"
     )
     return 0 if not violations else 1

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from typing import BinaryIO, Final
 
 from ._lines import OversizedLine
-from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler
+from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
 
 __all__ = (
     "DEFAULT_POLL_INTERVAL",
@@ -133,10 +133,12 @@ class Follower:
 
     Start from ``offset`` (a saved :attr:`offset` after a reconnect) with the
     ``reassembler`` that holds the fold of everything before it, or from 0 with
-    a fresh one.
+    a fresh one, made with ``seq_scope`` (``"call"``: the log of this project's
+    server; ``"connection"``: a hub's; ignored when ``reassembler`` is given).
 
     Raises:
-        ValueError: ``offset`` is negative or ``max_line_bytes`` is less than 1.
+        ValueError: ``offset`` is negative, ``max_line_bytes`` is less than 1,
+            or ``seq_scope`` is neither ``"call"`` nor ``"connection"``.
     """
 
     __slots__ = ("_limit", "_offset", "_path", "_reassembler")
@@ -148,6 +150,7 @@ class Follower:
         *,
         reassembler: Reassembler | None = None,
         max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        seq_scope: SeqScope = "call",
     ) -> None:
         if offset < 0:
             raise ValueError(f"offset must not be negative, got {offset}")
@@ -157,7 +160,9 @@ class Follower:
         self._offset = offset
         self._limit = max_line_bytes
         self._reassembler = (
-            reassembler if reassembler is not None else Reassembler(max_record_bytes=max_line_bytes)
+            reassembler
+            if reassembler is not None
+            else Reassembler(max_record_bytes=max_line_bytes, seq_scope=seq_scope)
         )
 
     @property

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pty
+import re
 import signal
 import subprocess
 import sys
@@ -188,6 +190,8 @@ def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
         (["check", str(tmp_path / "absent.jsonl")], "no such file"),
         (["follow", "--once", str(tmp_path / "absent.jsonl")], "no such file"),
         (["follow", "--from-offset", "-1", "x"], "must not be negative, got -1"),
+        (["follow", "--seq-scope", "hub", "x"], "invalid choice: 'hub'"),
+        (["check", "--seq-scope", "stream", "x"], "invalid choice: 'stream'"),
         (["frobnicate"], "invalid choice"),
         ([], "required"),
     ]
@@ -266,12 +270,15 @@ def test_serve_works_with_regular_files_as_stdio(tmp_path: Path) -> None:
     assert lines[-1]["error"]["data"] == {"code": "cancelled", "tool_id": "bash"}
 
 
-def test_check_takes_seq_per_call_in_a_served_log(tmp_path: Path) -> None:
-    """A `serve` log of two interleaved calls passes `check`: each call's seq is its own."""
+def _served_log(path: Path) -> Path:
+    """Write to ``path`` what a real `serve` answers to two calls run at once:
+    c1 echoes a1..a3 and c2 b1..b3, a line every 0.2 s, so their progress
+    interleaves, each call numbering its own seq from 0."""
     proc = subprocess.Popen([*CLI, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert proc.stdin is not None
-        for n in (1, 2):
+        for n, letter in ((1, "a"), (2, "b")):
+            command = f"for i in 1 2 3; do echo {letter}$i; sleep 0.2; done"
             request = {
                 "jsonrpc": "2.0",
                 "id": n,
@@ -279,7 +286,7 @@ def test_check_takes_seq_per_call_in_a_served_log(tmp_path: Path) -> None:
                 "params": {
                     "tool_call_id": f"c{n}",
                     "tool_id": "bash",
-                    "arguments": {"command": "for i in 1 2 3; do echo $i; sleep 0.2; done"},
+                    "arguments": {"command": command},
                 },
             }
             proc.stdin.write(json.dumps(request).encode() + b"\n")
@@ -298,14 +305,45 @@ def test_check_takes_seq_per_call_in_a_served_log(tmp_path: Path) -> None:
             proc.wait()
         assert proc.stdout is not None
         proc.stdout.close()
-    path = tmp_path / "served.jsonl"
+    calls = [json.loads(line)["params"]["tool_call_id"] for line in log if b'"seq"' in line]
+    switches = sum(one != two for one, two in itertools.pairwise(calls))
+    assert switches >= 2, f"the calls did not interleave: {calls}"
     path.write_bytes(b"".join(log))
+    return path
+
+
+def test_check_takes_seq_per_call_in_a_served_log(tmp_path: Path) -> None:
+    """A `serve` log of two interleaved calls passes `check`: each call's seq is
+    its own; read as one connection counter (`--seq-scope connection`) it fails."""
+    path = _served_log(tmp_path / "served.jsonl")
     checked = _cli("check", str(path))
     report = checked.stdout.decode()
     assert checked.returncode == 0, report
-    assert "c1/bash_output_chunk: 6 bytes" in report
-    assert "c2/bash_output_chunk: 6 bytes" in report
+    assert "c1/bash_output_chunk: 9 bytes" in report
+    assert "c2/bash_output_chunk: 9 bytes" in report
     assert "2 streams, 2 other messages: ok" in report
+    as_hub = _cli("check", "--seq-scope", "connection", str(path))
+    assert as_hub.returncode == 1
+    assert "seq_repeated" in as_hub.stdout.decode()
+
+
+def test_follow_prints_interleaved_served_calls_without_anomaly(tmp_path: Path) -> None:
+    """`follow --once` on a `serve` log of two interleaved calls prints both
+    calls' text and reports no anomaly; `--seq-scope connection` reports the
+    per-call seqs as faults, with their line numbers, on stderr."""
+    path = _served_log(tmp_path / "served.jsonl")
+    followed = _cli("follow", "--once", str(path))
+    assert followed.returncode == 0
+    assert sorted(followed.stdout.decode().splitlines()) == ["a1", "a2", "a3", "b1", "b2", "b3"]
+    assert followed.stderr.decode().splitlines() == [
+        f"kigi-stream follow: stopped at offset {path.stat().st_size}"
+        f" (resume with --from-offset {path.stat().st_size})"
+    ]
+    as_hub = _cli("follow", "--once", "--seq-scope", "connection", str(path))
+    assert as_hub.stdout == followed.stdout
+    faults = re.findall(r"kigi-stream follow: line \d+: (seq_\w+): ", as_hub.stderr.decode())
+    assert faults
+    assert set(faults) <= {"seq_repeated", "seq_reordered"}
 
 
 def test_follow_marks_a_gap_where_bytes_were_lost(tmp_path: Path) -> None:

@@ -115,6 +115,8 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         Follower(tmp_path / "x", -5)
     with pytest.raises(ValueError, match="max_line_bytes must be at least 1"):
         Follower(tmp_path / "x", max_line_bytes=0)
+    with pytest.raises(ValueError, match="seq_scope must be 'call' or 'connection', got 'hub'"):
+        Follower(tmp_path / "x", seq_scope="hub")  # type: ignore[arg-type]
 
     async def first() -> None:
         async for _ in Follower(tmp_path / "x").follow(0):
@@ -171,6 +173,34 @@ def test_lines_longer_than_a_read_block_come_back_whole(tmp_path: Path) -> None:
     path.write_bytes(frame("a", 1) + b"\n" + long + b"\n")
     lines, _ = read_from(path)
     assert lines == [frame("a", 1), long]
+
+
+def test_follower_counts_seq_per_call_unless_told_the_connection(tmp_path: Path) -> None:
+    """Two calls numbered each from 0, interleaved, follow cleanly by default;
+    a follower told the log is a hub's reads the same seqs as repeats; a given
+    reassembler keeps its own scope."""
+    path = tmp_path / "frames.jsonl"
+    path.write_bytes(
+        b"".join(
+            progress_line(call, KIND, {"delta": call, "total_bytes": total}, seq) + b"\n"
+            for seq, total in ((0, 1), (1, 2))
+            for call in ("x", "y")
+        )
+    )
+    server = Follower(path)
+    server.poll()
+    assert server.reassembler.seq_scope == "call"
+    assert server.reassembler.anomalies == ()
+    assert [state.text for state in server.reassembler.streams.values()] == ["xx", "yy"]
+    hub = Follower(path, seq_scope="connection")
+    hub.poll()
+    assert [(a.kind, a.index) for a in hub.reassembler.anomalies] == [
+        ("seq_repeated", 1),
+        ("seq_repeated", 3),
+    ]
+    given = Follower(path, reassembler=Reassembler(seq_scope="connection"))
+    given.poll()
+    assert given.reassembler == hub.reassembler
 
 
 def test_poll_appended_answers_per_record(tmp_path: Path) -> None:
