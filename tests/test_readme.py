@@ -64,7 +64,7 @@ def test_readme_fuzzing_section_runs() -> None:
 def test_readme_main_job_command_streams_whole_characters() -> None:
     """The README's ``kigi-stream run`` command, run as written, prints the
     command's output whole and a summary line that reports no loss."""
-    (command,) = (c for c in _blocks("sh") if "kigi-stream run" in c)
+    (command,) = (c for c in _blocks("sh") if "kigi-stream run" in c and "pip install" in c)
     run = command[command.index("kigi-stream run") :].strip()
     argv = shlex.split(run)
     argv[argv.index("python3")] = sys.executable
@@ -81,3 +81,37 @@ def test_readme_main_job_command_streams_whole_characters() -> None:
     assert "341 bytes" in summary
     assert "0 gaps" in summary
     assert "exit 0" in summary
+
+
+def test_readme_cli_example_reports_the_loss(tmp_path: Path) -> None:
+    """The CLI section's ``run --json`` into ``check`` example, run as written:
+    a 4 KiB tail overflows, and ``check`` reports the gaps it finds as loss
+    while the log itself stays valid."""
+    (example,) = (c for c in _blocks("sh") if "kigi-stream check" in c)
+    lines = [line.split("#")[0].strip() for line in example.splitlines() if line.strip()]
+    run_line, check_line = lines
+    run_argv, log_name = run_line.split(">")
+    argv = shlex.split(run_argv)
+    argv[argv.index("python3")] = sys.executable
+    log = tmp_path / log_name.strip()
+    with log.open("wb") as out:
+        ran = subprocess.run(
+            [sys.executable, "-m", "kigi_tool_runtime", *argv[1:]],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            timeout=120,
+            check=False,
+        )
+    assert ran.returncode == 0, ran.stderr
+    check_argv = shlex.split(check_line)
+    assert check_argv == ["kigi-stream", "check", log.name]
+    checked = subprocess.run(
+        [sys.executable, "-m", "kigi_tool_runtime", "check", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "1 streams" in checked.stdout
+    assert re.search(r"[1-9]\d* gaps? \(", checked.stdout), checked.stdout
