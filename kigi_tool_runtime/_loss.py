@@ -46,6 +46,7 @@ AnomalyKind = Literal[
     "unknown_call",
     "payload_invalid",
     "total_regressed",
+    "total_overrun",
     "dropped_frames",
 ]
 """Every protocol anomaly the reassembler reports.
@@ -60,6 +61,8 @@ AnomalyKind = Literal[
 - ``unknown_call``: a frame for a call the reassembler was not told to expect.
 - ``payload_invalid``: a partial-result frame whose body fails strict decode.
 - ``total_regressed``: ``total_bytes`` went backwards within a stream.
+- ``total_overrun``: a frame's delta holds more source bytes than its
+  ``total_bytes`` counts (a producer that miscounts, or a forged frame).
 - ``dropped_frames``: the frame says the sender dropped frames (``dropped_count``).
 """
 

@@ -53,7 +53,8 @@ _ORDER: Final = {
     "undecodable": 2,
     "payload_invalid": 2,
     "total_regressed": 3,
-    "dropped_frames": 4,
+    "total_overrun": 4,
+    "dropped_frames": 5,
 }
 
 
@@ -293,6 +294,10 @@ class StreamState:
     ) -> None:
         total = payload.total_bytes
         last = self.total_bytes
+        # A character is at most 4 source bytes, so only a delta with more than a
+        # quarter as many characters as the total can overrun it: one cheap
+        # comparison on the steady path, an exact count only when it might.
+        overrun = len(payload.delta) * 4 > total and _source_bytes_min(payload.delta) > total
         if (
             not self._lead_open
             and not self._run_open
@@ -311,6 +316,8 @@ class StreamState:
             self.total_bytes = total
             if payload.truncated:
                 self.truncated = True
+            if overrun:
+                self._anomalies.append(_overrun(self.key, index, payload.delta, total))
             return
         self._measure()
         delta = payload.delta
@@ -338,6 +345,8 @@ class StreamState:
             self._first_hold = MAX_HELD_BYTES if payload.gap else _hold_bound(delta)
         elif total < last:
             self._anomalies.append(_regressed(self.key, index, last, total))
+        if overrun:
+            self._anomalies.append(_overrun(self.key, index, delta, total))
         self.total_bytes = total
         if payload.truncated:
             self.truncated = True
@@ -527,6 +536,22 @@ def _regressed(key: StreamKey, index: int, last: int, total: int) -> Anomaly:
         "total_regressed",
         index,
         f"total_bytes went back from {last} to {total}; it never decreases",
+        key,
+    )
+
+
+def _source_bytes_min(delta: str) -> int:
+    """The fewest source bytes ``delta`` can stand for: its UTF-8 length, with
+    each U+FFFD (3 bytes) counted as the 1 invalid byte it may replace."""
+    return len(delta.encode("utf-8", "surrogatepass")) - 2 * delta.count(_REPLACEMENT)
+
+
+def _overrun(key: StreamKey, index: int, delta: str, total: int) -> Anomaly:
+    return Anomaly(
+        "total_overrun",
+        index,
+        f"the delta holds at least {_source_bytes_min(delta)} source bytes but total_bytes"
+        f" is {total}; a frame never carries more bytes than were produced",
         key,
     )
 

@@ -398,6 +398,46 @@ def test_total_bytes_going_backwards_is_reported() -> None:
 
 
 @pytest.mark.parametrize(
+    ("delta", "total", "least"),
+    [("hello", 2, 5), ("\u00e9\u00e9", 3, 4), ("\U0001f600", 3, 4), ("ab\ufffd", 2, 3)],
+)
+def test_a_delta_longer_than_its_total_is_reported(delta: str, total: int, least: int) -> None:
+    """A frame carrying more source bytes than its total_bytes counts is a
+    total_overrun (U+FFFD counted as one byte): as the first frame, after an
+    empty one, and on the steady path (after frames that only appended)."""
+    steady = [line(body("a", 1)), line(body("b", 2))]
+    for records in (
+        [line(body(delta, total))],
+        [line(body("", 0)), line(body(delta, total))],
+        [*steady, line(body(delta, total))],
+    ):
+        folded = Reassembler.fold(records)
+        (anomaly,) = folded.anomalies
+        assert anomaly.kind == "total_overrun"
+        assert anomaly.index == len(records) - 1
+        assert anomaly.key == StreamKey("c1", KIND)
+        assert f"at least {least} source bytes but total_bytes is {total}" in anomaly.detail
+        assert "total_overrun" in folded.summary()
+
+
+def test_a_delta_that_fits_its_total_is_not_an_overrun() -> None:
+    """Exactly total_bytes worth of delta, four-byte characters and U+FFFD
+    standing for single bytes are all consistent."""
+    ok = [body("abc", 3), body("\U0001f600", 7), body("\ufffd\ufffd", 9), body("x", 9, gap=True)]
+    assert Reassembler.fold([line(one) for one in ok]).anomalies == ()
+
+
+def test_an_overrun_after_a_regression_is_reported_in_whole_and_split_folds() -> None:
+    """Both checks of one record land in the same order whether the fold is
+    whole or split just before it."""
+    records = [line(body("abcdef", 10)), line(body("0123456789", 4))]
+    whole = Reassembler.fold(records)
+    assert [a.kind for a in whole.anomalies] == ["total_regressed", "total_overrun"]
+    split = Reassembler.fold(records[:1]).absorb(Reassembler.fold(records[1:]))
+    assert split == whole
+
+
+@pytest.mark.parametrize(
     ("scope", "counter"), [("call", "seq of call 'c1'"), ("connection", "seq")]
 )
 def test_seq_hole_is_reported_with_the_count_lost(scope: SeqScope, counter: str) -> None:
