@@ -348,15 +348,25 @@ def _finish(
     gaps = sum(len(report.gaps) for report in reports)
     truncated = any(report.truncated for report in reports)
     total = sum(report.total_bytes or 0 for report in reports)
+    outcome = (
+        msgspec.convert(msgspec.to_builtins(terminal.value), ShellOutcome)
+        if isinstance(terminal, ToolResult)
+        else None
+    )
+    # Bytes the command wrote past --limit. The stream only says `truncated` on a
+    # frame that also carries new bytes, so output that stops exactly at the
+    # limit, or a limit of 0, shows the drop in the result alone.
+    past_limit = 0 if outcome is None else max(outcome.total_bytes - total, 0)
     parts = [
         f"{total} bytes",
         f"{frames} frames",
         f"{gaps} gaps",
-        "truncated" if truncated else "not truncated",
+        "truncated" if truncated or past_limit else "not truncated",
     ]
+    if past_limit:
+        parts.append(f"{past_limit} bytes past the limit dropped")
     code: int
-    if isinstance(terminal, ToolResult):
-        outcome = msgspec.convert(msgspec.to_builtins(terminal.value), ShellOutcome)
+    if outcome is not None:
         if outcome.timed_out:
             code = EXIT_TIMEOUT
             parts.append(f"timed out ({outcome.signal or outcome.exit_code})")

@@ -249,6 +249,20 @@ def test_cap_and_limit_reach_the_shell_tool() -> None:
     assert ", truncated," in done.stderr.decode()
 
 
+def test_a_limit_reached_exactly_at_a_write_still_reads_truncated() -> None:
+    """Output that stops at --limit and resumes after a tick (or a limit of 0) is
+    still summarised as truncated, with the bytes dropped past the limit."""
+    writes = "import os,time; os.write(1, b'abcde'); time.sleep(0.3); os.write(1, b'fgh')"
+    done = _cli("run", "--tick", "20", "--limit", "5", "--", sys.executable, "-c", writes)
+    assert (done.returncode, done.stdout) == (0, b"abcde")
+    summary = done.stderr.decode()
+    assert summary.startswith("kigi-stream: 5 bytes, ")
+    assert ", truncated, 3 bytes past the limit dropped, exit 0" in summary
+    done = _cli("run", "--limit", "0", "--", "printf abc")
+    assert (done.returncode, done.stdout) == (0, b"")
+    assert ", truncated, 3 bytes past the limit dropped, exit 0" in done.stderr.decode()
+
+
 def test_serve_works_with_regular_files_as_stdio(tmp_path: Path) -> None:
     """`serve < requests > replies` works on regular files (not pipes): bad lines are
     answered, and a call cut short by the end of input ends cancelled."""
