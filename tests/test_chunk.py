@@ -339,6 +339,44 @@ def test_truncated_surrogate_is_held_like_a_split_character() -> None:
     assert last == 2
 
 
+FIRST_UNITS_OF_EACH_LEAD = [
+    "\u0080\u07ff".encode(),  # the edges of each lead byte's valid second byte
+    "\u0800\u0fff".encode(),
+    "\ud7ff\ue000".encode(),
+    "\U00010000\U0003ffff".encode(),
+    "\U00100000\U0010ffff".encode(),
+    b"\xc0\x80",  # overlong 2-byte lead
+    b"\xc1\xbf",
+    b"\xc2a",  # 2-byte lead, then no continuation
+    b"\xe0\x80\x80",  # overlong: 0xE0 needs 0xA0-0xBF next
+    b"\xe0\x9f\xbf",
+    b"\xe1\x80a",
+    b"\xed\xa0\x80z",  # a surrogate: 0xED needs 0x80-0x9F next
+    b"\xee\xc0",
+    b"\xf0\x80\x80\x80",  # overlong: 0xF0 needs 0x90-0xBF next
+    b"\xf0\x8f\xbf\xbf",
+    b"\xf1\x80\x80a",
+    b"\xf4\x90\x80\x80",  # past U+10FFFF: 0xF4 needs 0x80-0x8F next
+    b"\xf5\x80\x80\x80",
+    b"\xff\xfe",
+]
+
+
+@pytest.mark.parametrize("source", FIRST_UNITS_OF_EACH_LEAD, ids=lambda b: b.hex())
+@pytest.mark.parametrize("cap", [0, 1, 2])
+def test_cap_below_a_character_emits_one_character_or_maximal_subpart(
+    source: bytes, cap: int
+) -> None:
+    """A cap cut inside the first unit emits that whole character, or one U+FFFD
+    per maximal subpart as "replace" decodes it, for every kind of lead byte."""
+    frames, last = drain_calls(spec_with(cap), source, len(source), 0, final=True)
+    expected = source.decode("utf-8", "replace")
+    assert "".join(p.delta for p, _ in frames) == expected
+    assert last == len(source)
+    for payload, consumed in frames:
+        assert consumed <= cap or len(payload.delta) == 1, (payload.delta, consumed)
+
+
 def test_final_flush_of_long_split_character_is_one_replacement() -> None:
     """final flushes a trailing split 4-byte character as a single U+FFFD."""
     frames, last = drain_calls(spec_with(2), b"\xf0\x9f\x98", 3, 0, final=True)
