@@ -143,6 +143,22 @@ def test_held_views_never_block_writes() -> None:
         assert bytes(buffer.tail()) == stream[-6:]
 
 
+def test_a_huge_capacity_allocates_only_the_initial_storage() -> None:
+    """Storage starts at INITIAL_STORAGE_BYTES at most: a 1 TiB capacity costs
+    memory only as bytes arrive."""
+    tracemalloc.start()
+    try:
+        buffer = TailBuffer(1 << 40)
+        buffer.write(b"x" * 1000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(buffer._buf) == INITIAL_STORAGE_BYTES
+    assert peak < 2 * INITIAL_STORAGE_BYTES
+    assert bytes(buffer.tail()) == b"x" * 1000
+    assert len(TailBuffer(100)._buf) == 200
+
+
 def test_storage_grows_past_initial_allocation() -> None:
     """A capacity beyond INITIAL_STORAGE_BYTES is honoured as the buffer fills."""
     capacity = 3 * INITIAL_STORAGE_BYTES
