@@ -88,6 +88,15 @@ def _complete_suffix(data: bytes) -> bytes:
     return data[skip:]
 
 
+def _flat_bytes(data: Data) -> memoryview:
+    """``data`` as one flat run of bytes, so that slicing it counts bytes (a view
+    of wider items, several dimensions or with strides is copied first)."""
+    view = memoryview(data)
+    if view.nbytes != len(view) or not view.c_contiguous:
+        return memoryview(view.tobytes())
+    return view
+
+
 class OutputStream:
     """A :class:`TailBuffer` and a :class:`DeltaStreamer` that belong together,
     plus an optional bounded head for the reader's excerpt.
@@ -178,7 +187,7 @@ class OutputStream:
         room = self._head_bytes - len(self._head)
         if room > 0:
             accepted = self._tail.write(data)
-            self._head += memoryview(data)[: min(room, accepted)]
+            self._head += _flat_bytes(data)[: min(room, accepted)]
             return accepted
         return self._tail.write(data)
 

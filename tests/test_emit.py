@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import asyncio
 from collections.abc import AsyncIterator
 
@@ -118,6 +119,26 @@ def test_the_hard_limit_truncates_the_stream() -> None:
     assert stream.truncated
     excerpt = stream.excerpt()
     assert excerpt == Excerpt("abcde" + LIMIT_MARKER.format(dropped=3), 5, 0, True, 3)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        memoryview(array.array("H", [0x6261, 0x6463, 0x6665, 0x6867])),
+        memoryview(b"a-b-c-d-e-f-g-h-")[::2],
+        memoryview(b"abcdefgh").cast("B", (2, 4)),
+    ],
+    ids=["words", "strided", "two-dimensional"],
+)
+def test_the_head_counts_bytes_of_any_bytes_like(data: memoryview) -> None:
+    """The head keeps exactly ``head_bytes`` bytes of any bytes-like write, not
+    ``head_bytes`` items of a wider or strided view."""
+    stream = OutputStream(SPEC, capacity=16, head_bytes=3)
+    assert stream.write(data) == 8
+    assert stream.write(b"ijklmnopqrstuvwxyz") == 18
+    assert stream.excerpt() == Excerpt(
+        "abc" + OMISSION_MARKER.format(omitted=7) + "klmnopqrstuvwxyz", 26, 7, False
+    )
 
 
 def test_bad_construction_is_refused_with_the_reason() -> None:
