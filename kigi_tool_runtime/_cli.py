@@ -448,21 +448,24 @@ _LOSS_ONLY: Final = frozenset({"dropped_frames"})
 
 def _check(args: argparse.Namespace) -> int:
     # One fold of the whole log, each call's seq on its own counter (or the
-    # connection's): record i is reported as line i + 1, counting the log's
-    # non-empty lines (read_from skips empty ones).
+    # connection's). Empty lines are no records, but they are counted, so an
+    # anomaly names the line an editor shows.
     if not os.path.isfile(args.file):
         raise _UsageError(f"no such file: {args.file!r}")
     try:
-        lines, _ = read_from(args.file)
+        lines, _ = read_from(args.file, keep_empty=True)
     except (ValueError, OSError) as exc:
         raise _UsageError(str(exc)) from None
-    reassembler = Reassembler.fold(lines, seq_scope=args.seq_scope)
+    numbers = [number for number, line in enumerate(lines, start=1) if line != b""]
+    reassembler = Reassembler.fold(
+        (line for line in lines if line != b""), seq_scope=args.seq_scope
+    )
     out = sys.stdout
     for report in reassembler.reports():
         out.write(report.summary() + "\n")
     violations = 0
     for anomaly in reassembler.anomalies:
-        out.write(f"line {anomaly.index + 1}: {_describe(anomaly)}\n")
+        out.write(f"line {numbers[anomaly.index]}: {_describe(anomaly)}\n")
         violations += anomaly.kind not in _LOSS_ONLY
     verdict = "ok" if not violations else f"{violations} violations"
     out.write(

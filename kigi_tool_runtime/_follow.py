@@ -52,13 +52,15 @@ def read_from(
     offset: int = 0,
     *,
     max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    keep_empty: bool = False,
 ) -> tuple[list[bytes | OversizedLine], int]:
     """The complete lines of ``path`` after byte ``offset``, and the offset to
     read from next.
 
-    Lines come back without their newline; empty lines are skipped; a line
-    longer than ``max_line_bytes`` comes back as an :class:`OversizedLine`
-    (once it is complete). An absent file has no lines yet.
+    Lines come back without their newline; empty lines are skipped (kept as
+    ``b""`` with ``keep_empty``, so a caller can number lines as an editor
+    does); a line longer than ``max_line_bytes`` comes back as an
+    :class:`OversizedLine` (once it is complete). An absent file has no lines yet.
 
     Raises:
         ValueError: ``offset`` is negative, ``max_line_bytes`` is less than 1, or
@@ -81,10 +83,12 @@ def read_from(
                 "an append-only frame log never shrinks (was it replaced?)"
             )
         handle.seek(offset)
-        return _split(handle, offset, max_line_bytes)
+        return _split(handle, offset, max_line_bytes, keep_empty)
 
 
-def _split(handle: BinaryIO, offset: int, limit: int) -> tuple[list[bytes | OversizedLine], int]:
+def _split(
+    handle: BinaryIO, offset: int, limit: int, keep_empty: bool
+) -> tuple[list[bytes | OversizedLine], int]:
     read = handle.read
     lines: list[bytes | OversizedLine] = []
     pending = bytearray()
@@ -117,6 +121,8 @@ def _split(handle: BinaryIO, offset: int, limit: int) -> tuple[list[bytes | Over
                     lines.append(bytes(pending))
                 else:
                     lines.append(block[start:newline])
+            elif keep_empty:
+                lines.append(b"")
             pending.clear()
             line_start += length + 1
             start = newline + 1

@@ -108,6 +108,18 @@ def test_check_fails_on_an_invalid_frame(tmp_path: Path) -> None:
     assert "1 violations" in report
 
 
+def test_check_numbers_lines_as_the_file_does(tmp_path: Path) -> None:
+    """Blank lines are no records but still count, so `check` names the line an
+    editor shows."""
+    log = tmp_path / "blank.jsonl"
+    log.write_bytes(b"\n\nnot json\n\n[]\n")
+    checked = _cli("check", str(log))
+    assert checked.returncode == 1
+    report = checked.stdout.decode()
+    assert re.findall(r"^line (\d+): undecodable", report, re.MULTILINE) == ["3", "5"]
+    assert "checked 2 records" in report
+
+
 def test_follow_resumes_from_an_offset(tmp_path: Path) -> None:
     """--from-offset skips what was already shown and prints the rest."""
     lines = _cli("run", "--json", "--", "echo one; sleep 0.3; echo two").stdout.splitlines()

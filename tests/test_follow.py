@@ -135,6 +135,16 @@ def test_empty_lines_are_skipped(tmp_path: Path) -> None:
     assert offset == path.stat().st_size
 
 
+def test_empty_lines_are_kept_on_request(tmp_path: Path) -> None:
+    """keep_empty returns blank lines as b"" (so lines can be numbered), with
+    the same offset as skipping them."""
+    path = tmp_path / "log"
+    path.write_bytes(b"\n\n" + frame("a", 1) + b"\n\n" + frame("b", 2))
+    lines, offset = read_from(path, keep_empty=True)
+    assert lines == [b"", b"", frame("a", 1), b""]
+    assert offset == read_from(path)[1] == path.stat().st_size - len(frame("b", 2))
+
+
 def test_a_20_mib_line_is_skipped_without_being_held(tmp_path: Path) -> None:
     """A 20 MiB line comes back as an OversizedLine with its size, once it ends;
     while it is incomplete nothing is returned and the offset waits at it."""
