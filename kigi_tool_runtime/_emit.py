@@ -212,7 +212,12 @@ class OutputStream:
         newest bytes around :data:`OMISSION_MARKER`. Neither side is cut inside a
         character; invalid bytes decode to U+FFFD. Bytes refused at the hard
         limit are announced by :data:`LIMIT_MARKER` at the end.
+
+        Raises:
+            ValueError: ``max_bytes`` is negative.
         """
+        if max_bytes is not None and max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0 or None, got {max_bytes}")
         total = self._tail.total
         dropped = self._tail.statistics().dropped
         head = bytes(self._head)

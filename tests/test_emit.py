@@ -177,6 +177,15 @@ def test_an_excerpt_over_budget_keeps_head_and_tail_around_the_marker() -> None:
     assert "[... 384 bytes of output omitted ...]" in excerpt.text
 
 
+def test_a_negative_excerpt_budget_is_refused() -> None:
+    """``excerpt(max_bytes)`` below 0 is a ValueError, not a garbled excerpt."""
+    stream = OutputStream(SPEC, capacity=16, head_bytes=4)
+    stream.write(b"0123456789" * 4)
+    with pytest.raises(ValueError, match="max_bytes must be >= 0 or None, got -1"):
+        stream.excerpt(-1)
+    assert stream.excerpt(0) == Excerpt(OMISSION_MARKER.format(omitted=40), 40, 40, False)
+
+
 def test_an_excerpt_never_cuts_a_character() -> None:
     """The head is not cut inside a character, nor does the tail start inside one."""
     stream = OutputStream(SPEC, capacity=16, head_bytes=8)
