@@ -85,6 +85,17 @@ def test_frame_ready_means_a_full_frame_is_pending() -> None:
     assert not stream.frame_ready
 
 
+def test_frame_ready_with_a_cap_of_zero_needs_one_pending_byte() -> None:
+    """With a cap of 0 (one character per frame) a frame is ready once a byte waits,
+    never while nothing is pending."""
+    stream = OutputStream(StreamingSpec(subkind="emit_test", max_delta_bytes=0), capacity=8)
+    assert not stream.frame_ready
+    stream.write(b"a")
+    assert stream.frame_ready
+    stream.drain()
+    assert not stream.frame_ready
+
+
 def test_a_slow_drain_reports_a_gap_and_memory_stays_bounded() -> None:
     """Bytes written past the capacity between drains become one gap; the tail and
     the head never hold more than their bounds."""
@@ -184,6 +195,36 @@ def test_a_negative_excerpt_budget_is_refused() -> None:
     with pytest.raises(ValueError, match="max_bytes must be >= 0 or None, got -1"):
         stream.excerpt(-1)
     assert stream.excerpt(0) == Excerpt(OMISSION_MARKER.format(omitted=40), 40, 40, False)
+
+
+def test_a_generous_budget_still_marks_bytes_lost_between_head_and_tail() -> None:
+    """Bytes that left the tail before the excerpt are marked as omitted even when
+    ``max_bytes`` would fit the whole output."""
+    stream = OutputStream(SPEC, capacity=8, head_bytes=2)
+    stream.write(b"0123456789abcdef")
+    assert stream.excerpt(1000) == Excerpt(
+        "01" + OMISSION_MARKER.format(omitted=6) + "89abcdef", 16, 6, False
+    )
+
+
+def test_the_head_never_keeps_bytes_refused_at_the_limit() -> None:
+    """A head larger than the limit keeps only the accepted bytes."""
+    stream = OutputStream(SPEC, capacity=8, limit=3, head_bytes=10)
+    assert stream.write(b"abcdef") == 3
+    assert stream.excerpt() == Excerpt("abc" + LIMIT_MARKER.format(dropped=3), 3, 0, True, 3)
+
+
+@pytest.mark.parametrize("budget", range(8, 24))
+def test_an_excerpt_head_never_ends_inside_a_four_byte_character(budget: int) -> None:
+    """Whatever the budget, the head stops before a 4-byte character it cannot hold
+    whole (three of its bytes included), and no U+FFFD appears."""
+    stream = OutputStream(SPEC, capacity=16, head_bytes=16)
+    stream.write(("😀" * 20).encode())
+    excerpt = stream.excerpt(budget)
+    head, tail = excerpt.text.split(OMISSION_MARKER.format(omitted=excerpt.omitted))
+    assert head == "😀" * (budget // 2 // 4)
+    assert tail == "😀" * ((budget - 4 * len(head)) // 4)
+    assert "\ufffd" not in excerpt.text
 
 
 def test_an_excerpt_never_cuts_a_character() -> None:
