@@ -34,6 +34,8 @@ Rule 4. A bad line never stops the server: unparseable JSON gets -32700, a
         whole). The ``id`` is echoed when it could be read, else ``null``.
         :class:`JsonRpcResponse` cannot carry a ``null`` id, so those replies are
         written by :func:`_null_id_error` by hand. Unknown notifications are ignored.
+        A call whose ``id`` is that of a call still in flight is refused with
+        -32600 and a ``null`` id.
 Rule 5. Cancellation: a ``hook`` (notification or request) whose event is
         ``Cancel`` and whose ``call_id`` names a call in flight, or
         ``tool.cancel`` with ``{"tool_call_id": ...}``, stops that call, which
@@ -448,6 +450,7 @@ class _Writer:
 class _Call(NamedTuple):
     ctx: ToolContext
     task: asyncio.Task[None]
+    request_id: str | int
 
 
 class Server:
@@ -679,6 +682,18 @@ class Server:
     def _start_call(
         self, request_id: str | int, session_id: str | None, raw: msgspec.Raw, out: _Writer
     ) -> None:
+        if any(call.request_id == request_id for call in self._calls.values()):
+            # Two replies with one id would hand the first caller whichever call
+            # ends first. The refusal goes out with a null id (Rule 4), so it
+            # cannot be taken for the running call's reply either.
+            self._reject(
+                _null_id_error(
+                    _INVALID_REQUEST,
+                    f"invalid request: id {msgspec.json.encode(request_id).decode()} is"
+                    " already used by a call in flight",
+                )
+            )
+            return
         try:
             params = json_codec.decode(raw, ToolCallParams[msgspec.Raw])
         except DecodeError as exc:
@@ -710,7 +725,7 @@ class Server:
             self._run_call(tool, params, ctx, request_id, outbox, out),
             name=f"kigi call {call_id}",
         )
-        self._calls[call_id] = _Call(ctx, task)
+        self._calls[call_id] = _Call(ctx, task, request_id)
         self._calls_started += 1
 
     async def _run_call(

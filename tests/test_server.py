@@ -320,6 +320,26 @@ def test_duplicate_call_id_in_flight_is_refused(server: ServeProcess) -> None:
     assert reply["error"]["message"] == "tool_call_id 'same' is already in flight"
 
 
+def test_a_request_id_in_flight_is_refused_with_a_null_id(server: ServeProcess) -> None:
+    """A second call reusing the id of a call in flight gets -32600 with id null
+    (so it cannot be read as the first call's reply), and the first call goes on."""
+    server.send(_call("first", "echo a; sleep 0.3; echo b", request_id=7))
+    assert server.line()["params"]["tool_call_id"] == "first"
+    server.send(_call("second", "echo never", request_id=7))
+    refusal = server.line()
+    assert refusal["id"] is None
+    assert refusal["error"]["code"] == -32600
+    assert refusal["error"]["message"] == (
+        "invalid request: id 7 is already used by a call in flight"
+    )
+    rest = [server.line(), server.line()]
+    assert rest[0]["params"]["body"]["delta"] == "b\n"
+    assert rest[1]["id"] == 7
+    assert rest[1]["result"]["tool_call_id"] == "first"
+    server.send(_call("third", "true", request_id=7))
+    assert server.line()["result"]["tool_call_id"] == "third"
+
+
 def _status_kib(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
