@@ -72,7 +72,12 @@ def _frame_size(data: Buffer) -> int:
         return len(data.encode("utf-8", "surrogatepass"))
     if isinstance(data, bytes):
         return len(data)
-    return memoryview(data).nbytes
+    try:
+        return memoryview(data).nbytes
+    except TypeError:
+        raise TypeError(
+            f"data must be bytes, bytearray, memoryview or str, not {type(data).__name__}"
+        ) from None
 
 
 def _check_size(data: Buffer, max_bytes: int) -> None:
@@ -201,6 +206,7 @@ class _Codec:
             FrameTooLargeError: ``data`` is longer than ``max_bytes``; it is not parsed.
             DecodeError: ``data`` is malformed or not a valid ``type``; carries the
                 JSON path of the offending value.
+            TypeError: ``data`` is neither bytes-like nor a ``str``.
         """
         if data.__class__ is not bytes or len(data) > max_bytes:
             self._check_input(data, max_bytes)
@@ -228,6 +234,7 @@ class _Codec:
         Raises:
             FrameTooLargeError: ``data`` is longer than ``max_bytes``; it is not parsed.
             DecodeError: ``data`` is not a valid message of the kind its keys say.
+            TypeError: ``data`` is neither bytes-like nor a ``str``.
         """
         self._check_input(data, max_bytes)
         by_method = type(params) is dict or isinstance(params, Mapping)

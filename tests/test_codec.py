@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -229,6 +230,19 @@ def test_whole_document_errors_have_the_root_path() -> None:
         kp.json_codec.decode(b"[]", kp.PartialResultPayload)
     assert info.value.path == "$"
     assert str(info.value) == "Expected `object`, got `array`"
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("data", [None, 7, [1]], ids=repr)
+def test_input_that_is_not_bytes_like_is_a_type_error(
+    codec: kp.JsonCodec | kp.MsgpackCodec, data: Any
+) -> None:
+    """decode and decode_message name what they take when handed a non-buffer."""
+    expected = f"data must be bytes, bytearray, memoryview or str, not {type(data).__name__}"
+    with pytest.raises(TypeError, match=re.escape(expected)):
+        codec.decode(data, kp.PartialResultPayload)
+    with pytest.raises(TypeError, match=re.escape(expected)):
+        codec.decode_message(data)
 
 
 def test_msgpack_rejects_str_input() -> None:
