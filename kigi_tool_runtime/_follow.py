@@ -13,7 +13,10 @@ Rule 3. Memory per read is bounded by the line limit plus one block: a line
         longer than the limit is never held whole; it is reported as an
         :class:`OversizedLine` once its newline has arrived, and skipped.
 Rule 4. The log is append-only. A file shorter than the saved offset was
-        replaced or truncated, which is reported as an error, not read.
+        replaced or truncated, which is reported as an error, not read. A
+        :class:`Follower` also remembers which file it read (device and inode)
+        and reports a log replaced under its path (rotated, or rewritten by a
+        rename) even when the new file is already longer than the offset.
 
 Only this module's :meth:`Follower.follow` touches asyncio, to sleep between polls.
 """
@@ -71,19 +74,42 @@ def read_from(
         raise ValueError(f"offset must not be negative, got {offset}")
     if max_line_bytes < 1:
         raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+    lines, offset, _ = _read(path, offset, max_line_bytes, keep_empty, None)
+    return lines, offset
+
+
+# A file's identity: (device, inode). A log rotated or replaced under the same
+# path has another one.
+_Identity = tuple[int, int]
+
+
+def _read(
+    path: str | os.PathLike[str],
+    offset: int,
+    limit: int,
+    keep_empty: bool,
+    expected: _Identity | None,
+) -> tuple[list[bytes | OversizedLine], int, _Identity | None]:
     try:
         handle = open(path, "rb")  # noqa: SIM115 (closed below; the absent case returns early)
     except FileNotFoundError:
-        return [], offset
+        return [], offset, expected
     with handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size < offset:
+        info = os.fstat(handle.fileno())
+        identity = (info.st_dev, info.st_ino)
+        if expected is not None and identity != expected:
             raise ValueError(
-                f"{os.fspath(path)!r} is {size} bytes, shorter than the saved offset {offset}; "
-                "an append-only frame log never shrinks (was it replaced?)"
+                f"{os.fspath(path)!r} is not the file read up to offset {offset} (it was"
+                " replaced or rotated); follow the new log from offset 0"
+            )
+        if info.st_size < offset:
+            raise ValueError(
+                f"{os.fspath(path)!r} is {info.st_size} bytes, shorter than the saved offset"
+                f" {offset}; an append-only frame log never shrinks (was it replaced?)"
             )
         handle.seek(offset)
-        return _split(handle, offset, max_line_bytes, keep_empty)
+        lines, offset = _split(handle, offset, limit, keep_empty)
+        return lines, offset, identity
 
 
 def _split(
@@ -147,7 +173,7 @@ class Follower:
             or ``seq_scope`` is neither ``"call"`` nor ``"connection"``.
     """
 
-    __slots__ = ("_limit", "_offset", "_path", "_reassembler")
+    __slots__ = ("_identity", "_limit", "_offset", "_path", "_reassembler")
 
     def __init__(
         self,
@@ -165,6 +191,7 @@ class Follower:
         self._path = path
         self._offset = offset
         self._limit = max_line_bytes
+        self._identity: _Identity | None = None  # the file read, once one was
         self._reassembler = (
             reassembler
             if reassembler is not None
@@ -185,10 +212,11 @@ class Follower:
         """Read what was appended, absorb it, and return the fold of just that.
 
         Raises:
-            ValueError: the log shrank below :attr:`offset`.
+            ValueError: the log shrank below :attr:`offset`, or another file
+                took its path (Rule 4).
             OSError: the log cannot be read.
         """
-        lines, self._offset = read_from(self._path, self._offset, max_line_bytes=self._limit)
+        lines = self._read_new()
         fresh = self._reassembler.spawn()
         absorb = fresh.absorb_record
         for line in lines:
@@ -201,19 +229,27 @@ class Follower:
         (for printers that print as frames land).
 
         Raises:
-            ValueError: the log shrank below :attr:`offset`.
+            ValueError: the log shrank below :attr:`offset`, or another file
+                took its path (Rule 4).
             OSError: the log cannot be read.
         """
-        lines, self._offset = read_from(self._path, self._offset, max_line_bytes=self._limit)
+        lines = self._read_new()
         appended = self._reassembler.appended
         return [appended(line) for line in lines]
+
+    def _read_new(self) -> list[bytes | OversizedLine]:
+        lines, self._offset, self._identity = _read(
+            self._path, self._offset, self._limit, False, self._identity
+        )
+        return lines
 
     async def follow(self, interval: float = DEFAULT_POLL_INTERVAL) -> AsyncIterator[Reassembler]:
         """Poll every ``interval`` seconds, yielding each non-empty fold of new
         records, until the caller stops iterating.
 
         Raises:
-            ValueError: ``interval`` is not positive, or the log shrank.
+            ValueError: ``interval`` is not positive, or the log shrank or was
+                replaced.
             OSError: the log cannot be read.
         """
         if interval <= 0:

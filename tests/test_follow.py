@@ -105,6 +105,27 @@ def test_a_shrunk_log_is_refused(tmp_path: Path) -> None:
         read_from(path, 10)
 
 
+def test_a_log_replaced_by_a_longer_one_is_refused(tmp_path: Path) -> None:
+    """A log rotated under its path is reported even when the new file is already
+    past the offset (reading on would start mid-line in another file); a log
+    that is only appended to, or that appears after a poll, is read."""
+    path = tmp_path / "log"
+    follower = Follower(path)
+    assert follower.poll().records == 0  # absent yet: nothing to compare with
+    path.write_bytes(frame("a", 1, 0) + b"\n")
+    assert follower.poll().records == 1
+    append(path, frame("b", 2, 1) + b"\n")
+    assert [item.text for item in follower.poll_appended()] == ["b"]
+    rotated = tmp_path / "new"
+    rotated.write_bytes(b"".join(frame(c, 1, 0) + b"\n" for c in "xyz"))
+    rotated.replace(path)
+    for read in (follower.poll, follower.poll_appended):
+        with pytest.raises(ValueError, match="it was replaced or rotated"):
+            read()
+    assert follower.reassembler.stream("c1", KIND) is not None
+    assert follower.reassembler.records == 2
+
+
 def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     """Negative offsets, empty limits and non-positive intervals are caller errors."""
     with pytest.raises(ValueError, match="offset must not be negative, got -1"):
