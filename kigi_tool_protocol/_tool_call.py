@@ -117,6 +117,9 @@ def progress_to_frame(
     ``text`` becomes kind ``text`` with body ``{"text": ...}``; ``content`` becomes
     kind ``content`` with the bare block list as body; ``custom`` becomes kind
     ``subkind`` with the payload as body.
+
+    Raises:
+        TypeError: ``progress`` is not a ``ToolProgress``.
     """
     if isinstance(progress, CustomProgress):
         return ToolCallProgressFrame(
@@ -130,7 +133,11 @@ def progress_to_frame(
         return ToolCallProgressFrame(
             tool_call_id=tool_call_id, kind="text", body=body, dropped_count=dropped_count
         )
-    assert isinstance(progress, ContentProgress)
+    if not isinstance(progress, ContentProgress):
+        raise TypeError(
+            "progress must be a TextProgress, ContentProgress or CustomProgress, "
+            f"not {type(progress).__name__}"
+        )
     return ToolCallProgressFrame(
         tool_call_id=tool_call_id, kind="content", body=progress.blocks, dropped_count=dropped_count
     )

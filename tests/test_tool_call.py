@@ -37,6 +37,13 @@ def test_custom_progress_maps_to_its_subkind() -> None:
     )
 
 
+@pytest.mark.parametrize("progress", ["text", {"kind": "text", "text": "x"}, None], ids=repr)
+def test_progress_that_is_not_tool_progress_is_a_type_error(progress: object) -> None:
+    """Anything but a ToolProgress is refused by name (even under ``python -O``)."""
+    with pytest.raises(TypeError, match="progress must be a TextProgress, ContentProgress or"):
+        kp.progress_to_frame("c", progress)  # type: ignore[arg-type]
+
+
 def test_harness_reads_every_frame_as_custom_progress() -> None:
     """A frame reads back as custom progress with subkind = kind, even a text frame."""
     frame = kp.json_codec.decode(
