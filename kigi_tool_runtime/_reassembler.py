@@ -470,17 +470,16 @@ class Reassembler:
     ) -> Appended:
         """Absorb one record and answer what it added (see :class:`Appended`).
 
-        ``seq`` applies when ``record`` is a bare frame.
+        ``seq`` applies when ``record`` is a bare frame; a line or a
+        notification carries its own.
         """
         # Only a record that lands in a stream sets these; clear them first.
         self._last_key = None
         self._last_delta = None
         self._last_note = None
         before = len(self._anomalies)
-        if seq is not None and not isinstance(
-            record, bytes | bytearray | memoryview | str | OversizedLine
-        ):
-            self.absorb_frame(record, seq)  # type: ignore[arg-type]
+        if isinstance(record, ToolCallProgressFrame):
+            self.absorb_frame(record, seq)
         else:
             self.absorb_record(record)
         index = self._records - 1
@@ -489,7 +488,12 @@ class Reassembler:
         if key is None:
             return Appended(None, anomalies=tuple(anomalies))
         state = self._streams[key]
-        anomalies.extend(anomaly for anomaly in state._anomalies if anomaly.index == index)
+        # The stream's anomalies are in record order: this record's are at the end.
+        own = state._anomalies
+        first = len(own)
+        while first and own[first - 1].index == index:
+            first -= 1
+        anomalies.extend(own[first:])
         anomalies.sort(key=anomaly_rank)
         gap = state._gaps[-1] if state._gaps and state._gaps[-1].index == index else None
         return Appended(

@@ -802,6 +802,28 @@ def test_appended_reports_anomalies_of_that_record() -> None:
     assert noted.text == "a"
 
 
+def test_appended_takes_a_decoded_notification_with_or_without_a_seq() -> None:
+    """A notification carries its own seq: passing one beside it neither breaks
+    the fold nor overrides the envelope, and the answer matches its line's."""
+    lines = [line(body("a", 1), seq=0), line(body("b", 2), seq=2)]
+    notes = decoded(lines)
+    by_line, by_note = Reassembler(), Reassembler()
+    for one, note in zip(lines, notes, strict=True):
+        assert by_note.appended(note, 5) == by_line.appended(one)
+    assert by_note == by_line
+    assert [a.kind for a in by_note.anomalies] == ["seq_gap"]
+
+
+def test_appended_lists_only_that_records_anomalies() -> None:
+    """Anomalies of earlier records of the same stream are not repeated."""
+    folded = Reassembler()
+    kinds = [
+        [a.kind for a in folded.appended(one).anomalies]
+        for one in (line(body("a", 5)), line(body("b", 3)), line(body("c", 4)), line(body("d", 2)))
+    ]
+    assert kinds == [[], ["total_regressed"], [], ["total_regressed"]]
+
+
 def test_render_uses_the_configured_marker() -> None:
     """The marker is a template or a function of the gap."""
     state = only(
