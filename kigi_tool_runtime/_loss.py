@@ -210,8 +210,8 @@ class LossReport:
         parts = [f"{call}/{subkind}: {size} in {frames} ({total})"]
         if self.gaps:
             low, high = self.lost_bytes_min, self.lost_bytes
-            lost = str(high) if low == high else f"{low}-{high}"
-            parts.append(f"{plural(len(self.gaps), 'gap', 'gaps')} ({lost} bytes lost)")
+            lost = plural(high, "byte", "bytes") if low == high else f"{low}-{high} bytes"
+            parts.append(f"{plural(len(self.gaps), 'gap', 'gaps')} ({lost} lost)")
         else:
             parts.append("no gaps")
         if self.truncated:

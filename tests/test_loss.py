@@ -64,6 +64,12 @@ def test_report_summary_counts_and_plurals() -> None:
     assert not report.complete
 
 
+def test_a_single_lost_byte_is_singular() -> None:
+    """One gap of exactly one byte reads "1 byte lost", not "1 bytes"."""
+    report = LossReport(KEY, 2, 2, 3, (gap(1, 1, 0),), False, ())
+    assert report.summary().endswith(", 1 gap (1 byte lost)")
+
+
 def test_empty_report_is_complete() -> None:
     """No frames yet: nothing lost, nothing undelivered."""
     report = LossReport(KEY, 0, 0, None, (), False, ())
