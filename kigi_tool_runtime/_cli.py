@@ -205,7 +205,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    Raises:
+        SystemExit: bad usage (status 2, with a message on stderr), ``--help``.
+    """
     parser = _parser()
     args = parser.parse_args(argv)
     try:

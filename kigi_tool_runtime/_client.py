@@ -426,7 +426,11 @@ class Client:
         call_buffer_frames: int = CALL_BUFFER_FRAMES,
     ) -> Client:
         """Wrap an already-open connection (``writer`` needs ``write``, ``drain``
-        and ``close``)."""
+        and ``close``).
+
+        Raises:
+            ValueError: ``max_frame_bytes`` or ``call_buffer_frames`` is below 1.
+        """
         return cls(
             reader,
             writer,

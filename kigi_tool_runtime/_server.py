@@ -247,7 +247,11 @@ def progress_line(
     dropped_count: int | None = None,
 ) -> bytes:
     """One ``tool_call_progress`` notification line, newline included, exactly as
-    the server writes it (``body`` may be a pre-encoded ``msgspec.Raw``)."""
+    the server writes it (``body`` may be a pre-encoded ``msgspec.Raw``).
+
+    Raises:
+        WireError: ``body`` (or an id) holds a value JSON cannot carry.
+    """
     note = _progress_note(call_id, seq, kind, body, session_id, dropped_count)
     return json_codec.encode(note) + b"\n"
 
@@ -804,7 +808,11 @@ def _is_pipe_like(fd: int) -> bool:
 
 async def open_stdio() -> tuple[asyncio.StreamReader, _Sink]:
     """This process's stdin and stdout as an asyncio reader and a writer (pipes,
-    sockets and terminals natively; regular files with blocking I/O)."""
+    sockets and terminals natively; regular files with blocking I/O).
+
+    Raises:
+        OSError: stdin or stdout is closed or cannot be watched.
+    """
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     stdin_fd, stdout_fd = sys.stdin.fileno(), sys.stdout.fileno()
@@ -837,7 +845,12 @@ _background: set[asyncio.Task[None]] = set()
 
 async def serve_stdio(tools: Iterable[Tool[Any]], **options: Any) -> ServerStats:
     """Serve ``tools`` over this process's stdin and stdout until end of input;
-    ``options`` are :class:`Server`'s keyword arguments. Returns its counters."""
+    ``options`` are :class:`Server`'s keyword arguments. Returns its counters.
+
+    Raises:
+        ValueError: two tools share an id, or a bound is below 1 (see :class:`Server`).
+        OSError: stdin or stdout is closed or cannot be watched.
+    """
     server = Server(tools, **options)
     reader, sink = await open_stdio()
     await server.serve(reader, sink)
