@@ -286,12 +286,27 @@ def test_a_consumer_that_falls_behind_loses_the_oldest_items_visibly() -> None:
     _run(body)
 
 
+class _NoWriter:
+    """A writer that is never written to (the client is refused first)."""
+
+    def write(self, data: bytes) -> None:
+        raise AssertionError("nothing may be sent")
+
+    async def drain(self) -> None:
+        raise AssertionError("nothing may be sent")
+
+    def close(self) -> None:
+        raise AssertionError("nothing may be closed")
+
+
 def test_client_bounds_are_checked() -> None:
     """A call buffer or frame limit below one is a ValueError naming both values."""
 
     async def body() -> None:
         with pytest.raises(ValueError, match="must be at least 1, got 16 and 0"):
             await Client.spawn(SERVE, max_frame_bytes=16, call_buffer_frames=0)
+        with pytest.raises(ValueError, match="must be at least 1, got 0 and 1024"):
+            await Client.connect(asyncio.StreamReader(), _NoWriter(), max_frame_bytes=0)
         assert CALL_BUFFER_FRAMES >= 64
 
     _run(body)

@@ -296,6 +296,8 @@ def test_tool_bounds_are_checked_at_construction() -> None:
         ShellTool(tick=0)
     with pytest.raises(ValueError, match="grace must be > 0"):
         ShellTool(grace=-1)
+    with pytest.raises(ValueError, match="exit_drain must be > 0 seconds, got nan"):
+        ShellTool(exit_drain=float("nan"))
     with pytest.raises(ValueError, match="below one frame"):
         ShellTool(tail_capacity=CAP - 1)
     with pytest.raises(ValueError, match=f"read_chunk 4095 is below {MIN_READ_CHUNK_BYTES} bytes"):
