@@ -277,8 +277,6 @@ class _PipeReader:
         if not self.eof:
             self._loop.remove_reader(self._fd)
             self._read(self._budget)
-            if not self.eof:
-                self._loop.remove_reader(self._fd)
         os.close(self._fd)
         self._fd = -1
 
