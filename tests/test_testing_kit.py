@@ -768,6 +768,13 @@ def test_gap_rules() -> None:
         source,
         tail_capacity=4,
     )
+    # Nor may the survivors start before the tail does (more than it can hold).
+    fails(
+        r"^frame 1: gap frame whose text is not the source where the tail of 3 bytes starts",
+        [frame("01", 2), frame("56789", 10, gap=True)],
+        source,
+        tail_capacity=3,
+    )
     fails(
         r"^frame 1: gap frame, but a tail of 9 bytes at total_bytes 10 still holds byte 2",
         [frame("01", 2), frame("789", 10, gap=True)],
