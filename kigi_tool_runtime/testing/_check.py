@@ -500,8 +500,8 @@ def check_stream(
 
     Raises:
         StreamCheckError: the first frame that breaks the contract, and why.
-        ValueError: ``total`` is outside ``0..len(source)``, or ``cap`` or
-            ``tail_capacity`` is negative.
+        ValueError: ``total`` is outside ``0..len(source)``, ``cap`` is negative,
+            or ``tail_capacity`` is below 1.
     """
     frames = list(frames)
     try:
@@ -553,7 +553,7 @@ def _check_stream(
     # truncation is required only when the caller says it must show.
     may_truncate = end_total < len(data) if truncated is None else truncated
     items = _payloads(frames, subkind)
-    checker = _Checker(items, data[:end_total], max(limit, 0), tail_capacity)
+    checker = _Checker(items, data[:end_total], limit, tail_capacity)
     _check_counters(items, end_total, len(data), may_truncate, must_truncate=bool(truncated))
 
     position = 0
