@@ -300,6 +300,11 @@ def _run(args: argparse.Namespace) -> int:
 async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool) -> int:
     out = sys.stdout.buffer
     status = _Status(sys.stderr, sys.stderr.isatty() and not json_mode)
+    # On a terminal, the status line shares the screen with the output: drawing
+    # it (and clearing it) while the output's last line is unfinished would
+    # erase that line, so it waits for a newline.
+    out_on_terminal = sys.stdout.isatty()
+    line_open = False
     reassembler = Reassembler(known_calls=[_CALL_ID])
     ctx = ToolContext(_CALL_ID)
     started = time.monotonic()
@@ -324,10 +329,12 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
                     if text:
                         status.clear()
                         out.write(text.encode("utf-8", "surrogateescape"))
+                        line_open = out_on_terminal and not text.endswith("\n")
                 out.flush()
                 seq += 1
                 frames += 1
-                status.update(getattr(frame.body, "total_bytes", 0))
+                if not line_open:
+                    status.update(getattr(frame.body, "total_bytes", 0))
     except BrokenPipeError:
         ctx.cancel()
         with contextlib.suppress(OSError):

@@ -189,6 +189,34 @@ def test_status_line_only_on_a_terminal() -> None:
     assert b"/s" in seen
 
 
+def test_the_status_line_never_erases_an_unfinished_output_line() -> None:
+    """Output and status on one terminal: while the output's last line has no
+    newline the status line is not drawn (it would wipe that line); after one, it is."""
+    command = (
+        "printf start; for i in 1 2 3 4 5; do printf .; sleep 0.3; done; echo;"
+        " for i in 1 2 3; do echo $i; sleep 0.3; done"
+    )
+    assert STATUS_AFTER_S < 5 * 0.3  # the unfinished line outlasts the status delay
+    main_fd, child_fd = pty.openpty()
+    try:
+        proc = subprocess.Popen([*CLI, "run", "--", command], stdout=child_fd, stderr=child_fd)
+        os.close(child_fd)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:  # EIO: every writer has closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=RUN_WAIT_S) == 0
+    finally:
+        os.close(main_fd)
+    assert b"start.....\r\n" in seen, seen
+    assert b"[kigi-stream] " in seen.split(b"start.....\r\n", 1)[1]
+
+
 def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
     """Missing command, bad numbers, unknown options and missing files exit 2 and say why."""
     cases = [
