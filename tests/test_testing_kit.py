@@ -985,6 +985,13 @@ def test_fuzz_rejects_a_negative_limit() -> None:
         fuzz_streaming_tool(EmitTool(), emit_args, limit=-1)
 
 
+def test_fuzz_rejects_a_tail_capacity_below_one_when_built() -> None:
+    """A tail capacity below 1 is a ValueError when the test is made, not a
+    failure of every example it runs."""
+    with pytest.raises(ValueError, match=r"tail_capacity must be >= 1 or None, got 0"):
+        fuzz_streaming_tool(EmitTool(), emit_args, tail_capacity=0)
+
+
 def test_fuzz_test_is_named_for_the_tool() -> None:
     """The returned test carries a name and a docstring for pytest's report."""
     test = fuzz_streaming_tool(EmitTool(), emit_args)

@@ -123,13 +123,17 @@ def fuzz_streaming_tool(
         a test function taking no arguments.
 
     Raises:
-        ValueError: ``tool`` does not stream, or ``limit`` is negative.
+        ValueError: ``tool`` does not stream, ``limit`` is negative, or
+            ``tail_capacity`` is below 1.
     """
     spec = tool.capabilities.streaming
     if spec is None:
         raise ValueError(f"tool {tool.id!r} does not stream (capabilities.streaming is unset)")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
+    if tail_capacity is not None and tail_capacity < 1:
+        # Refused here, not by check_stream inside every example.
+        raise ValueError(f"tail_capacity must be >= 1 or None, got {tail_capacity}")
     cap = DEFAULT_MAX_DELTA_BYTES if spec.max_delta_bytes is None else spec.max_delta_bytes
     drawn = byte_sources() if sources is None else sources
 
