@@ -148,8 +148,11 @@ def stream_chunk(
         ValueError: ``total`` or ``last_total`` is negative,
             ``spec.max_delta_bytes`` is negative, or a frame would carry a
             ``total`` beyond the wire's u64 range.
-        TypeError: ``tail`` is not bytes-like, or is a non-contiguous view.
+        TypeError: ``tail`` is not bytes-like, or is a non-contiguous view, or
+            ``truncated`` is not a ``bool``.
     """
+    if truncated is not False and truncated is not True:
+        raise truncated_type_error(truncated)
     if total <= last_total:
         if total < 0:
             raise ValueError(f"total must be >= 0, got {total}")
@@ -164,6 +167,13 @@ def stream_chunk(
 
 # Building the NamedTuple through tuple.__new__ skips its Python-level __new__.
 _new_chunk = tuple.__new__
+
+
+def truncated_type_error(truncated: object) -> TypeError:
+    """The error for a ``truncated`` flag that is not a ``bool``: the wire field
+    is a JSON boolean, and a ``1`` or ``None`` copied verbatim into a frame
+    would make every strict decoder reject it."""
+    return TypeError(f"truncated must be a bool, not {type(truncated).__name__}")
 
 
 def cap_of(spec: StreamingSpec) -> int:

@@ -18,7 +18,7 @@ from codecs import utf_8_decode
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
 
-from ._chunk import Tail, _advance, bytes_tail, cap_of
+from ._chunk import Tail, _advance, bytes_tail, cap_of, truncated_type_error
 from ._tail import TailBuffer
 
 __all__ = ("DeltaStreamer",)
@@ -62,8 +62,11 @@ class DeltaStreamer:
 
         Raises:
             ValueError: ``total`` is negative.
-            TypeError: ``tail`` is not a bytes-like object.
+            TypeError: ``tail`` is not a bytes-like object, or ``truncated`` is
+                not a ``bool``.
         """
+        if truncated is not False and truncated is not True:
+            raise truncated_type_error(truncated)
         last_total = self._last_total
         if total <= last_total:
             if total < 0:
@@ -81,7 +84,8 @@ class DeltaStreamer:
 
         Raises:
             ValueError: ``total`` is negative.
-            TypeError: ``tail`` is not a bytes-like object.
+            TypeError: ``tail`` is not a bytes-like object, or ``truncated`` is
+                not a ``bool``.
         """
         return self._run(tail, total, truncated, False)
 
@@ -91,7 +95,8 @@ class DeltaStreamer:
 
         Raises:
             ValueError: ``total`` is negative.
-            TypeError: ``tail`` is not a bytes-like object.
+            TypeError: ``tail`` is not a bytes-like object, or ``truncated`` is
+                not a ``bool``.
         """
         return self._run(tail, total, truncated, True)
 
@@ -113,6 +118,8 @@ class DeltaStreamer:
         )
 
     def _run(self, tail: Tail, total: int, truncated: bool, final: bool) -> list[CustomProgress]:
+        if truncated is not False and truncated is not True:
+            raise truncated_type_error(truncated)
         if total <= self._last_total:
             if total < 0:
                 raise ValueError(f"total must be >= 0, got {total}")

@@ -412,6 +412,16 @@ def test_tail_of_wrong_type_is_rejected() -> None:
         stream_chunk(spec_with(None), "abc", 3, 0)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("truncated", [1, 0, None, "yes"], ids=repr)
+def test_truncated_that_is_not_a_bool_is_rejected(truncated: Any) -> None:
+    """A non-bool ``truncated`` is a TypeError, not a frame whose ``truncated``
+    field the strict payload decoder would reject."""
+    with pytest.raises(
+        TypeError, match=f"truncated must be a bool, not {type(truncated).__name__}"
+    ):
+        stream_chunk(spec_with(None), b"a", 1, 0, truncated)
+
+
 def test_negative_total_is_rejected() -> None:
     """A negative total is a ValueError."""
     with pytest.raises(ValueError, match="total must be >= 0, got -1"):

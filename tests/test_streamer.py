@@ -155,12 +155,16 @@ def test_step_with_final_flushes_a_split_character() -> None:
 
 
 def test_bad_arguments_are_rejected_at_the_call() -> None:
-    """A negative total or a bad tail raises, and the cursor stays put."""
+    """A negative total, a bad tail or a non-bool truncated flag raises, and the
+    cursor stays put."""
     streamer = DeltaStreamer(spec_with(None))
     with pytest.raises(ValueError, match="total must be >= 0, got -1"):
         streamer.drain(b"", -1)
     with pytest.raises(TypeError, match="tail must be bytes"):
         streamer.finish("x", 1)  # type: ignore[arg-type]
+    for call in (streamer.step, streamer.drain, streamer.finish):
+        with pytest.raises(TypeError, match="truncated must be a bool, not int"):
+            call(b"a", 1, 1)  # type: ignore[arg-type]
     assert streamer.last_total == 0
 
 
