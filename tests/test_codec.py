@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pytest
@@ -36,6 +36,20 @@ def test_round_trip(codec: kp.JsonCodec | kp.MsgpackCodec, name: str, data: st.D
     decoded = codec.decode(encoded, wire_type)
     assert decoded == value
     assert codec.encode(decoded) == encoded
+
+
+def test_every_public_wire_class_has_a_round_trip_strategy() -> None:
+    """Each public Struct class is a WIRE_STRATEGIES type or a variant of one of
+    its unions, so the round trip above covers every wire type."""
+    covered: set[Any] = set()
+    for wire_type, _ in WIRE_STRATEGIES.values():
+        covered |= set(get_args(wire_type)) or {wire_type}
+    public = {
+        value
+        for value in (getattr(kp, name) for name in kp.__all__)
+        if isinstance(value, type) and issubclass(value, msgspec.Struct)
+    }
+    assert sorted(cls.__name__ for cls in public - covered) == []
 
 
 @given(payload=partial_payloads())

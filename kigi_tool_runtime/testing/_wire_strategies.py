@@ -101,12 +101,11 @@ _mcp_blocks = st.one_of(
     st.builds(kp.McpImageBlock, mime_type=_texts, data=_texts),
     st.builds(kp.McpResourceBlock, uri=_texts, mime_type=_opt(_texts), text=_opt(_texts)),
 )
+_mcp_contents = st.builds(kp.McpContent, blocks=st.lists(_mcp_blocks, max_size=3))
 _tool_outputs = st.one_of(
     st.builds(kp.ToolOutputText, value=_texts),
     st.builds(kp.ToolOutputJson, value=json_values()),
-    st.builds(
-        kp.ToolOutputMcp, value=st.builds(kp.McpContent, blocks=st.lists(_mcp_blocks, max_size=3))
-    ),
+    st.builds(kp.ToolOutputMcp, value=_mcp_contents),
 )
 _tool_call_params = st.builds(
     kp.ToolCallParams,
@@ -207,6 +206,7 @@ WIRE_STRATEGIES: Final[Mapping[str, tuple[Any, st.SearchStrategy[Any]]]] = Mappi
         "ContentBlock": (kp.ContentBlock, _content_blocks),
         "ToolProgress": (kp.ToolProgress, _tool_progress),
         "McpBlock": (kp.McpBlock, _mcp_blocks),
+        "McpContent": (kp.McpContent, _mcp_contents),
         "ToolOutputWire": (kp.ToolOutputWire, _tool_outputs),
         "ToolCallParams": (kp.ToolCallParams, _tool_call_params),
         "ToolCallResult": (kp.ToolCallResult, _tool_call_results),
