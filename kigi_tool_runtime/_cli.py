@@ -432,6 +432,7 @@ def _follow(args: argparse.Namespace) -> int:
         raise _UsageError(f"no such file: {args.file!r}")
     follower = Follower(args.file, args.from_offset, seq_scope=args.seq_scope)
     out, err = sys.stdout.buffer, sys.stderr
+    resumable = True
     try:
         while True:
             first = follower.reassembler.records + 1
@@ -442,14 +443,18 @@ def _follow(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     except ValueError as exc:
+        # The log shrank or was replaced: its offset means nothing in the new
+        # file, so no resume hint.
+        resumable = False
         raise _UsageError(str(exc)) from None
     except BrokenPipeError:
         return EXIT_PIPE_CLOSED
     finally:
-        sys.stderr.write(
-            f"kigi-stream follow: stopped at offset {follower.offset}"
-            f" (resume with --from-offset {follower.offset})\n"
-        )
+        if resumable:
+            sys.stderr.write(
+                f"kigi-stream follow: stopped at offset {follower.offset}"
+                f" (resume with --from-offset {follower.offset})\n"
+            )
     return 0
 
 

@@ -120,6 +120,18 @@ def test_check_numbers_lines_as_the_file_does(tmp_path: Path) -> None:
     assert "checked 2 records" in report
 
 
+def test_follow_of_a_shrunk_log_says_so_without_a_resume_hint(tmp_path: Path) -> None:
+    """A log shorter than --from-offset exits 2 naming the problem, and offers no
+    offset to resume from (it would point into another file)."""
+    log = tmp_path / "short.jsonl"
+    log.write_bytes(b"{}\n")
+    done = _cli("follow", "--once", "--from-offset", "99", str(log))
+    assert done.returncode == EXIT_USAGE
+    err = done.stderr.decode()
+    assert "shorter than the saved offset 99" in err
+    assert "resume with" not in err
+
+
 def test_follow_resumes_from_an_offset(tmp_path: Path) -> None:
     """--from-offset skips what was already shown and prints the rest."""
     lines = _cli("run", "--json", "--", "echo one; sleep 0.3; echo two").stdout.splitlines()
