@@ -46,6 +46,9 @@ class ToolCapabilities(WireStruct, frozen=True, kw_only=True, omit_defaults=True
     as ``None``; ``tool_scope`` ``None`` means read-only scope. ``behavior_version``
     is compared bytewise. See :func:`effective_max_frame_bytes` and
     :func:`effective_timeout_ms` for the limits a runtime applies.
+
+    Raises:
+        ValueError: on construction, ``timeout_ms`` is outside the u64 range.
     """
 
     streaming: StreamingSpec | None = None

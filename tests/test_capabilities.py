@@ -73,6 +73,14 @@ def test_bad_capabilities_are_rejected(frame: str, reason: str, path: str) -> No
     assert info.value.path == path
 
 
+@pytest.mark.parametrize("timeout_ms", [-1, U64_MAX + 1])
+def test_timeout_outside_u64_is_refused_on_construction(timeout_ms: int) -> None:
+    """A constructed ToolCapabilities checks ``timeout_ms`` like the decoder does."""
+    with pytest.raises(ValueError, match=f"`timeout_ms` = {timeout_ms} is outside the u64 range"):
+        kp.ToolCapabilities(timeout_ms=timeout_ms)
+    assert kp.ToolCapabilities(timeout_ms=U64_MAX).timeout_ms == U64_MAX
+
+
 def test_enums_are_their_wire_strings() -> None:
     """HookKind and ToolScope members equal, and encode as, their snake_case strings."""
     assert [kind.value for kind in kp.HookKind] == [
