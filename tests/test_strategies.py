@@ -3,6 +3,7 @@ promises, and the runtime itself never imports Hypothesis."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -62,6 +63,25 @@ def test_byte_sources_reach_invalid_and_split_characters() -> None:
 
     look()
     assert seen == {"invalid": True, "split end": True}
+
+
+def test_text_sources_reach_every_length_controls_and_long_runs() -> None:
+    """utf8_text_sources draws characters of 1, 2, 3 and 4 bytes, control
+    characters, and runs of one character longer than a small tail."""
+    seen: set[str] = set()
+
+    @given(utf8_text_sources())
+    def look(source: bytes) -> None:
+        text = source.decode("utf-8")
+        seen.update(f"{len(char.encode())} bytes" for char in text)
+        if any(char < " " or "\x7f" <= char <= "\x9f" for char in text):
+            seen.add("control")
+        run = max((len(list(group)) for _, group in itertools.groupby(text)), default=0)
+        if run > 512:
+            seen.add("long run")
+
+    look()
+    assert seen == {"1 bytes", "2 bytes", "3 bytes", "4 bytes", "control", "long run"}
 
 
 def test_caps_reach_none_zero_and_one() -> None:
