@@ -25,8 +25,10 @@ Commands:
 Exit status:
 
 - ``run``: the command's exit code; 128 + N when signal N killed it; 124 when
-  it timed out (``--timeout``); 127 when it could not be started; 130 on Ctrl-C;
-  141 when stdout was closed early; 1 for any other failure of the call.
+  it timed out (``--timeout``); 127 when it could not be started; 128 + N when
+  signal N (SIGINT: 130 on Ctrl-C, SIGTERM, SIGHUP) stopped kigi-stream, which
+  first stops the command's whole process group; 141 when stdout was closed
+  early; 1 for any other failure of the call.
 - ``check``: 0 when every record is a valid frame and the protocol was kept
   (gaps, truncation and sender-reported drops are loss, not violations), 1
   otherwise. ``follow``: 0.
@@ -95,6 +97,12 @@ STATUS_AFTER_S: Final = 1.0
 STATUS_INTERVAL_S: Final = 0.5
 
 _CALL_ID: Final = "run-1"
+
+# Signals that stop `run`: the command runs in a process group of its own, which
+# the terminal's Ctrl-C, a closed terminal and a plain `kill` would not reach, so
+# each cancels the call (the shell tool then stops the whole group) instead of
+# ending kigi-stream at once and leaving the command running.
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _SEQ_SCOPES: Final[tuple[SeqScope, ...]] = get_args(SeqScope)
 
 
@@ -152,8 +160,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Run CMD (one argument: a bash command line; several: a program and"
         " its arguments) and print its output live, reassembled from the streamed deltas.",
         epilog="exit status: the command's own; 128+N when signal N killed it; 124 when"
-        " --timeout stopped it; 127 when it could not be started; 130 on Ctrl-C; 141 when"
-        " stdout closed early; 1 for any other failure; 2 for bad usage.",
+        " --timeout stopped it; 127 when it could not be started; 128+N when signal N"
+        " (130 on Ctrl-C, SIGTERM, SIGHUP) stopped kigi-stream, which stops the command"
+        " first; 141 when stdout closed early; 1 for any other failure; 2 for bad usage.",
     )
     run.add_argument(
         "--cap", type=_non_negative_int, help="most source bytes per delta (0: one character)"
@@ -312,8 +321,14 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
     frames = 0
     terminal: ToolResult | ToolError | None = None
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, ctx.cancel)
-    interrupted = False
+    stopped_by: list[int] = []
+
+    def on_signal(number: int) -> None:
+        stopped_by.append(number)
+        ctx.cancel()
+
+    for number in _STOP_SIGNALS:
+        loop.add_signal_handler(number, on_signal, number)
     try:
         async with run_tool(tool, shell_args, ctx=ctx) as run:
             async for event in run:
@@ -341,11 +356,12 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
             os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
         return EXIT_PIPE_CLOSED
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
-        interrupted = ctx.cancelled
+        for number in _STOP_SIGNALS:
+            loop.remove_signal_handler(number)
         status.clear()
     duration = time.monotonic() - started
-    return _finish(terminal, reassembler, frames, duration, interrupted)
+    signalled = stopped_by[0] if stopped_by else None
+    return _finish(terminal, reassembler, frames, duration, signalled)
 
 
 def _finish(
@@ -353,7 +369,7 @@ def _finish(
     reassembler: Reassembler,
     frames: int,
     duration: float,
-    interrupted: bool,
+    signalled: int | None,
 ) -> int:
     reports = reassembler.reports()
     gaps = sum(len(report.gaps) for report in reports)
@@ -389,8 +405,8 @@ def _finish(
             code = outcome.exit_code if outcome.exit_code is not None else EXIT_FAILED
             parts.append(f"exit {outcome.exit_code}")
     elif isinstance(terminal, ToolError):
-        if interrupted:
-            code = EXIT_INTERRUPTED
+        if signalled is not None:
+            code = 128 + signalled
         elif terminal.kind == "execution" and "cannot start" in terminal.message:
             code = EXIT_CANNOT_START
         elif terminal.kind == "timeout":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -13,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from kigi_tool_runtime._cli import EXIT_TIMEOUT, EXIT_USAGE, STATUS_AFTER_S
 from kigi_tool_runtime._server import progress_line
@@ -444,6 +447,32 @@ def test_run_stops_the_command_on_sigint_with_130() -> None:
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGINT
     assert "cancelled" in err.decode()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+def test_run_stopped_by_a_signal_kills_the_commands_group_first(stop: signal.Signals) -> None:
+    """SIGTERM (a plain kill) or SIGHUP (the terminal closed) stops the command's
+    process group, which has a session of its own, before kigi-stream exits 128 + N."""
+    proc = subprocess.Popen(
+        [*CLI, "run", "--", "echo $$; sleep 60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        group = int(proc.stdout.readline())
+        proc.send_signal(stop)
+        _, err = proc.communicate(timeout=RUN_WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    try:
+        assert proc.returncode == 128 + stop
+        assert "cancelled" in err.decode()
+        with pytest.raises(ProcessLookupError):
+            os.killpg(group, 0)
+    finally:  # a failure must not leave the command behind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
 
 
 def test_run_of_a_missing_program_exits_127() -> None:
