@@ -10,7 +10,9 @@ Commands:
   the ``tool_call_progress`` notification lines instead, byte for byte what
   ``serve`` would send. On a terminal, a run longer than a moment shows a live
   status line on stderr; piped, stderr only gets the summary.
-- ``serve``: the built-in tools (``bash``) over stdin/stdout.
+- ``serve``: the built-in tools (``bash``) over stdin/stdout. SIGINT, SIGTERM
+  or SIGHUP ends it like end of input (calls in flight are cancelled, their
+  commands stopped and their replies written), then it exits 128 + N.
 - ``follow FILE``: print a frame log's reassembled text as it grows, like
   ``tail -f``, and each anomaly on stderr with its line number (counted from
   where reading began); ``--from-offset`` resumes; Ctrl-C stops cleanly and
@@ -31,7 +33,7 @@ Exit status:
   early; 1 for any other failure of the call.
 - ``check``: 0 when every record is a valid frame and the protocol was kept
   (gaps, truncation and sender-reported drops are loss, not violations), 1
-  otherwise. ``follow``: 0.
+  otherwise. ``follow``: 0. ``serve``: 0 at end of input, 128 + N on signal N.
 - 2 for bad usage (unknown options, bad numbers, missing files), with a message.
 """
 
@@ -225,13 +227,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return _run(args)
         if args.command == "serve":
-            asyncio.run(serve_stdio([ShellTool()], max_frame_bytes=args.max_frame_bytes))
-            return 0
+            return asyncio.run(_serve(args.max_frame_bytes))
         if args.command == "follow":
             return _follow(args)
         return _check(args)
     except _UsageError as exc:
         parser.exit(EXIT_USAGE, f"kigi-stream {args.command}: error: {exc}\n")
+
+
+# -- serve -----------------------------------------------------------------------------
+
+
+async def _serve(max_frame_bytes: int) -> int:
+    # A stop signal ends serving as end of input does: every call in flight is
+    # cancelled (its command's process group stopped) and answered, then 128 + N.
+    loop = asyncio.get_running_loop()
+    serving = asyncio.current_task()
+    assert serving is not None
+    stopped_by: list[int] = []
+
+    def on_signal(number: int) -> None:
+        if not stopped_by:
+            stopped_by.append(number)
+            serving.cancel()
+
+    for number in _STOP_SIGNALS:
+        loop.add_signal_handler(number, on_signal, number)
+    try:
+        await serve_stdio([ShellTool()], max_frame_bytes=max_frame_bytes)
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+        serving.uncancel()
+    finally:
+        for number in _STOP_SIGNALS:
+            loop.remove_signal_handler(number)
+    return 128 + stopped_by[0] if stopped_by else 0
 
 
 # -- run -------------------------------------------------------------------------------

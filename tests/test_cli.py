@@ -318,6 +318,44 @@ def test_a_limit_reached_exactly_at_a_write_still_reads_truncated() -> None:
     assert ", truncated, 3 bytes past the limit dropped, exit 0" in done.stderr.decode()
 
 
+def test_serve_stopped_by_sigterm_cancels_its_calls_and_their_commands() -> None:
+    """SIGTERM ends `serve` like end of input: the call in flight is answered
+    cancelled, its command's process group is gone, and the exit is 143."""
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tool.call",
+        "params": {
+            "tool_call_id": "c",
+            "tool_id": "bash",
+            "arguments": {"command": "echo $$; sleep 60"},
+        },
+    }
+    proc = subprocess.Popen([*CLI, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    group = 0
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(json.dumps(request).encode() + b"\n")
+        proc.stdin.flush()
+        group = int(json.loads(proc.stdout.readline())["params"]["body"]["delta"])
+        proc.send_signal(signal.SIGTERM)
+        reply = json.loads(proc.stdout.readline())
+        assert proc.wait(timeout=RUN_WAIT_S) == 128 + signal.SIGTERM
+        assert reply["id"] == 1
+        assert reply["error"]["data"]["code"] == "cancelled"
+        assert reply["error"]["message"] == "tool call cancelled by server"
+        with pytest.raises(ProcessLookupError):
+            os.killpg(group, 0)
+    finally:  # a failure must not leave the server or the command behind
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+        if group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+
+
 def test_serve_works_with_regular_files_as_stdio(tmp_path: Path) -> None:
     """`serve < requests > replies` works on regular files (not pipes): bad lines are
     answered, and a call cut short by the end of input ends cancelled."""
