@@ -98,7 +98,7 @@ def mixed_source(size: int) -> bytes:
 # -- The original algorithm, ported line by line (the baseline) ------------------
 
 
-def seed_incomplete_utf8_suffix_len(data: memoryview) -> int:
+def baseline_incomplete_suffix_len(data: memoryview) -> int:
     try:
         str(data, "utf-8")
     except UnicodeDecodeError as exc:
@@ -109,7 +109,7 @@ def seed_incomplete_utf8_suffix_len(data: memoryview) -> int:
     return 0
 
 
-def seed_stream_chunk(
+def baseline_stream_chunk(
     spec: StreamingSpec, tail: memoryview, total: int, last_total: int, truncated: bool
 ) -> tuple[CustomProgress | None, int]:
     if total <= last_total:
@@ -122,11 +122,11 @@ def seed_stream_chunk(
         delta_bytes, gap = tail, True
     cap = DEFAULT_MAX_DELTA_BYTES if spec.max_delta_bytes is None else spec.max_delta_bytes
     cut = min(len(delta_bytes), cap)
-    while cut > 0 and seed_incomplete_utf8_suffix_len(delta_bytes[:cut]) > 0:
+    while cut > 0 and baseline_incomplete_suffix_len(delta_bytes[:cut]) > 0:
         cut -= 1
     if cut == 0 and len(delta_bytes) > 0:
         cut = min(len(delta_bytes), 4)
-        while cut < len(delta_bytes) and seed_incomplete_utf8_suffix_len(delta_bytes[:cut]) > 0:
+        while cut < len(delta_bytes) and baseline_incomplete_suffix_len(delta_bytes[:cut]) > 0:
             cut += 1
     if cut == 0:
         return None, last_total
@@ -175,7 +175,7 @@ def run_baseline(source: bytes, cap: int, out: Frames | None) -> int:
     for start in range(0, len(view), WRITE_BYTES):
         buffer.write(view[start : start + WRITE_BYTES])
         while True:
-            frame, last_total = seed_stream_chunk(
+            frame, last_total = baseline_stream_chunk(
                 spec, buffer.tail(), buffer.total, last_total, buffer.truncated
             )
             if frame is None:
