@@ -111,8 +111,9 @@ class OutputStream:
 
     Raises:
         ValueError: ``capacity`` is below the tail minimum or below the spec's
-            cap (a frame must fit in the tail), or ``head_bytes`` or ``limit``
-            is negative.
+            cap (a frame must fit in the tail), ``head_bytes``, ``limit`` or
+            ``spec.max_delta_bytes`` is negative.
+        TypeError: ``capacity`` or ``limit`` is not an ``int``.
     """
 
     __slots__ = ("_cap", "_finished", "_head", "_head_bytes", "_progress", "_streamer", "_tail")

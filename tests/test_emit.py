@@ -153,11 +153,19 @@ def test_the_head_counts_bytes_of_any_bytes_like(data: memoryview) -> None:
 
 
 def test_bad_construction_is_refused_with_the_reason() -> None:
-    """A tail smaller than one frame, or a negative head, is refused."""
+    """A tail smaller than one frame, a negative head, limit or cap, or a capacity
+    that is not an int, is refused with the reason."""
     with pytest.raises(ValueError, match="capacity 7 is below the spec's max_delta_bytes 8"):
         OutputStream(SPEC, capacity=7)
     with pytest.raises(ValueError, match="head_bytes must be >= 0, got -1"):
         OutputStream(SPEC, capacity=8, head_bytes=-1)
+    with pytest.raises(ValueError, match="limit must be >= 0 or None, got -1"):
+        OutputStream(SPEC, capacity=8, limit=-1)
+    negative = StreamingSpec(subkind="emit_test", max_delta_bytes=-1)
+    with pytest.raises(ValueError, match=r"spec\.max_delta_bytes must be >= 0 or None, got -1"):
+        OutputStream(negative, capacity=8)
+    with pytest.raises(TypeError, match="capacity must be an int, not float"):
+        OutputStream(SPEC, capacity=8.0)  # type: ignore[arg-type]
 
 
 def test_writing_after_finish_is_refused() -> None:
