@@ -148,11 +148,15 @@ def stream_chunk(
         ValueError: ``total`` or ``last_total`` is negative,
             ``spec.max_delta_bytes`` is negative, or a frame would carry a
             ``total`` beyond the wire's u64 range.
-        TypeError: ``tail`` is not bytes-like, or is a non-contiguous view, or
-            ``truncated`` is not a ``bool``.
+        TypeError: ``tail`` is not bytes-like, or is a non-contiguous view,
+            ``total`` or ``last_total`` is not an ``int``, or ``truncated`` is
+            not a ``bool``.
     """
     if truncated is not False and truncated is not True:
         raise truncated_type_error(truncated)
+    if type(total) is not int or type(last_total) is not int:
+        check_count("total", total)
+        check_count("last_total", last_total)
     if total <= last_total:
         if total < 0:
             raise ValueError(f"total must be >= 0, got {total}")
@@ -174,6 +178,17 @@ def truncated_type_error(truncated: object) -> TypeError:
     is a JSON boolean, and a ``1`` or ``None`` copied verbatim into a frame
     would make every strict decoder reject it."""
     return TypeError(f"truncated must be a bool, not {type(truncated).__name__}")
+
+
+def check_count(name: str, value: object) -> None:
+    """Check that a byte count is an ``int``: a float would reach the frame's
+    ``total_bytes`` (which the strict decoder rejects) or fail as a slice index.
+
+    Raises:
+        TypeError: ``value`` is not an ``int`` (a ``bool`` is not a count).
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
 
 
 def cap_of(spec: StreamingSpec) -> int:

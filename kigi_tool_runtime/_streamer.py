@@ -18,7 +18,7 @@ from codecs import utf_8_decode
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
 
-from ._chunk import Tail, _advance, bytes_tail, cap_of, truncated_type_error
+from ._chunk import Tail, _advance, bytes_tail, cap_of, check_count, truncated_type_error
 from ._tail import TailBuffer
 
 __all__ = ("DeltaStreamer",)
@@ -62,11 +62,13 @@ class DeltaStreamer:
 
         Raises:
             ValueError: ``total`` is negative.
-            TypeError: ``tail`` is not a bytes-like object, or ``truncated`` is
-                not a ``bool``.
+            TypeError: ``tail`` is not a bytes-like object, ``total`` is not an
+                ``int``, or ``truncated`` is not a ``bool``.
         """
         if truncated is not False and truncated is not True:
             raise truncated_type_error(truncated)
+        if type(total) is not int:
+            check_count("total", total)
         last_total = self._last_total
         if total <= last_total:
             if total < 0:
@@ -84,8 +86,8 @@ class DeltaStreamer:
 
         Raises:
             ValueError: ``total`` is negative.
-            TypeError: ``tail`` is not a bytes-like object, or ``truncated`` is
-                not a ``bool``.
+            TypeError: ``tail`` is not a bytes-like object, ``total`` is not an
+                ``int``, or ``truncated`` is not a ``bool``.
         """
         return self._run(tail, total, truncated, False)
 
@@ -95,8 +97,8 @@ class DeltaStreamer:
 
         Raises:
             ValueError: ``total`` is negative.
-            TypeError: ``tail`` is not a bytes-like object, or ``truncated`` is
-                not a ``bool``.
+            TypeError: ``tail`` is not a bytes-like object, ``total`` is not an
+                ``int``, or ``truncated`` is not a ``bool``.
         """
         return self._run(tail, total, truncated, True)
 
@@ -120,6 +122,8 @@ class DeltaStreamer:
     def _run(self, tail: Tail, total: int, truncated: bool, final: bool) -> list[CustomProgress]:
         if truncated is not False and truncated is not True:
             raise truncated_type_error(truncated)
+        if type(total) is not int:
+            check_count("total", total)
         if total <= self._last_total:
             if total < 0:
                 raise ValueError(f"total must be >= 0, got {total}")

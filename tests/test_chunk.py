@@ -422,6 +422,23 @@ def test_truncated_that_is_not_a_bool_is_rejected(truncated: Any) -> None:
         stream_chunk(spec_with(None), b"a", 1, 0, truncated)
 
 
+@pytest.mark.parametrize(
+    ("total", "last_total", "message"),
+    [
+        (1e10, 0, "total must be an int, not float"),
+        (5.0, 0, "total must be an int, not float"),
+        (0.5, 1, "total must be an int, not float"),
+        (True, 0, "total must be an int, not bool"),
+        (3, 0.0, "last_total must be an int, not float"),
+    ],
+)
+def test_counts_that_are_not_ints_are_rejected(total: Any, last_total: Any, message: str) -> None:
+    """A float (or bool) count is a TypeError, not a frame whose total_bytes is a
+    JSON float the strict decoder rejects, nor a float cursor."""
+    with pytest.raises(TypeError, match=message):
+        stream_chunk(spec_with(None), b"abcdefghij", total, last_total)
+
+
 def test_negative_total_is_rejected() -> None:
     """A negative total is a ValueError."""
     with pytest.raises(ValueError, match="total must be >= 0, got -1"):

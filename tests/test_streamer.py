@@ -155,8 +155,8 @@ def test_step_with_final_flushes_a_split_character() -> None:
 
 
 def test_bad_arguments_are_rejected_at_the_call() -> None:
-    """A negative total, a bad tail or a non-bool truncated flag raises, and the
-    cursor stays put."""
+    """A negative or non-int total, a bad tail or a non-bool truncated flag
+    raises, and the cursor stays put."""
     streamer = DeltaStreamer(spec_with(None))
     with pytest.raises(ValueError, match="total must be >= 0, got -1"):
         streamer.drain(b"", -1)
@@ -165,6 +165,8 @@ def test_bad_arguments_are_rejected_at_the_call() -> None:
     for call in (streamer.step, streamer.drain, streamer.finish):
         with pytest.raises(TypeError, match="truncated must be a bool, not int"):
             call(b"a", 1, 1)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="total must be an int, not float"):
+            call(b"abc", 1e10)  # type: ignore[arg-type]
     assert streamer.last_total == 0
 
 
