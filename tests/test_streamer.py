@@ -212,6 +212,32 @@ def test_byte_at_a_time_through_smallest_tail(text: str, cap: int | None) -> Non
     assert streamer.last_total == buffer.total
 
 
+@pytest.mark.parametrize("capacity", [4, 5, 6, 7])
+@pytest.mark.parametrize("cap", [0, 1, 3])
+def test_four_byte_characters_across_gaps_at_tiny_caps(capacity: int, cap: int) -> None:
+    """4-byte characters overflowing a tail of 4-7 bytes, cut at every index, at
+    caps below one character: every loss is one gap frame, survivors are whole
+    characters (orphans skipped, never U+FFFD), and the cursor ends at the total."""
+    text = "😀a𝄞😀😀b😀"
+    source = text.encode()
+    for cut in range(len(source) + 1):
+        buffer = TailBuffer(capacity)
+        streamer = DeltaStreamer(spec_with(cap))
+        buffer.write(source[:cut])
+        frames = streamer.drain_buffer(buffer)
+        # The cursor may stop before a held split character, still in the tail.
+        first = streamer.last_total
+        buffer.write(source[cut:])
+        frames += streamer.finish_buffer(buffer)
+        out = text_of(frames)
+        assert "\ufffd" not in out, f"cut at {cut}"
+        assert all(len(p.delta) <= 1 for p in payloads(frames)), f"cut at {cut}"
+        losses = (cut > capacity) + (len(source) - first > capacity)
+        assert sum(p.gap for p in payloads(frames)) == losses, f"cut at {cut}"
+        assert out.endswith(source[-capacity:].decode("utf-8", "ignore")), f"cut at {cut}"
+        assert streamer.last_total == len(source)
+
+
 # -- Properties over write/tick schedules ----------------------------------------
 
 
