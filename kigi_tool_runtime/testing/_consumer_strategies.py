@@ -197,10 +197,14 @@ def frame_logs(draw: st.DrawFn, *, max_calls: int = 3, with_seq: bool = True) ->
 @st.composite
 def damaged_frame_logs(draw: st.DrawFn) -> tuple[list[bytes], str]:
     """A frame log broken one way from :data:`DAMAGES` (or two), and the name
-    of the first damage done."""
+    of the first damage done. A damage that needs lines the log lacks (a swap
+    in a one-line log, a cut in an empty one) is done as ``other_method``, and
+    named so."""
     lines = list(draw(frame_logs()).lines)
     damages = draw(st.lists(st.sampled_from(DAMAGES), min_size=1, max_size=2))
+    done: list[str] = []
     for damage in damages:
+        done.append(damage)
         at = draw(st.integers(0, max(len(lines) - 1, 0)))
         line = lines[at] if lines else b"{}"
         if damage == "duplicate" and lines:
@@ -230,5 +234,6 @@ def damaged_frame_logs(draw: st.DrawFn) -> tuple[list[bytes], str]:
             body = {"delta": "u", "total_bytes": 1, "truncated": True}
             lines.insert(at, progress_line("stranger", "chunk_0", body))
         else:
+            done[-1] = "other_method"
             lines.insert(at, b'{"jsonrpc":"2.0","method":"ping","params":null}')
-    return lines, damages[0]
+    return lines, done[0]
