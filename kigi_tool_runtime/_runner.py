@@ -54,6 +54,7 @@ __all__ = (
     "CHANNEL_DEPTH",
     "MAX_ITEMS_AFTER_TERMINAL",
     "STOP_WAIT_S",
+    "SUPPRESSED_BURST",
     "RunStats",
     "ToolRun",
     "decode_args",
@@ -78,6 +79,12 @@ MAX_ITEMS_AFTER_TERMINAL: Final = 1024
 
 #: Seconds spent pulling items after a terminal, for a tool that awaits after it.
 AFTER_TERMINAL_WAIT_S: Final = 1.0
+
+#: Withheld progress items (the caller wants none) after which the runner gives
+#: the event loop a turn. A tool that yields without awaiting never suspends
+#: while its items are only counted, so the deadline and a cancel could never
+#: run and the call would hang; one turn per 256 items costs nothing measurable.
+SUPPRESSED_BURST: Final = 256
 
 # msgspec reports a validation error as "<reason> - at `$.path`".
 _AT_PATH: Final = re.compile(r"^(?P<reason>.*?) - at `(?P<path>\$[^`]*)`$", re.DOTALL)
@@ -428,6 +435,8 @@ class ToolRun:
                         await channel.put(item)
                 else:
                     self._suppressed += 1
+                    if not self._suppressed % SUPPRESSED_BURST:
+                        await asyncio.sleep(0)  # let the deadline and a cancel in
                 continue
             if not isinstance(item, (ToolResult, ToolError)):
                 item = ToolError.execution(

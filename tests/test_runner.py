@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,6 +29,7 @@ from kigi_tool_runtime._runner import (
     AFTER_TERMINAL_WAIT_S,
     CHANNEL_DEPTH,
     MAX_ITEMS_AFTER_TERMINAL,
+    SUPPRESSED_BURST,
     decode_args,
 )
 
@@ -373,6 +375,28 @@ def test_without_progress_the_runner_withholds_what_a_tool_yields_anyway() -> No
     items, run = run_all(Counter(), {"count": 5}, wants=False)
     assert items == [ToolResult(value={"done": 5})]
     assert run.statistics() == RunStats(progress=0, suppressed=5, after_terminal=0)
+
+
+class Spinner(Tool[Count]):
+    """Yields progress without ever awaiting, so it never lets the event loop run;
+    gives up after PATIENCE_S, so a runner that cannot stop it fails, not hangs."""
+
+    id = "spinner"
+    args_type = Count
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        give_up = time.monotonic() + PATIENCE_S
+        while time.monotonic() < give_up:
+            yield text(0)
+
+
+def test_withheld_progress_without_awaits_cannot_starve_the_deadline() -> None:
+    """A tool yielding unwanted progress in a tight loop still meets its deadline:
+    the runner hands the loop a turn every SUPPRESSED_BURST items."""
+    items, run = run_all(Spinner(), wants=False, timeout_ms=50)
+    assert error_of(items).kind is ToolErrorKind.TIMEOUT
+    assert items == [error_of(items)]
+    assert run.statistics().suppressed >= SUPPRESSED_BURST
 
 
 # -- stopping: deadline, cancel, the consumer going away ----------------------------
