@@ -471,6 +471,8 @@ class Client:
         Raises:
             ValueError: ``tool_call_id`` is already in use on this connection, or
                 ``timeout`` is not positive.
+            WireError: ``arguments`` hold a value JSON cannot carry (nothing is
+                sent and the call id stays free).
         """
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
@@ -478,11 +480,6 @@ class Client:
         if call_id in self._calls:
             raise ValueError(f"tool_call_id {call_id!r} is already in flight")
         request_id = next(self._ids)
-        call = Call(self, request_id, call_id, tool_id, timeout)
-        self._made += 1
-        if self._lost is not None:
-            call._end(self._connection_lost(tool_id))
-            return call
         params: ToolCallParams[Any] = ToolCallParams(
             tool_call_id=call_id,
             tool_id=tool_id,
@@ -492,9 +489,17 @@ class Client:
         request: JsonRpcRequest[Any] = JsonRpcRequest(
             id=request_id, session_id=self.session_id, method=METHOD_TOOL_CALL, params=params
         )
+        # Encoded before the call is registered: arguments JSON cannot carry
+        # must not leave a call that nothing will ever answer.
+        line = json_codec.encode(request)
+        call = Call(self, request_id, call_id, tool_id, timeout)
+        self._made += 1
+        if self._lost is not None:
+            call._end(self._connection_lost(tool_id))
+            return call
         self._calls[call_id] = call
         self._by_request[request_id] = call
-        self._send(json_codec.encode(request))
+        self._send(line)
         return call
 
     async def list_tools(self) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from kigi_tool_protocol import (
     JsonRpcResponse,
     ToolCallResult,
     ToolErrorWire,
+    WireError,
     error_code_for,
     json_codec,
 )
@@ -256,6 +257,24 @@ def test_bad_call_arguments_are_rejected() -> None:
             client.call("bash", {"command": "sleep 60"}, tool_call_id="dup")
             with pytest.raises(ValueError, match="tool_call_id 'dup' is already in flight"):
                 client.call("bash", {"command": "true"}, tool_call_id="dup")
+
+    _run(body)
+
+
+def test_arguments_json_cannot_carry_leave_no_call_behind() -> None:
+    """Unencodable arguments raise WireError from call(), send nothing, and leave
+    the call id free: the next call with it runs."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            with pytest.raises(WireError, match="cannot encode JsonRpcRequest"):
+                client.call("bash", {"command": object()}, tool_call_id="same")
+            assert client.statistics().calls == 0
+            _, result = await _collect(
+                client.call("bash", {"command": "echo ok"}, tool_call_id="same")
+            )
+            assert result.tool_call_id == "same"
+            assert client.statistics().calls == 1
 
     _run(body)
 
