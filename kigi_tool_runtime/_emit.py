@@ -20,7 +20,9 @@ Rule 1. Memory is bounded by ``capacity + head_bytes`` whatever is written: the
         stops growing; bytes in between are only counted.
 Rule 2. Every written byte reaches the stream as a delta, or is reported by a
         gap frame (the tail overflowed before it was drained), or is refused at
-        ``limit`` and the stream says ``truncated``.
+        ``limit`` and the stream says ``truncated`` (by the time it is finished:
+        a refusal no delta frame carried ends the stream with the truncation
+        notice, ``DeltaStreamer`` Rule 4).
 Rule 3. The omission marker of :meth:`OutputStream.excerpt` exists only in the
         excerpt; it never enters the stream.
 
@@ -201,7 +203,10 @@ class OutputStream:
 
     def finish(self) -> list[CustomProgress]:
         """The last frames: everything still pending, a trailing incomplete
-        character flushed as U+FFFD. Later writes are refused."""
+        character flushed as U+FFFD, then, when bytes were refused at the limit
+        and no frame has said ``truncated``, the truncation notice (an empty
+        delta with ``truncated=True``; see :meth:`DeltaStreamer.finish`). Later
+        writes are refused; a second call returns nothing new."""
         self._finished = True
         if not self._progress:
             return []

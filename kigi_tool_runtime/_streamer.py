@@ -10,6 +10,14 @@ Rule 2. :meth:`DeltaStreamer.drain` returns every frame the tail allows right
         afterwards the cursor is at ``total``.
 Rule 3. A drain always terminates: every frame but a gap frame consumes at least
         one byte, and a gap frame moves the cursor to the surviving tail.
+Rule 4. A truncation is always said. :meth:`DeltaStreamer.finish` ends with one
+        truncation notice, ``PartialResultPayload(delta="", total_bytes=total,
+        truncated=True, gap=False)``, when the source says ``truncated`` but no
+        frame this streamer emitted has: bytes refused whole at a limit never
+        move ``total``, so no delta frame could carry the flag. It is the only
+        non-gap frame with an empty delta, and only at the end; it is emitted
+        at most once (a second ``finish`` does not repeat it). It is a rule of
+        this source layer: :func:`stream_chunk` never makes it.
 """
 
 from __future__ import annotations
@@ -34,13 +42,15 @@ class DeltaStreamer:
         ValueError: ``spec.max_delta_bytes`` is negative.
     """
 
-    __slots__ = ("_cap", "_last_total", "_spec", "_subkind")
+    __slots__ = ("_cap", "_last_total", "_said_truncated", "_spec", "_subkind")
 
     def __init__(self, spec: StreamingSpec) -> None:
         self._cap = cap_of(spec)
         self._subkind = spec.subkind
         self._spec = spec
         self._last_total = 0
+        # Whether a frame of this streamer has carried truncated=true (Rule 4).
+        self._said_truncated = False
 
     def __repr__(self) -> str:
         return f"DeltaStreamer(subkind={self._spec.subkind!r}, last_total={self._last_total})"
@@ -77,6 +87,8 @@ class DeltaStreamer:
         progress, self._last_total = _advance(
             self._subkind, self._cap, bytes_tail(tail), total, last_total, truncated, final
         )
+        if truncated and progress is not None:
+            self._said_truncated = True
         return progress
 
     def drain(self, tail: Tail, total: int, truncated: bool = False) -> list[CustomProgress]:
@@ -95,6 +107,11 @@ class DeltaStreamer:
         """Like :meth:`drain`, for a source that has ended: a trailing incomplete
         character is flushed as U+FFFD, and the cursor ends at ``total``.
 
+        When ``truncated`` is true and no frame of this streamer has said so
+        yet, the last frame returned is the truncation notice (Rule 4):
+        ``delta=""``, ``total_bytes=total``, ``truncated=True``, ``gap=False``.
+        It comes once; a later ``finish`` does not repeat it.
+
         Raises:
             ValueError: ``total`` is negative.
             TypeError: ``tail`` is not a bytes-like object, ``total`` is not an
@@ -107,17 +124,23 @@ class DeltaStreamer:
         return self._run_buffer(buffer, False)
 
     def finish_buffer(self, buffer: TailBuffer) -> list[CustomProgress]:
-        """:meth:`finish` over ``buffer``'s tail, total and truncated flag."""
+        """:meth:`finish` over ``buffer``'s tail, total and truncated flag: when
+        the buffer refused bytes at its limit and no frame has said
+        ``truncated``, the frames end with the truncation notice (Rule 4)."""
         return self._run_buffer(buffer, True)
 
     def _run_buffer(self, buffer: TailBuffer, final: bool) -> list[CustomProgress]:
         # The buffer's own fields, read directly: its tail is a flat byte view
         # and its total is never negative, so nothing needs checking.
-        if buffer._total <= self._last_total:
-            return []
-        return self._loop(
-            buffer._view[buffer._start : buffer._end], buffer._total, buffer._dropped > 0, final
-        )
+        total = buffer._total
+        truncated = buffer._dropped > 0
+        if total <= self._last_total:
+            frames: list[CustomProgress] = []
+        else:
+            frames = self._loop(buffer._view[buffer._start : buffer._end], total, truncated, final)
+        if final and truncated and not self._said_truncated:
+            frames.append(self._notice(total))
+        return frames
 
     def _run(self, tail: Tail, total: int, truncated: bool, final: bool) -> list[CustomProgress]:
         if truncated is not False and truncated is not True:
@@ -127,8 +150,18 @@ class DeltaStreamer:
         if total <= self._last_total:
             if total < 0:
                 raise ValueError(f"total must be >= 0, got {total}")
-            return []
-        return self._loop(bytes_tail(tail), total, truncated, final)
+            frames: list[CustomProgress] = []
+        else:
+            frames = self._loop(bytes_tail(tail), total, truncated, final)
+        if final and truncated and not self._said_truncated:
+            frames.append(self._notice(total))
+        return frames
+
+    def _notice(self, total: int) -> CustomProgress:
+        # Rule 4: the one frame that says a truncation no delta frame carried.
+        self._said_truncated = True
+        payload = PartialResultPayload(delta="", total_bytes=total, truncated=True, gap=False)
+        return CustomProgress(subkind=self._subkind, payload=payload)
 
     def _loop(
         self, tail: memoryview, total: int, truncated: bool, final: bool
@@ -161,4 +194,6 @@ class DeltaStreamer:
                 break
             frames.append(progress)
         self._last_total = cursor
+        if truncated and frames:
+            self._said_truncated = True
         return frames

@@ -132,6 +132,29 @@ def test_the_hard_limit_truncates_the_stream() -> None:
     assert excerpt == Excerpt("abcde" + LIMIT_MARKER.format(dropped=3), 5, 0, True, 3)
 
 
+@pytest.mark.parametrize("limit", [0, 5])
+def test_a_write_refused_whole_at_the_limit_ends_the_stream_with_a_notice(limit: int) -> None:
+    """Output that ends exactly at ``limit`` (or a limit of 0), then a write refused
+    whole: finish ends with the truncation notice, once, so the stream says
+    ``truncated``; without progress it emits nothing."""
+    stream = OutputStream(SPEC, capacity=64, limit=limit)
+    assert stream.write(b"abcde"[:limit]) == limit
+    frames = payloads(stream.drain())
+    assert not any(p.truncated for p in frames)
+    assert stream.write(b"fgh") == 0
+    assert stream.drain() == []
+    frames += payloads(stream.finish())
+    assert "".join(p.delta for p in frames) == "abcde"[:limit]
+    assert frames[-1] == PartialResultPayload(
+        delta="", total_bytes=limit, truncated=True, gap=False
+    )
+    assert stream.finish() == []
+    quiet = OutputStream(SPEC, capacity=64, limit=limit, progress=False)
+    quiet.write(b"abcdefgh")
+    assert quiet.finish() == []
+    assert quiet.truncated
+
+
 @pytest.mark.parametrize(
     "data",
     [

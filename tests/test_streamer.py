@@ -122,6 +122,76 @@ def test_buffer_variants_read_tail_total_and_truncated() -> None:
     assert streamer.last_total == 4
 
 
+def notice(total: int) -> PartialResultPayload:
+    return PartialResultPayload(delta="", total_bytes=total, truncated=True, gap=False)
+
+
+def test_a_write_refused_whole_at_the_limit_is_said_by_a_final_notice() -> None:
+    """Output that stops exactly at the limit, then a write refused whole: no
+    delta frame can carry ``truncated``, so finish ends with the notice, once."""
+    buffer = TailBuffer(16, limit=4)
+    streamer = DeltaStreamer(spec_with(None))
+    buffer.write(b"abcd")
+    assert [(p.delta, p.truncated) for p in payloads(streamer.drain_buffer(buffer))] == [
+        ("abcd", False)
+    ]
+    assert buffer.write(b"efgh") == 0
+    assert buffer.truncated
+    assert streamer.drain_buffer(buffer) == [], "drain never emits the notice"
+    assert payloads(streamer.finish_buffer(buffer)) == [notice(4)]
+    assert streamer.finish_buffer(buffer) == [], "the notice is not repeated"
+    assert streamer.last_total == 4
+
+
+def test_a_limit_of_zero_streams_only_the_notice() -> None:
+    """``limit=0``: every byte is refused, and the stream is the notice alone."""
+    buffer = TailBuffer(8, limit=0)
+    buffer.write(b"anything")
+    streamer = DeltaStreamer(spec_with(3))
+    frames = streamer.finish_buffer(buffer)
+    assert [frame.subkind for frame in frames] == ["test_chunk"]
+    assert payloads(frames) == [notice(0)]
+    assert streamer.finish_buffer(buffer) == []
+
+
+def test_the_notice_follows_the_drained_frames() -> None:
+    """finish drains the backlog first; the notice comes after its last frame."""
+    streamer = DeltaStreamer(spec_with(2))
+    assert payloads(streamer.drain(b"abc", 3)) == [
+        PartialResultPayload(delta="ab", total_bytes=3),
+        PartialResultPayload(delta="c", total_bytes=3),
+    ]
+    frames = payloads(streamer.finish(b"abcde", 5, True))
+    assert frames == [
+        PartialResultPayload(delta="de", total_bytes=5, truncated=True),
+    ], "a delta frame says truncated itself: no notice"
+    streamer = DeltaStreamer(spec_with(2))
+    streamer.drain(b"abc", 3)
+    assert payloads(streamer.finish(b"abc", 3, True)) == [notice(3)]
+    assert streamer.finish(b"abc", 3, True) == []
+
+
+def test_no_notice_when_a_frame_already_said_truncated() -> None:
+    """A frame that carried ``truncated`` (from step or drain) makes the notice moot."""
+    streamer = DeltaStreamer(spec_with(None))
+    assert streamer.step(b"ab", 2, True) is not None
+    assert streamer.finish(b"ab", 2, True) == []
+    streamer = DeltaStreamer(spec_with(None))
+    streamer.drain(b"ab", 2, True)
+    assert streamer.finish(b"ab", 2, True) == []
+
+
+def test_no_notice_without_truncation() -> None:
+    """A source that refused nothing never gets the notice, even at total 0."""
+    streamer = DeltaStreamer(spec_with(None))
+    assert streamer.finish(b"", 0) == []
+    buffer = TailBuffer(8, limit=4)
+    buffer.write(b"abcd")
+    assert [p.delta for p in payloads(DeltaStreamer(spec_with(None)).finish_buffer(buffer))] == [
+        "abcd"
+    ]
+
+
 def test_frames_carry_the_spec_subkind() -> None:
     """Every frame is a custom progress with the spec's subkind."""
     frames = DeltaStreamer(StreamingSpec(subkind="bash_output_chunk")).finish(b"hi", 2)
@@ -408,3 +478,39 @@ def test_ascii_backlog_drains_in_ceil_n_over_cap_frames(n: int, cap: int, capaci
     frames = DeltaStreamer(spec_with(cap)).drain_buffer(buffer)
     assert len(frames) == math.ceil(n / cap)
     assert text_of(frames) == "k" * n
+
+
+@given(
+    source=byte_sources(),
+    cap=caps(),
+    capacity=st.one_of(st.integers(4, 12), tail_sizes()),
+    limit=st.one_of(st.none(), st.integers(0, 64)),
+    data=st.data(),
+)
+def test_finish_says_truncated_iff_the_buffer_refused_a_byte(
+    source: bytes, cap: int | None, capacity: int, limit: int | None, data: st.DataObject
+) -> None:
+    """With any limit and schedule, after finish the stream says ``truncated``
+    exactly when the buffer refused a byte; the notice comes at most once, last,
+    at the final total; every other non-gap frame carries a delta."""
+    steps = data.draw(schedules(source))
+    buffer = TailBuffer(capacity, limit)
+    streamer = DeltaStreamer(spec_with(cap))
+    frames: list[CustomProgress] = []
+    for step in steps:
+        if step is None:
+            frames += streamer.drain_buffer(buffer)
+        else:
+            buffer.write(step)
+    frames += streamer.finish_buffer(buffer)
+    frames += streamer.finish_buffer(buffer)
+    got = payloads(frames)
+    assert any(p.truncated for p in got) == buffer.truncated
+    assert buffer.truncated == (limit is not None and len(source) > limit)
+    empties = [i for i, p in enumerate(got) if not p.delta and not p.gap]
+    assert len(empties) <= 1
+    if empties:
+        assert empties == [len(got) - 1]
+        assert got[-1] == notice(buffer.total)
+        assert not any(p.truncated for p in got[:-1])
+    event("notice" if empties else "no notice")

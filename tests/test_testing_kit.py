@@ -304,12 +304,16 @@ def test_core_passes_the_kit(
     data: st.DataObject,
 ) -> None:
     """TailBuffer and DeltaStreamer keep every invariant over any source, cap, tail,
-    limit and schedule (gaps placed with or without knowing the tail), and a
-    lossless stream is exactly the lossy decode."""
+    limit and schedule (gaps placed with or without knowing the tail), say
+    ``truncated`` exactly when the limit refused a byte, and a lossless stream is
+    exactly the lossy decode."""
     steps = data.draw(schedules(source))
     frames, buffer = stream_core(source, steps, cap, capacity, limit)
     tail = capacity if known else None
-    checked = check_stream(frames, source, cap=cap, tail_capacity=tail, total=buffer.total)
+    checked = check_stream(
+        frames, source, cap=cap, tail_capacity=tail, total=buffer.total, truncated=buffer.truncated
+    )
+    assert checked.truncated == buffer.truncated
     assert checked.frames == len(frames)
     assert checked.total_bytes == (buffer.total if frames else 0)
     if not checked.lost:
@@ -679,6 +683,74 @@ def test_empty_frames_only_for_gaps() -> None:
         r"^frame 1: empty delta in a frame that is not a gap frame",
         [frame("a", 1), frame("", 1)],
         b"a",
+    )
+
+
+def test_the_truncation_notice_ends_a_truncated_stream() -> None:
+    """An empty, truncated, non-gap last frame at the same total as the one before
+    (0 when alone) is the truncation notice: accepted, and it satisfies
+    ``truncated=True``; the SDK's core makes exactly it."""
+    source = b"abcdef"
+    notice = frame("", 4, truncated=True)
+    checked = check_stream(
+        [frame("ab", 2), frame("cd", 4), notice], source, total=4, truncated=True
+    )
+    assert (checked.text, checked.frames, checked.total_bytes) == ("abcd", 3, 4)
+    assert checked.truncated
+    alone = check_stream([frame("", 0, truncated=True)], source, total=0, truncated=True)
+    assert (alone.text, alone.frames, alone.truncated) == ("", 1, True)
+    after_gap = [frame("ab", 2), frame("f", 6, gap=True), frame("", 6, truncated=True)]
+    assert check_stream(after_gap, source + b"gh", total=6, truncated=True).lost_bytes == 3
+    frames, buffer = stream_core(source, [source[:4], None, source[4:]], 2, 8, limit=4)
+    assert check_stream(frames, source, cap=2, total=4, truncated=True).frames == len(frames)
+    assert buffer.truncated
+
+
+def test_an_empty_frame_that_is_not_the_notice_is_named() -> None:
+    """An empty non-gap frame anywhere but at the end, or at the end without being
+    the notice (not truncated, a moved total, truncated said before, alone at a
+    total past 0), is named with the reason."""
+    source = b"abcdef"
+    fails(
+        r"^frame 1: empty delta in a frame that is not a gap frame \(rule 2",
+        [frame("ab", 2), frame("", 4, truncated=True), frame("cd", 4, truncated=True)],
+        source,
+        total=4,
+    )
+    fails(
+        r"^frame 1: empty delta in a frame that is not a gap frame, and not a truncation"
+        r" notice: its total_bytes 4 is not the 2 of the frame before it",
+        [frame("ab", 2), frame("", 4, truncated=True)],
+        source,
+        total=4,
+    )
+    fails(
+        r"^frame 1: empty delta .* not a truncation notice: an earlier frame already said",
+        [frame("ab", 2, truncated=True), frame("", 2, truncated=True)],
+        source,
+        total=2,
+    )
+    fails(
+        r"^frame 0: empty delta .* notice: its total_bytes 2 is not 0, yet no frame came before",
+        [frame("", 2, truncated=True)],
+        source,
+        total=2,
+    )
+    fails(
+        r"^frame 1: says truncated, but all 2 bytes",
+        [frame("ab", 2), frame("", 2, truncated=True)],
+        b"ab",
+    )
+
+
+def test_required_truncation_needs_a_frame_to_say_it() -> None:
+    """``truncated=True`` with no frame at all is named: the notice can always say it."""
+    fails(
+        r"^stream: no frame says truncated, but only 0 of the source's 6 bytes",
+        [],
+        b"abcdef",
+        total=0,
+        truncated=True,
     )
 
 

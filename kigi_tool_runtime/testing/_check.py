@@ -10,7 +10,10 @@ Rule 1. Deltas continue the source: every frame that is not a gap frame starts
         equal ``source.decode("utf-8", "replace")``, and valid text comes back
         exactly, with no U+FFFD the source does not contain.
 Rule 2. Every frame consumes at most ``cap`` source bytes, or is a single
-        character; no frame is empty except a gap frame.
+        character; no frame is empty except a gap frame and the truncation
+        notice: the last frame, ``truncated``, at the same ``total_bytes`` as
+        the frame before it (0 when it is the only one), when no earlier frame
+        said ``truncated``. It says a refusal no delta frame could carry.
 Rule 3. ``total_bytes`` never decreases, never exceeds what the source produced,
         and the last frame's equals the source's count; by then every byte has
         been delivered or reported lost.
@@ -19,9 +22,10 @@ Rule 4. Every loss is reported: bytes are skipped only right before a gap
         previous position (at least one byte lost, leading orphaned
         continuation bytes skipped, never decoded). Lost bytes are counted.
 Rule 5. ``truncated`` is cumulative, is set only when bytes were refused at a
-        limit, and once it is set ``total_bytes`` stops growing. (A refusal after
-        the last frame leaves no frame to say it, so it is required only when
-        the caller asks.)
+        limit, and once it is set ``total_bytes`` stops growing. A stream whose
+        refused bytes no delta frame carried says it with the truncation notice
+        (rule 2), so a refusal can always be said; it is required when the
+        caller asks (``truncated=True``).
 
 The checker knows nothing of how the stream was made: it judges only frames
 and source bytes, so it can judge any tool. The first broken frame is named in
@@ -388,7 +392,8 @@ class _Checker:
                 return _Mismatch(
                     index,
                     "empty delta in a frame that is not a gap frame"
-                    " (rule 2: only a gap frame may be empty)",
+                    " (rule 2: only a gap frame, or the truncation notice at the end,"
+                    " may be empty)",
                     _describe(payload),
                 )
             found = self.match(index, position, payload)
@@ -485,10 +490,11 @@ def check_stream(
             survivors must start where a full tail of that size starts.
         total: the bytes the stream must account for (default ``len(source)``);
             less when a limit refused the rest.
-        truncated: ``True``: the last frame must say truncated; ``False``: no
-            frame may. Default: frames may say it only when ``total`` is less
-            than ``len(source)``, and need not (bytes refused after the last
-            frame leave no frame to say so).
+        truncated: ``True``: some frame must say truncated (so the last one
+            does; a refusal no delta frame carried is said by the truncation
+            notice); ``False``: no frame may. Default: frames may say it only
+            when ``total`` is less than ``len(source)``, and are not required
+            to (pass ``True`` to require it).
         subkind: check only frames of this subkind (default: every
             partial-result frame).
         complete: the stream has ended, so it must reach ``total``; with
@@ -549,12 +555,13 @@ def _check_stream(
         raise ValueError(f"cap must be >= 0 or None, got {cap}")
     if tail_capacity is not None and tail_capacity < 1:
         raise ValueError(f"tail_capacity must be >= 1 or None, got {tail_capacity}")
-    # Bytes refused at a limit after the last frame leave no frame to say so, so
-    # truncation is required only when the caller says it must show.
+    # Truncation is required only when the caller says it must show.
     may_truncate = end_total < len(data) if truncated is None else truncated
-    items = _payloads(frames, subkind)
+    every = _payloads(frames, subkind)
+    _check_counters(every, end_total, len(data), may_truncate, must_truncate=bool(truncated))
+    # The truncation notice carries no bytes: it is judged here, not placed.
+    items = every[:-1] if _is_notice(every) else every
     checker = _Checker(items, data[:end_total], limit, tail_capacity)
-    _check_counters(items, end_total, len(data), may_truncate, must_truncate=bool(truncated))
 
     position = 0
     lost: list[LostSpan] = []
@@ -582,14 +589,14 @@ def _check_stream(
         k = following
 
     if complete and position != end_total:
-        if not items:
+        if not every:
             raise StreamCheckError(
                 None,
                 f"no partial-result frames for a source of {end_total} bytes: none of them"
                 " was delivered or reported as lost (rule 3: was the stream finished when"
                 " the source ended?)",
             )
-        index, payload = items[-1]
+        index, payload = every[-1]
         raise StreamCheckError(
             index,
             f"the stream ends after this frame at source byte {position} of {end_total}:"
@@ -599,10 +606,43 @@ def _check_stream(
         )
     return CheckedStream(
         text="".join(payload.delta for _, payload in items),
-        frames=len(items),
-        total_bytes=items[-1][1].total_bytes if items else 0,
+        frames=len(every),
+        total_bytes=every[-1][1].total_bytes if every else 0,
         lost=tuple(lost),
-        truncated=items[-1][1].truncated if items else False,
+        truncated=every[-1][1].truncated if every else False,
+    )
+
+
+def _is_notice(items: list[tuple[int, PartialResultPayload]]) -> bool:
+    """Whether the last frame is the truncation notice (rule 2).
+
+    Raises:
+        StreamCheckError: the last frame is empty and says truncated, but breaks
+            a condition of the notice.
+    """
+    if not items:
+        return False
+    index, payload = items[-1]
+    if payload.delta or payload.gap or not payload.truncated:
+        return False
+    before = items[-2][1] if len(items) > 1 else None
+    expected = before.total_bytes if before is not None else 0
+    if before is not None and before.truncated:
+        why = "an earlier frame already said truncated"
+    elif payload.total_bytes != expected:
+        why = (
+            f"its total_bytes {payload.total_bytes} is not the {expected} of the frame before it"
+            if before is not None
+            else f"its total_bytes {payload.total_bytes} is not 0, yet no frame came before it"
+        )
+    else:
+        return True
+    raise StreamCheckError(
+        index,
+        "empty delta in a frame that is not a gap frame, and not a truncation notice:"
+        f" {why} (rule 2: only a gap frame, or the notice that ends a truncated stream,"
+        " may be empty)",
+        _describe(payload),
     )
 
 
@@ -726,6 +766,13 @@ def _check_counters(
                 _describe(payload),
             )
         previous = payload
+    if previous is None and must_truncate:
+        raise StreamCheckError(
+            None,
+            f"no frame says truncated, but only {end_total} of the source's {produced} bytes"
+            " count in the stream (rule 5: a finished stream says a refusal, by its"
+            " truncation notice when no delta frame carried it)",
+        )
     if previous is not None and must_truncate and not previous.truncated:
         index = items[-1][0]
         raise StreamCheckError(

@@ -110,7 +110,8 @@ def fuzz_streaming_tool(
         tail_capacity: the tool's tail size, when known (see
             :func:`check_stream`).
         limit: the tool's hard output limit, when it has one: bytes past it are
-            refused, so the stream accounts for ``min(len(source), limit)``.
+            refused, so the stream accounts for ``min(len(source), limit)``, and
+            must say ``truncated`` when it refused any.
         lossless: the tool must never report a gap.
         max_examples: examples to run (default: the active profile's). The
             test has no deadline: a run starts an event loop, often a process.
@@ -151,6 +152,7 @@ def fuzz_streaming_tool(
             cap=cap,
             tail_capacity=tail_capacity,
             total=len(source) if limit is None else min(len(source), limit),
+            truncated=limit is not None and len(source) > limit,
             subkind=spec.subkind,
             lossless=lossless,
         )
