@@ -5,7 +5,10 @@ Invariants:
 
 Rule 1. Absent is not empty: the text is ``None`` until a decodable
         partial-result frame has landed; a frame with an empty delta (a gap
-        with nothing decodable after it) makes it ``""``.
+        with nothing decodable after it, or a truncation notice) makes it ``""``.
+        An empty non-gap frame is no anomaly: it is the producer's truncation
+        notice (``DeltaStreamer`` Rule 4), which appends nothing, leaves the
+        cursor where it was and makes the stream ``truncated``.
 Rule 2. Text is only appended, as a list of chunks joined when read; a frame
         that only appends (the steady path) costs one list append, and its
         bytes are counted in one pass when a figure is next needed.

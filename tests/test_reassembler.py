@@ -34,10 +34,14 @@ from kigi_tool_runtime import (
 from kigi_tool_runtime._lines import OversizedLine
 from kigi_tool_runtime.testing import (
     FrameLog,
+    ScheduleStep,
+    byte_sources,
+    caps,
     damaged_frame_logs,
     frame_logs,
     producer_runs,
     progress_line,
+    schedules,
     utf8_text_sources,
 )
 
@@ -214,6 +218,88 @@ def test_empty_gap_frame_makes_text_present_but_empty() -> None:
     assert state.text == ""
     assert state.gaps[0].lost_bytes == 50
     assert state.render("<{lost}>") == "<47-50>"
+
+
+def limited_lines(
+    steps: list[ScheduleStep], cap: int | None, capacity: int, limit: int | None
+) -> tuple[list[bytes], TailBuffer]:
+    """The lines of a stream through a TailBuffer with ``limit``, drained on each
+    tick and finished at the end (so a truncation ends with its notice)."""
+    buffer = TailBuffer(capacity, limit)
+    streamer = DeltaStreamer(StreamingSpec(subkind=KIND, max_delta_bytes=cap))
+    lines: list[bytes] = []
+    for step in steps:
+        if step is None:
+            lines += [line(frame.payload) for frame in streamer.drain_buffer(buffer)]
+        else:
+            buffer.write(step)
+    lines += [line(frame.payload) for frame in streamer.finish_buffer(buffer)]
+    return lines, buffer
+
+
+@pytest.mark.parametrize("limit", [0, 6])
+def test_a_truncation_notice_makes_the_stream_truncated_without_anomaly(limit: int) -> None:
+    """Output that stops exactly at the limit (or a limit of 0) ends with the
+    truncation notice: the stream and its report say truncated, the text is
+    what was accepted, and the empty frame is no anomaly, in whole and split folds."""
+    lines, buffer = limited_lines([b"hello "[:limit], None, b"world"], 3, 16, limit)
+    assert buffer.truncated
+    assert json.loads(lines[-1])["params"]["body"] == body("", limit, truncated=True)
+    folded = Reassembler.fold(lines)
+    state = only(folded)
+    assert folded.anomalies == ()
+    assert state.text == "hello "[:limit]
+    assert state.truncated
+    assert state.total_bytes == limit
+    report = state.report()
+    assert report.truncated
+    assert not report.complete
+    assert report.summary().endswith("truncated at the output limit")
+    for cut in range(len(lines) + 1):
+        split = Reassembler.fold(lines[:cut]).absorb(Reassembler.fold(lines[cut:]))
+        assert split == folded
+    appended = Reassembler.fold(lines[:-1]).appended(lines[-1])
+    assert (appended.text, appended.gap, appended.truncated, appended.anomalies) == (
+        "",
+        None,
+        True,
+        (),
+    )
+    assert appended.render() == ""
+
+
+def limit_for(data: st.DataObject, steps: list[ScheduleStep]) -> int | None:
+    """No limit, any limit, or one that falls exactly on a write boundary (where a
+    later write is refused whole and no delta frame can say ``truncated``)."""
+    ends = [0]
+    for step in steps:
+        if step is not None:
+            ends.append(ends[-1] + len(step))
+    return data.draw(
+        st.one_of(st.none(), st.integers(0, ends[-1] + 4), st.sampled_from(ends)), label="limit"
+    )
+
+
+@given(
+    source=byte_sources(),
+    cap=caps(),
+    capacity=st.integers(4, 24),
+    data=st.data(),
+)
+def test_a_folded_stream_is_truncated_iff_the_limit_refused_a_byte(
+    source: bytes, cap: int | None, capacity: int, data: st.DataObject
+) -> None:
+    """With any limit and schedule, the fold says truncated exactly when the buffer
+    refused a byte, reports no anomaly, and keeps the fold contract at every split."""
+    steps = data.draw(schedules(source))
+    limit = limit_for(data, steps)
+    lines, buffer = limited_lines(steps, cap, capacity, limit)
+    whole = Reassembler.fold(lines)
+    state = whole.stream("c1", KIND)
+    assert whole.anomalies == ()
+    assert (state is not None and state.report().truncated) == buffer.truncated
+    for cut in split_points(len(lines)):
+        assert Reassembler.fold(lines[:cut]).absorb(Reassembler.fold(lines[cut:])) == whole
 
 
 # -- the fold contract -----------------------------------------------------------
