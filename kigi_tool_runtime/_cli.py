@@ -411,9 +411,9 @@ def _finish(
         if isinstance(terminal, ToolResult)
         else None
     )
-    # Bytes the command wrote past --limit. The stream only says `truncated` on a
-    # frame that also carries new bytes, so output that stops exactly at the
-    # limit, or a limit of 0, shows the drop in the result alone.
+    # Bytes the command wrote past --limit: the stream says `truncated` (by its
+    # truncation notice when no delta frame carried it), but only the result
+    # counts the bytes dropped.
     past_limit = 0 if outcome is None else max(outcome.total_bytes - total, 0)
     parts = [
         f"{total} bytes",

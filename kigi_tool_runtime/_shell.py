@@ -289,7 +289,8 @@ class ShellTool(Tool[ShellArgs]):
     ``max_delta_bytes`` sets the stream's cap (its ``StreamingSpec``, declared in
     this instance's ``capabilities``); ``limit`` is a hard cap on the bytes
     streamed per call: bytes past it are read and counted but dropped, the
-    stream says ``truncated``, and the result says how many were dropped.
+    stream says ``truncated`` (its last frame is the truncation notice when no
+    delta frame could carry the flag), and the result says how many were dropped.
 
     Raises:
         ValueError: a bound is out of range (``tick``, ``grace`` or

@@ -318,6 +318,29 @@ def test_a_limit_reached_exactly_at_a_write_still_reads_truncated() -> None:
     assert ", truncated, 3 bytes past the limit dropped, exit 0" in done.stderr.decode()
 
 
+def test_check_of_a_limited_run_reports_the_truncation(tmp_path: Path) -> None:
+    """`run --json --limit` whose output stops exactly at the limit, then writes
+    more after a tick (or a limit of 0): the log ends with the truncation notice,
+    and `check` reports the stream truncated, with no violation."""
+    writes = "import os,time; os.write(1, b'abcde'); time.sleep(0.3); os.write(1, b'fgh')"
+    cases = [("5", (sys.executable, "-c", writes), "5 bytes"), ("0", ("printf abc",), "0 bytes")]
+    for limit, command, size in cases:
+        framed = _cli("run", "--json", "--tick", "20", "--limit", limit, "--", *command)
+        assert framed.returncode == 0, framed.stderr
+        lines = framed.stdout.splitlines()
+        last = json.loads(lines[-1])["params"]["body"]
+        assert last == {"delta": "", "total_bytes": int(limit), "truncated": True, "gap": False}
+        assert ", truncated, 3 bytes past the limit dropped, exit 0" in framed.stderr.decode()
+        log = tmp_path / f"limit-{limit}.jsonl"
+        log.write_bytes(framed.stdout)
+        checked = _cli("check", str(log))
+        assert checked.returncode == 0, checked.stdout
+        report = checked.stdout.decode()
+        assert f"run-1/bash_output_chunk: {size} in" in report
+        assert "truncated at the output limit" in report
+        assert report.rstrip().endswith(": ok")
+
+
 def test_serve_stopped_by_sigterm_cancels_its_calls_and_their_commands() -> None:
     """SIGTERM ends `serve` like end of input: the call in flight is answered
     cancelled, its command's process group is gone, and the exit is 143."""

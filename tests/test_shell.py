@@ -743,6 +743,23 @@ def test_the_hard_limit_drops_and_counts_what_is_past_it() -> None:
     assert outcome.output == "a" * 1000 + LIMIT_MARKER.format(dropped=5000)
 
 
+@pytest.mark.parametrize("limit", [0, 5])
+def test_output_stopping_exactly_at_the_limit_ends_with_the_truncation_notice(limit: int) -> None:
+    """Output that reaches ``limit`` exactly and writes more after a tick (or a
+    limit of 0): no delta frame can say ``truncated``, so the frames end with the
+    truncation notice, once; the result still counts the dropped bytes."""
+    script = "import os,time; os.write(1, b'abcde'); time.sleep(0.3); os.write(1, b'fgh')"
+    got = run(py(script), ShellTool(tick=0.02, limit=limit))
+    assert got.text == "abcde"[:limit]
+    notices = [p for p in got.payloads if not p.delta and not p.gap]
+    assert notices == [PartialResultPayload(delta="", total_bytes=limit, truncated=True)]
+    assert got.payloads[-1] is notices[0]
+    assert not any(p.truncated for p in got.payloads[:-1])
+    outcome = shell_outcome(got)
+    assert (outcome.total_bytes, outcome.truncated) == (8, True)
+    assert outcome.output == "abcde"[:limit] + LIMIT_MARKER.format(dropped=8 - limit)
+
+
 def test_negative_caps_and_limits_are_refused() -> None:
     """A negative cap or limit, or a cap larger than the tail, is refused."""
     with pytest.raises(ValueError, match="max_delta_bytes must be >= 0 or None, got -1"):
