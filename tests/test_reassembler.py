@@ -39,6 +39,7 @@ from kigi_tool_runtime.testing import (
     caps,
     damaged_frame_logs,
     frame_logs,
+    output_limits,
     producer_runs,
     progress_line,
     schedules,
@@ -268,18 +269,6 @@ def test_a_truncation_notice_makes_the_stream_truncated_without_anomaly(limit: i
     assert appended.render() == ""
 
 
-def limit_for(data: st.DataObject, steps: list[ScheduleStep]) -> int | None:
-    """No limit, any limit, or one that falls exactly on a write boundary (where a
-    later write is refused whole and no delta frame can say ``truncated``)."""
-    ends = [0]
-    for step in steps:
-        if step is not None:
-            ends.append(ends[-1] + len(step))
-    return data.draw(
-        st.one_of(st.none(), st.integers(0, ends[-1] + 4), st.sampled_from(ends)), label="limit"
-    )
-
-
 @given(
     source=byte_sources(),
     cap=caps(),
@@ -292,7 +281,7 @@ def test_a_folded_stream_is_truncated_iff_the_limit_refused_a_byte(
     """With any limit and schedule, the fold says truncated exactly when the buffer
     refused a byte, reports no anomaly, and keeps the fold contract at every split."""
     steps = data.draw(schedules(source))
-    limit = limit_for(data, steps)
+    limit = data.draw(output_limits(steps), label="limit")
     lines, buffer = limited_lines(steps, cap, capacity, limit)
     whole = Reassembler.fold(lines)
     state = whole.stream("c1", KIND)

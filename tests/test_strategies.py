@@ -7,7 +7,7 @@ import itertools
 import subprocess
 import sys
 
-from hypothesis import given
+from hypothesis import find, given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import PartialResultPayload, StreamingSpec, json_codec
@@ -16,6 +16,7 @@ from kigi_tool_runtime.testing import (
     ScheduleStep,
     byte_sources,
     caps,
+    output_limits,
     partial_payloads,
     schedules,
     streaming_specs,
@@ -112,3 +113,23 @@ def test_streaming_specs_round_trip(spec: StreamingSpec) -> None:
 def test_partial_payloads_round_trip(payload: PartialResultPayload) -> None:
     """partial_payloads draws payloads the wire carries unchanged."""
     assert json_codec.decode(json_codec.encode(payload), PartialResultPayload) == payload
+
+
+SCHEDULE: list[ScheduleStep] = [b"ab", None, b"cde", None]
+
+
+@given(limit=output_limits(SCHEDULE))
+def test_output_limits_stay_near_the_source(limit: int | None) -> None:
+    """Limits are None or between 0 and a few bytes past the source's end."""
+    assert limit is None or 0 <= limit <= 5 + 4
+
+
+def test_output_limits_reach_every_write_boundary() -> None:
+    """No limit, and a limit exactly at each write boundary (0, 2, 5), are all
+    drawn: those are where a write is refused whole."""
+    for boundary in (None, 0, 2, 5):
+
+        def hits(limit: int | None, wanted: int | None = boundary) -> bool:
+            return limit == wanted
+
+        assert find(output_limits(SCHEDULE), hits) == boundary

@@ -21,6 +21,7 @@ from kigi_tool_runtime.testing import (
     ScheduleStep,
     byte_sources,
     caps,
+    output_limits,
     schedules,
     streaming_specs,
     tail_sizes,
@@ -480,18 +481,6 @@ def test_ascii_backlog_drains_in_ceil_n_over_cap_frames(n: int, cap: int, capaci
     assert text_of(frames) == "k" * n
 
 
-def limit_for(data: st.DataObject, steps: list[ScheduleStep]) -> int | None:
-    """No limit, any limit, or one that falls exactly on a write boundary (where a
-    later write is refused whole and no delta frame can say ``truncated``)."""
-    ends = [0]
-    for step in steps:
-        if step is not None:
-            ends.append(ends[-1] + len(step))
-    return data.draw(
-        st.one_of(st.none(), st.integers(0, ends[-1] + 4), st.sampled_from(ends)), label="limit"
-    )
-
-
 @given(
     source=byte_sources(),
     cap=caps(),
@@ -505,7 +494,7 @@ def test_finish_says_truncated_iff_the_buffer_refused_a_byte(
     exactly when the buffer refused a byte; the notice comes at most once, last,
     at the final total; every other non-gap frame carries a delta."""
     steps = data.draw(schedules(source))
-    limit = limit_for(data, steps)
+    limit = data.draw(output_limits(steps), label="limit")
     buffer = TailBuffer(capacity, limit)
     streamer = DeltaStreamer(spec_with(cap))
     frames: list[CustomProgress] = []

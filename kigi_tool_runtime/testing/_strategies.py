@@ -20,6 +20,7 @@ __all__ = (
     "ScheduleStep",
     "byte_sources",
     "caps",
+    "output_limits",
     "partial_payloads",
     "schedules",
     "streaming_specs",
@@ -144,6 +145,18 @@ def tail_sizes() -> st.SearchStrategy[int]:
         st.integers(17, 512),
         st.integers(513, 1 << 17),
     )
+
+
+def output_limits(steps: list[ScheduleStep]) -> st.SearchStrategy[int | None]:
+    """Hard output limits (``TailBuffer(limit=...)``) for a schedule: none, any
+    from 0 to a little past the source, or one that falls exactly on a write
+    boundary, where a later write is refused whole and only the end-of-stream
+    truncation notice can say ``truncated``."""
+    ends = [0]
+    for step in steps:
+        if step is not None:
+            ends.append(ends[-1] + len(step))
+    return st.one_of(st.none(), st.integers(0, ends[-1] + 4), st.sampled_from(ends))
 
 
 def streaming_specs() -> st.SearchStrategy[StreamingSpec]:
