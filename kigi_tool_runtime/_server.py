@@ -7,7 +7,9 @@ Rule 1. One JSON-RPC message per line. A ``tool.call`` (or ``tool_call_request``
         response: the ``ToolCallResult``, or an error whose ``message`` is the
         tool error's detail, ``code`` is ``error_code_for(data)`` and ``data``
         the ``ToolErrorWire``. Any number of calls run at once (up to
-        :data:`MAX_CALLS_IN_FLIGHT`).
+        :data:`MAX_CALLS_IN_FLIGHT`). A progress item JSON cannot carry (a
+        lone surrogate in its kind or body) ends its call with an
+        ``internal_error`` naming the kind; the other calls go on.
 Rule 2. Every progress notification carries the call's own ``seq``: 0, 1, 2, ...
         in the order the notifications are *written*, so ``seq`` never has a
         hole. Frames the server had to drop are counted instead: the next frame
@@ -81,6 +83,7 @@ from kigi_tool_protocol import (
     ToolCallProgressFrame,
     ToolErrorWire,
     ToolNotFoundWire,
+    WireError,
     error_code_for,
     json_codec,
     progress_to_frame,
@@ -761,7 +764,20 @@ class Server:
                         final = self._tool_error_line(request_id, session_id, event, tool.id)
                     else:
                         frame = progress_to_frame(outbox.call_id, event)
-                        body = msgspec.Raw(json_codec.encode(frame.body))
+                        try:
+                            body = msgspec.Raw(json_codec.encode(frame.body))
+                            # The writer encodes the kind later, into a batch it shares
+                            # with every call, where a failure would stop the whole
+                            # connection: a kind JSON cannot carry ends this call here.
+                            frame.kind.encode("utf-8")
+                        except (WireError, UnicodeEncodeError) as exc:
+                            error = ToolError(
+                                "internal_error",
+                                f"a progress frame of kind {frame.kind!r} cannot be sent"
+                                f" as JSON: {exc}",
+                            )
+                            final = self._tool_error_line(request_id, session_id, error, tool.id)
+                            break
                         if outbox.queued_bytes + len(body) > self._call_queue_bytes:
                             await out.wait_for_room(outbox, len(body))
                         out.progress(outbox, frame.kind, body)

@@ -1,21 +1,27 @@
-"""The JSON-RPC server, driven through a real `kigi-stream serve` process over pipes."""
+"""The JSON-RPC server, driven through a real `kigi-stream serve` process over pipes
+(and, for tools of its own, in process over a socket pair)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
+from kigi_tool_protocol import CustomProgress, TextProgress, ToolCallResult
+from kigi_tool_runtime._client import CallProgress, Client, RemoteToolError
 from kigi_tool_runtime._server import (
     CALL_QUEUE_BYTES,
     MAX_CALLS_IN_FLIGHT,
@@ -27,6 +33,7 @@ from kigi_tool_runtime._server import (
     progress_line,
 )
 from kigi_tool_runtime._shell import ShellTool
+from kigi_tool_runtime._tool import Tool, ToolContext, ToolEvent, ToolResult
 
 #: Generous bound for any single expected line: a stuck server fails the test
 #: instead of hanging it; never a timing assertion.
@@ -488,3 +495,78 @@ def test_bounds_are_sane() -> None:
     """The per-call queue holds many full frames, and the in-flight bound is finite."""
     assert CALL_QUEUE_BYTES >= 16 * 16 * 1024
     assert 1 <= MAX_CALLS_IN_FLIGHT <= 1024
+
+
+class _Lone(msgspec.Struct, forbid_unknown_fields=True):
+    where: str  # "kind", "payload" or "" (nowhere)
+
+
+#: A lone surrogate: a Python str may hold it, no JSON encoder can write it.
+_LONE_SURROGATE = "\ud800"
+
+
+class _LoneTool(Tool[_Lone]):
+    """Yields one text frame, then one custom frame with a lone surrogate in its
+    subkind or its payload (or nowhere), then a result."""
+
+    id = "lone"
+    args_type = _Lone
+
+    async def execute(self, ctx: ToolContext, args: _Lone) -> AsyncIterator[ToolEvent]:
+        yield TextProgress(text="before")
+        kind = _LONE_SURROGATE if args.where == "kind" else "fine"
+        payload = _LONE_SURROGATE if args.where == "payload" else "ok"
+        yield CustomProgress(subkind=kind, payload=payload)
+        yield ToolResult(value="sent")
+
+
+@pytest.mark.parametrize(
+    ("where", "kind"), [("kind", repr(_LONE_SURROGATE)), ("payload", "'fine'")]
+)
+def test_a_frame_that_cannot_be_encoded_ends_its_call_with_an_error(where: str, kind: str) -> None:
+    """A progress frame JSON cannot carry (a lone surrogate in its subkind or its
+    payload) ends its call with internal_error naming the frame's kind; the frame
+    before it arrives, the server goes on serving the next call and ends cleanly
+    at end of input."""
+
+    async def body() -> None:
+        ours, theirs = socket.socketpair()
+        server = Server([_LoneTool()])
+        server_reader, server_writer = await asyncio.open_connection(sock=theirs)
+        serving = asyncio.create_task(server.serve(server_reader, server_writer))
+        reader, writer = await asyncio.open_connection(sock=ours)
+        client = await Client.connect(reader, writer)
+        try:
+            bad = client.call("lone", {"where": where})
+            kinds: list[str] = []
+
+            async def take_all() -> None:
+                async for item in bad:
+                    assert isinstance(item, CallProgress)
+                    kinds.append(item.frame.kind)
+
+            with pytest.raises(RemoteToolError) as caught:
+                await take_all()
+            assert kinds == ["text"]
+            assert caught.value.wire.code == "internal_error"
+            assert f"a progress frame of kind {kind} cannot be sent as JSON: " in (
+                caught.value.message
+            )
+            *progress, result = [item async for item in client.call("lone", {"where": ""})]
+            assert isinstance(result, ToolCallResult)
+            assert [p.frame.kind for p in progress if isinstance(p, CallProgress)] == [
+                "text",
+                "fine",
+            ]
+        finally:
+            await client.aclose()
+            await serving
+            server_writer.close()
+            await server_writer.wait_closed()
+        assert server.statistics().calls_started == 2
+
+    async def bounded() -> None:
+        async with asyncio.timeout(LINE_WAIT_S):
+            await body()
+
+    asyncio.run(bounded())
