@@ -383,8 +383,13 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
                     status.update(getattr(frame.body, "total_bytes", 0))
     except BrokenPipeError:
         ctx.cancel()
+        # stdout now writes to /dev/null, so the flush at exit cannot fail again.
         with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, out.fileno())
+            finally:
+                os.close(devnull)
         return EXIT_PIPE_CLOSED
     finally:
         for number in _STOP_SIGNALS:

@@ -563,3 +563,34 @@ def test_run_into_a_closed_pipe_exits_141_quietly() -> None:
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGPIPE
     assert b"Traceback" not in err
+
+
+def test_run_into_a_closed_pipe_leaves_no_descriptor_open() -> None:
+    """The closed-pipe path points stdout at /dev/null, so the exit's flush is quiet,
+    and leaves no descriptor open: `main` returns 141 with the fds it started with."""
+    flood = "import os\nwhile True: os.write(1, b'z' * 65536)\n"
+    script = (
+        "import json, os, sys\n"
+        "from kigi_tool_runtime._cli import main\n"
+        "before = sorted(os.listdir('/proc/self/fd'))\n"
+        f"code = main(['run', '--', sys.executable, '-c', {flood!r}])\n"
+        "after = sorted(os.listdir('/proc/self/fd'))\n"
+        "stdout = os.readlink('/proc/self/fd/1')\n"
+        "sys.stderr.write('\\n' + json.dumps([code, before, after, stdout]) + '\\n')\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.read(10) == b"z" * 10
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=RUN_WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    code, before, after, stdout = json.loads(err.splitlines()[-1])
+    assert (code, stdout) == (128 + signal.SIGPIPE, os.devnull)
+    assert after == before
