@@ -70,10 +70,12 @@ from kigi_tool_protocol import (
 
 from ._lines import LineReader, OversizedLine, read_lines
 from ._reassembler import Appended, Reassembler
+from ._runner import STOP_WAIT_S
 from ._tool import ToolError
 
 __all__ = (
     "CALL_BUFFER_FRAMES",
+    "CLOSE_GRACE_S",
     "CLOSE_WAIT_S",
     "PIPE_BYTES",
     "TIMEOUT_GRACE_S",
@@ -100,8 +102,16 @@ PIPE_BYTES: Final = 1024 * 1024
 TIMEOUT_GRACE_S: Final = 5.0
 
 #: Seconds :meth:`Client.aclose` waits for a server process to exit after its
-#: input closed (it cancels its calls first) before killing it.
+#: input closed (it cancels its calls first) before sending it SIGTERM.
 CLOSE_WAIT_S: Final = 15.0
+
+#: Seconds :meth:`Client.aclose` gives a server process to exit after SIGTERM
+#: before SIGKILL. A kigi server answers SIGTERM by cancelling its calls and
+#: waiting up to the runner's ``STOP_WAIT_S`` for their tools to stop (the shell
+#: tool's process-group SIGTERM, grace and drain), then writing their replies;
+#: the margin covers that and its exit on a loaded machine. A SIGKILL any sooner
+#: would leave the commands it runs orphaned.
+CLOSE_GRACE_S: Final = STOP_WAIT_S + 2.0
 
 _FAST_LINE: Final = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
 _ANY_FRAME: Final = ToolCallProgressFrame[Any]
@@ -527,25 +537,27 @@ class Client:
             )
         return tools
 
-    async def aclose(self, *, wait: float = CLOSE_WAIT_S) -> None:
+    async def aclose(self, *, wait: float = CLOSE_WAIT_S, grace: float = CLOSE_GRACE_S) -> None:
         """Close the connection: end the server's input (it cancels what is in
         flight), wait for its output to end, and, for a spawned server, for it to
-        exit, killing it after ``wait`` seconds (default :data:`CLOSE_WAIT_S`)."""
+        exit. A spawned server still running after ``wait`` seconds (default
+        :data:`CLOSE_WAIT_S`) is sent SIGTERM, so it can stop the commands it
+        runs, and SIGKILL if it is still running ``grace`` seconds later
+        (default :data:`CLOSE_GRACE_S`)."""
         if self._closed:
             return
         self._closed = True
         with contextlib.suppress(ConnectionError, OSError):
             self._writer.close()
+        process = self.process
         try:
             async with asyncio.timeout(wait):
                 await asyncio.wait({self._read_task})  # never raises; the task is kept
-                if self.process is not None:
-                    await self.process.wait()
+                if process is not None:
+                    await process.wait()
         except TimeoutError:
-            if self.process is not None and self.process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-                await self.process.wait()
+            if process is not None and process.returncode is None:
+                await self._stop_server(process, grace)
             self._read_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._read_task
@@ -553,6 +565,22 @@ class Client:
             self._pipe.close()
 
     # -- internals ---------------------------------------------------------------
+
+    async def _stop_server(self, process: asyncio.subprocess.Process, grace: float) -> None:
+        # SIGTERM first: a SIGKILL cannot be handled, so the server could not stop
+        # the process groups of the commands it runs, and they would live on.
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await process.wait()
+                # The replies it wrote while stopping (its output ends at its exit,
+                # unless something it started holds it open: then no longer waited for).
+                await asyncio.wait({self._read_task})
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
 
     def _send(self, line: bytes) -> None:
         if self._lost is not None:

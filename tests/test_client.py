@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,6 +26,7 @@ from kigi_tool_protocol import (
 )
 from kigi_tool_runtime._client import (
     CALL_BUFFER_FRAMES,
+    CLOSE_GRACE_S,
     CLOSE_WAIT_S,
     PIPE_BYTES,
     TIMEOUT_GRACE_S,
@@ -31,6 +34,7 @@ from kigi_tool_runtime._client import (
     Client,
     RemoteToolError,
 )
+from kigi_tool_runtime._runner import STOP_WAIT_S
 from kigi_tool_runtime._tool import ToolError, ToolErrorKind
 from kigi_tool_runtime.testing import wire_values
 
@@ -331,16 +335,97 @@ def test_client_bounds_are_checked() -> None:
     _run(body)
 
 
-def test_close_kills_a_server_that_ignores_end_of_input() -> None:
-    """aclose() ends a server that does not exit at end of input after its wait."""
+def test_close_terminates_a_server_that_ignores_end_of_input() -> None:
+    """aclose() sends SIGTERM to a server that does not exit at end of input
+    after its wait (here Python's default SIGTERM action ends it: -15)."""
 
     async def body() -> None:
         stubborn = [sys.executable, "-c", "import time; time.sleep(60)"]
         client = await Client.spawn(stubborn)
         await client.aclose(wait=0.3)
         assert client.process is not None
-        assert client.process.returncode == -9
+        assert client.process.returncode == -signal.SIGTERM
         assert CLOSE_WAIT_S > 0.3
+
+    _run(body)
+
+
+#: `kigi-stream serve` on a private pipe fed from the real stdin and never closed:
+#: it never sees end of input, so only a signal stops it (SIGTERM: exit 128 + 15,
+#: having cancelled its calls and stopped their process groups).
+EOF_DEAF_SERVE = """
+import os, sys, threading
+from kigi_tool_runtime._cli import main
+source = os.dup(0)
+read_end, write_end = os.pipe()
+os.dup2(read_end, 0)
+os.close(read_end)
+
+def copy():
+    while data := os.read(source, 65536):
+        os.write(write_end, data)
+
+threading.Thread(target=copy, daemon=True).start()
+sys.exit(main(["serve"]))
+"""
+
+
+def test_close_stops_a_deaf_server_with_sigterm_so_it_stops_its_commands() -> None:
+    """A server that ignores end of input gets SIGTERM after the wait, not SIGKILL:
+    it cancels its call (whose reply still arrives), stops the command's process
+    group and exits 128 + 15."""
+
+    async def body() -> None:
+        client = await Client.spawn([sys.executable, "-c", EOF_DEAF_SERVE])
+        group = 0
+        try:
+            call = client.call("bash", {"command": "echo $$; sleep 60"})
+            first = await anext(call)
+            assert isinstance(first, CallProgress)
+            group = int(first.appended.text or "")
+            await client.aclose(wait=0.3)
+            assert client.process is not None
+            assert client.process.returncode == 128 + signal.SIGTERM
+            with pytest.raises(RemoteToolError) as caught:
+                await call.result()
+            assert caught.value.wire.code == "cancelled"
+            assert caught.value.message == "tool call cancelled by server"
+            with pytest.raises(ProcessLookupError):
+                os.killpg(group, 0)
+        finally:  # a failure must not leave the command behind
+            if group:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
+
+    _run(body)
+
+
+#: A "server" that ignores both end of input and SIGTERM; it says it is ready
+#: (one line) once SIGTERM is ignored, so the test never signals it sooner.
+SIGTERM_DEAF = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+sys.stdout.write("ready\\n")
+sys.stdout.flush()
+time.sleep(60)
+"""
+
+
+def test_close_kills_a_server_that_ignores_sigterm_after_the_grace() -> None:
+    """A server still running ``grace`` seconds after SIGTERM gets SIGKILL (-9);
+    the default grace outlasts the server's own wait for its tools to stop."""
+
+    async def body() -> None:
+        client = await Client.spawn([sys.executable, "-c", SIGTERM_DEAF])
+        for _ in range(int(TEST_WAIT_S / 0.01)):
+            if client.statistics().lines:
+                break
+            await asyncio.sleep(0.01)
+        assert client.statistics().lines == 1, "the child never said it was ready"
+        await client.aclose(wait=0.3, grace=0.3)
+        assert client.process is not None
+        assert client.process.returncode == -signal.SIGKILL
+        assert CLOSE_GRACE_S > STOP_WAIT_S
 
     _run(body)
 
