@@ -115,6 +115,14 @@ def _where(error: DecodeError, prefix: str) -> str:
     return f"{error.reason} at `{path}`"
 
 
+def _not_a_frame(error: DecodeError, index: int) -> Anomaly:
+    """The anomaly for a ``tool_call_progress`` notification whose params do not
+    decode as a progress frame."""
+    return Anomaly(
+        "undecodable", index, f"progress params are not a frame: {_where(error, '$.params')}"
+    )
+
+
 # -- what one record added -----------------------------------------------------
 
 
@@ -382,13 +390,7 @@ class Reassembler:
                 self._records = index + 1
                 if notification.seq is not None:
                     self._check_seq(notification.seq, index, None)
-                self._anomalies.append(
-                    Anomaly(
-                        "undecodable",
-                        index,
-                        f"progress params are not a frame: {_where(error, '$.params')}",
-                    )
-                )
+                self._anomalies.append(_not_a_frame(error, index))
                 return
         self.absorb_frame(params, notification.seq)
 
@@ -597,13 +599,7 @@ class Reassembler:
         try:
             frame = json_codec.decode(message.params, _RAW_FRAME)
         except DecodeError as error:
-            self._anomalies.append(
-                Anomaly(
-                    "undecodable",
-                    index,
-                    f"progress params are not a frame: {_where(error, '$.params')}",
-                )
-            )
+            self._anomalies.append(_not_a_frame(error, index))
             return
         if seq is not None and self._per_call:
             self._check_seq(seq, index, frame.tool_call_id)
