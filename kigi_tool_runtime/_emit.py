@@ -118,7 +118,16 @@ class OutputStream:
         TypeError: ``capacity`` or ``limit`` is not an ``int``.
     """
 
-    __slots__ = ("_cap", "_finished", "_head", "_head_bytes", "_progress", "_streamer", "_tail")
+    __slots__ = (
+        "_cap",
+        "_drained_total",
+        "_finished",
+        "_head",
+        "_head_bytes",
+        "_progress",
+        "_streamer",
+        "_tail",
+    )
 
     def __init__(
         self,
@@ -140,6 +149,9 @@ class OutputStream:
         self._tail = TailBuffer(capacity, limit)
         self._streamer = DeltaStreamer(spec)
         self._cap = max(cap, 1)
+        # `total` when drain() last ran: bytes accepted after it are new, the
+        # ones before it that are still pending are a held incomplete character.
+        self._drained_total = 0
         self._head = bytearray()
         self._head_bytes = head_bytes
         self._progress = progress
@@ -173,9 +185,15 @@ class OutputStream:
 
     @property
     def frame_ready(self) -> bool:
-        """True when at least one full frame's worth of bytes is pending: a
-        caller that drains on a tick should drain now instead of waiting."""
-        return self._progress and self.pending >= self._cap
+        """True when a full frame's worth of bytes (the cap, at least 1) arrived
+        since the last :meth:`drain`: a caller that drains on a tick should
+        drain now instead of waiting.
+
+        A drain always makes it false: what a drain leaves pending is at most a
+        held incomplete character, which only new bytes can complete, so a loop
+        that waits whenever this is false never spins on a held character.
+        """
+        return self._progress and self._tail.total - self._drained_total >= self._cap
 
     def write(self, data: Data) -> int:
         """Append ``data``; return how many bytes were accepted (fewer only past
@@ -199,6 +217,7 @@ class OutputStream:
         caller does not want progress. A trailing incomplete character is held."""
         if not self._progress:
             return []
+        self._drained_total = self._tail.total
         return self._streamer.drain_buffer(self._tail)
 
     def finish(self) -> list[CustomProgress]:

@@ -399,9 +399,14 @@ class ShellTool(Tool[ShellArgs]):
                     drain_until = loop.time() + self.exit_drain
                 if loop.time() >= drain_until:
                     break  # Rule 5: a grandchild holds the pipe open
-                if not stream.frame_ready:
+                # Every pass suspends, so the pipe reader, the timers and the
+                # signal handlers run however the output arrives.
+                ready = stream.frame_ready
+                if ready:
+                    await asyncio.sleep(0)
+                else:
                     await reader.wait(min(next_tick, drain_until))
-                if stream.frame_ready or loop.time() >= next_tick:
+                if ready or stream.frame_ready or loop.time() >= next_tick:
                     frames = stream.drain()
                     next_tick = loop.time() + self.tick
                     for frame in frames:

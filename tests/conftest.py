@@ -7,8 +7,9 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
-#: ``../shared/conformance`` relative to the project root, as CI lays it out.
-CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance"
+#: The conformance data the tests load, kept inside the repository so that a
+#: fresh clone with nothing beside it runs the suite.
+CONFORMANCE = Path(__file__).resolve().parent / "conformance"
 
 # "ci" is derandomized so a red run is reproducible; it runs enough examples to
 # matter while keeping the whole suite within its time budget on two cores.
