@@ -9,7 +9,7 @@ The runtime itself never imports this package.
 """
 
 from ._check import CheckedStream, LostSpan, StreamCheckError, check_stream
-from ._collect import Collected, collect, collect_async
+from ._collect import HANG_SIGNAL, Collected, ToolHangError, collect, collect_async
 from ._consumer_strategies import (
     DAMAGES,
     FrameLog,
@@ -25,7 +25,7 @@ from ._frame_strategies import (
     progress_frames,
     tool_call_frames,
 )
-from ._fuzz import WRITER_TICK_S, fuzz_streaming_tool, python_writer_argv
+from ._fuzz import CALL_DEADLINE_S, WRITER_TICK_S, fuzz_streaming_tool, python_writer_argv
 from ._strategies import (
     ScheduleStep,
     byte_sources,
@@ -35,12 +35,15 @@ from ._strategies import (
     schedules,
     streaming_specs,
     tail_sizes,
+    tiny_caps,
     utf8_text_sources,
 )
 from ._wire_strategies import WIRE_STRATEGIES, json_values, wire_values
 
 __all__ = (
+    "CALL_DEADLINE_S",
     "DAMAGES",
+    "HANG_SIGNAL",
     "MALFORMED_PAYLOADS",
     "WIRE_STRATEGIES",
     "WRITER_TICK_S",
@@ -51,6 +54,7 @@ __all__ = (
     "ProducerRun",
     "ScheduleStep",
     "StreamCheckError",
+    "ToolHangError",
     "byte_sources",
     "caps",
     "check_stream",
@@ -70,6 +74,7 @@ __all__ = (
     "schedules",
     "streaming_specs",
     "tail_sizes",
+    "tiny_caps",
     "tool_call_frames",
     "utf8_text_sources",
     "wire_values",

@@ -2,11 +2,17 @@
 
 The test draws a source (any bytes by default) and a write/tick schedule for
 it, asks the caller to turn them into the tool's arguments, runs the tool
-through :func:`run_tool`, and judges its frames with :func:`check_stream`::
+through :func:`run_tool` under a deadline, and judges its frames with
+:func:`check_stream`::
 
     test_my_tool = fuzz_streaming_tool(
         MyTool(), lambda source, steps: MyArgs(data=source), max_examples=50
     )
+
+Given a factory that builds the tool for a cap instead of a tool, the test also
+draws the cap, mostly 0 to 4 bytes: at those caps a character split across
+writes is held back between ticks, where a drain loop that does not suspend
+spins forever, which the deadline turns into a failure.
 
 :func:`python_writer_argv` makes a command that writes a schedule from a real
 child process, for tools that run commands (the shell tool).
@@ -22,14 +28,19 @@ from typing import Any, Final
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES
+from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, StreamingSpec
 
 from .._tool import Tool, ToolError
 from ._check import CheckedStream, check_stream
 from ._collect import Collected, collect
-from ._strategies import ScheduleStep, byte_sources, schedules
+from ._strategies import ScheduleStep, byte_sources, schedules, tiny_caps
 
-__all__ = ("WRITER_TICK_S", "fuzz_streaming_tool", "python_writer_argv")
+__all__ = ("CALL_DEADLINE_S", "WRITER_TICK_S", "fuzz_streaming_tool", "python_writer_argv")
+
+#: How long one fuzzed call may take, start to end, before the example fails as
+#: a hang (see :func:`collect`): far above what a correct tool needs for the
+#: drawn sources, so only a tool that never ends or never suspends reaches it.
+CALL_DEADLINE_S: Final = 30.0
 
 #: How long a child made by :func:`python_writer_argv` pauses on a tick: long
 #: enough for the tool to see the bytes so far as one read, short enough that a
@@ -85,7 +96,7 @@ def python_writer_argv(
 
 
 def fuzz_streaming_tool(
-    tool: Tool[Any],
+    tool: Tool[Any] | Callable[[int | None], Tool[Any]],
     make_args: Callable[[bytes, list[ScheduleStep]], Any],
     *,
     sources: st.SearchStrategy[bytes] | None = None,
@@ -95,6 +106,7 @@ def fuzz_streaming_tool(
     max_examples: int | None = None,
     hypothesis_settings: settings | None = None,
     check_result: Callable[[bytes, Collected, CheckedStream], None] | None = None,
+    call_deadline_s: float = CALL_DEADLINE_S,
 ) -> Callable[[], None]:
     """A Hypothesis test (assign it to a ``test_*`` name) that streams drawn
     sources through ``tool`` and checks every frame sequence with
@@ -102,7 +114,9 @@ def fuzz_streaming_tool(
 
     Args:
         tool: a streaming tool (``capabilities.streaming`` set): its spec gives
-            the subkind and the cap checked.
+            the subkind and the cap checked. Or a factory that builds one for
+            a ``max_delta_bytes`` (``None``: the default cap): then each
+            example draws the cap from :func:`tiny_caps`.
         make_args: the tool's arguments for a source and a write/tick schedule
             of it (the schedule's writes concatenate to the source; use it when
             the tool can write in pieces, e.g. :func:`python_writer_argv`).
@@ -119,32 +133,44 @@ def fuzz_streaming_tool(
             instead (``max_examples`` and the deadline are then its own).
         check_result: called with the source, the collected call and the
             checked stream, to assert on the tool's result as well.
+        call_deadline_s: how long one call may take before the example fails
+            with :class:`ToolHangError` (the test must run in the main thread).
+            Hypothesis then shrinks the example, and each shrinking step that
+            still hangs costs this long again: to stop at the first hang, pass
+            ``hypothesis_settings`` whose ``phases`` leave out ``Phase.shrink``.
 
     Returns:
         a test function taking no arguments.
 
     Raises:
-        ValueError: ``tool`` does not stream, ``limit`` is negative, or
-            ``tail_capacity`` is below 1.
+        ValueError: ``tool`` (or what the factory builds for the default cap)
+            does not stream, ``limit`` is negative, ``tail_capacity`` is below
+            1, or ``call_deadline_s`` is not a positive number.
     """
-    spec = tool.capabilities.streaming
-    if spec is None:
-        raise ValueError(f"tool {tool.id!r} does not stream (capabilities.streaming is unset)")
+    factory = None if isinstance(tool, Tool) else tool
+    probe = tool if isinstance(tool, Tool) else tool(None)
+    _spec_of(probe)  # refuse a tool that does not stream when the test is built
+    if not (isinstance(call_deadline_s, (int, float)) and 0 < call_deadline_s < float("inf")):
+        raise ValueError(f"call_deadline_s must be a positive number, got {call_deadline_s!r}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
     if tail_capacity is not None and tail_capacity < 1:
         # Refused here, not by check_stream inside every example.
         raise ValueError(f"tail_capacity must be >= 1 or None, got {tail_capacity}")
-    cap = DEFAULT_MAX_DELTA_BYTES if spec.max_delta_bytes is None else spec.max_delta_bytes
     drawn = byte_sources() if sources is None else sources
 
     def fuzz(source: bytes, data: st.DataObject) -> None:
+        subject = probe
+        if factory is not None:
+            subject = factory(data.draw(tiny_caps(), label="max_delta_bytes"))
+        spec = _spec_of(subject)
+        cap = DEFAULT_MAX_DELTA_BYTES if spec.max_delta_bytes is None else spec.max_delta_bytes
         steps = data.draw(schedules(source), label="steps")
-        collected = collect(tool, make_args(source, steps))
+        collected = collect(subject, make_args(source, steps), deadline_s=call_deadline_s)
         terminal = collected.terminal
         if isinstance(terminal, ToolError):
             raise AssertionError(
-                f"tool {tool.id!r} failed ({terminal.kind.value}): {terminal.message}"
+                f"tool {subject.id!r} failed ({terminal.kind.value}): {terminal.message}"
             )
         checked = check_stream(
             collected.frames,
@@ -158,15 +184,15 @@ def fuzz_streaming_tool(
         )
         if collected.dropped_after_terminal:
             raise AssertionError(
-                f"tool {tool.id!r} yielded {collected.dropped_after_terminal} items after"
+                f"tool {subject.id!r} yielded {collected.dropped_after_terminal} items after"
                 " its terminal"
             )
         if check_result is not None:
             check_result(source, collected, checked)
 
-    fuzz.__name__ = fuzz.__qualname__ = f"test_fuzz_{tool.id.replace(':', '_')}"
+    fuzz.__name__ = fuzz.__qualname__ = f"test_fuzz_{probe.id.replace(':', '_')}"
     fuzz.__doc__ = (
-        f"Tool {tool.id!r} keeps the streaming contract over drawn sources and schedules."
+        f"Tool {probe.id!r} keeps the streaming contract over drawn sources and schedules."
     )
     test: Callable[[], None] = given(source=drawn, data=st.data())(fuzz)
     if hypothesis_settings is not None:
@@ -176,3 +202,10 @@ def fuzz_streaming_tool(
     if max_examples is None:
         return settings(deadline=None)(test)
     return settings(deadline=None, max_examples=max_examples)(test)
+
+
+def _spec_of(tool: Tool[Any]) -> StreamingSpec:
+    spec = tool.capabilities.streaming
+    if spec is None:
+        raise ValueError(f"tool {tool.id!r} does not stream (capabilities.streaming is unset)")
+    return spec

@@ -25,6 +25,7 @@ __all__ = (
     "schedules",
     "streaming_specs",
     "tail_sizes",
+    "tiny_caps",
     "utf8_text_sources",
 )
 
@@ -115,9 +116,17 @@ def schedules(draw: st.DrawFn, source: bytes) -> list[ScheduleStep]:
 
     A schedule is a list of steps: ``bytes`` is a write (possibly empty),
     ``None`` a tick. The writes concatenate to ``source``; cuts fall anywhere,
-    including inside multi-byte characters; ticks come anywhere, in runs.
+    and half of them (when the source has multi-byte characters) inside one;
+    ticks come anywhere, in runs.
     """
-    cuts = sorted(draw(st.lists(st.integers(0, len(source)), max_size=MAX_SCHEDULE_WRITES - 1)))
+    # Half the cuts, where the source has any, fall inside a multi-byte
+    # character, so its pieces arrive in different writes and often across a
+    # tick: the case a held-back character must survive.
+    inside = [at for at in range(1, len(source)) if 0x80 <= source[at] < 0xC0]
+    cut = st.integers(0, len(source))
+    if inside:
+        cut = st.one_of(cut, st.sampled_from(inside))
+    cuts = sorted(draw(st.lists(cut, max_size=MAX_SCHEDULE_WRITES - 1)))
     bounds = [0, *cuts, len(source)]
     steps: list[ScheduleStep] = []
     for start, end in itertools.pairwise(bounds):
@@ -125,6 +134,14 @@ def schedules(draw: st.DrawFn, source: bytes) -> list[ScheduleStep]:
         steps.append(source[start:end])
     steps.extend([None] * draw(st.integers(0, 2)))
     return steps
+
+
+def tiny_caps() -> st.SearchStrategy[int | None]:
+    """Caps for fuzzing a tool: mostly 0 to 4 (at or below one character, where
+    a held-back character decides whether a drain can make progress), sometimes
+    a few characters' worth or ``None`` (the default cap), which any tool's
+    tail holds."""
+    return st.sampled_from((0, 1, 2, 3, 4) * 3 + (5, 7, 16, 64, None))
 
 
 def caps() -> st.SearchStrategy[int | None]:
