@@ -31,6 +31,7 @@ Sans-IO: no clock, no event loop. The caller decides when a tick happens.
 
 from __future__ import annotations
 
+from codecs import utf_8_decode
 from typing import Final, NamedTuple
 
 from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, CustomProgress, StreamingSpec
@@ -186,14 +187,26 @@ class OutputStream:
     @property
     def frame_ready(self) -> bool:
         """True when a full frame's worth of bytes (the cap, at least 1) arrived
-        since the last :meth:`drain`: a caller that drains on a tick should
-        drain now instead of waiting.
+        since the last :meth:`drain` and a drain now would emit a frame: a
+        caller that drains on a tick should drain now instead of waiting.
 
         A drain always makes it false: what a drain leaves pending is at most a
-        held incomplete character, which only new bytes can complete, so a loop
+        held incomplete character, which is pending but not ready, so a loop
         that waits whenever this is false never spins on a held character.
         """
-        return self._progress and self._tail.total - self._drained_total >= self._cap
+        if not self._progress or self._tail.total - self._drained_total < self._cap:
+            return False
+        pending = self._tail.total - self._streamer.last_total
+        if pending > _MAX_SPLIT_BYTES:
+            # Some byte lies before the longest sequence that could be held:
+            # it is emitted whole or as U+FFFD.
+            return True
+        tail = self._tail.tail()
+        if pending > len(tail):
+            return True  # a gap, which a frame always reports
+        # Nothing is emitted only when every pending byte is one incomplete
+        # sequence that more bytes could still complete.
+        return utf_8_decode(tail[len(tail) - pending :], "replace", False)[1] > 0
 
     def write(self, data: Data) -> int:
         """Append ``data``; return how many bytes were accepted (fewer only past

@@ -126,8 +126,9 @@ def test_a_drain_always_clears_frame_ready(
     source: bytes, cap: int | None, data: st.DataObject
 ) -> None:
     """After any drain, ``frame_ready`` is false until new bytes arrive: a caller
-    that waits whenever it is false can never spin on a held character. It turns
-    true once a cap's worth of new bytes (at least one) has been written."""
+    that waits whenever it is false can never spin on a held character. It is
+    false until a cap's worth of new bytes (at least one) has been written, and
+    when it is true a drain emits at least one frame."""
     spec = StreamingSpec(subkind="held_chunk", max_delta_bytes=cap)
     stream = OutputStream(spec, capacity=max(cap or 0, 1) + 64 * 1024)
     steps: list[ScheduleStep] = data.draw(schedules(source))
@@ -140,4 +141,26 @@ def test_a_drain_always_clears_frame_ready(
             assert not stream.frame_ready
         else:
             since_drain += stream.write(step)
-            assert stream.frame_ready == (since_drain >= threshold)
+            if since_drain < threshold:
+                assert not stream.frame_ready
+        if stream.frame_ready:
+            # Ready means a drain now emits: a held character is not ready.
+            assert stream.drain()
+            since_drain = 0
+
+
+@pytest.mark.parametrize("cap", TINY_CAPS)
+def test_a_held_character_is_pending_but_not_ready(cap: int) -> None:
+    """Written a byte at a time, each of 'é', '✓' and '😀' is ready only once whole
+    (and at least a cap long); its leading bytes are pending (held), never ready."""
+    stream = OutputStream(StreamingSpec(subkind="held_chunk", max_delta_bytes=cap), capacity=64)
+    for character in CHARACTERS:
+        data = character.encode()
+        for at in range(len(data)):
+            stream.write(data[at : at + 1])
+            whole = at == len(data) - 1
+            assert stream.pending == at + 1
+            assert stream.frame_ready == (whole and len(data) >= max(cap, 1)), (character, at)
+        frames = stream.drain()
+        assert [frame.payload.delta for frame in frames] == [character]  # type: ignore[union-attr]
+        assert not stream.frame_ready
