@@ -152,6 +152,10 @@ from ._tool_error import (
     error_code,
     error_code_for,
 )
+from ._version import installed_version as _installed_version
+
+#: The installed distribution's version (from its metadata).
+__version__: str = _installed_version()
 
 __all__ = (
     "DEFAULT_MAX_DELTA_BYTES",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ._base import U32, U64, WireStruct, check_u64
+from ._limits import U32_MAX
 
 __all__ = ("PartialResultPayload", "StreamingSpec")
 
@@ -14,10 +15,32 @@ class StreamingSpec(WireStruct, frozen=True, kw_only=True, omit_defaults=True):
 
     Lenient like its Rust counterpart: unknown fields are ignored, and an empty
     subkind and a cap of 0 decode (a cap of 0 streams one character per frame).
+
+    Raises:
+        TypeError: on construction, ``subkind`` is not a ``str`` or
+            ``max_delta_bytes`` is neither an ``int`` nor ``None``.
+        ValueError: on construction, ``max_delta_bytes`` is outside the u32 range.
     """
 
     subkind: str
     max_delta_bytes: U32 | None = None
+
+    def __post_init__(self) -> None:
+        # Decoding has checked both fields already; a spec built in Python has
+        # not (msgspec checks types only on decode), and a wrong one would be
+        # encoded as written.
+        if not isinstance(self.subkind, str):
+            raise TypeError(f"`subkind` must be a str, not {type(self.subkind).__name__}")
+        cap = self.max_delta_bytes
+        if cap is not None:
+            if not isinstance(cap, int) or isinstance(cap, bool):
+                raise TypeError(
+                    f"`max_delta_bytes` must be an int or None, not {type(cap).__name__}"
+                )
+            if not 0 <= cap <= U32_MAX:
+                raise ValueError(
+                    f"`max_delta_bytes` = {cap} is outside the u32 range 0..={U32_MAX}"
+                )
 
 
 class PartialResultPayload(WireStruct, frozen=True, kw_only=True, forbid_unknown_fields=True):

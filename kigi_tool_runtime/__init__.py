@@ -1,6 +1,8 @@
 """The kigi tool runtime: stream tool output as capped, UTF-8-complete deltas,
 and reassemble it knowing exactly what was lost."""
 
+from kigi_tool_protocol import __version__ as _protocol_version
+
 from ._chunk import Chunk, stream_chunk
 from ._client import Call, CallProgress, Client, ClientStats, RemoteToolError
 from ._emit import LIMIT_MARKER, OMISSION_MARKER, Excerpt, OutputStream
@@ -42,6 +44,10 @@ from ._stream import StreamState
 from ._streamer import DeltaStreamer
 from ._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
 from ._tool import Tool, ToolContext, ToolError, ToolErrorKind, ToolEvent, ToolResult
+
+#: The installed distribution's version (from its metadata; the protocol
+#: package ships in the same distribution).
+__version__: str = _protocol_version
 
 __all__: tuple[str, ...] = (
     "DEFAULT_GAP_MARKER",

@@ -116,7 +116,8 @@ class OutputStream:
         ValueError: ``capacity`` is below the tail minimum or below the spec's
             cap (a frame must fit in the tail), ``head_bytes``, ``limit`` or
             ``spec.max_delta_bytes`` is negative.
-        TypeError: ``capacity`` or ``limit`` is not an ``int``.
+        TypeError: ``spec`` is not a :class:`StreamingSpec`, or ``capacity``,
+            ``head_bytes`` or ``limit`` is not an ``int`` (named in the message).
     """
 
     __slots__ = (
@@ -139,6 +140,13 @@ class OutputStream:
         head_bytes: int = 0,
         progress: bool = True,
     ) -> None:
+        if not isinstance(spec, StreamingSpec):
+            raise TypeError(f"spec must be a StreamingSpec, not {type(spec).__name__}")
+        for name, value in (("capacity", capacity), ("head_bytes", head_bytes)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+            raise TypeError(f"limit must be an int or None, not {type(limit).__name__}")
         cap = DEFAULT_MAX_DELTA_BYTES if spec.max_delta_bytes is None else spec.max_delta_bytes
         if capacity < cap:
             raise ValueError(

@@ -129,42 +129,79 @@ _KILL_POLL_S: Final = 0.02
 _DEADLINE_MARGIN_MS: Final = 10_000
 
 
+# The field types of ShellArgs, named so that a value built in Python is checked
+# against the very constraints its JSON form is decoded with.
+_Command = (
+    Annotated[str, msgspec.Meta(min_length=1, description="A shell command line.")]
+    | Annotated[
+        list[Annotated[str, msgspec.Meta(min_length=1)]],
+        msgspec.Meta(min_length=1, description="A program and its arguments, no shell."),
+    ]
+)
+_Cwd = Annotated[str, msgspec.Meta(description="Working directory.")] | None
+_Env = (
+    Annotated[
+        dict[str, str],
+        msgspec.Meta(description="Variables added to the inherited environment."),
+    ]
+    | None
+)
+_TimeoutMs = (
+    Annotated[
+        int,
+        msgspec.Meta(ge=1, le=MAX_COMMAND_TIMEOUT_MS, description="Deadline in milliseconds."),
+    ]
+    | None
+)
+_OutputLimit = (
+    Annotated[
+        int,
+        msgspec.Meta(
+            ge=MIN_OUTPUT_LIMIT,
+            le=MAX_OUTPUT_LIMIT,
+            description="Most bytes of output in the result (head and tail).",
+        ),
+    ]
+    | None
+)
+
+
+# ShellArgs built in Python is checked against the same constraints as its JSON
+# form. On construction it raises TypeError for a field of the wrong type
+# (``command=5``) and ValueError for one out of range (an empty ``command``,
+# ``timeout_ms`` below 1 or past MAX_COMMAND_TIMEOUT_MS, ``output_limit``
+# outside MIN_OUTPUT_LIMIT..MAX_OUTPUT_LIMIT). Its docstring is the input
+# schema's description, so the contract lives here.
 class ShellArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The shell tool's input."""
 
-    command: (
-        Annotated[str, msgspec.Meta(min_length=1, description="A shell command line.")]
-        | Annotated[
-            list[Annotated[str, msgspec.Meta(min_length=1)]],
-            msgspec.Meta(min_length=1, description="A program and its arguments, no shell."),
-        ]
-    )
-    cwd: Annotated[str, msgspec.Meta(description="Working directory.")] | None = None
-    env: (
-        Annotated[
-            dict[str, str],
-            msgspec.Meta(description="Variables added to the inherited environment."),
-        ]
-        | None
-    ) = None
-    timeout_ms: (
-        Annotated[
-            int,
-            msgspec.Meta(ge=1, le=MAX_COMMAND_TIMEOUT_MS, description="Deadline in milliseconds."),
-        ]
-        | None
-    ) = None
-    output_limit: (
-        Annotated[
-            int,
-            msgspec.Meta(
-                ge=MIN_OUTPUT_LIMIT,
-                le=MAX_OUTPUT_LIMIT,
-                description="Most bytes of output in the result (head and tail).",
-            ),
-        ]
-        | None
-    ) = None
+    command: _Command
+    cwd: _Cwd = None
+    env: _Env = None
+    timeout_ms: _TimeoutMs = None
+    output_limit: _OutputLimit = None
+
+    def __post_init__(self) -> None:
+        # A decoded value has passed these checks already (this costs about a
+        # microsecond per call); a constructed one has not.
+        for name, kind in _SHELL_ARG_TYPES:
+            try:
+                msgspec.convert(getattr(self, name), kind)
+            except msgspec.ValidationError as exc:
+                problem = str(exc).removesuffix(" - at `$`")
+                if ", got `" in problem:
+                    raise TypeError(f"ShellArgs.{name}: {problem}") from None
+                value = getattr(self, name)
+                raise ValueError(f"ShellArgs.{name}: {problem}, got {value!r}") from None
+
+
+_SHELL_ARG_TYPES: Final = (
+    ("command", _Command),
+    ("cwd", _Cwd),
+    ("env", _Env),
+    ("timeout_ms", _TimeoutMs),
+    ("output_limit", _OutputLimit),
+)
 
 
 class ShellOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -293,6 +330,8 @@ class ShellTool(Tool[ShellArgs]):
     delta frame could carry the flag), and the result says how many were dropped.
 
     Raises:
+        TypeError: an argument has the wrong type (``tick="fast"``), named in
+            the message.
         ValueError: a bound is out of range (``tick``, ``grace`` or
             ``exit_drain`` not positive, ``tail_capacity`` below one frame,
             ``read_chunk`` below :data:`MIN_READ_CHUNK_BYTES`, a negative
@@ -325,8 +364,18 @@ class ShellTool(Tool[ShellArgs]):
         shell: str | None = None,
     ) -> None:
         for name, value in (("tick", tick), ("grace", grace), ("exit_drain", exit_drain)):
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
             if not value > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {value}")
+        for name, count in (("tail_capacity", tail_capacity), ("read_chunk", read_chunk)):
+            if not isinstance(count, int) or isinstance(count, bool):
+                raise TypeError(f"{name} must be an int, not {type(count).__name__}")
+        for name, bound in (("max_delta_bytes", max_delta_bytes), ("limit", limit)):
+            if bound is not None and (not isinstance(bound, int) or isinstance(bound, bool)):
+                raise TypeError(f"{name} must be an int or None, not {type(bound).__name__}")
+        if shell is not None and not isinstance(shell, str):
+            raise TypeError(f"shell must be a str or None, not {type(shell).__name__}")
         if max_delta_bytes is not None:
             if max_delta_bytes < 0:
                 raise ValueError(f"max_delta_bytes must be >= 0 or None, got {max_delta_bytes}")

@@ -36,7 +36,7 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from enum import StrEnum
-from typing import Any, Final, Generic, Literal, TypeVar
+from typing import Any, Final, Generic, Literal, Self, TypeVar
 
 import msgspec
 
@@ -545,6 +545,7 @@ class Tool(Generic[ArgsT]):
             neither ``execute`` nor ``run``, or whose ``args_type`` is not a
             msgspec Struct.
         IdentifierError: at class definition, an invalid ``id``.
+        TypeError: at instantiation, a class that sets no ``id`` (an abstract base).
     """
 
     id: str
@@ -562,6 +563,17 @@ class Tool(Generic[ArgsT]):
             raise TypeError(f"tool {cls.id!r}: args_type must be a msgspec Struct class")
         if cls.execute is Tool.execute and cls.run is Tool.run:
             raise TypeError(f"tool {cls.id!r} must implement execute() or run()")
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # A class without `id` is an intermediate base (see __init_subclass__);
+        # refusing its instances here keeps a missing `id` from surfacing later,
+        # deep inside a call, as an AttributeError.
+        if not isinstance(getattr(cls, "id", None), str):
+            raise TypeError(
+                f"{cls.__name__} cannot be instantiated: a tool class must set `id`"
+                " (a class without one is an abstract base)"
+            )
+        return super().__new__(cls)
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema of ``args_type``."""

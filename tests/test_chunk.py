@@ -452,8 +452,8 @@ def test_negative_last_total_is_rejected() -> None:
 
 
 def test_negative_cap_is_rejected() -> None:
-    """A negative max_delta_bytes (only constructible in Python) is a ValueError."""
-    with pytest.raises(ValueError, match="max_delta_bytes must be >= 0 or None, got -1"):
+    """A negative max_delta_bytes is a ValueError: no spec carries one to stream_chunk."""
+    with pytest.raises(ValueError, match="`max_delta_bytes` = -1 is outside the u32 range"):
         stream_chunk(spec_with(-1), b"ab", 2, 0)
 
 

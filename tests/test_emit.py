@@ -184,9 +184,8 @@ def test_bad_construction_is_refused_with_the_reason() -> None:
         OutputStream(SPEC, capacity=8, head_bytes=-1)
     with pytest.raises(ValueError, match="limit must be >= 0 or None, got -1"):
         OutputStream(SPEC, capacity=8, limit=-1)
-    negative = StreamingSpec(subkind="emit_test", max_delta_bytes=-1)
-    with pytest.raises(ValueError, match=r"spec\.max_delta_bytes must be >= 0 or None, got -1"):
-        OutputStream(negative, capacity=8)
+    with pytest.raises(ValueError, match=r"`max_delta_bytes` = -1 is outside the u32 range"):
+        StreamingSpec(subkind="emit_test", max_delta_bytes=-1)  # no such spec reaches a stream
     with pytest.raises(TypeError, match="capacity must be an int, not float"):
         OutputStream(SPEC, capacity=8.0)  # type: ignore[arg-type]
 
@@ -325,3 +324,22 @@ def test_a_tool_streams_with_an_output_stream_in_two_lines(wants_progress: bool)
     assert items[-1] == ToolResult(value=expected)
     progress = [i for i in items[:-1] if isinstance(i, CustomProgress)]
     assert text(progress) == (expected if wants_progress else "")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"capacity": "64"}, "capacity"),
+        ({"capacity": 64.0}, "capacity"),
+        ({"capacity": 64, "limit": "10"}, "limit"),
+        ({"capacity": 64, "head_bytes": "3"}, "head_bytes"),
+    ],
+)
+def test_output_stream_names_an_argument_of_the_wrong_type(
+    kwargs: dict[str, object], name: str
+) -> None:
+    """A wrong-typed argument raises TypeError naming it, not a comparison error."""
+    with pytest.raises(TypeError, match=f"^{name} must be an int"):
+        OutputStream(StreamingSpec(subkind="x", max_delta_bytes=8), **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^spec must be a StreamingSpec"):
+        OutputStream({"subkind": "x"}, capacity=64)  # type: ignore[arg-type]

@@ -44,3 +44,34 @@ def test_public_objects_come_from_private_modules() -> None:
                 name,
                 module,
             )
+
+
+def test_version_comes_from_the_package_metadata() -> None:
+    """Both packages' ``__version__`` is the installed distribution's version."""
+    from importlib.metadata import version
+
+    import kigi_tool_protocol as kp
+
+    assert kr.__version__ == kp.__version__ == version("kigi-tool-runtime")
+
+
+def test_the_testing_kit_without_hypothesis_names_the_test_extra() -> None:
+    """Importing ``kigi_tool_runtime.testing`` where Hypothesis is missing is an
+    ImportError that says how to install it (the ``test`` extra)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "sys.modules['hypothesis'] = None  # as if it were not installed\n"
+        "import kigi_tool_runtime  # the runtime itself does not need it\n"
+        "try:\n"
+        "    import kigi_tool_runtime.testing\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.startswith("ImportError kigi_tool_runtime.testing needs Hypothesis")
+    assert "pip install -e '.[test]'" in done.stdout

@@ -768,3 +768,46 @@ def test_negative_caps_and_limits_are_refused() -> None:
         ShellTool(limit=-1)
     with pytest.raises(ValueError, match="tail_capacity 16384 is below one frame"):
         ShellTool(tail_capacity=CAP, max_delta_bytes=CAP + 1)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"command": 5}, TypeError, "ShellArgs.command: Expected `str | array`, got `int`"),
+        ({"command": "true", "timeout_ms": -5}, ValueError, "ShellArgs.timeout_ms: .* got -5"),
+        ({"command": "true", "timeout_ms": 0}, ValueError, "ShellArgs.timeout_ms: .* got 0"),
+        ({"command": "true", "timeout_ms": "5"}, TypeError, "ShellArgs.timeout_ms"),
+        ({"command": ""}, ValueError, "ShellArgs.command"),
+        ({"command": ["ls", ""]}, ValueError, "ShellArgs.command"),
+        ({"command": "true", "env": {"A": 1}}, TypeError, "ShellArgs.env"),
+        ({"command": "true", "cwd": 3}, TypeError, "ShellArgs.cwd"),
+        ({"command": "true", "output_limit": MAX_OUTPUT_LIMIT + 1}, ValueError, "output_limit"),
+    ],
+)
+def test_shell_args_built_directly_are_checked_like_their_json(
+    fields: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """ShellArgs made in Python meets the constraints of its JSON schema on
+    construction (a negative deadline does not kill at once, a number is not a
+    command), with the field named."""
+    with pytest.raises(error, match=message):
+        ShellArgs(**fields)
+    assert isinstance(run(fields).terminal, ToolError)  # the JSON form is refused too
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"tick": "fast"}, "tick"),
+        ({"grace": None}, "grace"),
+        ({"tail_capacity": "64"}, "tail_capacity"),
+        ({"read_chunk": 4096.0}, "read_chunk"),
+        ({"max_delta_bytes": "8"}, "max_delta_bytes"),
+        ({"limit": "10"}, "limit"),
+        ({"shell": 1}, "shell"),
+    ],
+)
+def test_shell_tool_names_an_argument_of_the_wrong_type(kwargs: dict[str, Any], name: str) -> None:
+    """A wrong-typed argument raises TypeError naming it, not a comparison error."""
+    with pytest.raises(TypeError, match=f"^{name} must be "):
+        ShellTool(**kwargs)

@@ -200,8 +200,8 @@ def test_frames_carry_the_spec_subkind() -> None:
 
 
 def test_negative_cap_is_rejected_at_construction() -> None:
-    """A spec with a negative cap (only constructible in Python) is refused up front."""
-    with pytest.raises(ValueError, match="max_delta_bytes must be >= 0 or None, got -3"):
+    """A spec with a negative cap is refused up front (by the spec itself)."""
+    with pytest.raises(ValueError, match="`max_delta_bytes` = -3 is outside the u32 range"):
         DeltaStreamer(spec_with(-3))
 
 

@@ -116,3 +116,32 @@ def test_spec_cap_is_a_u32(cap: str, reason: str) -> None:
     with pytest.raises(kp.DecodeError) as info:
         kp.json_codec.decode(f'{{"subkind":"s","max_delta_bytes":{cap}}}', kp.StreamingSpec)
     assert (info.value.reason, info.value.path) == (reason, "$.max_delta_bytes")
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "field"),
+    [
+        ({"subkind": 123}, TypeError, "subkind"),
+        ({"subkind": "x", "max_delta_bytes": "8"}, TypeError, "max_delta_bytes"),
+        ({"subkind": "x", "max_delta_bytes": True}, TypeError, "max_delta_bytes"),
+        ({"subkind": "x", "max_delta_bytes": -1}, ValueError, "max_delta_bytes"),
+        ({"subkind": "x", "max_delta_bytes": 2**32}, ValueError, "max_delta_bytes"),
+        ({"subkind": 123, "max_delta_bytes": "8"}, TypeError, "subkind"),
+    ],
+)
+def test_streaming_spec_refuses_a_wrong_field_on_construction(
+    fields: dict[str, object], error: type[Exception], field: str
+) -> None:
+    """A spec built in Python with a wrong type or an out-of-range cap is refused,
+    naming the field, instead of being encoded as written."""
+    with pytest.raises(error, match=f"`{field}`"):
+        kp.StreamingSpec(**fields)  # type: ignore[arg-type]
+
+
+def test_streaming_spec_decode_still_reports_the_json_path() -> None:
+    """Decoding a bad spec is still a DecodeError at the field's path, and a good
+    one round-trips."""
+    spec = kp.StreamingSpec(subkind="x", max_delta_bytes=8)
+    assert kp.json_codec.decode(kp.json_codec.encode(spec), kp.StreamingSpec) == spec
+    with pytest.raises(kp.DecodeError, match=r"\$\.max_delta_bytes"):
+        kp.json_codec.decode(b'{"subkind":"x","max_delta_bytes":"8"}', kp.StreamingSpec)

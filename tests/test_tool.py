@@ -432,3 +432,20 @@ def test_an_unknown_error_kind_is_refused() -> None:
     """Kinds are a closed set."""
     with pytest.raises(ValueError, match="'rate_limited' is not a valid ToolErrorKind"):
         ToolError("rate_limited", "slow down")
+
+
+def test_a_tool_without_an_id_cannot_be_instantiated() -> None:
+    """Instantiating a tool class that sets no ``id`` is a TypeError that says so,
+    before any call could fail on it (and leave a coroutine never awaited)."""
+
+    class Nameless(Tool[Args]):
+        args_type = Args
+
+        async def run(self, ctx: ToolContext, args: Args) -> Any:
+            return None
+
+    with pytest.raises(
+        TypeError, match=r"^Nameless cannot be instantiated: a tool class must set `id`"
+    ):
+        Nameless()
+    assert Reader().id  # a tool with an id is unaffected

@@ -8,6 +8,14 @@ run a tool in a test; and ``fuzz_streaming_tool`` to do all of it in one call.
 The runtime itself never imports this package.
 """
 
+try:
+    import hypothesis as _hypothesis  # noqa: F401 (only whether it imports)
+except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess
+    raise ImportError(
+        "kigi_tool_runtime.testing needs Hypothesis, which comes with the `test` extra:"
+        " pip install -e '.[test]' in a clone, or pip install 'kigi-tool-runtime[test]'"
+    ) from _missing
+
 from ._check import CheckedStream, LostSpan, StreamCheckError, check_stream
 from ._collect import HANG_SIGNAL, Collected, ToolHangError, collect, collect_async
 from ._consumer_strategies import (
