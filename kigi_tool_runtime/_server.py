@@ -98,6 +98,7 @@ __all__ = (
     "MAX_CALLS_IN_FLIGHT",
     "MAX_CONTROL_LINES",
     "SERVER_CANCEL_MESSAGE",
+    "SERVED_METHODS",
     "WRITER_STALL_S",
     "WRITE_BATCH_BYTES",
     "Server",
@@ -142,6 +143,18 @@ _METHOD_NOT_FOUND: Final = ERROR_CODES["method_not_found"]
 _INVALID_PARAMS: Final = ERROR_CODES["invalid_params"]
 
 _CALL_METHODS: Final = frozenset({METHOD_TOOL_CALL, METHOD_TOOL_CALL_REQUEST})
+#: The methods this server answers, in the order its errors list them.
+SERVED_METHODS: Final = (
+    METHOD_TOOLS_LIST,
+    METHOD_TOOL_CALL,
+    METHOD_TOOL_CALL_REQUEST,
+    METHOD_TOOL_CANCEL,
+    METHOD_HOOK,
+)
+# JSON-RPC 2.0 lets a request leave out `params`; these methods need them
+# (tools.list takes none, and an unknown method is answered as unknown).
+_METHODS_WITH_PARAMS: Final = frozenset(SERVED_METHODS) - {METHOD_TOOLS_LIST}
+_NULL_PARAMS: Final = msgspec.Raw(b"null")
 
 # An id we may echo: a str, or an int in the i64 range (never a bool).
 _I64_MIN: Final = -(2**63)
@@ -589,8 +602,8 @@ class Server:
             problem = "`id` must be a string or an integer in the i64 range"
         elif not isinstance(probe.method, str):
             problem = "`method` is missing or not a string"
-        elif probe.params is msgspec.UNSET:
-            problem = "`params` is missing (it is required, `null` is a value)"
+        elif probe.params is msgspec.UNSET and probe.method in _METHODS_WITH_PARAMS:
+            problem = f"`params` is missing; {probe.method!r} takes an object of params"
         elif probe.session_id is not msgspec.UNSET and not (
             isinstance(probe.session_id, str) and probe.session_id
         ):
@@ -601,8 +614,7 @@ class Server:
             )
             return
         method: str = probe.method
-        assert not isinstance(probe.params, msgspec.UnsetType)
-        params = probe.params
+        params = probe.params if isinstance(probe.params, msgspec.Raw) else _NULL_PARAMS
         if method in _CALL_METHODS:
             if request_id is None:
                 self._lines_rejected += 1  # a call without an id has nowhere to reply
@@ -617,7 +629,10 @@ class Server:
         elif request_id is not None:
             self._reject(
                 _error_line(
-                    request_id, session_id, _METHOD_NOT_FOUND, f"method not found: {method!r}"
+                    request_id,
+                    session_id,
+                    _METHOD_NOT_FOUND,
+                    f"method not found: {method!r} (methods: {', '.join(SERVED_METHODS)})",
                 )
             )
 

@@ -152,7 +152,7 @@ def test_malformed_lines_get_errors_and_the_server_keeps_serving(server: ServePr
     server.send({"jsonrpc": "2.0", "id": 8, "method": "tool.call"})
     reply = server.line()
     assert (reply["id"], reply["error"]["code"]) == (8, -32600)
-    assert "`params` is missing" in reply["error"]["message"]
+    assert "`params` is missing; 'tool.call' takes an object of params" in reply["error"]["message"]
 
     server.send({"jsonrpc": "2.0", "id": True, "method": "tool.call", "params": {}})
     reply = server.line()
@@ -162,7 +162,19 @@ def test_malformed_lines_get_errors_and_the_server_keeps_serving(server: ServePr
     server.send({"jsonrpc": "2.0", "id": "m", "method": "no.such.method", "params": {}})
     reply = server.line()
     assert (reply["id"], reply["error"]["code"]) == ("m", -32601)
-    assert reply["error"]["message"] == "method not found: 'no.such.method'"
+    assert reply["error"]["message"] == (
+        "method not found: 'no.such.method'"
+        " (methods: tools.list, tool.call, tool_call_request, tool.cancel, hook)"
+    )
+
+    server.send({"jsonrpc": "2.0", "id": "n", "method": "tools/list"})
+    reply = server.line()
+    assert (reply["id"], reply["error"]["code"]) == ("n", -32601)
+    assert "(methods: tools.list, " in reply["error"]["message"]
+
+    server.send({"jsonrpc": "2.0", "id": "l", "method": "tools.list"})  # params left out
+    reply = server.line()
+    assert [tool["id"] for tool in reply["result"]["tools"]] == ["bash"], reply
 
     server.send({"jsonrpc": "2.0", "id": 9, "method": "tool.call", "params": {"tool_id": "bash"}})
     reply = server.line()
