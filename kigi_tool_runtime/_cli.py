@@ -44,21 +44,25 @@ import asyncio
 import contextlib
 import os
 import signal
+import stat
 import sys
 import time
 from collections.abc import Sequence
-from typing import IO, Final, NoReturn, get_args
+from typing import IO, Any, Final, NoReturn, get_args
 
 import msgspec
 
-from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING, progress_to_frame
+from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, MAX_FRAME_BYTES_CEILING, progress_to_frame
+from kigi_tool_protocol._version import installed_version
 
-from ._follow import DEFAULT_POLL_INTERVAL, Follower, read_from
-from ._loss import DEFAULT_GAP_MARKER, Anomaly
-from ._reassembler import Appended, Reassembler, SeqScope
+from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower
+from ._lines import LineSplitter, OversizedLine
+from ._loss import DEFAULT_GAP_MARKER, Anomaly, StreamKey, plural
+from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
 from ._runner import run_tool
-from ._server import progress_line, serve_stdio
+from ._server import SERVED_METHODS, progress_line, serve_stdio
 from ._shell import (
+    DEFAULT_COMMAND_TIMEOUT_MS,
     DEFAULT_TAIL_CAPACITY,
     DEFAULT_TICK_S,
     MAX_COMMAND_TIMEOUT_MS,
@@ -66,6 +70,7 @@ from ._shell import (
     ShellOutcome,
     ShellTool,
 )
+from ._tail import MIN_TAIL_CAPACITY
 from ._tool import ToolContext, ToolError, ToolResult
 
 __all__ = (
@@ -99,6 +104,33 @@ STATUS_AFTER_S: Final = 1.0
 STATUS_INTERVAL_S: Final = 0.5
 
 _CALL_ID: Final = "run-1"
+
+_SERVE_DESCRIPTION: Final = """\
+Serve the built-in tools (bash) as JSON-RPC 2.0, one message per line:
+requests on stdin; replies and tool_call_progress notifications on stdout.
+Calls run concurrently. End of input (or SIGINT, SIGTERM, SIGHUP) cancels the
+calls in flight, answers each, and exits.
+
+methods:
+  tools.list         no params needed: the tools and their input schemas
+  tool.call          params {tool_call_id, tool_id, arguments, deadline_ms?}:
+                     tool_call_progress notifications (each call's seq from 0),
+                     then one result or error with the request's id
+  tool_call_request  the same as tool.call
+  tool.cancel        params {tool_call_id}: cancel that call (it ends with a
+                     `cancelled` error); the result says how many were cancelled
+  hook               params: a HookFrame; a Cancel event cancels its call_id,
+                     SessionEnded every call
+"""
+_SERVE_EXAMPLE: Final = (
+    '{"jsonrpc":"2.0","id":1,"method":"tool.call","params":{"tool_call_id":"c1",'
+    '"tool_id":"bash","arguments":{"command":"echo hi"}}}'
+)
+# The hint `serve` prints when a person, not a program, is at its input.
+_SERVE_TTY_HINT: Final = (
+    "kigi-stream serve: reading JSON-RPC 2.0 requests on stdin, one per line"
+    f" (methods: {', '.join(SERVED_METHODS)}); Ctrl-D ends. Try: {_SERVE_EXAMPLE}\n"
+)
 
 # Signals that stop `run`: the command runs in a process group of its own, which
 # the terminal's Ctrl-C, a closed terminal and a plain `kill` would not reach, so
@@ -151,57 +183,125 @@ def _parser() -> argparse.ArgumentParser:
         prog="kigi-stream",
         description="Stream a command's output as capped UTF-8 deltas, serve tools over"
         " JSON-RPC lines, and follow or check frame logs.",
+        epilog="Run `kigi-stream COMMAND --help` for a command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = commands.add_parser(
         "run",
         help="run a command through the shell tool",
         description="Run CMD (one argument: a bash command line; several: a program and"
-        " its arguments) and print its output live, reassembled from the streamed deltas.",
+        " its arguments) and print its output live, reassembled from the streamed deltas,"
+        " with a summary line on stderr. The command's stdout and stderr are merged in"
+        " arrival order; its stdin is /dev/null (it cannot read kigi-stream's input).",
         epilog="exit status: the command's own; 128+N when signal N killed it; 124 when"
         " --timeout stopped it; 127 when it could not be started; 128+N when signal N"
         " (130 on Ctrl-C, SIGTERM, SIGHUP) stopped kigi-stream, which stops the command"
         " first; 141 when stdout closed early; 1 for any other failure; 2 for bad usage.",
     )
     run.add_argument(
-        "--cap", type=_non_negative_int, help="most source bytes per delta (0: one character)"
+        "--cap",
+        type=_non_negative_int,
+        metavar="BYTES",
+        help=f"most source bytes per delta (default {DEFAULT_MAX_DELTA_BYTES},"
+        f" {_size(DEFAULT_MAX_DELTA_BYTES)}; 0: one character per delta)",
     )
     run.add_argument(
         "--tail",
         type=_positive_int,
         default=DEFAULT_TAIL_CAPACITY,
-        help="tail buffer bytes (a reader further behind sees a gap)",
+        metavar="BYTES",
+        help="bytes of output kept between drains; a reader further behind sees a gap"
+        f" (default {DEFAULT_TAIL_CAPACITY}, {_size(DEFAULT_TAIL_CAPACITY)};"
+        " at least --cap)",
     )
-    run.add_argument("--limit", type=_non_negative_int, help="hard output limit in bytes")
+    run.add_argument(
+        "--limit",
+        type=_non_negative_int,
+        metavar="BYTES",
+        help="hard output limit: bytes past it are counted and dropped, and the stream"
+        " says truncated (default: no limit)",
+    )
     run.add_argument(
         "--tick",
         type=_positive_float,
         default=DEFAULT_TICK_S * 1000,
-        help="milliseconds between drains (default 100)",
+        metavar="MS",
+        help=f"milliseconds between drains (default {DEFAULT_TICK_S * 1000:g})",
     )
-    run.add_argument("--timeout", type=_positive_float, help="seconds before the command is killed")
-    run.add_argument("--json", action="store_true", help="print frames as JSON-RPC lines")
+    run.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="seconds before the command is killed, exit 124"
+        f" (default {DEFAULT_COMMAND_TIMEOUT_MS / 1000:g},"
+        f" at most {MAX_COMMAND_TIMEOUT_MS / 1000:g})",
+    )
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print the tool_call_progress frames as JSON-RPC lines (what serve sends)"
+        " instead of the text",
+    )
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ...")
 
-    serve = commands.add_parser("serve", help="serve the built-in tools over stdin/stdout")
+    serve = commands.add_parser(
+        "serve",
+        help="serve the built-in tools (bash) as JSON-RPC 2.0 over stdin/stdout",
+        description=_SERVE_DESCRIPTION,
+        epilog=f"example request (one line):\n  {_SERVE_EXAMPLE}\n\n"
+        "The README shows a whole session: a request, its progress, the result, a cancel.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     serve.add_argument(
         "--max-frame-bytes",
         type=_positive_int,
         default=MAX_FRAME_BYTES_CEILING,
-        help="longest input line accepted (default 16 MiB)",
+        metavar="BYTES",
+        help=f"longest input line accepted (default {MAX_FRAME_BYTES_CEILING},"
+        f" {_size(MAX_FRAME_BYTES_CEILING)})",
     )
 
-    follow = commands.add_parser("follow", help="follow a frame log like tail -f")
-    follow.add_argument("file")
-    follow.add_argument("--from-offset", type=_non_negative_int, default=0)
+    follow = commands.add_parser(
+        "follow",
+        help="print a frame log's text as it grows, like tail -f",
+        description="Print the reassembled text of a frame log (run --json's output, or"
+        " what serve wrote) as it grows, like tail -f: a marker where bytes were lost,"
+        " each anomaly on stderr with its line number, and, once the log holds more than"
+        " one stream, a ==> CALL/SUBKIND <== label whenever the text switches streams."
+        " Ctrl-C or SIGTERM stops it and prints the offset to resume from.",
+    )
+    follow.add_argument(
+        "file",
+        metavar="FILE",
+        help="the frame log; - (or a pipe) is standard input, read to its end",
+    )
+    follow.add_argument(
+        "--from-offset",
+        type=_non_negative_int,
+        default=0,
+        metavar="BYTES",
+        help="start at this byte offset, one a stopped follow printed (default 0)",
+    )
     follow.add_argument("--once", action="store_true", help="read what is there and exit")
     follow.add_argument(
-        "--interval", type=_positive_float, default=DEFAULT_POLL_INTERVAL, help="poll seconds"
+        "--interval",
+        type=_positive_float,
+        default=DEFAULT_POLL_INTERVAL,
+        metavar="SECONDS",
+        help=f"seconds between polls of the file (default {DEFAULT_POLL_INTERVAL:g})",
     )
 
-    check = commands.add_parser("check", help="validate a frame log and print its loss report")
-    check.add_argument("file")
+    check = commands.add_parser(
+        "check",
+        help="validate a frame log and print its loss report",
+        description="Decode a frame log strictly and print each stream's loss report,"
+        " every anomaly with its line number, and a verdict. Exits 1 on any invalid"
+        " frame, protocol violation or unterminated last line; gaps, truncation and"
+        " dropped frames are loss, reported but not violations.",
+    )
+    check.add_argument("file", metavar="FILE", help="the frame log; - is standard input")
     for log_command in (follow, check):
         log_command.add_argument(
             "--seq-scope",
@@ -251,6 +351,9 @@ async def _serve(max_frame_bytes: int) -> int:
 
     for number in _STOP_SIGNALS:
         loop.add_signal_handler(number, on_signal, number)
+    if sys.stdin.isatty():
+        sys.stderr.write(_SERVE_TTY_HINT)
+        sys.stderr.flush()
     try:
         await serve_stdio([ShellTool()], max_frame_bytes=max_frame_bytes)
     except asyncio.CancelledError:
@@ -267,22 +370,47 @@ async def _serve(max_frame_bytes: int) -> int:
 
 
 class _Status:
-    """The live status line on a terminal's stderr (Rule: piped, never drawn)."""
+    """The live status line on a terminal's stderr (Rule: piped, never drawn).
+
+    It shows the bytes so far, the average rate and the elapsed time, and is
+    redrawn by :meth:`tick` every :data:`STATUS_INTERVAL_S` whether or not
+    output arrives, so a silent step still shows the clock running. While
+    :attr:`held` (the output's last line is unfinished on the same terminal)
+    it is not drawn.
+    """
 
     def __init__(self, stream: IO[str], enabled: bool) -> None:
         self._stream = stream
-        self._enabled = enabled
+        self.enabled = enabled
+        self.held = False
+        self._total = 0
         self._shown = False
         self._started = time.monotonic()
         self._next = self._started + STATUS_AFTER_S
 
     def update(self, total: int) -> None:
-        now = time.monotonic()
-        if not self._enabled or now < self._next:
+        """Note the bytes so far, and redraw if one is due."""
+        self._total = total
+        if self.enabled and time.monotonic() >= self._next:
+            self._draw()
+
+    async def tick(self) -> None:
+        """Redraw every :data:`STATUS_INTERVAL_S` until cancelled."""
+        await asyncio.sleep(max(self._next - time.monotonic(), 0))
+        while True:
+            self._draw()
+            await asyncio.sleep(STATUS_INTERVAL_S)
+
+    def _draw(self) -> None:
+        if self.held:
             return
+        now = time.monotonic()
         self._next = now + STATUS_INTERVAL_S
-        rate = total / max(now - self._started, 1e-9)
-        self._stream.write(f"\r\x1b[K[kigi-stream] {_size(total)}, {_size(rate)}/s")
+        elapsed = now - self._started
+        rate = self._total / max(elapsed, 1e-9)
+        self._stream.write(
+            f"\r\x1b[K[kigi-stream] {_size(self._total)} at {_size(rate)}/s, {elapsed:.1f} s"
+        )
         self._stream.flush()
         self._shown = True
 
@@ -302,6 +430,13 @@ def _size(count: float) -> str:
 
 
 def _shell_tool(args: argparse.Namespace) -> ShellTool:
+    cap = DEFAULT_MAX_DELTA_BYTES if args.cap is None else args.cap
+    if args.tail < max(cap, MIN_TAIL_CAPACITY):
+        default = " by default" if args.cap is None else ""
+        raise _UsageError(
+            f"--tail {args.tail} is below --cap ({cap} bytes{default}): the tail must hold"
+            f" one whole delta, so --tail must be at least {max(cap, MIN_TAIL_CAPACITY)}"
+        )
     try:
         return ShellTool(
             tick=args.tick / 1000,
@@ -335,6 +470,15 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
 
 
+def _same_destination(one: IO[Any], other: IO[Any]) -> bool:
+    """Whether two streams write to the same file, pipe or terminal."""
+    try:
+        first, second = os.fstat(one.fileno()), os.fstat(other.fileno())
+    except (OSError, ValueError):
+        return False
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
 async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool) -> int:
     out = sys.stdout.buffer
     status = _Status(sys.stderr, sys.stderr.isatty() and not json_mode)
@@ -342,7 +486,7 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
     # it (and clearing it) while the output's last line is unfinished would
     # erase that line, so it waits for a newline.
     out_on_terminal = sys.stdout.isatty()
-    line_open = False
+    ends_line = True  # the output so far is empty or ends with a newline
     reassembler = Reassembler(known_calls=[_CALL_ID])
     ctx = ToolContext(_CALL_ID)
     started = time.monotonic()
@@ -358,6 +502,7 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
 
     for number in _STOP_SIGNALS:
         loop.add_signal_handler(number, on_signal, number)
+    ticker = asyncio.create_task(status.tick()) if status.enabled else None
     try:
         async with run_tool(tool, shell_args, ctx=ctx) as run:
             async for event in run:
@@ -373,12 +518,12 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
                     if text:
                         status.clear()
                         out.write(text.encode("utf-8", "surrogateescape"))
-                        line_open = out_on_terminal and not text.endswith("\n")
+                        ends_line = text.endswith("\n")
+                        status.held = out_on_terminal and not ends_line
                 out.flush()
                 seq += 1
                 frames += 1
-                if not line_open:
-                    status.update(getattr(frame.body, "total_bytes", 0))
+                status.update(getattr(frame.body, "total_bytes", 0))
     except BrokenPipeError:
         ctx.cancel()
         # stdout now writes to /dev/null, so the flush at exit cannot fail again.
@@ -392,10 +537,17 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
     finally:
         for number in _STOP_SIGNALS:
             loop.remove_signal_handler(number)
+        if ticker is not None:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
         status.clear()
     duration = time.monotonic() - started
     signalled = stopped_by[0] if stopped_by else None
-    return _finish(terminal, reassembler, frames, duration, signalled)
+    # Output without a final newline on the summary's own screen or file would
+    # run into it (`abckigi-stream: ...`): the summary starts a line of its own.
+    glued = not ends_line and _same_destination(sys.stdout, sys.stderr)
+    return _finish(terminal, reassembler, frames, duration, signalled, glued=glued)
 
 
 def _finish(
@@ -404,6 +556,8 @@ def _finish(
     frames: int,
     duration: float,
     signalled: int | None,
+    *,
+    glued: bool = False,
 ) -> int:
     reports = reassembler.reports()
     gaps = sum(len(report.gaps) for report in reports)
@@ -419,13 +573,13 @@ def _finish(
     # counts the bytes dropped.
     past_limit = 0 if outcome is None else max(outcome.total_bytes - total, 0)
     parts = [
-        f"{total} bytes",
-        f"{frames} frames",
-        f"{gaps} gaps",
+        plural(total, "byte", "bytes"),
+        plural(frames, "frame", "frames"),
+        plural(gaps, "gap", "gaps"),
         "truncated" if truncated or past_limit else "not truncated",
     ]
     if past_limit:
-        parts.append(f"{past_limit} bytes past the limit dropped")
+        parts.append(f"{plural(past_limit, 'byte', 'bytes')} past the limit dropped")
     code: int
     if outcome is not None:
         if outcome.timed_out:
@@ -452,7 +606,8 @@ def _finish(
         code = EXIT_FAILED
         parts.append("no result")
     parts.append(f"{duration:.2f} s")
-    sys.stderr.write(f"kigi-stream: {', '.join(parts)}\n")
+    start = "\n" if glued else ""
+    sys.stderr.write(f"{start}kigi-stream: {', '.join(parts)}\n")
     sys.stderr.flush()
     return code
 
@@ -465,32 +620,141 @@ def _describe(anomaly: Anomaly) -> str:
     return f"{anomaly.kind}{where}: {anomaly.detail}"
 
 
-def _print_appended(items: list[Appended], first: int, out: IO[bytes], err: IO[str]) -> None:
-    # ``first``: the line number (from where reading began) of ``items[0]``.
-    for number, item in enumerate(items, start=first):
-        text = item.render(DEFAULT_GAP_MARKER)
-        if text:
-            out.write(text.encode("utf-8", "surrogateescape"))
-        for anomaly in item.anomalies:
-            err.write(f"kigi-stream follow: line {number}: {_describe(anomaly)}\n")
-    out.flush()
-    err.flush()
+class _Printer:
+    """Print what each record appended: its text on stdout, its anomalies on
+    stderr with their line numbers; once the log holds more than one stream, a
+    ``==> CALL/SUBKIND <==`` label (as ``tail`` heads each file) before text of
+    a stream other than the one printed last."""
+
+    def __init__(self, out: IO[bytes], err: IO[str]) -> None:
+        self._out = out
+        self._err = err
+        self._streams: set[StreamKey] = set()
+        self._last: StreamKey | None = None
+        self._ends_line = True
+
+    def print(self, items: list[tuple[int, Appended]]) -> None:
+        for _, item in items:
+            if item.key is not None and (item.text or item.gap is not None):
+                self._streams.add(item.key)
+        labelled = len(self._streams) > 1
+        write = self._out.write
+        for number, item in items:
+            text = item.render(DEFAULT_GAP_MARKER)
+            if text:
+                if labelled and item.key is not None and item.key != self._last:
+                    start = "" if self._ends_line else "\n"
+                    label = f"{start}==> {item.key.tool_call_id}/{item.key.subkind} <==\n"
+                    write(label.encode("utf-8", "surrogateescape"))
+                self._last = item.key
+                write(text.encode("utf-8", "surrogateescape"))
+                self._ends_line = text.endswith("\n")
+            for anomaly in item.anomalies:
+                self._err.write(f"kigi-stream follow: line {number}: {_describe(anomaly)}\n")
+        self._out.flush()
+        self._err.flush()
+
+
+class _Stopped(Exception):
+    """Raised by the SIGTERM and SIGHUP handlers of ``follow``: stop as Ctrl-C does."""
+
+
+def _raise_stopped(number: int, frame: object) -> None:
+    raise _Stopped(number)
+
+
+def _log_source(name: str, command: str) -> str | None:
+    """The path to read ``name`` from as a file, or ``None`` for a stream
+    (``-``, a pipe, a terminal) read once to its end.
+
+    Raises:
+        _UsageError: ``name`` is a directory, or nothing exists at it.
+    """
+    if name == "-":
+        return None
+    try:
+        info = os.stat(name)
+    except FileNotFoundError:
+        raise _UsageError(f"no such file: {name!r}") from None
+    except OSError as exc:
+        raise _UsageError(f"cannot read {name!r}: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise _UsageError(
+            f"{name!r} is a directory; {command} reads a frame log file (- for standard input)"
+        )
+    return name if stat.S_ISREG(info.st_mode) else None
+
+
+def _open_stream(name: str) -> IO[bytes]:
+    if name == "-":
+        return os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)
+    try:
+        return open(name, "rb", buffering=0)
+    except OSError as exc:
+        raise _UsageError(f"cannot read {name!r}: {exc.strerror}") from None
 
 
 def _follow(args: argparse.Namespace) -> int:
-    if not os.path.exists(args.file) and args.once:
-        raise _UsageError(f"no such file: {args.file!r}")
-    follower = Follower(args.file, args.from_offset, seq_scope=args.seq_scope)
-    out, err = sys.stdout.buffer, sys.stderr
+    path: str | None
+    if args.file != "-" and not os.path.lexists(args.file):
+        if args.once:
+            raise _UsageError(f"no such file: {args.file!r}")
+        path = args.file  # not there yet: a live follow waits for it
+    else:
+        path = _log_source(args.file, "follow")
+    if path is None and args.from_offset:
+        raise _UsageError(
+            f"--from-offset needs a file; {args.file!r} is a stream, read from its start"
+        )
+    printer = _Printer(sys.stdout.buffer, sys.stderr)
+    stops = (signal.SIGTERM, signal.SIGHUP)
+    previous = {number: signal.signal(number, _raise_stopped) for number in stops}
+    try:
+        if path is None:
+            return _follow_stream(args, printer)
+        return _follow_file(path, args, printer)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _follow_stream(args: argparse.Namespace, printer: _Printer) -> int:
+    # A stream has no offsets: read it to its end, as it arrives, then stop.
+    splitter = LineSplitter(DEFAULT_MAX_RECORD_BYTES)
+    reassembler = Reassembler(seq_scope=args.seq_scope)
+    number = 0
+    with _open_stream(args.file) as source:
+        try:
+            while True:
+                data = source.read(READ_BLOCK_BYTES)
+                if not data:
+                    break
+                items: list[tuple[int, Appended]] = []
+                for line in splitter.feed(data):
+                    number += 1
+                    if line != b"":
+                        items.append((number, reassembler.appended(line)))
+                printer.print(items)
+        except (KeyboardInterrupt, _Stopped):
+            return 0
+        except BrokenPipeError:
+            return EXIT_PIPE_CLOSED
+    rest = splitter.end()
+    if rest is not None:
+        sys.stderr.write(f"kigi-stream follow: line {number + 1}: {_unterminated(rest)}\n")
+    return 0
+
+
+def _follow_file(path: str, args: argparse.Namespace, printer: _Printer) -> int:
+    follower = Follower(path, args.from_offset, seq_scope=args.seq_scope)
     resumable = True
     try:
         while True:
-            first = follower.reassembler.records + 1
-            _print_appended(follower.poll_appended(), first, out, err)
+            printer.print(follower.poll_numbered())
             if args.once:
                 return 0
             time.sleep(args.interval)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Stopped):
         pass
     except ValueError as exc:
         # The log shrank or was replaced: its offset means nothing in the new
@@ -508,6 +772,14 @@ def _follow(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unterminated(rest: bytes | OversizedLine) -> str:
+    size = rest.size if isinstance(rest, OversizedLine) else len(rest)
+    return (
+        f"unterminated: the last line ({plural(size, 'byte', 'bytes')}) has no newline,"
+        " so it was not read as a record (a frame log ends every record with one)"
+    )
+
+
 #: Anomaly kinds that are reported loss, not broken protocol (``check`` passes them).
 _LOSS_ONLY: Final = frozenset({"dropped_frames"})
 
@@ -516,16 +788,23 @@ def _check(args: argparse.Namespace) -> int:
     # One fold of the whole log, each call's seq on its own counter (or the
     # connection's). Empty lines are no records, but they are counted, so an
     # anomaly names the line an editor shows.
-    if not os.path.isfile(args.file):
-        raise _UsageError(f"no such file: {args.file!r}")
-    try:
-        lines, _ = read_from(args.file, keep_empty=True)
-    except (ValueError, OSError) as exc:
-        raise _UsageError(str(exc)) from None
-    numbers = [number for number, line in enumerate(lines, start=1) if line != b""]
-    reassembler = Reassembler.fold(
-        (line for line in lines if line != b""), seq_scope=args.seq_scope
-    )
+    _log_source(args.file, "check")
+    splitter = LineSplitter(DEFAULT_MAX_RECORD_BYTES)
+    reassembler = Reassembler(seq_scope=args.seq_scope)
+    absorb = reassembler.absorb_record
+    numbers: list[int] = []  # the line number of each record
+    number = 0
+    with _open_stream(args.file) as source:
+        try:
+            while data := source.read(READ_BLOCK_BYTES):
+                for line in splitter.feed(data):
+                    number += 1
+                    if line != b"":
+                        numbers.append(number)
+                        absorb(line)
+        except OSError as exc:
+            raise _UsageError(f"cannot read {args.file!r}: {exc.strerror}") from None
+    rest = splitter.end()
     out = sys.stdout
     for report in reassembler.reports():
         out.write(report.summary() + "\n")
@@ -533,9 +812,13 @@ def _check(args: argparse.Namespace) -> int:
     for anomaly in reassembler.anomalies:
         out.write(f"line {numbers[anomaly.index]}: {_describe(anomaly)}\n")
         violations += anomaly.kind not in _LOSS_ONLY
-    verdict = "ok" if not violations else f"{violations} violations"
+    if rest is not None:
+        out.write(f"line {number + 1}: {_unterminated(rest)}\n")
+        violations += 1
+    verdict = "ok" if not violations else plural(violations, "violation", "violations")
     out.write(
-        f"checked {reassembler.records} records, {len(reassembler.streams)} streams,"
-        f" {reassembler.ignored} other messages: {verdict}\n"
+        f"checked {plural(reassembler.records, 'record', 'records')},"
+        f" {plural(len(reassembler.streams), 'stream', 'streams')},"
+        f" {plural(reassembler.ignored, 'other message', 'other messages')}: {verdict}\n"
     )
     return 0 if not violations else 1

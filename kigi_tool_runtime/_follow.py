@@ -173,7 +173,7 @@ class Follower:
             or ``seq_scope`` is neither ``"call"`` nor ``"connection"``.
     """
 
-    __slots__ = ("_identity", "_limit", "_offset", "_path", "_reassembler")
+    __slots__ = ("_identity", "_limit", "_lines", "_offset", "_path", "_reassembler")
 
     def __init__(
         self,
@@ -192,6 +192,7 @@ class Follower:
         self._offset = offset
         self._limit = max_line_bytes
         self._identity: _Identity | None = None  # the file read, once one was
+        self._lines = 0  # complete lines read, blank ones included
         self._reassembler = (
             reassembler
             if reassembler is not None
@@ -202,6 +203,13 @@ class Follower:
     def offset(self) -> int:
         """Where the next read starts: save it to resume after a reconnect."""
         return self._offset
+
+    @property
+    def lines_read(self) -> int:
+        """Complete lines read since :attr:`offset` was first set, blank lines
+        included: the next line's number, counted as an editor counts them from
+        where reading began, is this plus one."""
+        return self._lines
 
     @property
     def reassembler(self) -> Reassembler:
@@ -220,7 +228,8 @@ class Follower:
         fresh = self._reassembler.spawn()
         absorb = fresh.absorb_record
         for line in lines:
-            absorb(line)
+            if line != b"":
+                absorb(line)
         self._reassembler.absorb(fresh)
         return fresh
 
@@ -233,14 +242,32 @@ class Follower:
                 took its path (Rule 4).
             OSError: the log cannot be read.
         """
+        return [item for _, item in self.poll_numbered()]
+
+    def poll_numbered(self) -> list[tuple[int, Appended]]:
+        """:meth:`poll_appended`, each record with its line number counted from
+        where reading began (blank lines count, as in an editor).
+
+        Raises:
+            ValueError: the log shrank below :attr:`offset`, or another file
+                took its path (Rule 4).
+            OSError: the log cannot be read.
+        """
+        first = self._lines + 1
         lines = self._read_new()
         appended = self._reassembler.appended
-        return [appended(line) for line in lines]
+        return [
+            (number, appended(line))
+            for number, line in enumerate(lines, start=first)
+            if line != b""
+        ]
 
     def _read_new(self) -> list[bytes | OversizedLine]:
+        # Blank lines are kept (and skipped by the callers) so that they count.
         lines, self._offset, self._identity = _read(
-            self._path, self._offset, self._limit, False, self._identity
+            self._path, self._offset, self._limit, True, self._identity
         )
+        self._lines += len(lines)
         return lines
 
     async def follow(self, interval: float = DEFAULT_POLL_INTERVAL) -> AsyncIterator[Reassembler]:

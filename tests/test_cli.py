@@ -8,17 +8,20 @@ import json
 import os
 import pty
 import re
+import select
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kigi_tool_runtime._cli import EXIT_TIMEOUT, EXIT_USAGE, STATUS_AFTER_S
-from kigi_tool_runtime._server import progress_line
+from kigi_tool_runtime._server import SERVED_METHODS, progress_line
 
 CLI = [sys.executable, "-m", "kigi_tool_runtime"]
 
@@ -108,7 +111,7 @@ def test_check_fails_on_an_invalid_frame(tmp_path: Path) -> None:
     assert checked.returncode == 1
     report = checked.stdout.decode()
     assert "line 1: undecodable" in report
-    assert "1 violations" in report
+    assert "checked 2 records, 1 stream, 0 other messages: 1 violation\n" in report
 
 
 def test_check_numbers_lines_as_the_file_does(tmp_path: Path) -> None:
@@ -239,7 +242,7 @@ def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
         (["run", "--tick", "0", "--", "true"], "must be a positive number, got 0"),
         (["run", "--tail", "abc", "--", "true"], "expected a whole number, got 'abc'"),
         (["run", "--timeout", "9999", "--", "true"], "past the shell tool's longest deadline"),
-        (["run", "--tail", "10", "--", "true"], "below one frame"),
+        (["run", "--tail", "10", "--", "true"], "--tail 10 is below --cap (16384 bytes"),
         (["run", "--cap", "-1", "--", "true"], "must not be negative, got -1"),
         (["run", "--limit", "x", "--", "true"], "expected a whole number, got 'x'"),
         (["check", str(tmp_path / "absent.jsonl")], "no such file"),
@@ -464,7 +467,10 @@ def test_follow_prints_interleaved_served_calls_without_anomaly(tmp_path: Path) 
     path = _served_log(tmp_path / "served.jsonl")
     followed = _cli("follow", "--once", str(path))
     assert followed.returncode == 0
-    assert sorted(followed.stdout.decode().splitlines()) == ["a1", "a2", "a3", "b1", "b2", "b3"]
+    assert _text_by_label(followed.stdout.decode()) == {
+        "c1/bash_output_chunk": ["a1", "a2", "a3"],
+        "c2/bash_output_chunk": ["b1", "b2", "b3"],
+    }
     assert followed.stderr.decode().splitlines() == [
         f"kigi-stream follow: stopped at offset {path.stat().st_size}"
         f" (resume with --from-offset {path.stat().st_size})"
@@ -474,6 +480,21 @@ def test_follow_prints_interleaved_served_calls_without_anomaly(tmp_path: Path) 
     faults = re.findall(r"kigi-stream follow: line \d+: (seq_\w+): ", as_hub.stderr.decode())
     assert faults
     assert set(faults) <= {"seq_repeated", "seq_reordered"}
+
+
+def _text_by_label(printed: str) -> dict[str, list[str]]:
+    """The lines ``follow`` printed, grouped under the ``==> CALL/SUBKIND <==``
+    label before them (every text line must have one)."""
+    groups: dict[str, list[str]] = {}
+    label = None
+    for line in printed.splitlines():
+        heading = re.fullmatch(r"==> (.+) <==", line)
+        if heading:
+            label = heading[1]
+            continue
+        assert label is not None, f"text before any label: {printed!r}"
+        groups.setdefault(label, []).append(line)
+    return groups
 
 
 def test_follow_marks_a_gap_where_bytes_were_lost(tmp_path: Path) -> None:
@@ -594,3 +615,270 @@ def test_run_into_a_closed_pipe_leaves_no_descriptor_open() -> None:
     code, before, after, stdout = json.loads(err.splitlines()[-1])
     assert (code, stdout) == (128 + signal.SIGPIPE, os.devnull)
     assert after == before
+
+
+# -- the installed `kigi-stream` command ---------------------------------------------
+
+#: The console script that `pip install` made for this interpreter: tests of the
+#: command a user types run it, not only `python -m kigi_tool_runtime`.
+KIGI_STREAM = str(Path(sysconfig.get_path("scripts")) / "kigi-stream")
+
+
+def _kigi(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [KIGI_STREAM, *args], input=stdin, capture_output=True, timeout=RUN_WAIT_S, check=False
+    )
+
+
+def _frames(command: str) -> bytes:
+    framed = _kigi("run", "--json", "--", command)
+    assert framed.returncode == 0, framed.stderr
+    return framed.stdout
+
+
+def test_the_entry_point_reports_its_version_from_the_package_metadata() -> None:
+    """`kigi-stream --version` is installed and prints the distribution's version."""
+    done = _kigi("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == f"kigi-stream {version('kigi-tool-runtime')}\n"
+
+
+def test_check_and_follow_read_standard_input() -> None:
+    """`-` and /dev/stdin are standard input for `check` and `follow` (read to its
+    end, with no resume offset), as in `kigi-stream run --json ... | kigi-stream check -`."""
+    frames = _frames("echo one; sleep 0.2; echo two")
+    for name in ("-", "/dev/stdin"):
+        checked = _kigi("check", name, stdin=frames)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert checked.stdout.decode().endswith("1 stream, 0 other messages: ok\n")
+        for once in ((), ("--once",)):
+            followed = _kigi("follow", *once, name, stdin=frames)
+            assert (followed.returncode, followed.stdout) == (0, b"one\ntwo\n"), followed
+            assert followed.stderr == b""  # a stream has no offset to resume from
+    refused = _kigi("follow", "--from-offset", "3", "-", stdin=frames)
+    assert refused.returncode == EXIT_USAGE
+    assert "--from-offset needs a file" in refused.stderr.decode()
+
+
+def test_follow_prints_a_pipe_live_as_frames_arrive() -> None:
+    """`follow -` prints each frame's text as it comes down the pipe, before the
+    input ends, then exits 0 at its end."""
+    first, second = _frames("echo one; sleep 0.2; echo two").splitlines(keepends=True)
+    proc = subprocess.Popen(
+        [KIGI_STREAM, "follow", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(first)
+        proc.stdin.flush()
+        assert proc.stdout.read(4) == b"one\n"  # while the input is still open
+        proc.stdin.write(second)
+        proc.stdin.close()
+        assert proc.wait(timeout=RUN_WAIT_S) == 0
+        assert proc.stdout.read() == b"two\n"
+        assert proc.stderr is not None
+        assert proc.stderr.read() == b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_a_directory_is_refused_as_a_directory(tmp_path: Path) -> None:
+    """`check DIR` and `follow DIR` say it is a directory, not that it does not exist."""
+    for args in (["check", str(tmp_path)], ["follow", "--once", str(tmp_path)]):
+        done = _kigi(*args)
+        assert done.returncode == EXIT_USAGE
+        assert f"{str(tmp_path)!r} is a directory" in done.stderr.decode()
+        assert "no such file" not in done.stderr.decode()
+
+
+def test_check_reports_an_unterminated_last_line(tmp_path: Path) -> None:
+    """A last line without a newline (text, binary junk, or a frame whose newline
+    was cut off) is a violation that names the line, never `ok`."""
+    frames = _frames("echo one; sleep 0.2; echo two")
+    junk = bytes(range(256)).replace(b"\n", b"") * 8
+    cases = [
+        (b"garbage without newline", 1, "23 bytes"),
+        (junk[:2000], 1, "2000 bytes"),
+        (frames.rstrip(b"\n"), 2, f"{len(frames.splitlines()[1])} bytes"),
+    ]
+    for data, line, size in cases:
+        for args, stdin in (([str(tmp_path / "log")], None), (["-"], data)):
+            (tmp_path / "log").write_bytes(data)
+            checked = _kigi("check", *args, stdin=stdin)
+            report = checked.stdout.decode()
+            assert checked.returncode == 1, report
+            assert f"line {line}: unterminated: the last line ({size}) has no newline" in report
+            assert report.endswith(": 1 violation\n"), report
+
+
+def test_help_shows_defaults_descriptions_and_the_commands_stdin() -> None:
+    """`--help` of each command describes it and shows each option's default."""
+    top = _kigi("--help").stdout.decode()
+    for command in ("run", "serve", "follow", "check"):
+        assert re.search(rf"^\s+{command}\s+\S", top, re.MULTILINE), (command, top)
+    run = " ".join(_kigi("run", "--help").stdout.decode().split())
+    assert "default 16384, 16.0 KiB; 0: one character per delta" in run
+    assert "default 1048576, 1.0 MiB" in run
+    assert "milliseconds between drains (default 100)" in run
+    assert "exit 124 (default 120, at most 600)" in run
+    assert "its stdin is /dev/null" in run
+    follow = " ".join(_kigi("follow", "--help").stdout.decode().split())
+    assert "FILE the frame log; - (or a pipe) is standard input" in follow
+    assert "--from-offset BYTES start at this byte offset" in follow
+    assert "like tail -f" in follow
+    check = " ".join(_kigi("check", "--help").stdout.decode().split())
+    assert "FILE the frame log; - is standard input" in check
+    assert "unterminated last line" in check
+
+
+def test_serve_help_names_the_methods() -> None:
+    """`serve --help` lists every method the server answers and shows a request."""
+    helped = _kigi("serve", "--help").stdout.decode()
+    for method in SERVED_METHODS:
+        assert re.search(rf"^  {re.escape(method)}\s", helped, re.MULTILINE), method
+    assert '"method":"tool.call"' in helped
+
+
+def test_serve_on_a_terminal_prints_a_hint() -> None:
+    """Typed at a terminal, `serve` says on stderr what it reads, then serves."""
+    main_fd, child_fd = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [KIGI_STREAM, "serve"], stdin=child_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        os.close(child_fd)
+        os.write(main_fd, b'{"jsonrpc":"2.0","id":1,"method":"tools.list"}\n\x04')
+        out, err = proc.communicate(timeout=RUN_WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        os.close(main_fd)
+    assert proc.returncode == 0
+    hint = err.decode()
+    assert hint.startswith("kigi-stream serve: reading JSON-RPC 2.0 requests on stdin")
+    assert hint.count("\n") == 1
+    assert "tools.list, tool.call" in hint
+    assert json.loads(out)["result"]["tools"][0]["id"] == "bash"
+    piped = _kigi("serve", stdin=b"")
+    assert (piped.returncode, piped.stderr) == (0, b"")
+
+
+def test_counts_are_singular_when_one() -> None:
+    """1 byte, 1 frame, 1 gap, 1 record, 1 stream, 1 violation: no `1 frames`."""
+    done = _kigi("run", "--", "printf a")
+    assert done.stderr.decode().startswith("kigi-stream: 1 byte, 1 frame, 0 gaps, ")
+    frame = progress_line("c", 0, "bash_output_chunk", {"delta": "ab", "total_bytes": 9})
+    checked = _kigi("check", "-", stdin=frame + b"junk\n")
+    report = checked.stdout.decode()
+    assert "checked 2 records, 1 stream, 0 other messages: 1 violation\n" in report
+    checked = _kigi("check", "-", stdin=frame)
+    assert checked.stdout.decode().endswith("checked 1 record, 1 stream, 0 other messages: ok\n")
+
+
+def test_the_summary_starts_its_own_line_after_unterminated_output() -> None:
+    """Output without a final newline, on the same file as the summary, is not
+    glued to it; piped apart, the output stays byte for byte."""
+    same = subprocess.run(
+        [KIGI_STREAM, "run", "--", "printf abc"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=RUN_WAIT_S,
+        check=False,
+    )
+    assert same.stdout.decode().startswith("abc\nkigi-stream: 3 bytes, ")
+    apart = _kigi("run", "--", "printf abc")
+    assert apart.stdout == b"abc"
+    assert apart.stderr.decode().startswith("kigi-stream: 3 bytes, ")
+
+
+def test_the_status_line_keeps_time_while_the_command_is_silent() -> None:
+    """On a terminal, the status line is redrawn while no output arrives, with
+    the elapsed time going up and the rate."""
+    main_fd, child_fd = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [KIGI_STREAM, "run", "--", "echo start; sleep 2.5; echo end"],
+            stdout=subprocess.PIPE,
+            stderr=child_fd,
+        )
+        os.close(child_fd)
+        out, _ = proc.communicate(timeout=RUN_WAIT_S)
+        seen = b""
+        while b"exit 0" not in seen:
+            ready, _, _ = select.select([main_fd], [], [], 5)
+            if not ready:
+                break
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(main_fd)
+    assert out == b"start\nend\n"
+    draws = re.findall(rb"\[kigi-stream\] 6 B at [\d.]+ B/s, (\d+\.\d) s", seen)
+    elapsed = [float(value) for value in draws]
+    assert len(set(elapsed)) >= 3, seen  # redrawn during the silence, not only per frame
+    assert elapsed == sorted(elapsed)
+
+
+def test_follow_stopped_by_sigterm_prints_the_resume_offset(tmp_path: Path) -> None:
+    """SIGTERM stops a live follow as Ctrl-C does: exit 0 and the offset to resume from."""
+    log = tmp_path / "live.jsonl"
+    frames = _frames("echo live")
+    log.write_bytes(frames)
+    proc = subprocess.Popen(
+        [KIGI_STREAM, "follow", "--interval", "0.05", str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.read(5) == b"live\n"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=RUN_WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0
+    assert f"stopped at offset {len(frames)} (resume with --from-offset {len(frames)})" in (
+        err.decode()
+    )
+
+
+def test_follow_and_check_agree_on_line_numbers(tmp_path: Path) -> None:
+    """With blank lines in the log, `follow` names the same lines as `check`."""
+    log = tmp_path / "blank.jsonl"
+    log.write_bytes(b"\n\nnot json\n\n[]\n")
+    checked = _kigi("check", str(log)).stdout.decode()
+    followed = _kigi("follow", "--once", str(log)).stderr.decode()
+    from_check = re.findall(r"^line (\d+): undecodable", checked, re.MULTILINE)
+    from_follow = re.findall(r"^kigi-stream follow: line (\d+): undecodable", followed, re.M)
+    assert from_check == from_follow == ["3", "5"]
+    piped = _kigi("follow", "-", stdin=log.read_bytes()).stderr.decode()
+    assert re.findall(r"line (\d+): undecodable", piped) == ["3", "5"]
+
+
+def test_follow_labels_each_calls_text_in_a_live_served_log(tmp_path: Path) -> None:
+    """A live follow of a `serve` log labels the calls' text once a second call
+    appears: text that follows the label belongs to that call."""
+    path = _served_log(tmp_path / "served.jsonl")
+    piped = _kigi("follow", "-", stdin=path.read_bytes())
+    assert _text_by_label(piped.stdout.decode()) == {
+        "c1/bash_output_chunk": ["a1", "a2", "a3"],
+        "c2/bash_output_chunk": ["b1", "b2", "b3"],
+    }
