@@ -3,14 +3,21 @@ what it says."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
+from typing import Any
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _BLOCK = re.compile(r"```(?P<lang>\w*)\n(?P<body>.*?)```", re.DOTALL)
+#: Where `pip install` put the `kigi-stream` command for this interpreter: the
+#: README's commands run with it first on PATH, as in an activated venv.
+_SCRIPTS = sysconfig.get_path("scripts")
 
 
 def _blocks(lang: str) -> list[str]:
@@ -18,47 +25,130 @@ def _blocks(lang: str) -> list[str]:
     return [m["body"] for m in _BLOCK.finditer(text) if m["lang"] == lang]
 
 
+def _env() -> dict[str, str]:
+    return {**os.environ, "PATH": _SCRIPTS + os.pathsep + os.environ.get("PATH", "")}
+
+
 def test_readme_has_the_two_commands() -> None:
-    """The README gives the install-and-run command and the test command."""
+    """The README gives the install-and-run command, and a test command that
+    names the extra so it resolves from the clone and does not need the venv
+    to be active."""
     commands = _blocks("sh")
     assert any("kigi-stream run" in c and "pip install" in c for c in commands)
-    assert "python -m pip install -e '.[test]' && python -m pytest\n" in commands
+    install = next(c for c in commands if "kigi-stream run" in c and "pip install" in c)
+    assert install.startswith("python3 -m venv .venv && ")
+    assert ".venv/bin/python -m pip install -e '.[test]' && .venv/bin/python -m pytest\n" in (
+        commands
+    )
+    assert "pip install 'kigi-tool-runtime[test]'" not in README.read_text(encoding="utf-8")
 
 
-#: What each Python block of the README prints when it works, in README order.
-_EXPECTED_OUTPUT = (
-    (
+#: What each Python block of the README prints when it works, found by a line
+#: of its code; every block must have an entry.
+_EXPECTED_OUTPUT = {
+    "# 1. Define:": (
         "call-1/echo_chunk: 15 bytes in 4 frames (total 15), no gaps",
         "unknown field `offset`",
     ),
-    ("echo and bash keep the streaming contract",),
-)
+    "Client.spawn(": (
+        "tools: ['bash']\none\ntwo\nexit code: 0\nc1/bash_output_chunk: 8 bytes in ",
+        "(total 8), no gaps\nfailed: timeout\n",
+    ),
+    "fuzz_streaming_tool(": ("echo and bash keep the streaming contract",),
+}
 
 
 def _run_block(body: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-c", body], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", body],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=_env(),
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
+def _block_with(marker: str) -> str:
+    (block,) = (body for body in _blocks("python") if marker in body)
+    return block
+
+
+def test_every_python_block_has_its_expected_output() -> None:
+    """No README Python block goes unrun."""
+    for body in _blocks("python"):
+        assert sum(marker in body for marker in _EXPECTED_OUTPUT) == 1, body[:200]
+
+
 def test_readme_walkthrough_runs() -> None:
-    """Define → Stream → Reassemble runs as written, reassembles the text whole
-    and shows the rejected frame."""
-    out = _run_block(_blocks("python")[0])
-    for line in _EXPECTED_OUTPUT[0]:
+    """Define → Stream → Reassemble runs as written, prints the frames as
+    readable JSON lines, reassembles the text whole and shows the rejected frame."""
+    out = _run_block(_block_with("# 1. Define:"))
+    for line in _EXPECTED_OUTPUT["# 1. Define:"]:
         assert line in out
+    frames = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    deltas = [frame["params"]["body"]["delta"] for frame in frames]
+    assert deltas == ["caf", "é ", "✓ done", "\n"]
+    assert "b'" not in out
+
+
+def test_readme_client_example_runs() -> None:
+    """The Client example runs as written against `kigi-stream serve`: it lists
+    the tools, prints the call's text and result, and a timed-out call's error."""
+    out = _run_block(_block_with("Client.spawn("))
+    for part in _EXPECTED_OUTPUT["Client.spawn("]:
+        assert part in out, out
 
 
 def test_readme_fuzzing_section_runs() -> None:
     """The fuzzing section runs as written: the kit passes the example tool and
     the shell tool."""
-    blocks = _blocks("python")
-    assert len(blocks) == len(_EXPECTED_OUTPUT), "a README Python block has no expected output"
-    out = _run_block(blocks[1])
-    for line in _EXPECTED_OUTPUT[1]:
+    out = _run_block(_block_with("fuzz_streaming_tool("))
+    for line in _EXPECTED_OUTPUT["fuzz_streaming_tool("]:
         assert line in out
+
+
+def _session_messages(lines: list[str]) -> dict[Any, Any]:
+    """A serve session's messages keyed by what identifies them, with what may
+    vary (timing, how output met the ticks) taken out."""
+    keyed: dict[Any, Any] = {}
+    text: dict[str, str] = {}
+    for line in lines:
+        message = json.loads(line)
+        if message.get("method") == "tool_call_progress":
+            params = message["params"]
+            call = params["tool_call_id"]
+            text[call] = text.get(call, "") + params["body"]["delta"]
+            continue
+        value = message.get("result", {}).get("output", {}).get("value")
+        if isinstance(value, dict):
+            value.pop("duration_ms")
+        keyed[("id", message["id"])] = message
+    keyed["text"] = text
+    return keyed
+
+
+def test_readme_serve_session_runs_as_shown() -> None:
+    """The serve section's session, run as written, prints what the README shows
+    (timing aside): the call's progress and result, the cancel's answer and the
+    cancelled call's error."""
+    (session,) = (c for c in _blocks("sh") if "| kigi-stream serve" in c)
+    (shown,) = (t for t in _blocks("text") if '"method":"tool_call_progress"' in t)
+    done = subprocess.run(
+        ["bash", "-c", session],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    got = done.stdout.splitlines()
+    seqs = [json.loads(line)["seq"] for line in got if '"seq"' in line]
+    assert seqs == list(range(len(seqs)))
+    assert _session_messages(got) == _session_messages(shown.splitlines())
 
 
 def test_readme_main_job_command_streams_whole_characters() -> None:
@@ -87,7 +177,7 @@ def test_readme_cli_example_reports_the_loss(tmp_path: Path) -> None:
     """The CLI section's ``run --json`` into ``check`` example, run as written:
     a 4 KiB tail overflows, and ``check`` reports the gaps it finds as loss
     while the log itself stays valid."""
-    (example,) = (c for c in _blocks("sh") if "kigi-stream check" in c)
+    (example,) = (c for c in _blocks("sh") if "kigi-stream check frames.jsonl" in c)
     lines = [line.split("#")[0].strip() for line in example.splitlines() if line.strip()]
     run_line, check_line = lines
     run_argv, log_name = run_line.split(">")
@@ -113,5 +203,22 @@ def test_readme_cli_example_reports_the_loss(tmp_path: Path) -> None:
         check=False,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "1 streams" in checked.stdout
+    assert "1 stream," in checked.stdout
     assert re.search(r"[1-9]\d* gaps? \(", checked.stdout), checked.stdout
+
+
+def test_readme_pipe_into_check_runs() -> None:
+    """The README's `run --json ... | kigi-stream check -` runs as written and
+    passes, reading the frames from standard input."""
+    (pipeline,) = (c for c in _blocks("sh") if "| kigi-stream check -" in c)
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", pipeline],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "run-1/bash_output_chunk: 8 bytes in " in done.stdout
+    assert done.stdout.endswith("1 stream, 0 other messages: ok\n")
