@@ -5,20 +5,33 @@ Commands:
 
 - ``run [options] -- CMD ...``: run CMD through the shell tool. One argument is
   a shell command line (run by bash); several are a program and its arguments.
-  By default the reassembled output is printed live to stdout (a gap marker
-  where bytes were lost) and a summary line goes to stderr; ``--json`` prints
-  the ``tool_call_progress`` notification lines instead, byte for byte what
-  ``serve`` would send. On a terminal, a run longer than a moment shows a live
-  status line on stderr; piped, stderr only gets the summary.
-- ``serve``: the built-in tools (``bash``) over stdin/stdout. SIGINT, SIGTERM
-  or SIGHUP ends it like end of input (calls in flight are cancelled, their
-  commands stopped and their replies written), then it exits 128 + N.
+  The command's stdin is ``/dev/null``. By default the reassembled output is
+  printed live to stdout (a gap marker where bytes were lost) and a summary
+  line goes to stderr, on a line of its own even when the output did not end
+  with a newline; ``--json`` prints the ``tool_call_progress`` notification
+  lines instead, byte for byte what ``serve`` would send. On a terminal, a run
+  longer than a moment shows a live status line on stderr (bytes, rate and
+  elapsed time, redrawn while the command is silent too); piped, stderr only
+  gets the summary.
+- ``serve``: the built-in tools (``bash``) over stdin/stdout; ``serve --help``
+  lists the methods, and on a terminal it prints a one-line hint to stderr.
+  SIGINT, SIGTERM or SIGHUP ends it like end of input (calls in flight are
+  cancelled, their commands stopped and their replies written), then it exits
+  128 + N.
 - ``follow FILE``: print a frame log's reassembled text as it grows, like
   ``tail -f``, and each anomaly on stderr with its line number (counted from
-  where reading began); ``--from-offset`` resumes; Ctrl-C stops cleanly and
-  prints the offset to resume from; ``--once`` reads what is there and exits.
+  where reading began, blank lines included, as ``check`` counts them); once
+  the log holds more than one stream, a ``==> CALL/SUBKIND <==`` label goes
+  before text of a stream other than the last one printed. ``--from-offset``
+  resumes; Ctrl-C, SIGTERM or SIGHUP stops cleanly and prints the offset to
+  resume from; ``--once`` reads what is there and exits.
 - ``check FILE``: decode a frame log strictly and print each stream's loss
-  report and every anomaly with its line number.
+  report and every anomaly with its line number; a last line without a newline
+  is reported too.
+
+``FILE`` is ``-`` for standard input; ``-``, a pipe or a terminal (``/dev/stdin``)
+is read once to its end (``follow`` prints it as it arrives, with no offset to
+resume from). A directory is refused as one.
 
 ``follow`` and ``check`` take ``--seq-scope``: ``call`` (the default, as
 ``serve`` numbers ``seq``: each call from 0, so calls may interleave) or
@@ -31,9 +44,10 @@ Exit status:
   signal N (SIGINT: 130 on Ctrl-C, SIGTERM, SIGHUP) stopped kigi-stream, which
   first stops the command's whole process group; 141 when stdout was closed
   early; 1 for any other failure of the call.
-- ``check``: 0 when every record is a valid frame and the protocol was kept
-  (gaps, truncation and sender-reported drops are loss, not violations), 1
-  otherwise. ``follow``: 0. ``serve``: 0 at end of input, 128 + N on signal N.
+- ``check``: 0 when every record is a valid frame, the protocol was kept and
+  the last line is terminated (gaps, truncation and sender-reported drops are
+  loss, not violations), 1 otherwise. ``follow``: 0, also when stopped.
+  ``serve``: 0 at end of input, 128 + N on signal N.
 - 2 for bad usage (unknown options, bad numbers, missing files), with a message.
 """
 
