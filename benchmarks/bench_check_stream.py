@@ -12,21 +12,30 @@ drained after every write, finished at the end); then, in the same run:
 Sources: ASCII lines, mixed 1-4-byte text, arbitrary bytes (a quarter
 invalid), and ASCII through a tail too small to keep up (gaps to place).
 
-Run: ``python benchmarks/bench_check_stream.py`` (``--quick`` for a short run).
+The goal, for each case: ``check`` costs at most :data:`GOAL_CHECK_PER_PRODUCE`
+times ``produce`` (a small multiple of making the frames).
+
+Run: ``python benchmarks/bench_check_stream.py`` (``--quick`` for a short run;
+``--check`` exits 1 when a goal was missed).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 from collections.abc import Callable
+
+from _goals import Goals, add_check_flag
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
 from kigi_tool_runtime import DeltaStreamer, TailBuffer
 from kigi_tool_runtime.testing import check_stream
 
 MIB = 1024 * 1024
+#: The goal: checking a stream costs at most this many times producing it.
+GOAL_CHECK_PER_PRODUCE = 4.0
 #: A pipe read's worth per write.
 WRITE_BYTES = 4 * 1024
 #: A tail that keeps up with draining after every write (no gaps).
@@ -97,10 +106,13 @@ def best(run: Callable[[], object]) -> float:
     return min(times)
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 MiB sources instead of 16 MiB")
-    size = (1 if parser.parse_args().quick else 16) * MIB
+    add_check_flag(parser)
+    args = parser.parse_args()
+    size = (1 if args.quick else 16) * MIB
+    goals = Goals()
     print(f"sources of {size // MIB} MiB, {WRITE_BYTES // 1024} KiB writes, best of {REPEATS}")
     print(
         f"{'source':<10} {'cap':>6} {'tail':>7} {'frames':>7} {'produce':>9} {'check':>9}"
@@ -120,15 +132,23 @@ def main() -> None:
             made = best(lambda: produce(source, cap, tail))  # noqa: B023
             checked = best(lambda: check_stream(frames, source, cap=cap, tail_capacity=tail))  # noqa: B023
             lost = check_stream(frames, source, cap=cap, tail_capacity=tail).lost_bytes
-            floor = best(lambda: oracle(frames, source)) if not lost else float("nan")  # noqa: B023
+            # With bytes lost there is no text to compare with: no oracle time.
+            floor = f"{best(lambda: oracle(frames, source)) * 1000:>7.1f}ms" if not lost else "n/a"  # noqa: B023
             print(
                 f"{name:<10} {cap:>6} {tail:>7} {len(frames):>7} {made * 1000:>7.1f}ms"
-                f" {checked * 1000:>7.1f}ms {floor * 1000:>7.1f}ms {checked / made:>14.2f}"
+                f" {checked * 1000:>7.1f}ms {floor:>9} {checked / made:>14.2f}"
                 f" {len(source) / checked / 1e6:>11.1f}"
+            )
+            goals.record(
+                f"{name} cap {cap}: check / produce",
+                checked / made,
+                GOAL_CHECK_PER_PRODUCE,
+                at_most=True,
             )
         if name == "gaps":
             print(f"  (gaps: {lost} of {len(source)} bytes lost and placed; no oracle applies)")
+    return goals.finish(args.check)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

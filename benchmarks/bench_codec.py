@@ -2,23 +2,29 @@
 16 KiB delta: the protocol codec against ``json.dumps``/``json.loads`` plus the
 same validation written by hand, measured in the same run.
 
-    python benchmarks/bench_codec.py [--quick]
+    python benchmarks/bench_codec.py [--quick] [--check]
 
-Prints frames/s and MB/s for each, and the codec's speed-up (goal: >= 3x on both).
+Prints frames/s and MB/s for each, and the codec's speed-up (goal: >= 3x on
+both), then which goals were met; ``--check`` exits 1 when one was missed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from _goals import Goals, add_check_flag
 
 import kigi_tool_protocol as kp
 
 #: The delta size under test: the bash tool's per-frame cap.
 DELTA_BYTES = 16 * 1024
+#: The codec's goal: at least this many times the stdlib's rate, both ways.
+GOAL_SPEEDUP = 3.0
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
 
@@ -194,21 +200,26 @@ def _run(profile: str, iterations: int, rounds: int) -> tuple[float, float]:
     for (name, _), per_call in zip(rows, seconds, strict=True):
         print(f"  {name:42} {1 / per_call:>9,.0f} frames/s {size_mb / per_call:>7,.0f} MB/s")
     encode_ratio, decode_ratio = seconds[1] / seconds[0], seconds[4] / seconds[2]
-    print(f"  encode speed-up vs json.dumps:              {encode_ratio:4.1f}x (goal >= 3x)")
-    print(f"  decode speed-up vs json.loads + checks:     {decode_ratio:4.1f}x (goal >= 3x)")
+    print(f"  encode speed-up vs json.dumps:              {encode_ratio:4.1f}x")
+    print(f"  decode speed-up vs json.loads + checks:     {decode_ratio:4.1f}x")
     print(f"  decode_message speed-up vs the same:        {seconds[4] / seconds[3]:4.1f}x")
     return encode_ratio, decode_ratio
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run (less stable figures)")
+    add_check_flag(parser)
     args = parser.parse_args()
     iterations, rounds = (200, 3) if args.quick else (2000, 9)
     print(f"{iterations} calls x {rounds} interleaved rounds, best round per row")
+    goals = Goals()
     for profile in PROFILES:
-        _run(profile, iterations, rounds)
+        encode_ratio, decode_ratio = _run(profile, iterations, rounds)
+        goals.record(f"[{profile}] encode speed-up vs json.dumps", encode_ratio, GOAL_SPEEDUP)
+        goals.record(f"[{profile}] decode speed-up vs json.loads", decode_ratio, GOAL_SPEEDUP)
+    return goals.finish(args.check)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

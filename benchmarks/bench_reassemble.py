@@ -13,14 +13,22 @@ Figures are frames/s and MB/s of delta text, best of several runs taken
 round-robin, and the time each adds over decoding with the frames kept (what a
 consumer that shows the text must at least do) and with them dropped (decoding
 and nothing else). ``--quick`` for a short run.
+
+Goals, for each case: decode + absorb takes at most :data:`GOAL_ABSORB` times
+decoding with the frames kept, and the whole consumer (through the loss report)
+at most :data:`GOAL_REPORT` times. The run ends with which goals were met;
+``--check`` exits 1 when one was missed.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import sys
 import time
 from collections.abc import Callable
+
+from _goals import Goals, add_check_flag
 
 from kigi_tool_protocol import (
     METHOD_TOOL_CALL_PROGRESS,
@@ -30,6 +38,11 @@ from kigi_tool_protocol import (
     json_codec,
 )
 from kigi_tool_runtime import Reassembler
+
+#: Goals, as multiples of the time strict decoding takes with the frames kept:
+#: folding them in, and the whole consumer (text read and loss report too).
+GOAL_ABSORB = 2.0
+GOAL_REPORT = 3.0
 
 TYPED = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
 
@@ -110,10 +123,12 @@ def absorb_report(lines: list[bytes]) -> object:
     return report
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer frames and runs")
+    add_check_flag(parser)
     args = parser.parse_args()
+    goals = Goals()
     repeats = 3 if args.quick else 7
     scale = 1 if args.quick else 4
     cases = [
@@ -149,7 +164,20 @@ def main() -> None:
                 f"{name:<14} {what:<26} {frames / seconds:>12,.0f} "
                 f"{text_mb / seconds:>10,.1f} {over_keep:>8} {over_drop:>10}"
             )
+        goals.record(
+            f"{name}: decode + absorb / decode",
+            timings["decode + absorb"] / keep,
+            GOAL_ABSORB,
+            at_most=True,
+        )
+        goals.record(
+            f"{name}: through the loss report / decode",
+            timings["... + loss report"] / keep,
+            GOAL_REPORT,
+            at_most=True,
+        )
+    return goals.finish(args.check)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -10,6 +10,8 @@ is this process's resident set, sampled while the bytes flow.
 
     python benchmarks/bench_shell.py            # 256 MiB, best of 3
     python benchmarks/bench_shell.py --quick    # 32 MiB, once
+
+It ends with which goals were met; ``--check`` exits 1 when one was missed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import statistics
 import sys
 import time
 from typing import NamedTuple
+
+from _goals import Goals, add_check_flag
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload
 from kigi_tool_runtime import ShellOutcome, ShellTool, ToolContext, ToolResult, run_tool
@@ -109,11 +113,12 @@ async def tool(size: int, read_chunk: int = READ_CHUNK_BYTES) -> Figures:
     return Figures(seconds, cpu, size, max(peak, rss()) - base, frames, size - surfaced)
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="32 MiB, one round")
     parser.add_argument("--mib", type=int, help="MiB per child (default 256; 32 with --quick)")
     parser.add_argument("--rounds", type=int, help="rounds (default 3; 1 with --quick)")
+    add_check_flag(parser)
     options = parser.parse_args()
     size = (options.mib or (32 if options.quick else 256)) * MIB
     rounds = options.rounds or (1 if options.quick else 3)
@@ -142,11 +147,12 @@ def main() -> None:
     print(line("shell tool", tools))
     print(line("8 KiB reads", small))
     raw_best = max(f.mib_per_s for f in raws)
+    goals = Goals()
     for name, runs in (("shell tool", tools), ("8 KiB reads", small)):
         ratio = max(f.mib_per_s for f in runs) / raw_best
-        verdict = "meets" if ratio >= GOAL else "misses"
-        print(f"{name:>12}: {ratio:.2f} of the raw rate ({verdict} the {GOAL:.0%} goal)")
+        goals.record(f"{name}: share of the raw read rate", ratio, GOAL)
+    return goals.finish(options.check)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Streamed text through the whole transport against the shell tool alone, in the
 same run.
 
-    python benchmarks/bench_transport.py [--quick] [--mb N]
+    python benchmarks/bench_transport.py [--quick] [--mb N] [--check]
 
 Baseline: the shell tool in-process (``run_tool(ShellTool(), ...)``), counting the
 deltas it yields. Transport: the same command through ``kigi-stream serve`` in a
@@ -14,7 +14,8 @@ transport's median share of the baseline's (goal: >= 50%); and the CPU time
 each spends per delivered MB (the flooding child is not counted), which says
 how much of a gap is the transport's cost and how much is two cores shared
 three ways. Rates swing with the load on a shared machine: compare figures
-from the same run only.
+from the same run only. It ends with which goals were met; ``--check`` exits 1
+when one was missed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from _goals import Goals, add_check_flag
+
 from kigi_tool_protocol import ToolCallResult
 from kigi_tool_runtime._client import Client
 from kigi_tool_runtime._runner import run_tool
@@ -34,6 +37,8 @@ from kigi_tool_runtime._shell import ShellArgs, ShellTool
 from kigi_tool_runtime._tool import ToolContext, ToolError, ToolResult
 
 MB = 1_000_000
+#: The goal: the transport delivers at least this share of the in-process rate.
+GOAL_SHARE = 0.5
 
 FLOOD = (
     "import os, sys\n"
@@ -86,10 +91,11 @@ async def through_transport(client: Client, size: int) -> tuple[float, int, int]
     return elapsed, state.text_bytes, len(state.gaps)
 
 
-async def main() -> None:
+async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one short round")
     parser.add_argument("--mb", type=int, help="MB the child writes per round")
+    add_check_flag(parser)
     args = parser.parse_args()
     size = (args.mb or (20 if args.quick else 200)) * MB
     rounds = 3 if args.quick else 5
@@ -117,11 +123,12 @@ async def main() -> None:
             wire.append(delivered / seconds / MB)
             wire_gaps += gaps
             wire_bytes += delivered
+    base_mb, wire_mb = max(base_bytes, 1) / MB, max(wire_bytes, 1) / MB
     print(
-        f"CPU per delivered MB: in-process {base_cpu / base_bytes * MB * 1000:.2f} ms;"
-        f" transport {wire_cpu / wire_bytes * MB * 1000:.2f} ms"
-        f" (server {server_cpu / wire_bytes * MB * 1000:.2f} + client"
-        f" {(wire_cpu - server_cpu) / wire_bytes * MB * 1000:.2f}), children not counted"
+        f"CPU per delivered MB: in-process {base_cpu / base_mb * 1000:.2f} ms;"
+        f" transport {wire_cpu / wire_mb * 1000:.2f} ms"
+        f" (server {server_cpu / wire_mb * 1000:.2f} + client"
+        f" {(wire_cpu - server_cpu) / wire_mb * 1000:.2f}), children not counted"
     )
     for name, rates, gaps, delivered in (
         ("shell tool in-process", base, base_gaps, base_bytes),
@@ -132,8 +139,11 @@ async def main() -> None:
             f"  gap frames {gaps:4d}  delivered {delivered / (size * rounds):4.0%} of the bytes"
         )
     share = statistics.median(wire) / statistics.median(base)
-    print(f"transport / in-process (median): {share:.0%}  (goal >= 50%)")
+    print(f"transport / in-process (median): {share:.0%}")
+    goals = Goals()
+    goals.record("transport's median rate as a share of in-process", share, GOAL_SHARE)
+    return goals.finish(args.check)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,90 @@
+"""The benchmark scripts' reporting: which goals were met, ``--check``, and no
+figure printed as ``nan`` or below zero. (Their figures are never asserted.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPTS = sorted(BENCHMARKS.glob("bench_*.py"))
+
+
+def _load(name: str) -> ModuleType:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_goals_say_which_were_met_and_check_fails_on_a_miss(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every goal is printed met or MISSED; only --check turns a miss into exit 1."""
+    goals_module = _load("_goals")
+    goals = goals_module.Goals()
+    assert goals.record("speed-up", 3.5, 3.0)
+    assert not goals.record("share", 0.4, 0.5)
+    assert goals.record("memory", 2.0, 16.0, at_most=True)
+    assert not goals.record("unmeasured", float("nan"), 1.0)
+    assert goals.finish(check=False) == 0
+    out = capsys.readouterr().out
+    assert "goals: 2 of 4 met" in out
+    assert "met  speed-up: 3.50 (goal >= 3)" in out
+    assert "MISSED  share: 0.40 (goal >= 0.5)" in out
+    assert "met  memory: 2.00 (goal <= 16)" in out
+    assert "n/a  unmeasured: not measured" in out
+    assert "nan" not in out
+    assert goals.finish(check=True) == 1
+    met = goals_module.Goals()
+    met.record("speed-up", 3.5, 3.0)
+    assert met.finish(check=True) == 0
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+def test_every_benchmark_takes_check_and_quick(script: Path) -> None:
+    """Each benchmark offers --quick and --check."""
+    helped = subprocess.run(
+        [sys.executable, str(script), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "--quick" in helped
+    assert "--check" in helped
+
+
+def test_the_slicing_logic_cost_is_never_printed_negative() -> None:
+    """A core faster than the floor (noise) reads ~0 ns per frame, never a negative figure."""
+    bench = _load("bench_stream_chunk")
+    assert bench._logic_ns(-0.002, 1000) == "~0"
+    assert bench._logic_ns(0.0, 1000) == "~0"
+    assert bench._logic_ns(0.002, 1000) == "2,000"
+
+
+@pytest.mark.slow
+def test_check_stream_benchmark_prints_no_nan() -> None:
+    """The check_stream benchmark's gap case (no oracle) prints n/a, not `nanms`,
+    and the run ends with its goals."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_check_stream.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert "nan" not in done.stdout
+    assert " n/a " in done.stdout
+    assert "\ngoals: " in done.stdout
