@@ -66,8 +66,12 @@ from typing import IO, Any, Final, NoReturn, get_args
 
 import msgspec
 
-from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, MAX_FRAME_BYTES_CEILING, progress_to_frame
-from kigi_tool_protocol._version import installed_version
+from kigi_tool_protocol import (
+    DEFAULT_MAX_DELTA_BYTES,
+    MAX_FRAME_BYTES_CEILING,
+    __version__,
+    progress_to_frame,
+)
 
 from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower
 from ._lines import LineSplitter, OversizedLine
@@ -199,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
         " JSON-RPC lines, and follow or check frame logs.",
         epilog="Run `kigi-stream COMMAND --help` for a command's options.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = commands.add_parser(
