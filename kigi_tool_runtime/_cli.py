@@ -280,6 +280,14 @@ def _parser() -> argparse.ArgumentParser:
         help=f"longest input line accepted (default {MAX_FRAME_BYTES_CEILING},"
         f" {_size(MAX_FRAME_BYTES_CEILING)})",
     )
+    serve.add_argument(
+        "--mcp", action="store_true", help="speak MCP over stdin/stdout (needs the mcp extra)"
+    )
+    serve.add_argument(
+        "--mcp-http",
+        metavar="[HOST:]PORT",
+        help="speak MCP over streamable HTTP (host 127.0.0.1 unless given; needs the mcp extra)",
+    )
 
     follow = commands.add_parser(
         "follow",
@@ -343,6 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return _run(args)
         if args.command == "serve":
+            if args.mcp or args.mcp_http is not None:
+                return _serve_mcp(args)
             return asyncio.run(_serve(args.max_frame_bytes))
         if args.command == "follow":
             return _follow(args)
@@ -352,6 +362,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # -- serve -----------------------------------------------------------------------------
+
+
+def _serve_mcp(args: argparse.Namespace) -> int:
+    try:
+        from .mcp._cli import parse_http_address, run_mcp_serve
+    except ImportError as exc:
+        raise _UsageError(str(exc)) from None
+    try:
+        address = None if args.mcp_http is None else parse_http_address(args.mcp_http)
+    except ValueError as exc:
+        raise _UsageError(f"--mcp-http: {exc}") from None
+    return run_mcp_serve(address, max_frame_bytes=args.max_frame_bytes)
 
 
 async def _serve(max_frame_bytes: int) -> int:

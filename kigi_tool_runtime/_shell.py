@@ -346,6 +346,7 @@ class ShellTool(Tool[ShellArgs]):
         " code or signal, the duration, and the output (head and tail when long)."
     )
     args_type = ShellArgs
+    result_type = ShellOutcome
     capabilities = ToolCapabilities(
         streaming=SHELL_SPEC,
         supports_cancel=True,

@@ -538,7 +538,9 @@ class Tool(Generic[ArgsT]):
     A subclass sets ``id`` (``SEG`` or ``SEG:SEG``), ``description``,
     ``args_type`` (a msgspec Struct: its JSON Schema is the input schema) and
     ``capabilities`` (``streaming`` set when it streams), and implements either
-    :meth:`execute` (streams) or :meth:`run` (does not).
+    :meth:`execute` (streams) or :meth:`run` (does not). A tool whose JSON
+    results have one type may declare it as ``result_type`` (its JSON Schema is
+    the output schema, e.g. MCP's ``outputSchema``).
 
     Raises:
         TypeError: at class definition, a tool with an ``id`` that implements
@@ -552,6 +554,7 @@ class Tool(Generic[ArgsT]):
     description: str = ""
     args_type: type[ArgsT]
     capabilities: ToolCapabilities = ToolCapabilities()
+    result_type: Any = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -578,6 +581,12 @@ class Tool(Generic[ArgsT]):
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema of ``args_type``."""
         return msgspec.json.schema(self.args_type)
+
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of ``result_type``, or ``None`` when none is declared."""
+        if self.result_type is None:
+            return None
+        return msgspec.json.schema(self.result_type)
 
     def execute(self, ctx: ToolContext, args: ArgsT) -> AsyncIterator[ToolEvent]:
         """Yield progress, then one terminal (yield a :class:`ToolResult`, or raise

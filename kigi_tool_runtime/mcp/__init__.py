@@ -1,0 +1,67 @@
+"""Serve kigi tools to MCP hosts with their output streaming live, and fold MCP
+progress back into exact text on the host side.
+
+Needs the ``mcp`` extra (the official MCP SDK, 2.x):
+``pip install 'kigi-tool-runtime[mcp]'``.
+
+- :class:`McpToolServer` serves any set of tools; :func:`serve_stdio_mcp` and
+  :func:`serve_http_mcp` run it (``kigi-stream serve --mcp`` / ``--mcp-http``).
+- Each streamed frame is one ``notifications/progress``: ``message`` is the
+  delta, the exact kigi frame is under ``_meta["dev.kigi/frame"]``.
+- :class:`ProgressFolder` feeds those notifications (from the official client's
+  ``message_handler``, or raw) into a ``Reassembler``.
+"""
+
+try:
+    import mcp as _mcp  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError(
+        "kigi_tool_runtime.mcp needs the 'mcp' extra (the official MCP SDK 2.x):"
+        " pip install 'kigi-tool-runtime[mcp]'"
+    ) from exc
+
+from ._mapping import (
+    META_CAPABILITIES,
+    META_DEADLINE_MS,
+    META_ERROR,
+    META_FRAME,
+    META_SEQ,
+    META_STREAM,
+    ProgressNote,
+    ProgressNumbering,
+    StreamSummary,
+    mcp_tool_name,
+    notification_from_progress,
+    progress_params,
+    result_from_terminal,
+    tool_definition,
+)
+from ._outbox import OUTBOX_BYTES, ProgressOutbox
+from ._server import STALL_S, McpServerStats, McpToolServer
+from ._transports import DEFAULT_HTTP_HOST, serve_http_mcp, serve_stdio_mcp, serve_streams_mcp
+
+__all__: tuple[str, ...] = (
+    "DEFAULT_HTTP_HOST",
+    "META_CAPABILITIES",
+    "META_DEADLINE_MS",
+    "META_ERROR",
+    "META_FRAME",
+    "META_SEQ",
+    "META_STREAM",
+    "OUTBOX_BYTES",
+    "STALL_S",
+    "McpServerStats",
+    "McpToolServer",
+    "ProgressNote",
+    "ProgressNumbering",
+    "ProgressOutbox",
+    "StreamSummary",
+    "mcp_tool_name",
+    "notification_from_progress",
+    "progress_params",
+    "result_from_terminal",
+    "serve_http_mcp",
+    "serve_stdio_mcp",
+    "serve_streams_mcp",
+    "tool_definition",
+)

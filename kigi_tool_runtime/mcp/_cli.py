@@ -1,0 +1,82 @@
+"""``kigi-stream serve --mcp`` (stdio) and ``--mcp-http [HOST:]PORT``: the shell
+tool served to MCP hosts. The core CLI imports this only when asked to."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from typing import Final
+
+from .._shell import ShellTool
+from ._server import McpToolServer
+from ._transports import DEFAULT_HTTP_HOST, serve_http_mcp, serve_stdio_mcp
+
+__all__ = ("parse_http_address", "run_mcp_serve")
+
+# Signals that stop serving: every call in flight is cancelled (its command's
+# process group stopped) first, then the exit status is 128 + N.
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def parse_http_address(text: str) -> tuple[str, int]:
+    """``PORT``, ``HOST:PORT`` or ``[IPV6]:PORT`` as (host, port); the host is
+    loopback when left out.
+
+    Raises:
+        ValueError: no valid port (0-65535) or an empty host.
+    """
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = DEFAULT_HTTP_HOST, text
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host:
+        raise ValueError(f"expected [HOST:]PORT, got {text!r}")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"expected [HOST:]PORT with a numeric port, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be 0-65535, got {port}")
+    return host, port
+
+
+def run_mcp_serve(address: tuple[str, int] | None, *, max_frame_bytes: int) -> int:
+    """Serve the shell tool over MCP: stdio when ``address`` is ``None``, else
+    streamable HTTP on ``address`` (host, port). Returns the exit status."""
+    return asyncio.run(_serve(address, max_frame_bytes))
+
+
+async def _serve(address: tuple[str, int] | None, max_frame_bytes: int) -> int:
+    server = McpToolServer([ShellTool()])
+    if address is not None:
+
+        def ready(url: str) -> None:
+            print(f"kigi-stream: serving MCP over streamable HTTP at {url}", file=sys.stderr)
+            sys.stderr.flush()
+
+        await serve_http_mcp(server, *address, on_ready=ready)
+        return 0
+    loop = asyncio.get_running_loop()
+    serving = asyncio.current_task()
+    assert serving is not None
+    stopped_by: list[int] = []
+
+    def on_signal(number: int) -> None:
+        if not stopped_by:
+            stopped_by.append(number)
+            serving.cancel()
+
+    for number in _STOP_SIGNALS:
+        loop.add_signal_handler(number, on_signal, number)
+    try:
+        await serve_stdio_mcp(server, max_line_bytes=max_frame_bytes)
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+        serving.uncancel()
+    finally:
+        for number in _STOP_SIGNALS:
+            loop.remove_signal_handler(number)
+    return 128 + stopped_by[0] if stopped_by else 0

@@ -1,0 +1,363 @@
+"""The sans-IO mapping between kigi tools and MCP: tool definitions, progress
+frames as ``notifications/progress``, and terminals as ``CallToolResult``.
+
+Invariants:
+
+Rule 1. A call's progress notifications are numbered by :class:`ProgressNumbering`
+        in the order they are *sent*: ``progress`` is ``seq + 1`` (1, 2, 3, ...),
+        so it increases strictly whatever the frames hold (gap frames, the
+        truncation notice, frames with equal ``total_bytes``). Frames dropped
+        before sending take no number; the next frame sent carries
+        ``dropped_count`` in its kigi frame (as the stdio server's Rule 2).
+Rule 2. The kigi frame travels whole under ``_meta[META_FRAME]`` (the
+        ``ToolCallProgressFrame`` as the kigi JSON codec writes it) with its
+        ``seq`` under ``_meta[META_SEQ]``; ``message`` is the delta text, so a host
+        that ignores ``_meta`` still shows the live output (without gap markers).
+Rule 3. A host folds a progress notification back into exactly the kigi
+        ``tool_call_progress`` notification the stdio transport would have
+        carried (:func:`notification_from_progress`). A notification without
+        kigi ``_meta`` is a note, never output.
+Rule 4. Every terminal maps to one ``CallToolResult``: the model-facing text in
+        ``content``, the tool's value in ``structuredContent`` when the tool
+        declares a result type, ``isError`` with the kigi error code, kind and
+        message for a ``ToolError``, and the progress stream's loss summary
+        under ``_meta[META_STREAM]`` (and in the text when frames were dropped).
+
+Nothing here imports the MCP SDK or an event loop: values in, JSON-able dicts out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
+
+import msgspec
+
+from kigi_tool_protocol import (
+    METHOD_TOOL_CALL_PROGRESS,
+    JsonRpcNotification,
+    PartialResultPayload,
+    ToolCallProgressFrame,
+    ToolCapabilities,
+    ToolScope,
+    json_codec,
+)
+
+from .._shell import ShellOutcome
+from .._tool import Tool, ToolError, ToolResult
+
+__all__ = (
+    "META_CAPABILITIES",
+    "META_DEADLINE_MS",
+    "META_ERROR",
+    "META_FRAME",
+    "META_SEQ",
+    "META_STREAM",
+    "ProgressNote",
+    "ProgressNumbering",
+    "StreamSummary",
+    "call_id_for",
+    "error_result",
+    "mcp_tool_name",
+    "model_text",
+    "notification_from_progress",
+    "progress_params",
+    "result_from_terminal",
+    "root_object_schema",
+    "tool_definition",
+)
+
+#: ``_meta`` key of a progress notification holding the exact kigi frame.
+META_FRAME: Final = "dev.kigi/frame"
+#: ``_meta`` key of a progress notification holding the frame's per-call ``seq``.
+META_SEQ: Final = "dev.kigi/seq"
+#: ``_meta`` key of a result holding the progress stream's loss summary.
+META_STREAM: Final = "dev.kigi/stream"
+#: ``_meta`` key of an error result holding the kigi error (code, kind, wire data).
+META_ERROR: Final = "dev.kigi/error"
+#: ``_meta`` key of a tool definition holding the kigi ``ToolCapabilities``.
+META_CAPABILITIES: Final = "dev.kigi/capabilities"
+#: ``_meta`` key of a ``tools/call`` request: the call's deadline in milliseconds,
+#: overriding the tool's own (``ToolCapabilities.timeout_ms``).
+META_DEADLINE_MS: Final = "dev.kigi/deadline_ms"
+
+
+def mcp_tool_name(tool_id: str) -> str:
+    """The MCP name of a kigi tool: its id with ``:`` spelled ``.`` (MCP names
+    allow letters, digits, ``_``, ``-`` and ``.``; a kigi segment never holds a
+    ``.``, so the mapping is one to one)."""
+    return tool_id.replace(":", ".")
+
+
+def root_object_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` with a root ``$ref`` into ``$defs`` inlined, as MCP wants an
+    ``object`` schema at the root (msgspec writes a Struct as a reference). The
+    other definitions stay, so nested references still resolve.
+
+    Raises:
+        ValueError: the root reference does not resolve, or the root is not an
+            ``object`` schema.
+    """
+    out = dict(schema)
+    ref = out.get("$ref")
+    if isinstance(ref, str):
+        prefix = "#/$defs/"
+        defs = dict(out.get("$defs") or {})
+        name = ref[len(prefix) :] if ref.startswith(prefix) else None
+        if name is None or name not in defs:
+            raise ValueError(f"the schema's root reference {ref!r} does not resolve")
+        root = dict(defs.pop(name))
+        del out["$ref"]
+        out.pop("$defs", None)
+        if _references(defs, ref) or _references(root, ref):
+            defs[name] = root  # recursive: keep the definition it refers to
+        out = {**root, **out}
+        if defs:
+            out["$defs"] = defs
+    if out.get("type") != "object":
+        kind = out.get("type")
+        raise ValueError(f"an MCP tool schema must be an object at the root, got {kind!r}")
+    return out
+
+
+def _references(value: Any, ref: str) -> bool:
+    if isinstance(value, dict):
+        return value.get("$ref") == ref or any(_references(v, ref) for v in value.values())
+    if isinstance(value, list):
+        return any(_references(v, ref) for v in value)
+    return False
+
+
+def _annotations(caps: ToolCapabilities) -> dict[str, Any] | None:
+    """The MCP tool annotations ``caps`` states: ``readOnlyHint`` from
+    ``is_read_only`` or an explicit ``tool_scope``. No kigi field says whether
+    a tool is destructive, idempotent or open-world, so those are left out."""
+    if caps.is_read_only or caps.tool_scope is ToolScope.READ:
+        return {"readOnlyHint": True}
+    if caps.tool_scope is ToolScope.WRITE:
+        return {"readOnlyHint": False}
+    return None
+
+
+def tool_definition(tool: Tool[Any]) -> dict[str, Any]:
+    """The MCP ``Tool`` (wire spelling) for ``tool``: name from the id,
+    description, ``inputSchema`` from ``args_type``, ``outputSchema`` from the
+    declared ``result_type`` (if any), annotations where the capabilities map,
+    and the kigi capabilities under ``_meta``.
+
+    Raises:
+        ValueError: a schema is not an object at the root.
+    """
+    definition: dict[str, Any] = {
+        "name": mcp_tool_name(tool.id),
+        "description": tool.description,
+        "inputSchema": root_object_schema(tool.input_schema()),
+    }
+    output = tool.output_schema()
+    if output is not None:
+        definition["outputSchema"] = root_object_schema(output)
+    annotations = _annotations(tool.capabilities)
+    if annotations is not None:
+        definition["annotations"] = annotations
+    definition["_meta"] = {META_CAPABILITIES: msgspec.to_builtins(tool.capabilities)}
+    return definition
+
+
+def call_id_for(progress_token: str | int | None, request_id: str | int | None) -> str:
+    """The kigi ``tool_call_id`` of an MCP call: its progress token when it has
+    one (the host knows it before the first frame), else its request id."""
+    key = progress_token if progress_token is not None else request_id
+    text = str(key) if key is not None else ""
+    return text or "mcp-call"
+
+
+class ProgressNumbering:
+    """Numbers one call's progress notifications (Rule 1): each :meth:`take` is the
+    next ``seq``, and ``progress = seq + 1`` increases strictly."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def take(self) -> int:
+        """The next ``seq`` (0, 1, 2, ...)."""
+        seq = self.sent
+        self.sent = seq + 1
+        return seq
+
+    @property
+    def last_progress(self) -> int:
+        """The ``progress`` of the last notification taken (0 before the first)."""
+        return self.sent
+
+
+def _frame_json(frame: ToolCallProgressFrame[Any]) -> Any:
+    """The frame as the kigi JSON codec writes it, as a JSON value.
+
+    Raises:
+        WireError: the frame holds a value JSON cannot carry.
+    """
+    return msgspec.json.decode(json_codec.encode(frame))
+
+
+def progress_params(
+    progress_token: str | int, seq: int, frame: ToolCallProgressFrame[Any]
+) -> dict[str, Any]:
+    """The params of the ``notifications/progress`` carrying ``frame`` as the
+    call's ``seq``-th notification (Rules 1, 2).
+
+    Raises:
+        WireError: the frame holds a value JSON cannot carry.
+        ValueError: ``seq`` is negative.
+    """
+    if seq < 0:
+        raise ValueError(f"seq must be >= 0, got {seq}")
+    body = frame.body
+    if isinstance(body, PartialResultPayload):
+        message = body.delta
+    elif isinstance(body, Mapping) and isinstance(body.get("text"), str):
+        message = body["text"]
+    else:
+        message = None
+    params: dict[str, Any] = {"progressToken": progress_token, "progress": seq + 1}
+    if message is not None:
+        params["message"] = message
+    params["_meta"] = {META_FRAME: _frame_json(frame), META_SEQ: seq}
+    return params
+
+
+class ProgressNote(NamedTuple):
+    """A progress notification that carries no kigi frame: what an ordinary MCP
+    server reports (kept as a note, never taken for output)."""
+
+    progress_token: str | int | None
+    progress: float | None
+    total: float | None
+    message: str | None
+
+
+def notification_from_progress(
+    params: Mapping[str, Any],
+) -> JsonRpcNotification[Any] | ProgressNote:
+    """The kigi ``tool_call_progress`` notification a progress notification
+    carries under ``_meta`` (Rule 3), for a ``Reassembler`` to absorb; or a
+    :class:`ProgressNote` when it carries none.
+
+    The frame is not decoded here: the reassembler decodes it strictly and
+    reports a bad one, as it would a bad stdio line.
+    """
+    meta = params.get("_meta")
+    token = params.get("progressToken")
+    if not isinstance(meta, Mapping) or META_FRAME not in meta:
+        progress, total = params.get("progress"), params.get("total")
+        message = params.get("message")
+        return ProgressNote(
+            token if isinstance(token, str | int) and not isinstance(token, bool) else None,
+            _number(progress),
+            _number(total),
+            message if isinstance(message, str) else None,
+        )
+    seq = meta.get(META_SEQ)
+    if not (isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0):
+        seq = None
+    return JsonRpcNotification(method=METHOD_TOOL_CALL_PROGRESS, seq=seq, params=meta[META_FRAME])
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+class StreamSummary(NamedTuple):
+    """What a call's progress stream sent and dropped, for the result's ``_meta``:
+    notifications sent (the last ``progress`` equals it), frames dropped because
+    the host read too slowly, and whether the host asked for progress at all."""
+
+    sent: int
+    dropped: int
+    requested: bool
+
+    def to_meta(self) -> dict[str, Any]:
+        return {
+            "progress_requested": self.requested,
+            "frames_sent": self.sent,
+            "frames_dropped": self.dropped,
+            "last_progress": self.sent,
+        }
+
+    def loss_line(self) -> str | None:
+        """A sentence for the model when frames were dropped, else ``None``."""
+        if not self.dropped:
+            return None
+        return (
+            f"[kigi: {self.dropped} progress frame(s) were dropped because the host read"
+            " too slowly; the live output had a hole, the result above is whole]"
+        )
+
+
+def model_text(value: Any) -> str:
+    """The text a model reads for a tool's value: a shell outcome's output
+    excerpt (head, omission marker, tail) and a status line; a string as is;
+    anything else as JSON."""
+    if isinstance(value, ShellOutcome):
+        if value.signal is not None:
+            status = f"killed by {value.signal}"
+        else:
+            status = f"exit code {value.exit_code}"
+        if value.timed_out:
+            status += ", timed out"
+        detail = f"{value.total_bytes} bytes of output"
+        if value.omitted_bytes:
+            detail += f", {value.omitted_bytes} left out above"
+        return f"{value.output}\n[{status}; {detail}; {value.duration_ms} ms]"
+    if isinstance(value, str):
+        return value
+    return msgspec.json.encode(value).decode("utf-8")
+
+
+def result_from_terminal(
+    terminal: ToolResult | ToolError, tool: Tool[Any], summary: StreamSummary
+) -> dict[str, Any]:
+    """The ``CallToolResult`` (wire spelling) for a call's terminal (Rule 4).
+
+    Raises:
+        WireError: the value holds something JSON cannot carry.
+    """
+    if isinstance(terminal, ToolError):
+        return error_result(terminal, tool.id, summary)
+    text = model_text(terminal.value)
+    loss = summary.loss_line()
+    if loss is not None:
+        text = f"{text}\n{loss}"
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
+    if tool.result_type is not None and terminal.kind == "json":
+        result["structuredContent"] = msgspec.to_builtins(terminal.value)
+    result["_meta"] = {META_STREAM: summary.to_meta()}
+    return result
+
+
+def error_result(error: ToolError, tool_id: str, summary: StreamSummary) -> dict[str, Any]:
+    """The ``CallToolResult`` of a failed call: ``isError``, a text naming the
+    kigi error kind and code with its message, and the kigi error under
+    ``_meta[META_ERROR]``."""
+    wire = error.with_tool_id(tool_id).to_wire()
+    code = error.code
+    text = f"{error.kind.value} error ({code}): {error.message}"
+    loss = summary.loss_line()
+    if loss is not None:
+        text = f"{text}\n{loss}"
+    return {
+        "content": [{"type": "text", "text": text}],
+        "isError": True,
+        "_meta": {
+            META_ERROR: {
+                "code": code,
+                "kind": error.kind.value,
+                "message": error.message,
+                "data": msgspec.json.decode(json_codec.encode(wire)),
+            },
+            META_STREAM: summary.to_meta(),
+        },
+    }

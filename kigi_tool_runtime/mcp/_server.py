@@ -1,0 +1,293 @@
+"""``McpToolServer``: serve kigi tools to MCP hosts, their output streaming live.
+
+The thin driver over :mod:`._mapping` and :mod:`._outbox`, on the official SDK's
+low-level ``Server``. Invariants:
+
+Rule 1. A ``tools/call`` with a ``progressToken`` sends one ``notifications/progress``
+        per frame the tool yields, numbered at sending (``_mapping`` Rule 1).
+        Each is *awaited* onto the request's own channel before the next, and
+        the response is written only after the last, so every notification of
+        a call is on the wire before its response. Without a token the tool is
+        told nobody wants progress and nothing is sent.
+Rule 2. A slow host slows the tool first: while the host keeps taking
+        notifications, a full outbox pauses the call (the runner then pauses
+        the tool; the shell tool keeps reading into its bounded tail and
+        reports what it skipped as a gap). Once one notification has waited
+        :data:`STALL_S` to be taken, the outbox drops its oldest frames instead
+        (``_outbox`` Rule 1); the loss is in the next frame's ``dropped_count``
+        and in the result's ``_meta``.
+Rule 3. ``notifications/cancelled`` for a call, the host going away (end of
+        input, a closed HTTP stream) and server shutdown cancel the tool: the
+        call's ``ToolContext`` is cancelled and the driver waits (bounded by the
+        runner's stop wait) for the tool to stop, so the shell tool's process
+        group is gone before the handler returns. A cancelled request gets no
+        response (MCP forbids one).
+Rule 4. The call's deadline is the tool's own (``ToolCapabilities.timeout_ms``),
+        or ``_meta["dev.kigi/deadline_ms"]`` when the request sets it; past it the
+        call ends with a ``timeout`` error result.
+Rule 5. An unknown tool is a protocol error (``-32602``); everything a tool does
+        wrong (bad arguments, a failure, a timeout) is an ``isError`` result with
+        the kigi error code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, NamedTuple
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+
+from kigi_tool_protocol import WireError, progress_to_frame
+
+from .._runner import STOP_WAIT_S, ToolRun, run_tool
+from .._tool import Tool, ToolContext, ToolError, ToolResult
+from ._mapping import (
+    META_DEADLINE_MS,
+    ProgressNumbering,
+    StreamSummary,
+    call_id_for,
+    mcp_tool_name,
+    progress_params,
+    result_from_terminal,
+    tool_definition,
+)
+from ._outbox import OUTBOX_BYTES, ProgressOutbox, frame_size
+
+__all__ = ("SERVER_NAME", "STALL_S", "McpServerStats", "McpToolServer")
+
+#: Seconds one progress notification may wait to be taken before the host counts
+#: as stalled and the call's oldest queued frames are dropped (Rule 2). Long
+#: enough that a busy but live host on a loaded machine is waited for.
+STALL_S: Final = 1.0
+
+#: The name the server gives itself in the MCP handshake.
+SERVER_NAME: Final = "kigi-tool-runtime"
+
+# Bound on waiting for a cancelled tool beyond the runner's own stop wait.
+_STOP_MARGIN_S: Final = 1.0
+
+
+class McpServerStats(NamedTuple):
+    """Counters of a :class:`McpToolServer`: calls started and still running,
+    progress notifications sent, and frames dropped for slow hosts (Rule 2)."""
+
+    calls_started: int
+    calls_in_flight: int
+    notifications_sent: int
+    frames_dropped: int
+
+
+class _CallState:
+    """One call's progress handoff between the tool's task and the sender."""
+
+    __slots__ = ("done", "outbox", "room", "sending_since", "wake")
+
+    def __init__(self, budget: int) -> None:
+        self.outbox = ProgressOutbox(budget)
+        self.wake = asyncio.Event()  # a frame was queued, or the tool ended
+        self.room = asyncio.Event()  # a frame was taken
+        self.sending_since: float | None = None
+        self.done = False
+
+    def stalled(self, now: float) -> bool:
+        since = self.sending_since
+        return since is not None and now - since >= STALL_S
+
+
+class McpToolServer:
+    """Serve ``tools`` (the shell tool's by default is the CLI's choice) to MCP
+    hosts. :attr:`server` is the SDK ``Server``; run it with
+    :func:`serve_stdio_mcp` or :func:`serve_http_mcp` (``_transports``).
+
+    ``outbox_bytes`` bounds each call's queued progress (Rule 2); ``stop_wait``
+    bounds how long a stopped tool may take to clean up.
+
+    Raises:
+        ValueError: two tools map to one MCP name, a schema is not an object at
+            the root, or ``outbox_bytes`` is below 1.
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[Tool[Any]],
+        *,
+        outbox_bytes: int = OUTBOX_BYTES,
+        stop_wait: float = STOP_WAIT_S,
+        name: str = SERVER_NAME,
+        version: str = "0.1.0",
+    ) -> None:
+        if outbox_bytes < 1:
+            raise ValueError(f"outbox_bytes must be at least 1, got {outbox_bytes}")
+        self._tools: dict[str, Tool[Any]] = {}
+        definitions = []
+        for tool in tools:
+            key = mcp_tool_name(tool.id)
+            if key in self._tools:
+                raise ValueError(f"two tools have the MCP name {key!r}")
+            self._tools[key] = tool
+            definitions.append(tool_definition(tool))
+        self._definitions = [types.Tool.model_validate(d, by_name=False) for d in definitions]
+        self._outbox_bytes = outbox_bytes
+        self._stop_wait = stop_wait
+        self._calls_started = 0
+        self._in_flight = 0
+        self._sent = 0
+        self._dropped = 0
+        self.server: Server[Any] = Server(
+            name,
+            version=version,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    @property
+    def tools(self) -> dict[str, Tool[Any]]:
+        """The served tools by MCP name (a copy)."""
+        return dict(self._tools)
+
+    def statistics(self) -> McpServerStats:
+        """The server's counters (see :class:`McpServerStats`)."""
+        return McpServerStats(self._calls_started, self._in_flight, self._sent, self._dropped)
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=list(self._definitions))
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        tool = self._tools.get(params.name)
+        if tool is None:
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"Unknown tool: {params.name!r} (tools: {', '.join(sorted(self._tools))})",
+            )
+        raw = ctx.params if isinstance(ctx.params, Mapping) else None
+        token = progress_token_from_params(raw)
+        meta = raw.get("_meta") if raw is not None else None
+        deadline = meta.get(META_DEADLINE_MS) if isinstance(meta, Mapping) else None
+        if deadline is not None and not (
+            isinstance(deadline, int) and not isinstance(deadline, bool) and deadline >= 0
+        ):
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"_meta[{META_DEADLINE_MS!r}] must be a whole number of milliseconds,"
+                f" got {deadline!r}",
+            )
+        call_id = call_id_for(token, ctx.request_id)
+        try:
+            call_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MCPError(
+                code=types.INVALID_PARAMS, message="the progressToken is not valid Unicode text"
+            ) from None
+        kctx = ToolContext(call_id, wants_progress=token is not None)
+        state = _CallState(self._outbox_bytes)
+        numbering = ProgressNumbering()
+        run = run_tool(
+            tool, params.arguments or {}, ctx=kctx, timeout_ms=deadline, stop_wait=self._stop_wait
+        )
+        self._calls_started += 1
+        self._in_flight += 1
+        producer = asyncio.get_running_loop().create_task(
+            self._produce(run, call_id, state), name=f"kigi mcp call {call_id}"
+        )
+        try:
+            if token is not None:
+                await self._send_progress(ctx, token, state, numbering)
+            terminal = await producer
+        except BaseException:
+            # Rule 3: cancelled (by the host, its going away, or shutdown).
+            kctx.cancel()
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S),
+            ):
+                await asyncio.wait({producer})
+            if not producer.done():
+                producer.cancel()
+            raise
+        finally:
+            self._in_flight -= 1
+        summary = StreamSummary(numbering.sent, state.outbox.dropped, token is not None)
+        result = result_from_terminal(terminal, tool, summary)
+        return types.CallToolResult.model_validate(result, by_name=False)
+
+    async def _produce(
+        self, run: ToolRun, call_id: str, state: _CallState
+    ) -> ToolResult | ToolError:
+        """Run the tool, queue its frames (Rule 2), and return its terminal."""
+        loop = asyncio.get_running_loop()
+        outbox = state.outbox
+        terminal: ToolResult | ToolError | None = None
+        try:
+            async with run:
+                async for event in run:
+                    if isinstance(event, ToolResult | ToolError):
+                        terminal = event
+                        continue
+                    frame = progress_to_frame(call_id, event)
+                    try:
+                        size = frame_size(frame)
+                        frame.kind.encode("utf-8")
+                    except (WireError, UnicodeEncodeError) as exc:
+                        terminal = ToolError(
+                            "internal_error",
+                            f"a progress frame of kind {frame.kind!r} cannot be sent as JSON:"
+                            f" {exc}",
+                        )
+                        break
+                    while not outbox.has_room(size) and not state.stalled(loop.time()):
+                        state.room.clear()
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(STALL_S):
+                                await state.room.wait()
+                    self._dropped += outbox.push(frame, size)
+                    state.wake.set()
+        finally:
+            state.done = True
+            state.wake.set()
+        if terminal is None:
+            terminal = ToolError("internal_error", "the tool run ended without a terminal")
+        return terminal
+
+    async def _send_progress(
+        self,
+        ctx: ServerRequestContext[Any],
+        token: str | int,
+        state: _CallState,
+        numbering: ProgressNumbering,
+    ) -> None:
+        """Send every queued frame, in order, until the tool has ended and the
+        outbox is empty (Rule 1)."""
+        loop = asyncio.get_running_loop()
+        outbox = state.outbox
+        session = ctx.session
+        request_id = ctx.request_id
+        while True:
+            frame = outbox.take()
+            if frame is None:
+                if state.done:
+                    return
+                state.wake.clear()
+                await state.wake.wait()
+                continue
+            state.room.set()
+            # The producer checked that the body and kind encode, and the call
+            # checked its id: this cannot fail, so no seq is ever skipped.
+            params = progress_params(token, numbering.take(), frame)
+            note = types.ProgressNotification(
+                params=types.ProgressNotificationParams.model_validate(params, by_name=False)
+            )
+            state.sending_since = loop.time()
+            await session.send_notification(note, related_request_id=request_id)
+            state.sending_since = None
+            self._sent += 1

@@ -1,0 +1,216 @@
+"""Run a :class:`McpToolServer` over stdio (JSON lines) or streamable HTTP.
+
+Invariants:
+
+Rule 1. stdio: one JSON-RPC message per line. A line that is not JSON gets a
+        ``-32700`` error, one that is JSON but not a JSON-RPC message ``-32600``
+        (its ``id`` echoed when it can be read, else ``null``), a line longer
+        than the line limit ``-32600`` without ever being held whole; the
+        server keeps serving. (The SDK's own stdio transport drops such lines
+        unanswered.) A malformed *response* is dropped: nobody waits for it.
+Rule 2. stdio: messages are written in the order the server hands them over,
+        batched into as few writes as the pipe allows, each batch drained
+        before the next; a write to a closed output stops serving, which
+        cancels every call (their tools stopped) before returning.
+Rule 3. End of input cancels every call in flight and returns once their tools
+        have stopped.
+Rule 4. HTTP: streamable HTTP on ``host:port``, loopback by default, with the
+        SDK's DNS-rebinding protection on for loopback hosts. Closing a session
+        (the host leaving) cancels its calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from typing import Any, Final
+
+import anyio
+import msgspec
+from mcp.shared.dispatcher import as_request_id
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCMessage,
+    jsonrpc_message_adapter,
+)
+from pydantic import ValidationError
+
+from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING
+
+from .._lines import OversizedLine, read_lines
+from .._server import open_stdio
+from ._server import McpToolServer
+
+__all__ = (
+    "DEFAULT_HTTP_HOST",
+    "WRITE_BATCH_BYTES",
+    "classify_line",
+    "serve_http_mcp",
+    "serve_stdio_mcp",
+    "serve_streams_mcp",
+)
+
+#: Where the HTTP transport listens unless told otherwise: this machine only.
+DEFAULT_HTTP_HOST: Final = "127.0.0.1"
+
+#: Bytes of encoded messages gathered into one write (Rule 2): a pipe buffer's
+#: worth several times over, so a flood costs few system calls, while one drain
+#: never waits on more than this.
+WRITE_BATCH_BYTES: Final = 256 * 1024
+
+
+def classify_line(line: bytes | OversizedLine) -> JSONRPCMessage | JSONRPCError | None:
+    """What one input line is (Rule 1): a message to serve, an error to answer
+    with, or ``None`` (a blank line, or a malformed response)."""
+    if isinstance(line, OversizedLine):
+        return JSONRPCError(
+            jsonrpc="2.0",
+            id=None,
+            error=ErrorData(
+                code=INVALID_REQUEST,
+                message=f"Invalid request: a line of {line.size} bytes exceeds the limit of"
+                f" {line.limit} bytes; it was discarded unread",
+            ),
+        )
+    if not line.strip():
+        return None
+    try:
+        message: JSONRPCMessage = jsonrpc_message_adapter.validate_json(line, by_name=False)
+        return message
+    except ValidationError:
+        pass
+    try:
+        value = msgspec.json.decode(line)
+    except msgspec.DecodeError as exc:
+        return JSONRPCError(
+            jsonrpc="2.0", id=None, error=ErrorData(code=PARSE_ERROR, message=f"Parse error: {exc}")
+        )
+    request_id = None
+    if isinstance(value, dict):
+        if ("result" in value or "error" in value) and "method" not in value:
+            return None
+        request_id = as_request_id(value.get("id"))
+    return JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=ErrorData(
+            code=INVALID_REQUEST,
+            message='Invalid request: not a JSON-RPC 2.0 message (a request needs "jsonrpc":'
+            ' "2.0", an integer or string "id", a string "method" and object "params")',
+        ),
+    )
+
+
+def _encode(message: SessionMessage) -> bytes:
+    return message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+
+
+async def serve_streams_mcp(
+    server: McpToolServer,
+    reader: asyncio.StreamReader,
+    sink: Any,
+    *,
+    max_line_bytes: int = MAX_FRAME_BYTES_CEILING,
+) -> None:
+    """Serve MCP over a line reader and a writer with ``write`` and ``drain``
+    until end of input (Rule 3) or until the output breaks (Rule 2)."""
+    read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+    replies = write_send.clone()
+    sdk_server = server.server
+
+    async def read_loop() -> None:
+        async with read_send, replies:
+            async for line in read_lines(reader, max_line_bytes):
+                item = classify_line(line)
+                if isinstance(item, JSONRPCError):
+                    await replies.send(SessionMessage(item))
+                elif item is not None:
+                    await read_send.send(SessionMessage(item))
+
+    async def write_loop(scope: anyio.CancelScope) -> None:
+        try:
+            async with write_recv:
+                async for first in write_recv:
+                    batch = bytearray(_encode(first))
+                    while len(batch) < WRITE_BATCH_BYTES:
+                        try:
+                            batch += _encode(write_recv.receive_nowait())
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                    sink.write(batch)
+                    await sink.drain()
+        except (ConnectionError, OSError):
+            scope.cancel()  # Rule 2: nobody reads; stop serving (calls are cancelled)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write_loop, tg.cancel_scope)
+        tg.start_soon(read_loop)
+        await sdk_server.run(read_recv, write_send, sdk_server.create_initialization_options())
+
+
+async def serve_stdio_mcp(
+    server: McpToolServer, *, max_line_bytes: int = MAX_FRAME_BYTES_CEILING
+) -> None:
+    """Serve MCP over this process's stdin and stdout until end of input.
+
+    Raises:
+        OSError: stdin or stdout is closed or cannot be watched.
+    """
+    reader, sink = await open_stdio()
+    await serve_streams_mcp(server, reader, sink, max_line_bytes=max_line_bytes)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``port`` 0: any free port).
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.set_inheritable(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve_http_mcp(
+    server: McpToolServer,
+    host: str = DEFAULT_HTTP_HOST,
+    port: int = 0,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    path: str = "/mcp",
+) -> None:
+    """Serve MCP over streamable HTTP on ``host:port`` (Rule 4) until cancelled.
+    ``on_ready`` gets the endpoint's URL once the socket listens (with the real
+    port when ``port`` is 0).
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    import uvicorn
+
+    sock = bind_socket(host, port)
+    bound_port = sock.getsockname()[1]
+    app = server.server.streamable_http_app(streamable_http_path=path, host=host)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    http = uvicorn.Server(config)
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        if on_ready is not None:
+            on_ready(f"http://{shown}:{bound_port}{path}")
+        await http.serve(sockets=[sock])
+    finally:
+        sock.close()
