@@ -20,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " pip install 'kigi-tool-runtime[mcp]'"
     ) from exc
 
+from ._host import SETTLE_WAIT_S, FoldedCall, ProgressFolder
 from ._mapping import (
     META_CAPABILITIES,
     META_DEADLINE_MS,
@@ -49,9 +50,12 @@ __all__: tuple[str, ...] = (
     "META_SEQ",
     "META_STREAM",
     "OUTBOX_BYTES",
+    "SETTLE_WAIT_S",
     "STALL_S",
+    "FoldedCall",
     "McpServerStats",
     "McpToolServer",
+    "ProgressFolder",
     "ProgressNote",
     "ProgressNumbering",
     "ProgressOutbox",

@@ -1,0 +1,352 @@
+"""The sans-IO MCP mapping: tool definitions, frames as progress notifications
+(and back), the per-call outbox, and results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kigi_tool_protocol import (
+    CustomProgress,
+    PartialResultPayload,
+    ToolCallProgressFrame,
+    ToolCapabilities,
+    ToolScope,
+    TextProgress,
+    error_code_for,
+    json_codec,
+    progress_to_frame,
+)
+from kigi_tool_runtime import (
+    Reassembler,
+    ShellArgs,
+    ShellOutcome,
+    ShellTool,
+    Tool,
+    ToolError,
+    ToolResult,
+)
+from kigi_tool_runtime._server import progress_line
+from kigi_tool_runtime.mcp import (
+    META_ERROR,
+    META_FRAME,
+    META_SEQ,
+    META_STREAM,
+    ProgressNote,
+    ProgressNumbering,
+    ProgressOutbox,
+    StreamSummary,
+    mcp_tool_name,
+    notification_from_progress,
+    progress_params,
+    result_from_terminal,
+    tool_definition,
+)
+from kigi_tool_runtime.mcp._mapping import root_object_schema
+from kigi_tool_runtime.mcp._outbox import frame_size
+from kigi_tool_runtime.testing import partial_payloads, producer_runs, tool_call_frames
+
+
+def _frames_with_drops(draw: st.DrawFn) -> list[tuple[ToolCallProgressFrame[Any], int | None]]:
+    run = draw(producer_runs())
+    out = []
+    for payload in run.frames:
+        drop = draw(st.one_of(st.none(), st.integers(1, 5)))
+        frame: ToolCallProgressFrame[Any] = ToolCallProgressFrame(
+            tool_call_id=run.tool_call_id, kind=run.subkind, body=payload, dropped_count=drop
+        )
+        out.append((frame, drop))
+    return out
+
+
+frames_with_drops = st.composite(_frames_with_drops)
+
+
+@given(frames_with_drops())
+def test_progress_strictly_increases_and_folds_like_stdio_lines(
+    frames: list[tuple[ToolCallProgressFrame[Any], int | None]],
+) -> None:
+    """Over a real stream (gap frames, truncation notices, repeated totals, drop
+    counts), progress is 1, 2, 3, ...; and folding the notifications gives the
+    same reassembler, and the same appended() events, as the stdio lines."""
+    numbering = ProgressNumbering()
+    via_mcp, via_stdio = Reassembler(), Reassembler()
+    last = 0.0
+    for frame, _ in frames:
+        seq = numbering.take()
+        params = progress_params("tok", seq, frame)
+        # What the host receives went through JSON on the wire.
+        params = msgspec.json.decode(msgspec.json.encode(params))
+        assert params["progress"] > last
+        last = params["progress"]
+        assert params["message"] == frame.body.delta
+        assert params["_meta"][META_SEQ] == seq
+        note = notification_from_progress(params)
+        assert not isinstance(note, ProgressNote)
+        line = progress_line(frame.tool_call_id, seq, frame.kind, frame.body, None, frame.dropped_count)
+        assert via_mcp.appended(note) == via_stdio.appended(line.rstrip(b"\n"))
+    assert numbering.last_progress == len(frames)
+    assert via_mcp == via_stdio
+
+
+@given(tool_call_frames(bodies=st.one_of(partial_payloads(), st.builds(dict, text=st.text()))))
+def test_the_frame_round_trips_exactly(frame: ToolCallProgressFrame[Any]) -> None:
+    """The frame under _meta is the kigi codec's JSON of the frame: decoding it
+    gives the frame back, field for field."""
+    params = msgspec.json.decode(msgspec.json.encode(progress_params(7, 3, frame)))
+    raw = msgspec.json.encode(params["_meta"][META_FRAME])
+    assert raw == json_codec.encode(frame)
+    decoded = json_codec.decode(raw, ToolCallProgressFrame[type(frame.body)])  # type: ignore[misc]
+    assert decoded == frame
+
+
+def test_text_progress_message_is_its_text_and_no_body_means_no_message() -> None:
+    """Non-delta progress: a text frame's message is its text; a content frame has none."""
+    text = progress_to_frame("c", TextProgress(text="step 2"))
+    assert progress_params(1, 0, text)["message"] == "step 2"
+    other = progress_to_frame("c", CustomProgress(subkind="k", payload=[1, 2]))
+    assert "message" not in progress_params(1, 0, other)
+    with pytest.raises(ValueError, match="seq"):
+        progress_params(1, -1, text)
+
+
+@pytest.mark.parametrize(
+    ("params", "note"),
+    [
+        ({"progressToken": 1, "progress": 5, "total": 10, "message": "half"}, (1, 5.0, 10.0, "half")),
+        ({"progressToken": "t", "progress": 1.5}, ("t", 1.5, None, None)),
+        ({"progressToken": True, "progress": True, "_meta": {"other": 1}}, (None, None, None, None)),
+    ],
+)
+def test_progress_without_a_kigi_frame_is_a_note(params: dict[str, Any], note: tuple[Any, ...]) -> None:
+    """Progress from an ordinary MCP server is a note, never output."""
+    assert notification_from_progress(params) == ProgressNote(*note)
+
+
+def test_a_bad_frame_under_meta_is_reported_not_raised() -> None:
+    """A kigi _meta frame that is not a frame reaches the reassembler, which
+    reports it; a bad seq is ignored rather than trusted."""
+    item = notification_from_progress(
+        {"progressToken": 1, "progress": 1, "_meta": {META_FRAME: {"kind": 3}, META_SEQ: -1}}
+    )
+    assert not isinstance(item, ProgressNote)
+    assert item.seq is None
+    reassembler = Reassembler()
+    appended = reassembler.appended(item)
+    assert appended.key is None
+    assert [a.kind for a in reassembler.anomalies] == ["undecodable"]
+
+
+# -- the outbox ---------------------------------------------------------------------
+
+
+def _frame(delta: str, total: int) -> ToolCallProgressFrame[Any]:
+    return ToolCallProgressFrame(
+        tool_call_id="c", kind="k", body=PartialResultPayload(delta=delta, total_bytes=total)
+    )
+
+
+@given(
+    st.integers(1, 64),
+    st.lists(st.one_of(st.text(max_size=20), st.none()), max_size=60),
+)
+def test_outbox_bounds_memory_keeps_the_newest_and_reports_every_drop(
+    budget: int, steps: list[str | None]
+) -> None:
+    """Pushing (text) and taking (None) in any order: the queue stays within the
+    budget plus the newest frame, the newest is never dropped, frames leave in
+    order, and the dropped_count of the frames taken plus what is still to be
+    reported add up to every drop."""
+    outbox = ProgressOutbox(budget)
+    pushed = 0
+    reported = 0
+    taken: list[int] = []
+    for step in steps:
+        if step is None:
+            frame = outbox.take()
+            if frame is not None:
+                taken.append(frame.body.total_bytes)
+                reported += frame.dropped_count or 0
+            continue
+        frame = _frame(step, pushed)
+        size = frame_size(frame)
+        outbox.push(frame, size)
+        pushed += 1
+        assert outbox.queued_bytes <= max(budget, size)
+        assert len(outbox) >= 1
+    while (frame := outbox.take()) is not None:
+        taken.append(frame.body.total_bytes)
+        reported += frame.dropped_count or 0
+    assert taken == sorted(taken)
+    assert reported + outbox.dropped_since == outbox.dropped
+    assert outbox.dropped_since == 0
+    assert len(taken) + outbox.dropped == pushed
+    if pushed:
+        assert taken[-1] == pushed - 1  # the newest frame always survives
+
+
+def test_outbox_room_and_drops() -> None:
+    """An empty outbox always has room; a full one has none, and a push past the
+    budget drops the oldest and marks the next frame taken."""
+    outbox = ProgressOutbox(10)
+    assert outbox.has_room(100)
+    outbox.push(_frame("aaaaaa", 6), 6)
+    assert not outbox.has_room(5)
+    assert outbox.push(_frame("bbbbbb", 12), 6) == 1
+    frame = outbox.take()
+    assert frame is not None and frame.body.delta == "bbbbbb" and frame.dropped_count == 1
+    assert outbox.take() is None
+    with pytest.raises(ValueError, match="budget"):
+        ProgressOutbox(0)
+
+
+# -- tool definitions ------------------------------------------------------------------
+
+
+def test_shell_tool_definition_has_object_schemas_and_capabilities() -> None:
+    """The shell tool lists with its id as name, the ShellArgs schema inlined at
+    the root, the ShellOutcome output schema, and its capabilities under _meta."""
+    definition = tool_definition(ShellTool())
+    assert definition["name"] == "bash"
+    schema = definition["inputSchema"]
+    assert schema["type"] == "object" and "$ref" not in schema
+    assert schema["required"] == ["command"]
+    assert schema["additionalProperties"] is False
+    output = definition["outputSchema"]
+    assert output["type"] == "object"
+    assert set(output["required"]) == set(ShellOutcome.__struct_fields__)
+    caps = definition["_meta"]["dev.kigi/capabilities"]
+    assert caps["streaming"] == {"subkind": "bash_output_chunk", "max_delta_bytes": 16384}
+    assert "annotations" not in definition  # nothing says bash only reads
+
+
+class _Inner(msgspec.Struct):
+    n: int
+
+
+class _Nested(msgspec.Struct):
+    inner: _Inner
+    again: list[_Nested] = []
+
+
+class _Reader(Tool[_Nested]):
+    id = "Kigi:read_file"
+    args_type = _Nested
+    capabilities = ToolCapabilities(is_read_only=True)
+
+    async def run(self, ctx: Any, args: _Nested) -> str:
+        return "ok"
+
+
+def test_nested_and_recursive_schemas_keep_their_definitions() -> None:
+    """A root that refers to itself keeps its definition; other definitions
+    stay; a SEG:SEG id maps to a dotted name; is_read_only is readOnlyHint."""
+    definition = tool_definition(_Reader())
+    assert definition["name"] == "Kigi.read_file"
+    schema = definition["inputSchema"]
+    assert schema["type"] == "object"
+    assert set(schema["$defs"]) == {"_Inner", "_Nested"}
+    assert definition["annotations"] == {"readOnlyHint": True}
+    assert "outputSchema" not in definition
+
+
+@pytest.mark.parametrize(
+    ("caps", "hint"),
+    [
+        (ToolCapabilities(tool_scope=ToolScope.READ), {"readOnlyHint": True}),
+        (ToolCapabilities(tool_scope=ToolScope.WRITE), {"readOnlyHint": False}),
+    ],
+)
+def test_tool_scope_maps_to_read_only_hint(caps: ToolCapabilities, hint: dict[str, bool]) -> None:
+    """An explicit tool scope says whether the tool only reads."""
+    tool = _Reader()
+    tool.capabilities = caps
+    assert tool_definition(tool)["annotations"] == hint
+
+
+def test_root_schema_errors() -> None:
+    """A reference that does not resolve, and a root that is not an object, are refused."""
+    with pytest.raises(ValueError, match="does not resolve"):
+        root_object_schema({"$ref": "#/$defs/Missing", "$defs": {}})
+    with pytest.raises(ValueError, match="object"):
+        root_object_schema({"type": "array"})
+    assert mcp_tool_name("a:b") == "a.b"
+
+
+# -- results ----------------------------------------------------------------------------
+
+
+def _outcome(**changes: Any) -> ShellOutcome:
+    fields: dict[str, Any] = {
+        "exit_code": 0,
+        "signal": None,
+        "timed_out": False,
+        "duration_ms": 5,
+        "total_bytes": 3,
+        "truncated": False,
+        "omitted_bytes": 0,
+        "output": "hi\n",
+    }
+    fields.update(changes)
+    return ShellOutcome(**fields)
+
+
+def test_a_shell_result_has_the_excerpt_the_value_and_the_stream_summary() -> None:
+    """content is the output excerpt and a status line, structuredContent the
+    outcome, _meta the stream summary; dropped frames are said in the text."""
+    result = result_from_terminal(
+        ToolResult(value=_outcome()), ShellTool(), StreamSummary(4, 0, True)
+    )
+    assert result["isError"] is False
+    assert result["content"][0]["text"] == "hi\n\n[exit code 0; 3 bytes of output; 5 ms]"
+    assert result["structuredContent"] == msgspec.to_builtins(_outcome())
+    assert result["_meta"][META_STREAM] == {
+        "progress_requested": True,
+        "frames_sent": 4,
+        "frames_dropped": 0,
+        "last_progress": 4,
+    }
+    lossy = result_from_terminal(
+        ToolResult(value=_outcome(signal="SIGKILL", exit_code=None, timed_out=True, omitted_bytes=9)),
+        ShellTool(),
+        StreamSummary(4, 2, True),
+    )
+    text = lossy["content"][0]["text"]
+    assert "killed by SIGKILL, timed out" in text and "9 left out above" in text
+    assert "2 progress frame(s) were dropped" in text
+    assert lossy["_meta"][META_STREAM]["frames_dropped"] == 2
+
+
+def test_a_tool_without_a_result_type_has_no_structured_content() -> None:
+    """Only a declared result type gives structuredContent; other values are JSON text."""
+    result = result_from_terminal(ToolResult(value={"a": 1}), _Reader(), StreamSummary(0, 0, False))
+    assert "structuredContent" not in result
+    assert result["content"][0]["text"] == '{"a":1}'
+    text = result_from_terminal(ToolResult.text("plain"), _Reader(), StreamSummary(0, 0, False))
+    assert text["content"][0]["text"] == "plain"
+
+
+def test_a_tool_error_is_an_error_result_with_the_kigi_code() -> None:
+    """isError, the kind, code and message in the text, the wire error in _meta."""
+    error = ToolError.invalid_params("bad `command`", details={"path": "$.command"})
+    result = result_from_terminal(error, ShellTool(), StreamSummary(0, 0, False))
+    assert result["isError"] is True
+    code = error_code_for(error.to_wire())
+    assert result["content"][0]["text"] == f"invalid_params error ({code}): bad `command`"
+    meta = result["_meta"][META_ERROR]
+    assert meta["code"] == code and meta["kind"] == "invalid_params"
+    assert meta["data"] == msgspec.json.decode(json_codec.encode(error.to_wire()))
+    timeout = result_from_terminal(
+        ToolError("timeout", "too slow", elapsed_ms=5), ShellTool(), StreamSummary(1, 1, True)
+    )
+    assert timeout["_meta"][META_ERROR]["data"]["tool_id"] == "bash"
+    assert "dropped" in timeout["content"][0]["text"]
+
+
+def test_shell_args_schema_is_what_the_tool_decodes() -> None:
+    """A value valid by the listed schema decodes as the tool's arguments."""
+    assert msgspec.convert({"command": ["true"]}, ShellArgs).command == ["true"]
