@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from kigi_tool_protocol import (
     CustomProgress,
     PartialResultPayload,
+    TextProgress,
     ToolCallProgressFrame,
     ToolCapabilities,
     ToolScope,
-    TextProgress,
     error_code_for,
     json_codec,
     progress_to_frame,
@@ -87,7 +87,9 @@ def test_progress_strictly_increases_and_folds_like_stdio_lines(
         assert params["_meta"][META_SEQ] == seq
         note = notification_from_progress(params)
         assert not isinstance(note, ProgressNote)
-        line = progress_line(frame.tool_call_id, seq, frame.kind, frame.body, None, frame.dropped_count)
+        line = progress_line(
+            frame.tool_call_id, seq, frame.kind, frame.body, None, frame.dropped_count
+        )
         assert via_mcp.appended(note) == via_stdio.appended(line.rstrip(b"\n"))
     assert numbering.last_progress == len(frames)
     assert via_mcp == via_stdio
@@ -117,12 +119,20 @@ def test_text_progress_message_is_its_text_and_no_body_means_no_message() -> Non
 @pytest.mark.parametrize(
     ("params", "note"),
     [
-        ({"progressToken": 1, "progress": 5, "total": 10, "message": "half"}, (1, 5.0, 10.0, "half")),
+        (
+            {"progressToken": 1, "progress": 5, "total": 10, "message": "half"},
+            (1, 5.0, 10.0, "half"),
+        ),
         ({"progressToken": "t", "progress": 1.5}, ("t", 1.5, None, None)),
-        ({"progressToken": True, "progress": True, "_meta": {"other": 1}}, (None, None, None, None)),
+        (
+            {"progressToken": True, "progress": True, "_meta": {"other": 1}},
+            (None, None, None, None),
+        ),
     ],
 )
-def test_progress_without_a_kigi_frame_is_a_note(params: dict[str, Any], note: tuple[Any, ...]) -> None:
+def test_progress_without_a_kigi_frame_is_a_note(
+    params: dict[str, Any], note: tuple[Any, ...]
+) -> None:
     """Progress from an ordinary MCP server is a note, never output."""
     assert notification_from_progress(params) == ProgressNote(*note)
 
@@ -198,7 +208,9 @@ def test_outbox_room_and_drops() -> None:
     assert not outbox.has_room(5)
     assert outbox.push(_frame("bbbbbb", 12), 6) == 1
     frame = outbox.take()
-    assert frame is not None and frame.body.delta == "bbbbbb" and frame.dropped_count == 1
+    assert frame is not None
+    assert frame.body.delta == "bbbbbb"
+    assert frame.dropped_count == 1
     assert outbox.take() is None
     with pytest.raises(ValueError, match="budget"):
         ProgressOutbox(0)
@@ -213,7 +225,8 @@ def test_shell_tool_definition_has_object_schemas_and_capabilities() -> None:
     definition = tool_definition(ShellTool())
     assert definition["name"] == "bash"
     schema = definition["inputSchema"]
-    assert schema["type"] == "object" and "$ref" not in schema
+    assert schema["type"] == "object"
+    assert "$ref" not in schema
     assert schema["required"] == ["command"]
     assert schema["additionalProperties"] is False
     output = definition["outputSchema"]
@@ -311,12 +324,15 @@ def test_a_shell_result_has_the_excerpt_the_value_and_the_stream_summary() -> No
         "last_progress": 4,
     }
     lossy = result_from_terminal(
-        ToolResult(value=_outcome(signal="SIGKILL", exit_code=None, timed_out=True, omitted_bytes=9)),
+        ToolResult(
+            value=_outcome(signal="SIGKILL", exit_code=None, timed_out=True, omitted_bytes=9)
+        ),
         ShellTool(),
         StreamSummary(4, 2, True),
     )
     text = lossy["content"][0]["text"]
-    assert "killed by SIGKILL, timed out" in text and "9 left out above" in text
+    assert "killed by SIGKILL, timed out" in text
+    assert "9 left out above" in text
     assert "2 progress frame(s) were dropped" in text
     assert lossy["_meta"][META_STREAM]["frames_dropped"] == 2
 
@@ -338,7 +354,8 @@ def test_a_tool_error_is_an_error_result_with_the_kigi_code() -> None:
     code = error_code_for(error.to_wire())
     assert result["content"][0]["text"] == f"invalid_params error ({code}): bad `command`"
     meta = result["_meta"][META_ERROR]
-    assert meta["code"] == code and meta["kind"] == "invalid_params"
+    assert meta["code"] == code
+    assert meta["kind"] == "invalid_params"
     assert meta["data"] == msgspec.json.decode(json_codec.encode(error.to_wire()))
     timeout = result_from_terminal(
         ToolError("timeout", "too slow", elapsed_ms=5), ShellTool(), StreamSummary(1, 1, True)

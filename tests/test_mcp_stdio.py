@@ -1,0 +1,452 @@
+"""``kigi-stream serve --mcp`` as a real subprocess, driven by the official MCP
+client (and, for what a client cannot send, by raw JSON lines)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from mcp import Client, StdioServerParameters
+
+from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
+from kigi_tool_runtime import ShellOutcome
+from kigi_tool_runtime._shell import DEFAULT_TAIL_CAPACITY
+from kigi_tool_runtime.mcp import META_FRAME, META_STREAM, ProgressFolder
+from kigi_tool_runtime.testing import check_stream
+
+SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
+PY = sys.executable
+
+# Writes é, € and 😀 with every character cut across writes 150 ms apart (the
+# tool drains every 100 ms), so each reaches a tick half-written.
+SPLIT = (
+    "import sys, time\n"
+    "pieces = [b'caf\\xc3', b'\\xa9 \\xe2\\x82', b'\\xac \\xf0\\x9f', b'\\x98\\x80', b' end\\n']\n"
+    "for piece in pieces:\n"
+    "    sys.stdout.buffer.write(piece); sys.stdout.flush(); time.sleep(0.15)\n"
+)
+SPLIT_TEXT = "café € 😀 end\n"
+
+# 100 MB of text with 2-, 3- and 4-byte characters, in 64 KiB writes.
+UNIT = "ab é € 😀 xyz\n"
+BLOCK = (UNIT * 4096).encode()
+FLOOD_BYTES = len(BLOCK) * (100 * 1024 * 1024 // len(BLOCK))
+
+
+def _flood(seconds_between: float = 0.0) -> str:
+    return (
+        "import sys, time\n"
+        f"block = ({UNIT!r} * 4096).encode()\n"
+        f"for _ in range({FLOOD_BYTES // len(BLOCK)}):\n"
+        "    sys.stdout.buffer.write(block)\n"
+        + (f"    time.sleep({seconds_between})\n" if seconds_between else "")
+    )
+
+
+def _sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test body on a fresh event loop (the suite's tests are sync)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+def _params() -> StdioServerParameters:
+    return StdioServerParameters(command=SERVE[0], args=SERVE[1:])
+
+
+class _Recorder:
+    """A message handler that folds progress and keeps each kigi frame."""
+
+    def __init__(self) -> None:
+        self.folder = ProgressFolder()
+        self.frames: list[ToolCallProgressFrame[PartialResultPayload]] = []
+        self.progress: list[float] = []
+
+    async def __call__(self, message: Any) -> None:
+        params = getattr(message, "params", None)
+        meta = getattr(params, "meta", None) or {}
+        if META_FRAME in meta:
+            raw = msgspec.json.encode(meta[META_FRAME])
+            self.frames.append(json_codec.decode(raw, ToolCallProgressFrame[PartialResultPayload]))
+            self.progress.append(params.progress)
+        await self.folder.message_handler(message)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+async def _wait_gone(pid: int, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not _gone(pid):
+        assert time.monotonic() < deadline, f"process group {pid} still running"
+        await asyncio.sleep(0.05)
+
+
+@_sync
+async def test_lists_the_shell_tool_with_its_schemas() -> None:
+    """tools/list: bash, its input schema an object with the ShellArgs fields,
+    its output schema ShellOutcome's, its capabilities under _meta."""
+    async with asyncio.timeout(30), Client(_params()) as client:
+        tools = (await client.list_tools()).tools
+        assert [tool.name for tool in tools] == ["bash"]
+        bash = tools[0]
+        assert bash.input_schema["type"] == "object"
+        assert set(bash.input_schema["properties"]) == {
+            "command",
+            "cwd",
+            "env",
+            "timeout_ms",
+            "output_limit",
+        }
+        assert bash.input_schema["required"] == ["command"]
+        assert bash.output_schema is not None
+        assert set(bash.output_schema["required"]) == set(ShellOutcome.__struct_fields__)
+        assert bash.meta is not None
+        assert bash.meta["dev.kigi/capabilities"]["supports_cancel"] is True
+
+
+@_sync
+async def test_split_characters_reassemble_exactly_from_progress() -> None:
+    """2-, 3- and 4-byte characters cut across ticks arrive whole: the folded
+    text is the output exactly, over several notifications with progress
+    1, 2, 3, ..., and the result carries the excerpt and the outcome."""
+    recorder = _Recorder()
+    async with asyncio.timeout(30), Client(_params(), message_handler=recorder) as client:
+        folded = await recorder.folder.call_tool(client, "bash", {"command": [PY, "-c", SPLIT]})
+    assert folded.text == SPLIT_TEXT
+    assert folded.complete
+    assert len(recorder.frames) >= 3
+    assert recorder.progress == [float(i) for i in range(1, len(recorder.progress) + 1)]
+    assert "\ufffd" not in "".join(frame.body.delta for frame in recorder.frames)
+    result = folded.result
+    assert not result.is_error
+    assert result.structured_content is not None
+    assert result.structured_content["output"] == SPLIT_TEXT
+    assert result.structured_content["exit_code"] == 0
+    assert result.content[0].text.startswith(SPLIT_TEXT)  # type: ignore[union-attr]
+    assert result.meta is not None
+    assert result.meta[META_STREAM]["frames_sent"] == len(recorder.frames)
+
+
+@_sync
+async def test_the_official_progress_callback_gets_the_deltas() -> None:
+    """A host using only the client's progress_callback sees the live deltas
+    as messages, in order, with strictly increasing progress."""
+    seen: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, message))
+
+    async with asyncio.timeout(30), Client(_params()) as client:
+        result = await client.call_tool(
+            "bash", {"command": [PY, "-c", SPLIT]}, progress_callback=on_progress
+        )
+        await asyncio.sleep(0.2)  # the client runs callbacks in tasks of their own
+    assert not result.is_error
+    assert "".join(message or "" for _, message in seen) == SPLIT_TEXT
+    assert [p for p, _ in seen] == [float(i) for i in range(1, len(seen) + 1)]
+
+
+@_sync
+async def test_no_progress_without_a_token() -> None:
+    """A call without a progressToken gets its result and no notification."""
+    recorder = _Recorder()
+    async with asyncio.timeout(30), Client(_params(), message_handler=recorder) as client:
+        result = await client.call_tool("bash", {"command": [PY, "-c", SPLIT]})
+    assert recorder.frames == []
+    assert result.structured_content is not None
+    assert result.structured_content["output"] == SPLIT_TEXT
+    assert result.meta is not None
+    assert result.meta[META_STREAM]["frames_sent"] == 0
+    assert result.meta[META_STREAM]["progress_requested"] is False
+
+
+@pytest.mark.slow
+@_sync
+async def test_a_100_mb_flood_reassembles_exactly_with_every_loss_reported() -> None:
+    """100 MB of multi-byte text: every delta folded from the notifications is
+    the source's bytes at its place, every skipped byte is in a gap frame
+    (check_stream judges that against the source), and the folded report
+    agrees: the stream accounts for all 100 MB."""
+    recorder = _Recorder()
+    async with asyncio.timeout(100), Client(_params(), message_handler=recorder) as client:
+        folded = await recorder.folder.call_tool(
+            client, "bash", {"command": [PY, "-c", _flood()]}, read_timeout_seconds=90
+        )
+    result = folded.result
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    assert result.structured_content["total_bytes"] == FLOOD_BYTES
+    assert result.meta is not None
+    stream_meta = result.meta[META_STREAM]
+    assert stream_meta["frames_dropped"] == 0
+    assert folded.missing == 0
+    source = BLOCK * (FLOOD_BYTES // len(BLOCK))
+    checked = check_stream(recorder.frames, source, tail_capacity=DEFAULT_TAIL_CAPACITY)
+    (report,) = folded.reports()
+    assert report.total_bytes == FLOOD_BYTES
+    lost = sum(span.lost_bytes for span in checked.lost)
+    assert report.lost_bytes_min <= lost <= report.lost_bytes  # a range only where held
+    assert len(report.gaps) == len(checked.lost)
+    assert folded.text == checked.text
+    assert len(checked.text.encode()) + lost == FLOOD_BYTES == report.text_bytes + lost
+
+
+@_sync
+async def test_cancelling_mid_flood_stops_the_process_group(tmp_path: Path) -> None:
+    """Cancelling the client's call mid-flood (the client sends
+    notifications/cancelled) stops the command's process group, and the
+    server goes on serving."""
+    pidfile = tmp_path / "pid"
+    command = f"echo $$ > {pidfile}; exec {PY} -c {shlex.quote(_flood(0.01))}"
+    recorder = _Recorder()
+    async with asyncio.timeout(60), Client(_params(), message_handler=recorder) as client:
+        call = asyncio.create_task(recorder.folder.call_tool(client, "bash", {"command": command}))
+        while len(recorder.frames) < 3:
+            await asyncio.sleep(0.02)
+        pid = int(pidfile.read_text())
+        assert not _gone(pid)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await _wait_gone(pid)
+        tools = await client.list_tools()
+        assert [tool.name for tool in tools.tools] == ["bash"]
+
+
+@_sync
+async def test_deadline_in_meta_ends_the_call_with_a_timeout_error(tmp_path: Path) -> None:
+    """_meta dev.kigi/deadline_ms bounds the call: a timeout error result with
+    the kigi code, and the command is stopped."""
+    pidfile = tmp_path / "pid"
+    async with asyncio.timeout(30), Client(_params()) as client:
+        result = await client.call_tool(
+            "bash",
+            {"command": f"echo $$ > {pidfile}; sleep 30"},
+            meta={"dev.kigi/deadline_ms": 300},
+        )
+        assert result.is_error
+        assert result.meta is not None
+        assert result.meta["dev.kigi/error"]["kind"] == "timeout"
+        await _wait_gone(int(pidfile.read_text()))
+
+
+@_sync
+async def test_bad_arguments_are_an_error_result_naming_the_field() -> None:
+    """Arguments the schema refuses: isError with invalid_params and the path."""
+    async with asyncio.timeout(30), Client(_params()) as client:
+        result = await client.call_tool("bash", {"command": "true", "timeout_ms": "soon"})
+    assert result.is_error
+    assert result.meta is not None
+    error = result.meta["dev.kigi/error"]
+    assert error["kind"] == "invalid_params"
+    assert error["data"]["details"]["path"] == "$.timeout_ms"
+
+
+# -- raw JSON lines: what the official client will not send ----------------------------
+
+
+class _Raw:
+    """A ``kigi-stream serve --mcp`` child spoken to in raw JSON lines."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    @classmethod
+    async def start(cls) -> _Raw:
+        proc = await asyncio.create_subprocess_exec(
+            *SERVE,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=64 * 1024 * 1024,
+        )
+        raw = cls(proc)
+        await raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            }
+        )
+        assert (await raw.read())["id"] == 0
+        await raw.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return raw
+
+    async def send(self, message: Any) -> None:
+        line = message if isinstance(message, bytes) else json.dumps(message).encode()
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        await self.proc.stdin.drain()
+
+    async def read(self) -> Any:
+        assert self.proc.stdout is not None
+        line = await self.proc.stdout.readline()
+        assert line, "the server closed its output"
+        return json.loads(line)
+
+    async def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        return await self.proc.wait()
+
+
+@_sync
+async def test_malformed_and_unknown_requests_get_errors_and_serving_goes_on() -> None:
+    """Not JSON: -32700; JSON but no message: -32600 echoing the id; an unknown
+    method: -32601; an unknown tool: -32602; then tools/list still answers."""
+    async with asyncio.timeout(30):
+        raw = await _Raw.start()
+        await raw.send(b'{"jsonrpc": "2.0", "id": 1, "method": ')
+        reply = await raw.read()
+        assert reply["id"] is None
+        assert reply["error"]["code"] == -32700
+        await raw.send({"jsonrpc": "2.0", "id": 2, "params": {}})
+        reply = await raw.read()
+        assert reply["id"] == 2
+        assert reply["error"]["code"] == -32600
+        await raw.send(b"[1, 2]")
+        reply = await raw.read()
+        assert reply["id"] is None
+        assert reply["error"]["code"] == -32600
+        await raw.send({"jsonrpc": "2.0", "id": 3, "method": "tools/explode", "params": {}})
+        reply = await raw.read()
+        assert reply["id"] == 3
+        assert reply["error"]["code"] == -32601
+        await raw.send(
+            {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "nope"}}
+        )
+        reply = await raw.read()
+        assert reply["id"] == 4
+        assert reply["error"]["code"] == -32602
+        assert "nope" in reply["error"]["message"]
+        await raw.send({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}})
+        reply = await raw.read()
+        assert reply["id"] == 5
+        assert reply["result"]["tools"][0]["name"] == "bash"
+        assert await raw.close() == 0
+
+
+@_sync
+async def test_every_notification_of_a_call_precedes_its_response() -> None:
+    """On the wire, each call's progress notifications all come before its
+    response, numbered 1, 2, 3, ...; none follows it."""
+    async with asyncio.timeout(30):
+        raw = await _Raw.start()
+        for request_id in (10, 11):
+            await raw.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "bash",
+                        "arguments": {"command": [PY, "-c", SPLIT]},
+                        "_meta": {"progressToken": f"p{request_id}"},
+                    },
+                }
+            )
+        progress: dict[str, list[float]] = {"p10": [], "p11": []}
+        answered: set[str] = set()
+        while len(answered) < 2:
+            message = await raw.read()
+            if message.get("method") == "notifications/progress":
+                token = message["params"]["progressToken"]
+                assert token not in answered, "progress after the response"
+                progress[token].append(message["params"]["progress"])
+            else:
+                answered.add(f"p{message['id']}")
+                sent = message["result"]["_meta"][META_STREAM]["frames_sent"]
+                assert len(progress[f"p{message['id']}"]) == sent
+        for values in progress.values():
+            assert values == [float(i) for i in range(1, len(values) + 1)]
+            assert len(values) >= 3
+        await raw.send({"jsonrpc": "2.0", "id": 12, "method": "tools/list", "params": {}})
+        assert (await raw.read())["id"] == 12  # nothing else was left in flight
+        assert await raw.close() == 0
+
+
+@_sync
+async def test_notifications_cancelled_stops_the_call_without_a_response(tmp_path: Path) -> None:
+    """notifications/cancelled for a running call stops its process group; the
+    call is never answered, and the next request is."""
+    pidfile = tmp_path / "pid"
+    async with asyncio.timeout(30):
+        raw = await _Raw.start()
+        await raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 20,
+                "method": "tools/call",
+                "params": {
+                    "name": "bash",
+                    "arguments": {
+                        "command": f"echo $$ > {pidfile}; exec {PY} -c {shlex.quote(_flood(0.01))}"
+                    },
+                    "_meta": {"progressToken": "c"},
+                },
+            }
+        )
+        while (await raw.read()).get("method") != "notifications/progress":
+            pass
+        pid = int(pidfile.read_text())
+        await raw.send(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 20}}
+        )
+        await _wait_gone(pid)
+        await raw.send({"jsonrpc": "2.0", "id": 21, "method": "tools/list", "params": {}})
+        while True:
+            message = await raw.read()
+            assert message.get("id") != 20, "a cancelled call was answered"
+            if message.get("id") == 21:
+                break
+        assert await raw.close() == 0
+
+
+@_sync
+async def test_end_of_input_cancels_running_calls_and_exits(tmp_path: Path) -> None:
+    """A host that goes away (closes the server's input) mid-call: the command's
+    process group is stopped and the server exits 0."""
+    pidfile = tmp_path / "pid"
+    async with asyncio.timeout(30):
+        raw = await _Raw.start()
+        await raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 30,
+                "method": "tools/call",
+                "params": {
+                    "name": "bash",
+                    "arguments": {"command": f"echo $$ > {pidfile}; sleep 60"},
+                },
+            }
+        )
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            await asyncio.sleep(0.02)
+        pid = int(pidfile.read_text())
+        assert await raw.close() == 0
+        assert _gone(pid)
