@@ -357,7 +357,12 @@ async def test_every_notification_of_a_call_precedes_its_response() -> None:
     response, numbered 1, 2, 3, ...; none follows it."""
     async with asyncio.timeout(30):
         raw = await _Raw.start()
-        for request_id in (10, 11):
+        # Two calls that stream over several ticks, and one whose whole output
+        # comes in a burst right before it exits (its last frames and its
+        # response are made at the same moment).
+        burst = "import sys; sys.stdout.write('x' * 3_000_000)"
+        commands = {10: [PY, "-c", SPLIT], 11: [PY, "-c", SPLIT], 13: [PY, "-c", burst]}
+        for request_id, command in commands.items():
             await raw.send(
                 {
                     "jsonrpc": "2.0",
@@ -365,14 +370,14 @@ async def test_every_notification_of_a_call_precedes_its_response() -> None:
                     "method": "tools/call",
                     "params": {
                         "name": "bash",
-                        "arguments": {"command": [PY, "-c", SPLIT]},
+                        "arguments": {"command": command},
                         "_meta": {"progressToken": f"p{request_id}"},
                     },
                 }
             )
-        progress: dict[str, list[float]] = {"p10": [], "p11": []}
+        progress: dict[str, list[float]] = {f"p{request_id}": [] for request_id in commands}
         answered: set[str] = set()
-        while len(answered) < 2:
+        while len(answered) < len(commands):
             message = await raw.read()
             if message.get("method") == "notifications/progress":
                 token = message["params"]["progressToken"]

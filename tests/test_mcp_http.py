@@ -1,0 +1,202 @@
+"""``kigi-stream serve --mcp-http`` as a real subprocess on loopback, driven by
+the official MCP client over streamable HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
+
+PY = sys.executable
+SPLIT = (
+    "import sys, time\n"
+    "pieces = [b'caf\\xc3', b'\\xa9 \\xe2\\x82', b'\\xac \\xf0\\x9f', b'\\x98\\x80', b' end\\n']\n"
+    "for piece in pieces:\n"
+    "    sys.stdout.buffer.write(piece); sys.stdout.flush(); time.sleep(0.15)\n"
+)
+SPLIT_TEXT = "café € 😀 end\n"
+FLOOD = (
+    "import sys, time\n"
+    "block = ('ab é € 😀 xyz\\n' * 4096).encode()\n"
+    "for _ in range(100000):\n"
+    "    sys.stdout.buffer.write(block); time.sleep(0.01)\n"
+)
+
+
+def _sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test body on a fresh event loop (the suite's tests are sync)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    """A ``kigi-stream serve --mcp-http 127.0.0.1:0`` child and its endpoint."""
+    proc = subprocess.Popen(
+        [PY, "-m", "kigi_tool_runtime", "serve", "--mcp-http", "127.0.0.1:0"],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline().decode()
+        match = re.search(r"http://127\.0\.0\.1:\d+/mcp", line)
+        assert match, line
+        yield match.group()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+async def _wait_gone(pid: int, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not _gone(pid):
+        assert time.monotonic() < deadline, f"process group {pid} still running"
+        await asyncio.sleep(0.05)
+
+
+async def _wait_pid(pidfile: Path, seconds: float = 10.0) -> int:
+    deadline = time.monotonic() + seconds
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline, "the command never started"
+        await asyncio.sleep(0.02)
+    return int(pidfile.read_text())
+
+
+@_sync
+async def test_lists_the_shell_tool_over_http(url: str) -> None:
+    """tools/list over streamable HTTP: bash with its object schemas."""
+    async with asyncio.timeout(30), Client(url) as client:
+        (bash,) = (await client.list_tools()).tools
+    assert bash.name == "bash"
+    assert bash.input_schema["type"] == "object"
+    assert bash.input_schema["required"] == ["command"]
+    assert bash.output_schema is not None
+    assert bash.output_schema["type"] == "object"
+
+
+@_sync
+async def test_split_characters_fold_exactly_over_http(url: str) -> None:
+    """The progress notifications of a call over HTTP fold into the exact
+    output, and the result announces how many there were."""
+    folder = ProgressFolder()
+    async with asyncio.timeout(30), Client(url, message_handler=folder.message_handler) as client:
+        folded = await folder.call_tool(client, "bash", {"command": [PY, "-c", SPLIT]})
+    assert folded.text == SPLIT_TEXT
+    assert folded.complete
+    assert folded.result.meta is not None
+    assert folded.result.meta[META_STREAM]["frames_sent"] >= 3
+    assert folded.result.structured_content is not None
+    assert folded.result.structured_content["output"] == SPLIT_TEXT
+
+
+@_sync
+async def test_cancelling_a_call_over_http_stops_its_process_group(
+    url: str, tmp_path: Path
+) -> None:
+    """A call the client abandons mid-flood is cancelled on the server: its
+    process group is stopped, and the connection goes on serving."""
+    pidfile = tmp_path / "pid"
+    command = f"echo $$ > {pidfile}; exec {PY} -c {shlex.quote(FLOOD)}"
+    folder = ProgressFolder()
+    async with asyncio.timeout(60), Client(url, message_handler=folder.message_handler) as client:
+        call = asyncio.create_task(folder.call_tool(client, "bash", {"command": command}))
+        pid = await _wait_pid(pidfile)
+        while folder.reassembler.records < 3:
+            await asyncio.sleep(0.02)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await _wait_gone(pid)
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["bash"]
+
+
+@_sync
+async def test_a_host_that_disconnects_mid_call_stops_it(url: str, tmp_path: Path) -> None:
+    """A host that leaves (closes its client) while a call runs: the call is
+    cancelled and its process group stopped."""
+    pidfile = tmp_path / "pid"
+
+    async def leave_mid_call() -> None:
+        async with Client(url) as client:
+            call = asyncio.create_task(
+                client.call_tool("bash", {"command": f"echo $$ > {pidfile}; sleep 60"})
+            )
+            await _wait_pid(pidfile)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+    async with asyncio.timeout(30):
+        await leave_mid_call()
+        await _wait_gone(await _wait_pid(pidfile))
+
+
+def _post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            **(headers or {}),
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_malformed_http_requests_are_refused_and_serving_goes_on(url: str) -> None:
+    """A body that is not JSON and a foreign Host header are refused with HTTP
+    errors (the second by the DNS-rebinding guard of a loopback server); a
+    proper client still works afterwards."""
+    status, body = _post(url, b'{"jsonrpc": "2.0", "id": 1, "method": ')
+    assert status == 400, body
+    assert json.loads(body)["error"]["code"] == -32700
+    status, _ = _post(url, b"{}", headers={"Host": "evil.example:80"})
+    assert status in (400, 403, 421)
+
+    async def still_serving() -> None:
+        async with asyncio.timeout(30), Client(url) as client:
+            assert [tool.name for tool in (await client.list_tools()).tools] == ["bash"]
+
+    asyncio.run(still_serving())
