@@ -273,12 +273,14 @@ class _Raw:
         self.proc = proc
 
     @classmethod
-    async def start(cls) -> _Raw:
+    async def start(cls, limit: int = 64 * 1024 * 1024) -> _Raw:
+        """Start the child and initialize; ``limit`` bounds a line, and what the
+        reader buffers unread (twice that) before it stops taking the pipe."""
         proc = await asyncio.create_subprocess_exec(
             *SERVE,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            limit=64 * 1024 * 1024,
+            limit=limit,
         )
         raw = cls(proc)
         await raw.send(
@@ -455,3 +457,67 @@ async def test_end_of_input_cancels_running_calls_and_exits(tmp_path: Path) -> N
         pid = int(pidfile.read_text())
         assert await raw.close() == 0
         assert _gone(pid)
+
+
+@pytest.mark.slow
+@_sync
+async def test_a_host_that_stops_reading_loses_frames_said_in_the_next_frame_and_the_result() -> (
+    None
+):
+    """A host that stops reading mid-flood: once a notification has waited
+    STALL_S, the call drops its oldest queued frames instead of waiting; the
+    next frame sent says how many (dropped_count), the result counts them all
+    and says so to the model, progress still rises by one per notification,
+    and the folded stream reports the loss instead of hiding it."""
+    # 40 MB over about 4 s, so the flood outlasts the host's pause.
+    flood = (
+        "import sys, time\n"
+        "block = ('ab é € 😀 xyz\\n' * 4096).encode()\n"
+        "for _ in range(600):\n"
+        "    sys.stdout.buffer.write(block); time.sleep(0.006)\n"
+    )
+    async with asyncio.timeout(60):
+        raw = await _Raw.start(limit=256 * 1024)  # a host that really stops reading
+        await raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 40,
+                "method": "tools/call",
+                "params": {
+                    "name": "bash",
+                    "arguments": {"command": [PY, "-c", flood]},
+                    "_meta": {"progressToken": "slow"},
+                },
+            }
+        )
+        first = await raw.read()
+        assert first["method"] == "notifications/progress"
+        await asyncio.sleep(2.5)  # the host stops reading; the pipe fills up
+        folder = ProgressFolder()
+        folder.absorb(first["params"])
+        progress = [first["params"]["progress"]]
+        dropped_counts = []
+        while True:
+            message = await raw.read()
+            if message.get("id") == 40:
+                result = message["result"]
+                break
+            params = message["params"]
+            progress.append(params["progress"])
+            dropped_counts.append(params["_meta"][META_FRAME].get("dropped_count", 0))
+            folder.absorb(params)
+        assert await raw.close() == 0
+    assert progress == [float(i) for i in range(1, len(progress) + 1)]
+    summary = result["_meta"][META_STREAM]
+    assert summary["frames_sent"] == len(progress)
+    assert summary["frames_dropped"] > 0
+    assert sum(dropped_counts) == summary["frames_dropped"]
+    assert (
+        f"{summary['frames_dropped']} progress frame(s) were dropped"
+        in (result["content"][0]["text"])
+    )
+    (state,) = folder.reassembler.streams.values()
+    report = state.report()
+    assert not report.complete
+    assert report.undelivered_bytes > 0
+    assert "dropped_frames" in {anomaly.kind for anomaly in report.anomalies}
