@@ -36,6 +36,7 @@ from mcp_types import (
     ErrorData,
     JSONRPCError,
     JSONRPCMessage,
+    JSONRPCNotification,
     jsonrpc_message_adapter,
 )
 from pydantic import ValidationError
@@ -49,6 +50,7 @@ from ._server import McpToolServer
 __all__ = (
     "DEFAULT_HTTP_HOST",
     "WRITE_BATCH_BYTES",
+    "WRITE_QUEUE",
     "classify_line",
     "serve_http_mcp",
     "serve_stdio_mcp",
@@ -57,6 +59,14 @@ __all__ = (
 
 #: Where the HTTP transport listens unless told otherwise: this machine only.
 DEFAULT_HTTP_HOST: Final = "127.0.0.1"
+
+#: Messages that may wait for the writer. A sender gets on as soon as its
+#: message is queued (order is kept: the queue is first in, first out, and a
+#: call's response is queued after its last notification), so the writer can
+#: gather a burst into one write; past this a sender waits, and a host that
+#: stops reading is noticed as a stalled send. 64 progress notifications are
+#: about 2 MiB.
+WRITE_QUEUE: Final = 64
 
 #: Bytes of encoded messages gathered into one write (Rule 2): a pipe buffer's
 #: worth several times over, so a flood costs few system calls, while one drain
@@ -106,8 +116,22 @@ def classify_line(line: bytes | OversizedLine) -> JSONRPCMessage | JSONRPCError 
     )
 
 
+_encoder: Final = msgspec.json.Encoder()
+
+
 def _encode(message: SessionMessage) -> bytes:
-    return message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+    """One message as a JSON line. A notification (nearly every line of a
+    stream) is plain data already, so msgspec writes it, in the SDK's key order;
+    anything else goes through the SDK's own model."""
+    inner = message.message
+    if isinstance(inner, JSONRPCNotification) and inner.params is not None:
+        return (
+            _encoder.encode(
+                {"jsonrpc": inner.jsonrpc, "method": inner.method, "params": inner.params}
+            )
+            + b"\n"
+        )
+    return inner.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
 
 
 async def serve_streams_mcp(
@@ -120,7 +144,7 @@ async def serve_streams_mcp(
     """Serve MCP over a line reader and a writer with ``write`` and ``drain``
     until end of input (Rule 3) or until the output breaks (Rule 2)."""
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](WRITE_QUEUE)
     replies = write_send.clone()
     sdk_server = server.server
 
