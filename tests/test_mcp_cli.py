@@ -1,0 +1,87 @@
+"""The ``mcp`` extra stays optional, and ``kigi-stream serve --mcp-http`` reads
+its address."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from kigi_tool_runtime.mcp._cli import parse_http_address
+
+# Runs Python with the MCP SDK made unimportable, as without the extra.
+WITHOUT_MCP = "import sys; sys.modules['mcp'] = None\n"
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_the_core_never_imports_the_sdk() -> None:
+    """Importing the runtime and its CLI loads no part of the MCP SDK."""
+    done = _python(
+        "import sys, kigi_tool_runtime, kigi_tool_runtime._cli\n"
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types'))))"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_without_the_extra_the_error_names_it() -> None:
+    """Without the SDK, importing kigi_tool_runtime.mcp raises an ImportError
+    that says which extra to install, and the core still imports."""
+    done = _python(
+        WITHOUT_MCP + "import kigi_tool_runtime\n"
+        "try:\n    import kigi_tool_runtime.mcp\n"
+        "except ImportError as exc:\n    print(exc)\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'kigi-tool-runtime[mcp]'" in done.stdout
+
+
+def test_serve_mcp_without_the_extra_is_a_usage_error() -> None:
+    """``kigi-stream serve --mcp`` without the SDK exits 2 naming the extra."""
+    done = _python(
+        WITHOUT_MCP + "from kigi_tool_runtime._cli import main\n"
+        "sys.exit(main(['serve', '--mcp']))\n"
+    )
+    assert done.returncode == 2
+    assert "kigi-tool-runtime[mcp]" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("8000", ("127.0.0.1", 8000)),
+        ("0", ("127.0.0.1", 0)),
+        ("localhost:9", ("localhost", 9)),
+        ("0.0.0.0:8080", ("0.0.0.0", 8080)),
+        ("[::1]:7", ("::1", 7)),
+    ],
+)
+def test_http_addresses(text: str, address: tuple[str, int]) -> None:
+    """A bare port listens on loopback; a host may be named, IPv6 in brackets."""
+    assert parse_http_address(text) == address
+
+
+@pytest.mark.parametrize("text", ["", "http", ":80", "host:", "host:99999", "host:-1"])
+def test_bad_http_addresses(text: str) -> None:
+    """No port, an empty host or a port out of range is refused."""
+    with pytest.raises(ValueError, match=r"PORT|port"):
+        parse_http_address(text)
+
+
+def test_serve_with_a_bad_address_is_a_usage_error() -> None:
+    """``--mcp-http`` with a bad address exits 2 before serving."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp-http", "nowhere:port"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--mcp-http" in done.stderr
