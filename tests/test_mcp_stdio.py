@@ -273,11 +273,13 @@ class _Raw:
         self.proc = proc
 
     @classmethod
-    async def start(cls, limit: int = 64 * 1024 * 1024) -> _Raw:
-        """Start the child and initialize; ``limit`` bounds a line, and what the
-        reader buffers unread (twice that) before it stops taking the pipe."""
+    async def start(cls, *options: str, limit: int = 64 * 1024 * 1024) -> _Raw:
+        """Start the child (with extra ``serve`` options) and initialize;
+        ``limit`` bounds a line, and what the reader buffers unread (twice
+        that) before it stops taking the pipe."""
         proc = await asyncio.create_subprocess_exec(
             *SERVE,
+            *options,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             limit=limit,
@@ -350,6 +352,24 @@ async def test_malformed_and_unknown_requests_get_errors_and_serving_goes_on() -
         reply = await raw.read()
         assert reply["id"] == 5
         assert reply["result"]["tools"][0]["name"] == "bash"
+        assert await raw.close() == 0
+
+
+@_sync
+async def test_a_line_over_the_limit_is_refused_unread() -> None:
+    """A line longer than --max-frame-bytes gets -32600 without being parsed,
+    and the next request is served."""
+    async with asyncio.timeout(30):
+        raw = await _Raw.start("--max-frame-bytes", "4096")
+        await raw.send(
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"x": "y" * 9000}}
+        )
+        reply = await raw.read()
+        assert reply["id"] is None
+        assert reply["error"]["code"] == -32600
+        assert "exceeds the limit of 4096 bytes" in reply["error"]["message"]
+        await raw.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
+        assert (await raw.read())["id"] == 2
         assert await raw.close() == 0
 
 

@@ -55,6 +55,12 @@ _EXPECTED_OUTPUT = {
         "(total 8), no gaps\nfailed: timeout\n",
     ),
     "fuzz_streaming_tool(": ("echo and bash keep the streaming contract",),
+    "ProgressFolder(on_appended": (
+        "grüße ✓ 😀\n",
+        "bash_output_chunk: 17 bytes in",
+        "no gaps",
+        "exit code 0",
+    ),
 }
 
 
@@ -222,3 +228,11 @@ def test_readme_pipe_into_check_runs() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "run-1/bash_output_chunk: 8 bytes in " in done.stdout
     assert done.stdout.endswith("1 stream, 0 other messages: ok\n")
+
+
+def test_readme_mcp_host_section_runs() -> None:
+    """The MCP host example runs as written (it needs the mcp extra, which the
+    test extra installs): the folded text arrives whole and nothing is lost."""
+    out = _run_block(_block_with("ProgressFolder(on_appended"))
+    for line in _EXPECTED_OUTPUT["ProgressFolder(on_appended"]:
+        assert line in out, out
