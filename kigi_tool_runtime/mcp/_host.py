@@ -72,8 +72,11 @@ class ProgressFolder:
     Hand :meth:`message_handler` to the official client
     (``Client(..., message_handler=folder.message_handler)``) and call tools
     with :meth:`call_tool`, or feed raw ``notifications/progress`` params to
-    :meth:`absorb`. ``on_appended`` hears each frame's :class:`Appended` event,
-    ``on_note`` each progress notification without a kigi frame.
+    :meth:`absorb`. (The client's ``progress_callback`` receives only
+    ``progress``, ``total`` and ``message``, no ``_meta``, so it cannot carry
+    the frames; the message handler receives every notification whole.)
+    ``on_appended`` hears each frame's :class:`Appended` event, ``on_note``
+    each progress notification without a kigi frame.
     """
 
     def __init__(
@@ -118,14 +121,6 @@ class ProgressFolder:
         notifications and ignores everything else."""
         if isinstance(message, types.ProgressNotification):
             self.absorb(message.params)
-
-    async def progress_callback(
-        self, progress: float, total: float | None, message: str | None
-    ) -> None:
-        """A ``progress_callback`` for the official client's ``call_tool``: passing
-        it makes the client ask for progress (its request id becomes the token).
-        It receives no ``_meta``, so the frames come through
-        :meth:`message_handler`; this one does nothing."""
 
     async def call_tool(
         self,

@@ -104,9 +104,9 @@ class _CallState:
 
 
 class McpToolServer:
-    """Serve ``tools`` (the shell tool's by default is the CLI's choice) to MCP
-    hosts. :attr:`server` is the SDK ``Server``; run it with
-    :func:`serve_stdio_mcp` or :func:`serve_http_mcp` (``_transports``).
+    """Serve ``tools`` to MCP hosts. :attr:`server` is the SDK's low-level
+    ``Server``; run it with :func:`serve_stdio_mcp` or :func:`serve_http_mcp`
+    (``_transports``), or hand it to the official ``Client`` in-process.
 
     ``outbox_bytes`` bounds each call's queued progress (Rule 2); ``stop_wait``
     bounds how long a stopped tool may take to clean up.

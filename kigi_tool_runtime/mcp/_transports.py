@@ -190,7 +190,7 @@ async def serve_stdio_mcp(
     await serve_streams_mcp(server, reader, sink, max_line_bytes=max_line_bytes)
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
+def _bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (``port`` 0: any free port).
 
     Raises:
@@ -226,7 +226,7 @@ async def serve_http_mcp(
     """
     import uvicorn
 
-    sock = bind_socket(host, port)
+    sock = _bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     app = server.server.streamable_http_app(streamable_http_path=path, host=host)
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)

@@ -1,0 +1,133 @@
+"""``McpToolServer`` in-process with the official client: any kigi tool, its
+result type, its errors, the server's counters."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from kigi_tool_protocol import CustomProgress, StreamingSpec, TextProgress, ToolCapabilities
+from kigi_tool_runtime import OutputStream, ShellTool, Tool, ToolContext, ToolEvent, ToolResult
+from kigi_tool_runtime.mcp import META_STREAM, McpToolServer, ProgressFolder
+
+SPEC = StreamingSpec(subkind="echo_chunk", max_delta_bytes=4)
+
+
+class EchoArgs(msgspec.Struct):
+    parts: list[str]
+
+
+class EchoOut(msgspec.Struct):
+    bytes: int
+    parts: int
+
+
+class Echo(Tool[EchoArgs]):
+    id = "kit:echo"
+    description = "Echo the parts back, streamed."
+    args_type = EchoArgs
+    result_type = EchoOut
+    capabilities = ToolCapabilities(streaming=SPEC, is_read_only=True)
+
+    async def execute(self, ctx: ToolContext, args: EchoArgs) -> AsyncIterator[ToolEvent]:
+        stream = OutputStream(SPEC, capacity=1024, progress=ctx.wants_progress)
+        yield TextProgress(text="starting")
+        for part in args.parts:
+            stream.write(part.encode("latin-1"))
+            for frame in stream.drain():
+                yield frame
+        for frame in stream.finish():
+            yield frame
+        if args.parts == ["lie"]:
+            yield ToolResult(value={"bytes": "many"})  # not an EchoOut
+            return
+        yield ToolResult(value=EchoOut(bytes=stream.total, parts=len(args.parts)))
+
+
+class BadKind(Tool[EchoArgs]):
+    id = "bad"
+    args_type = EchoArgs
+
+    async def execute(self, ctx: ToolContext, args: EchoArgs) -> AsyncIterator[ToolEvent]:
+        yield CustomProgress(subkind="\ud800", payload={})
+        yield ToolResult(value=1)
+
+
+def _run(body: Any) -> None:
+    async def bounded() -> None:
+        async with asyncio.timeout(30):
+            await body()
+
+    asyncio.run(bounded())
+
+
+def test_any_tool_streams_and_its_declared_result_is_validated_by_the_client() -> None:
+    """A tool of one's own: dotted name, read-only hint, its deltas folded
+    exactly (text progress kept apart as its own stream), structuredContent
+    checked by the official client against the output schema; the counters
+    add up."""
+    server = McpToolServer([Echo(), ShellTool()])
+    folder = ProgressFolder()
+
+    async def body() -> None:
+        async with Client(server.server, message_handler=folder.message_handler) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert set(tools) == {"kit.echo", "bash"}
+            echo = tools["kit.echo"]
+            assert echo.annotations is not None
+            assert echo.annotations.read_only_hint is True
+            assert echo.output_schema is not None
+            assert echo.output_schema["required"] == ["bytes", "parts"]
+            parts = ["caf\xc3", "\xa9 \xe2\x9c", "\x93 done\n"]
+            folded = await folder.call_tool(client, "kit.echo", {"parts": parts})
+            assert folded.result.structured_content == {"bytes": 15, "parts": 3}
+            state = folder.reassembler.stream(folded.call_id, "echo_chunk")
+            assert state is not None
+            assert state.text == "café ✓ done\n"
+            assert state.report().complete
+            sent = folded.result.meta[META_STREAM]["frames_sent"]  # type: ignore[index]
+            assert sent == folder.reassembler.records
+            with pytest.raises(RuntimeError, match="Invalid structured content"):
+                await client.call_tool("kit.echo", {"parts": ["lie"]})
+        stats = server.statistics()
+        assert stats.calls_started == 2
+        assert stats.calls_in_flight == 0
+        assert stats.notifications_sent >= sent
+        assert stats.frames_dropped == 0
+
+    _run(body)
+
+
+def test_protocol_errors_and_a_frame_json_cannot_carry() -> None:
+    """An unknown tool and a bad deadline are -32602 errors; a frame whose kind
+    JSON cannot carry ends its call with an internal_error result."""
+    server = McpToolServer([BadKind()])
+
+    async def body() -> None:
+        async with Client(server.server) as client:
+            with pytest.raises(MCPError) as unknown:
+                await client.call_tool("nope", {})
+            assert unknown.value.code == -32602
+            with pytest.raises(MCPError) as deadline:
+                await client.call_tool("bad", {"parts": []}, meta={"dev.kigi/deadline_ms": "soon"})
+            assert deadline.value.code == -32602
+            result = await client.call_tool("bad", {"parts": []}, meta={"progressToken": "b"})
+            assert result.is_error
+            assert result.meta is not None
+            assert result.meta["dev.kigi/error"]["kind"] == "internal_error"
+
+    _run(body)
+
+
+def test_construction_errors() -> None:
+    """Two tools with one MCP name, and an empty outbox, are refused."""
+    with pytest.raises(ValueError, match="MCP name"):
+        McpToolServer([ShellTool(), ShellTool()])
+    with pytest.raises(ValueError, match="outbox_bytes"):
+        McpToolServer([ShellTool()], outbox_bytes=0)
