@@ -200,3 +200,68 @@ def test_malformed_http_requests_are_refused_and_serving_goes_on(url: str) -> No
             assert [tool.name for tool in (await client.list_tools()).tools] == ["bash"]
 
     asyncio.run(still_serving())
+
+
+def _post_raw(url: str, message: Any, session: str | None = None) -> tuple[dict[str, str], str]:
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+    request = urllib.request.Request(
+        url, data=json.dumps(message).encode(), method="POST", headers=headers
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return {k.lower(): v for k, v in response.headers.items()}, response.read().decode()
+
+
+def test_every_notification_precedes_the_response_on_the_http_stream(url: str) -> None:
+    """On the request's own event stream, read raw, each call's progress
+    notifications (1, 2, 3, ...) all come before its response, also when the
+    last frames are made at the moment the command exits."""
+    headers, _ = _post_raw(
+        url,
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        },
+    )
+    session = headers["mcp-session-id"]
+    _post_raw(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    burst = "import sys; sys.stdout.write('x' * 3_000_000)"
+    for request_id, command in ((1, [PY, "-c", SPLIT]), (2, [PY, "-c", burst])):
+        _, body = _post_raw(
+            url,
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {
+                    "name": "bash",
+                    "arguments": {"command": command},
+                    "_meta": {"progressToken": f"h{request_id}"},
+                },
+            },
+            session,
+        )
+        events = [
+            json.loads(line[len("data: ") :])
+            for line in body.splitlines()
+            if line.startswith("data: ") and line.strip() != "data:"
+        ]
+        *notes, response = events
+        assert response["id"] == request_id
+        assert all(note["method"] == "notifications/progress" for note in notes)
+        assert [note["params"]["progress"] for note in notes] == [
+            float(i) for i in range(1, len(notes) + 1)
+        ]
+        assert len(notes) >= 3
+        assert response["result"]["_meta"][META_STREAM]["frames_sent"] == len(notes)
