@@ -40,6 +40,7 @@ from kigi_tool_protocol import (
     ToolCallProgressFrame,
     ToolCapabilities,
     ToolScope,
+    WireError,
     json_codec,
 )
 
@@ -193,12 +194,17 @@ class ProgressNumbering:
 
 
 def _frame_json(frame: ToolCallProgressFrame[Any]) -> Any:
-    """The frame as the kigi JSON codec writes it, as a JSON value.
+    """The frame as the kigi JSON codec writes it, as a JSON value (the codec
+    is a plain msgspec JSON encoder, so its builtins encode to the same bytes;
+    a test pins that).
 
     Raises:
         WireError: the frame holds a value JSON cannot carry.
     """
-    return msgspec.json.decode(json_codec.encode(frame))
+    try:
+        return msgspec.to_builtins(frame)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise WireError(f"cannot encode {type(frame).__name__}: {exc}") from exc
 
 
 def progress_params(
