@@ -60,6 +60,17 @@ def _frames_with_drops(draw: st.DrawFn) -> list[tuple[ToolCallProgressFrame[Any]
             tool_call_id=run.tool_call_id, kind=run.subkind, body=payload, dropped_count=drop
         )
         out.append((frame, drop))
+    if run.frames and draw(st.booleans()):
+        # End as a stream cut at its hard limit does: the empty truncation notice.
+        notice = PartialResultPayload(
+            delta="", total_bytes=run.frames[-1].total_bytes, truncated=True
+        )
+        out.append(
+            (
+                ToolCallProgressFrame(tool_call_id=run.tool_call_id, kind=run.subkind, body=notice),
+                None,
+            )
+        )
     return out
 
 

@@ -131,3 +131,34 @@ def test_construction_errors() -> None:
         McpToolServer([ShellTool(), ShellTool()])
     with pytest.raises(ValueError, match="outbox_bytes"):
         McpToolServer([ShellTool()], outbox_bytes=0)
+
+
+def test_a_truncation_notice_is_one_more_notification() -> None:
+    """Output refused whole at the shell tool's hard limit ends the stream with
+    the truncation notice: it is a notification of its own (progress still
+    rising by one, an empty message), and the folded stream says truncated."""
+    server = McpToolServer([ShellTool(limit=10)])
+    seen: list[tuple[float, str | None]] = []
+    folder = ProgressFolder()
+
+    async def handler(message: Any) -> None:
+        params = getattr(message, "params", None)
+        if params is not None and hasattr(params, "progress"):
+            seen.append((params.progress, params.message))
+        await folder.message_handler(message)
+
+    async def body() -> None:
+        async with Client(server.server, message_handler=handler) as client:
+            folded = await folder.call_tool(
+                client, "bash", {"command": "printf 0123456789; sleep 0.2; printf more"}
+            )
+            assert folded.text == "0123456789"
+            (report,) = folded.reports()
+            assert report.truncated
+            assert not folded.complete
+            assert folded.missing == 0
+
+    _run(body)
+    assert [progress for progress, _ in seen] == [float(i) for i in range(1, len(seen) + 1)]
+    assert seen[-1][1] == ""
+    assert "".join(message or "" for _, message in seen) == "0123456789"
