@@ -3,6 +3,7 @@ its address."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -85,3 +86,21 @@ def test_serve_with_a_bad_address_is_a_usage_error() -> None:
     )
     assert done.returncode == 2
     assert "--mcp-http" in done.stderr
+
+
+def test_serve_on_a_busy_port_says_so() -> None:
+    """``--mcp-http`` on a port already taken exits 1 with one line naming it."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp-http", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -10,7 +10,7 @@ from typing import Final
 
 from .._shell import ShellTool
 from ._server import McpToolServer
-from ._transports import DEFAULT_HTTP_HOST, serve_http_mcp, serve_stdio_mcp
+from ._transports import DEFAULT_HTTP_HOST, bind_socket, serve_http_mcp, serve_stdio_mcp
 
 __all__ = ("parse_http_address", "run_mcp_serve")
 
@@ -56,7 +56,13 @@ async def _serve(address: tuple[str, int] | None, max_frame_bytes: int) -> int:
             print(f"kigi-stream: serving MCP over streamable HTTP at {url}", file=sys.stderr)
             sys.stderr.flush()
 
-        await serve_http_mcp(server, *address, on_ready=ready)
+        host, port = address
+        try:
+            sock = bind_socket(host, port)
+        except OSError as exc:
+            print(f"kigi-stream serve: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+            return 1
+        await serve_http_mcp(server, sock=sock, on_ready=ready)
         return 0
     loop = asyncio.get_running_loop()
     serving = asyncio.current_task()

@@ -89,7 +89,7 @@ class McpServerStats(NamedTuple):
 class _CallState:
     """One call's progress handoff between the tool's task and the sender."""
 
-    __slots__ = ("done", "outbox", "room", "sending_since", "wake")
+    __slots__ = ("abandoned", "done", "outbox", "room", "sending_since", "wake")
 
     def __init__(self, budget: int) -> None:
         self.outbox = ProgressOutbox(budget)
@@ -97,8 +97,11 @@ class _CallState:
         self.room = asyncio.Event()  # a frame was taken
         self.sending_since: float | None = None
         self.done = False
+        self.abandoned = False  # nobody will send again: never wait for room
 
     def stalled(self, now: float) -> bool:
+        if self.abandoned:
+            return True
         since = self.sending_since
         return since is not None and now - since >= STALL_S
 
@@ -209,6 +212,8 @@ class McpToolServer:
         except BaseException:
             # Rule 3: cancelled (by the host, its going away, or shutdown).
             kctx.cancel()
+            state.abandoned = True
+            state.room.set()
             with (
                 anyio.CancelScope(shield=True),
                 anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S),

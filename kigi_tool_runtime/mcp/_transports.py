@@ -51,6 +51,7 @@ __all__ = (
     "DEFAULT_HTTP_HOST",
     "WRITE_BATCH_BYTES",
     "WRITE_QUEUE",
+    "bind_socket",
     "classify_line",
     "serve_http_mcp",
     "serve_stdio_mcp",
@@ -190,7 +191,7 @@ async def serve_stdio_mcp(
     await serve_streams_mcp(server, reader, sink, max_line_bytes=max_line_bytes)
 
 
-def _bind_socket(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (``port`` 0: any free port).
 
     Raises:
@@ -214,20 +215,23 @@ async def serve_http_mcp(
     host: str = DEFAULT_HTTP_HOST,
     port: int = 0,
     *,
+    sock: socket.socket | None = None,
     on_ready: Callable[[str], None] | None = None,
     path: str = "/mcp",
 ) -> None:
-    """Serve MCP over streamable HTTP on ``host:port`` (Rule 4) until cancelled.
-    ``on_ready`` gets the endpoint's URL once the socket listens (with the real
-    port when ``port`` is 0).
+    """Serve MCP over streamable HTTP on ``host:port`` (Rule 4), or on the
+    listening ``sock`` (from :func:`bind_socket`; it is closed at the end),
+    until cancelled. ``on_ready`` gets the endpoint's URL once the socket
+    listens (with the real port when ``port`` is 0).
 
     Raises:
         OSError: the address cannot be bound.
     """
     import uvicorn
 
-    sock = _bind_socket(host, port)
-    bound_port = sock.getsockname()[1]
+    if sock is None:
+        sock = bind_socket(host, port)
+    host, bound_port = sock.getsockname()[:2]
     app = server.server.streamable_http_app(streamable_http_path=path, host=host)
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
     http = uvicorn.Server(config)
