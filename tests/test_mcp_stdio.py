@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -541,3 +542,29 @@ async def test_a_host_that_stops_reading_loses_frames_said_in_the_next_frame_and
     assert not report.complete
     assert report.undelivered_bytes > 0
     assert "dropped_frames" in {anomaly.kind for anomaly in report.anomalies}
+
+
+@_sync
+async def test_sigterm_stops_running_calls_then_exits_143(tmp_path: Path) -> None:
+    """SIGTERM to ``serve --mcp`` mid-call stops the command's process group
+    first, then exits 128 + 15."""
+    pidfile = tmp_path / "pid"
+    async with asyncio.timeout(30):
+        raw = await _Raw.start()
+        await raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 50,
+                "method": "tools/call",
+                "params": {
+                    "name": "bash",
+                    "arguments": {"command": f"echo $$ > {pidfile}; sleep 60"},
+                },
+            }
+        )
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            await asyncio.sleep(0.02)
+        pid = int(pidfile.read_text())
+        raw.proc.send_signal(signal.SIGTERM)
+        assert await raw.proc.wait() == 128 + signal.SIGTERM
+        assert _gone(pid)
