@@ -1,6 +1,6 @@
 """Streamed text through MCP against the stdio transport, in the same run.
 
-    python benchmarks/bench_mcp.py [--quick] [--mb N]
+    python benchmarks/bench_mcp.py [--quick] [--mb N] [--check]
 
 Baseline: the stdio transport (``kigi-stream serve``, its pipe, the ``Client``
 and the call's ``Reassembler``). MCP: the same command through
@@ -12,6 +12,9 @@ consumer slower than the child loses the middle (reported as gaps, not
 hidden), so the figures are delivered text per second, progress
 notifications per second, and the share of the bytes delivered. Rates swing
 with the load on a shared machine: compare figures from the same run only.
+It ends with which goals were met (every announced notification reached the
+host; none was dropped for a host that keeps reading); ``--check`` exits 1 on
+a miss.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ import sys
 import time
 from typing import Any
 
+from _goals import Goals, add_check_flag
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
 
 from kigi_tool_protocol import ToolCallResult
 from kigi_tool_runtime._client import Client
-from kigi_tool_runtime.mcp import ProgressFolder
+from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
 
 MB = 1_000_000
 
@@ -50,10 +54,26 @@ def _command(size: int) -> list[str]:
 
 
 class Round:
-    """One call: seconds, delivered text bytes, notifications, gap frames."""
+    """One call: seconds, delivered text bytes, notifications, gap frames; for
+    MCP also the notifications its result announced that never arrived and the
+    frames the server dropped."""
 
-    def __init__(self, seconds: float, delivered: int, notes: int, gaps: int) -> None:
+    def __init__(
+        self,
+        seconds: float,
+        delivered: int,
+        notes: int,
+        gaps: int,
+        missing: int = 0,
+        dropped: int = 0,
+    ) -> None:
         self.seconds, self.delivered, self.notes, self.gaps = seconds, delivered, notes, gaps
+        self.missing, self.dropped = missing, dropped
+
+
+def _dropped(result: Any) -> int:
+    meta = result.get("_meta") if isinstance(result, dict) else result.meta
+    return int((meta or {}).get(META_STREAM, {}).get("frames_dropped", 0))
 
 
 async def stdio_transport(client: Client, size: int) -> Round:
@@ -75,7 +95,14 @@ async def mcp_official(client: McpClient, folder: ProgressFolder, size: int) -> 
     elapsed = time.perf_counter() - started
     assert not folded.result.is_error, folded.result.content
     (report,) = folded.reports()
-    return Round(elapsed, report.text_bytes, report.frames, len(report.gaps))
+    return Round(
+        elapsed,
+        report.text_bytes,
+        report.frames,
+        len(report.gaps),
+        folded.missing,
+        _dropped(folded.result),
+    )
 
 
 class RawMcp:
@@ -139,7 +166,15 @@ class RawMcp:
         elapsed = time.perf_counter() - started
         (state,) = folder.reassembler.streams.values()
         report = state.report()
-        return Round(elapsed, report.text_bytes, report.frames, len(report.gaps))
+        announced = message["result"]["_meta"][META_STREAM]["frames_sent"]
+        return Round(
+            elapsed,
+            report.text_bytes,
+            report.frames,
+            len(report.gaps),
+            announced - report.frames,
+            _dropped(message["result"]),
+        )
 
     async def close(self) -> None:
         assert self.proc.stdin is not None
@@ -159,10 +194,11 @@ def _line(name: str, rounds: list[Round], size: int) -> str:
     )
 
 
-async def main() -> None:
+async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two short rounds")
     parser.add_argument("--mb", type=int, help="MB the child writes per round")
+    add_check_flag(parser)
     args = parser.parse_args()
     size = (args.mb or (20 if args.quick else 100)) * MB
     rounds = 2 if args.quick else 4
@@ -192,7 +228,22 @@ async def main() -> None:
             r.delivered / r.seconds for r in base
         )
         print(f"MCP ({name}) / stdio transport (median MB/s): {share:.0%}")
+    goals = Goals()
+    mcp_rounds = official + raw_rounds
+    goals.record(
+        "announced notifications that never reached the host",
+        sum(r.missing for r in mcp_rounds),
+        0,
+        at_most=True,
+    )
+    goals.record(
+        "frames dropped for a host that keeps reading",
+        sum(r.dropped for r in mcp_rounds),
+        0,
+        at_most=True,
+    )
+    return goals.finish(args.check)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))
