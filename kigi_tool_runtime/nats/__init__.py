@@ -1,0 +1,61 @@
+"""Tool calls and their frames over NATS JetStream: workers on any number of
+hosts share a work queue of calls; each call's frames (the stdio wire's bytes)
+go to a per-call subject that any number of followers replay or resume.
+
+Needs the ``nats`` extra: ``pip install 'kigi-tool-runtime[nats]'``.
+"""
+
+try:
+    import nats as _nats  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError(
+        "kigi_tool_runtime.nats needs nats-py: install the 'nats' extra,"
+        " pip install 'kigi-tool-runtime[nats]'"
+    ) from exc
+
+from ._caller import LEASE_S, Follower, NatsCall, NatsClient
+from ._protocol import (
+    DEFAULT_PREFIX,
+    CallLedger,
+    Claim,
+    FollowPosition,
+    Heartbeat,
+    LedgerEvent,
+    Subjects,
+)
+from ._streams import (
+    CALLS_MAX_AGE_S,
+    FRAMES_MAX_AGE_S,
+    FRAMES_MAX_BYTES,
+    StreamLimits,
+    connect,
+    ensure_streams,
+    find_nats_server,
+)
+from ._worker import ACK_WAIT_S, DEFAULT_MAX_IN_FLIGHT, HEARTBEAT_S, Worker, WorkerStats
+
+__all__: tuple[str, ...] = (
+    "ACK_WAIT_S",
+    "CALLS_MAX_AGE_S",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_PREFIX",
+    "FRAMES_MAX_AGE_S",
+    "FRAMES_MAX_BYTES",
+    "HEARTBEAT_S",
+    "LEASE_S",
+    "CallLedger",
+    "Claim",
+    "FollowPosition",
+    "Follower",
+    "Heartbeat",
+    "LedgerEvent",
+    "NatsCall",
+    "NatsClient",
+    "StreamLimits",
+    "Subjects",
+    "Worker",
+    "WorkerStats",
+    "connect",
+    "ensure_streams",
+    "find_nats_server",
+)

@@ -1,0 +1,554 @@
+"""Callers and followers over JetStream: submit a call and iterate its progress
+and result like the stdio :class:`~kigi_tool_runtime.Client`, or follow any
+call's frames from the start or from a stream sequence.
+
+Invariants:
+
+Rule 1. A follower reads one call's frame subjects with an ordered consumer
+        from a stream sequence (1: the start), and hands every message to a
+        :class:`CallLedger`, which absorbs progress into the reassembler and
+        reports what the stream's limits discarded (``_protocol`` Rule 3). The
+        consumer is recreated past the last sequence read after a reconnect,
+        so a server restart costs no frame.
+Rule 2. A follower never hangs on a dead worker. Once the call has started
+        (a claim, a frame or a heartbeat seen), no heartbeat and no frame for
+        ``lease`` seconds ends it: the follower first looks for an end it has
+        not been delivered, then writes the call's end itself, a
+        ``connection_lost`` error saying how far the output got, accepted only
+        if the call has no end yet (so it is the one terminal every follower
+        sees), and ends locally if even that does not come back.
+Rule 3. A call is ``CallProgress* (ToolCallResult | RemoteToolError)`` as with
+        the stdio client; ``cancel()`` writes the call's cancel message, which
+        reaches the worker running it (or stops it before it starts);
+        ``timeout`` is sent as the deadline and enforced here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, Final
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsConnection
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy, Header
+
+from kigi_tool_protocol import (
+    CancelledWire,
+    ConnectionLostWire,
+    TimeoutWire,
+    ToolCallParams,
+    ToolCallResult,
+)
+
+from .._client import TIMEOUT_GRACE_S, CallProgress, RemoteToolError
+from .._reassembler import Reassembler
+from .._server import _wire_error_line
+from ._protocol import (
+    DEFAULT_PREFIX,
+    CallLedger,
+    FollowPosition,
+    Subjects,
+    check_call_id,
+    encode_submit,
+)
+from ._streams import WRONG_LAST_SEQUENCE, StreamLimits, ensure_streams, publish_retrying
+from ._worker import HEARTBEAT_S
+
+__all__ = ("LEASE_S", "Follower", "NatsCall", "NatsClient")
+
+#: Seconds without a heartbeat or a frame after which a started call's worker is
+#: presumed dead (Rule 2): ten heartbeats, so a worker on a loaded host or a
+#: server restart of a few seconds is not taken for a dead worker.
+LEASE_S: Final = 10.0 * HEARTBEAT_S
+
+#: Seconds the ordered consumer may go without a server heartbeat before it is
+#: recreated (after a server restart, a lost connection).
+_IDLE_HEARTBEAT_S: Final = 1.0
+
+#: Seconds one wait for the next frame lasts before the lease is checked.
+_POLL_S: Final = 0.25
+
+_RETRYABLE_READ: Final = (nats.errors.Error, OSError)
+
+
+class Follower:
+    """Follow one call's frames (Rule 1). Use as an async context manager and
+    iterate it for :class:`CallProgress` items; iteration ends with the call, whose
+    outcome is then :attr:`outcome`.
+
+    ``position`` resumes after another follower (its :attr:`position`);
+    ``reassembler`` receives the records (give a fresh ``spawn()`` of the
+    earlier follower's to fold only what is new). ``lease``: Rule 2;
+    ``write_verdict``: whether this follower may write a lost call's end.
+
+    Raises:
+        ValueError: ``call_id`` is not a NATS subject token, or ``lease`` is
+            not positive.
+    """
+
+    def __init__(
+        self,
+        connection: NatsConnection,
+        call_id: str,
+        *,
+        tool_id: str = "",
+        prefix: str = DEFAULT_PREFIX,
+        position: FollowPosition | None = None,
+        reassembler: Reassembler | None = None,
+        lease: float = LEASE_S,
+        write_verdict: bool = True,
+    ) -> None:
+        check_call_id(call_id)
+        if not lease > 0:
+            raise ValueError(f"lease must be positive, got {lease}")
+        self._nc = connection
+        self._js = connection.jetstream()
+        self.subjects = Subjects(prefix)
+        self.call_id = call_id
+        self.ledger = CallLedger(call_id, tool_id, position=position, reassembler=reassembler)
+        self._lease = lease
+        self._write_verdict = write_verdict
+        self._items: deque[CallProgress] = deque()
+        self._sub: Any = None
+        self._beats: Any = None
+        self._alive = 0.0
+        self._started = False
+        self._verdict_at: float | None = None
+        self.worker: str | None = None
+
+    @property
+    def reassembler(self) -> Reassembler:
+        """The fold of everything this follower absorbed."""
+        return self.ledger.reassembler
+
+    @property
+    def position(self) -> FollowPosition:
+        """Where a follower resuming after this one starts."""
+        return self.ledger.position
+
+    @property
+    def outcome(self) -> ToolCallResult | RemoteToolError | None:
+        """The call's result or error, once it ended."""
+        return self.ledger.outcome
+
+    async def __aenter__(self) -> Follower:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def open(self) -> None:
+        """Subscribe to the call's frames and heartbeats.
+
+        Raises:
+            nats.js.errors.NotFoundError: the frames stream does not exist.
+        """
+        if self._sub is not None:
+            return
+        subjects = self.subjects
+        self._alive = asyncio.get_running_loop().time()
+        self._beats = await self._nc.subscribe(subjects.heartbeat(self.call_id), cb=self._on_beat)
+        info = await self._js.stream_info(subjects.frames_stream)
+        self.ledger.stream_starts_at(info.state.first_seq)
+        await self._subscribe()
+
+    async def _subscribe(self) -> None:
+        start = self.ledger.position.stream_seq
+        self._sub = await self._js.subscribe(
+            self.subjects.call_frames(self.call_id),
+            stream=self.subjects.frames_stream,
+            ordered_consumer=True,
+            idle_heartbeat=_IDLE_HEARTBEAT_S,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            config=ConsumerConfig(opt_start_seq=start),
+        )
+
+    async def aclose(self) -> None:
+        """Stop following (the call itself goes on)."""
+        for sub in (self._sub, self._beats):
+            if sub is not None:
+                with contextlib.suppress(nats.errors.Error):
+                    await sub.unsubscribe()
+        self._sub = self._beats = None
+
+    async def _on_beat(self, msg: Msg) -> None:
+        self._alive = asyncio.get_running_loop().time()
+        self._started = True
+
+    def __aiter__(self) -> AsyncIterator[CallProgress]:
+        return self
+
+    async def __anext__(self) -> CallProgress:
+        item = await self.next_progress()
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    async def next_progress(self, deadline: float | None = None) -> CallProgress | None:
+        """The next progress item, or ``None`` once the call has ended.
+
+        Raises:
+            TimeoutError: the loop time ``deadline`` passed first.
+        """
+        loop = asyncio.get_running_loop()
+        while not self._items:
+            if self.ledger.ended:
+                return None
+            if self._sub is None:
+                await self.open()
+            wait = _POLL_S
+            if deadline is not None:
+                wait = min(wait, deadline - loop.time())
+                if wait <= 0:
+                    raise TimeoutError
+            try:
+                msg = await self._sub.next_msg(timeout=wait)
+            except (TimeoutError, nats.errors.TimeoutError):
+                await self._check_lease()
+                continue
+            except _RETRYABLE_READ:
+                await asyncio.sleep(0.1)
+                continue
+            self._take(msg)
+        return self._items.popleft()
+
+    def _take(self, msg: Msg) -> None:
+        parsed = self.subjects.parse(msg.subject)
+        if parsed is None or parsed[0] != self.call_id:
+            return
+        self._alive = asyncio.get_running_loop().time()
+        kind = parsed[1]
+        if kind != "cancel":
+            self._started = True
+        event = self.ledger.feed(
+            msg.metadata.sequence.stream, kind, msg.data, dict(msg.headers or {})
+        )
+        if event.claim is not None:
+            self.worker = event.claim.worker
+        self._items.extend(event.progress)
+
+    async def _check_lease(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if not self._started or now - self._alive < self._lease or self.ledger.ended:
+            return
+        if self._verdict_at is not None:
+            # The verdict was written (or refused for an end that exists) but
+            # has not been delivered within another lease: end here (Rule 2).
+            if now - self._verdict_at >= self._lease:
+                self.ledger.conclude(self._lost_error(undelivered=True))
+            return
+        self._verdict_at = now
+        subjects = self.subjects
+        with contextlib.suppress(*_RETRYABLE_READ):
+            info = await self._js.stream_info(subjects.frames_stream)
+            self.ledger.stream_starts_at(min(info.state.first_seq, self.ledger.position.stream_seq))
+        if not self._write_verdict:
+            return
+        error = self._lost_error(undelivered=False)
+        line = _wire_error_line(self.call_id, None, error.message, error.wire)
+        with contextlib.suppress(nats.js.errors.APIError, TimeoutError, *_RETRYABLE_READ):
+            await publish_retrying(
+                self._js,
+                subjects.frame(self.call_id, "end"),
+                line,
+                {Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"},
+                retry_for=self._lease,
+            )
+
+    def _lost_error(self, *, undelivered: bool) -> RemoteToolError:
+        who = "its worker" if self.worker is None else f"worker {self.worker!r}"
+        stream = self.reassembler.streams
+        got = sum(state.text_bytes for state in stream.values())
+        message = (
+            f"{who} stopped during call {self.call_id!r} (no heartbeat for {self._lease:g} s);"
+            f" the call was not run again; its output got to {self.ledger.frames} frame(s),"
+            f" {got} byte(s) received"
+        )
+        if undelivered:
+            message += "; the call's end message never arrived"
+        return RemoteToolError(
+            ConnectionLostWire(tool_id=self.ledger.tool_id or "unknown"), message
+        )
+
+
+class NatsCall:
+    """One call submitted through JetStream. Iterate it (``async for``) for
+    :class:`CallProgress` items and, last, the ``ToolCallResult``; or ``await
+    call.result()``. A failed call raises :class:`RemoteToolError`.
+
+    Raises (while iterating):
+        RemoteToolError: the call failed (the tool's error, ``cancelled``,
+            ``timeout``, ``connection_lost`` when its worker died).
+    """
+
+    def __init__(
+        self, client: NatsClient, follower: Follower, tool_id: str, timeout: float | None
+    ) -> None:
+        self._client = client
+        self.follower = follower
+        self.tool_call_id = follower.call_id
+        self.tool_id = tool_id
+        self._timeout = timeout
+        loop = asyncio.get_running_loop()
+        self._started = loop.time()
+        self._deadline = None if timeout is None else self._started + timeout + TIMEOUT_GRACE_S
+        self._finished = False
+
+    def __repr__(self) -> str:
+        return f"NatsCall(tool_id={self.tool_id!r}, tool_call_id={self.tool_call_id!r})"
+
+    @property
+    def reassembler(self) -> Reassembler:
+        """Everything the call's frames said so far."""
+        return self.follower.reassembler
+
+    @property
+    def outcome(self) -> ToolCallResult | RemoteToolError | None:
+        """The result or error, once the call ended."""
+        return self.follower.outcome
+
+    def __aiter__(self) -> AsyncIterator[CallProgress | ToolCallResult]:
+        return self
+
+    async def __anext__(self) -> CallProgress | ToolCallResult:
+        if self._finished:
+            raise StopAsyncIteration
+        try:
+            item = await self.follower.next_progress(self._deadline)
+        except TimeoutError:
+            self._time_out()
+            item = None
+        if item is not None:
+            return item
+        self._finished = True
+        await self.follower.aclose()
+        outcome = self.follower.outcome
+        assert outcome is not None
+        if isinstance(outcome, RemoteToolError):
+            raise outcome
+        return outcome
+
+    def _time_out(self) -> None:
+        elapsed_ms = int((asyncio.get_running_loop().time() - self._started) * 1000)
+        wire = TimeoutWire(tool_id=self.tool_id, elapsed_ms=elapsed_ms)
+        message = (
+            f"tool {self.tool_id!r} call {self.tool_call_id!r} timed out after {elapsed_ms} ms"
+            f" (timeout {self._timeout} s; no end arrived in time)"
+        )
+        self._client._spawn_cancel(self.tool_call_id)
+        self.follower.ledger.conclude(RemoteToolError(wire, message))
+
+    async def result(self) -> ToolCallResult:
+        """Consume the call and return its result.
+
+        Raises:
+            RemoteToolError: the call failed.
+        """
+        async for item in self:
+            if isinstance(item, ToolCallResult):
+                return item
+        raise AssertionError("a call always ends with a result or an error")  # pragma: no cover
+
+    async def cancel(self) -> None:
+        """Write the call's cancel message; iterating goes on to the worker's
+        reply, normally a ``cancelled`` error."""
+        if not self.follower.ledger.ended:
+            await self._client.cancel(self.tool_call_id)
+
+    async def __aenter__(self) -> NatsCall:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop caring about the call: cancel it if it is still running."""
+        if not self.follower.ledger.ended:
+            self._client._spawn_cancel(self.tool_call_id)
+            wire = CancelledWire(tool_id=self.tool_id)
+            self.follower.ledger.conclude(
+                RemoteToolError(wire, f"call {self.tool_call_id!r} was abandoned")
+            )
+        self._finished = True
+        await self.follower.aclose()
+
+
+class NatsClient:
+    """Submit tool calls to the workers behind a NATS server, and follow calls.
+
+    Make it with :meth:`connect` (a URL) or from a connected ``nats`` client;
+    use it as an async context manager. ``lease``: see :class:`Follower`;
+    ``limits``: the streams' limits, applied when the client creates them.
+
+    Raises:
+        ValueError: ``prefix`` is not a NATS subject token.
+    """
+
+    def __init__(
+        self,
+        connection: NatsConnection,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        lease: float = LEASE_S,
+        limits: StreamLimits | None = None,
+        session_id: str | None = None,
+        owns_connection: bool = False,
+    ) -> None:
+        self.subjects = Subjects(prefix)
+        self.connection = connection
+        self._js = connection.jetstream()
+        self._lease = lease
+        self._limits = limits or StreamLimits()
+        self.session_id = session_id
+        self._owns = owns_connection
+        self._ready = False
+        self._background: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    async def connect(cls, url: str, **options: Any) -> NatsClient:
+        """Connect to the NATS server at ``url``; ``options`` are the client's.
+
+        Raises:
+            OSError, nats.errors.NoServersError: the server cannot be reached.
+        """
+        from ._streams import connect
+
+        connection = await connect(url)
+        return cls(connection, owns_connection=True, **options)
+
+    async def __aenter__(self) -> NatsClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Wait for cancels being written, and close the connection if it is ours."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        if self._owns and not self.connection.is_closed:
+            await self.connection.drain()
+
+    async def _ensure(self) -> None:
+        if not self._ready:
+            await ensure_streams(self._js, self.subjects, self._limits)
+            self._ready = True
+
+    async def call(
+        self,
+        tool_id: str,
+        arguments: Any,
+        *,
+        timeout: float | None = None,
+        tool_call_id: str | None = None,
+    ) -> NatsCall:
+        """Submit a call of ``tool_id`` with ``arguments``; iterate the returned
+        :class:`NatsCall`. ``timeout`` (seconds) is sent as ``deadline_ms`` and
+        enforced here too.
+
+        Raises:
+            ValueError: ``tool_call_id`` is not a NATS subject token, or
+                ``timeout`` is not positive.
+            WireError: ``arguments`` hold a value JSON cannot carry.
+            TimeoutError: the server did not take the call.
+        """
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        call_id = tool_call_id or uuid.uuid4().hex
+        params: ToolCallParams[Any] = ToolCallParams(
+            tool_call_id=check_call_id(call_id),
+            tool_id=tool_id,
+            arguments=arguments,
+            deadline_ms=None if timeout is None else max(int(timeout * 1000), 1),
+        )
+        data = encode_submit(params, self.session_id)
+        await self._ensure()
+        follower = Follower(
+            self.connection,
+            call_id,
+            tool_id=tool_id,
+            prefix=self.subjects.prefix,
+            lease=self._lease,
+        )
+        await follower.open()
+        try:
+            await publish_retrying(
+                self._js, self.subjects.calls, data, {Header.MSG_ID: call_id}, retry_for=self._lease
+            )
+        except BaseException:
+            await follower.aclose()
+            raise
+        return NatsCall(self, follower, tool_id, timeout)
+
+    def follow(
+        self,
+        call_id: str,
+        *,
+        position: FollowPosition | None = None,
+        reassembler: Reassembler | None = None,
+    ) -> Follower:
+        """A :class:`Follower` of ``call_id`` (from the start, or from ``position``).
+
+        Raises:
+            ValueError: ``call_id`` is not a NATS subject token.
+        """
+        return Follower(
+            self.connection,
+            call_id,
+            prefix=self.subjects.prefix,
+            position=position,
+            reassembler=reassembler,
+            lease=self._lease,
+        )
+
+    async def cancel(self, call_id: str) -> None:
+        """Write ``call_id``'s cancel message: the worker running it stops it, a
+        worker about to start it does not.
+
+        Raises:
+            ValueError: ``call_id`` is not a NATS subject token.
+            TimeoutError: the server did not take it.
+        """
+        try:
+            await publish_retrying(
+                self._js,
+                self.subjects.frame(call_id, "cancel"),
+                b"{}",
+                {Header.MSG_ID: f"{call_id}:cancel"},
+                retry_for=self._lease,
+            )
+        except nats.js.errors.APIError as exc:  # pragma: no cover - the stream refused it
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+
+    def _spawn_cancel(self, call_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._quiet_cancel(call_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _quiet_cancel(self, call_id: str) -> None:
+        with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+            await self.cancel(call_id)

@@ -1,0 +1,495 @@
+"""Tool calls over NATS JetStream, sans-IO: subject names, the messages, and the
+consumer's loss accounting across stream sequences.
+
+Invariants:
+
+Rule 1. Two streams. ``<PREFIX>_CALLS`` is a work queue on ``<prefix>.calls``:
+        each message is one ``tool.call`` JSON-RPC request line, exactly as the
+        stdio client writes it, with the call id as its request id and its
+        ``Nats-Msg-Id`` (a resubmitted call is a duplicate, not a second call).
+        ``<PREFIX>_FRAMES`` keeps every call's frames under
+        ``<prefix>.frames.<call>.<kind>``, with stated limits (bytes, age).
+Rule 2. A call's frame subjects: ``claim`` (the worker that started it, written
+        only if the subject is empty, so a call is started at most once),
+        ``progress`` (``tool_call_progress`` lines, the same bytes as the stdio
+        wire, per-call ``seq`` 0, 1, 2, ... and ``Nats-Msg-Id`` ``<call>:<seq>``
+        so a retried publish is stored once), ``end`` (the JSON-RPC response
+        line, written only if the subject is empty, so a call has exactly one
+        terminal even when a worker and a lease verdict race) and ``cancel``.
+        Heartbeats go to ``<prefix>.beat.<call>``, outside the stream.
+Rule 3. The consumer counts what it did not receive. Progress ``seq`` has no hole
+        on the way out, so a hole on the way in (a range of stream sequences
+        that limits discarded, or a start above the one asked for) is a loss:
+        the :class:`CallLedger` feeds the :class:`Reassembler` a gap frame where
+        the bytes went missing (``total_bytes`` is the next frame's total less
+        its delta, so the gap counts exactly the bytes of the missing frames),
+        and the frame after it reports the ``seq`` hole. Frames lost after the
+        last one received are found from the end message's ``Kigi-Frames`` and
+        ``Kigi-Totals`` headers. Nothing here is silent: every loss is counted,
+        marked in the text, and makes the report incomplete.
+Rule 4. A ledger resumes: one made at another's :attr:`CallLedger.position`
+        folds what comes after, and absorbing its reassembler into the first's
+        equals one ledger fed everything (the :class:`Reassembler` fold contract).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final, Literal, NamedTuple
+
+import msgspec
+
+from kigi_tool_protocol import (
+    METHOD_TOOL_CALL,
+    DecodeError,
+    InternalErrorWire,
+    JsonRpcNotification,
+    JsonRpcRequest,
+    JsonRpcResponse,
+    PartialResultPayload,
+    ToolCallParams,
+    ToolCallProgressFrame,
+    ToolCallResult,
+    ToolErrorWire,
+    convert,
+    json_codec,
+)
+
+from .._client import CallProgress, RemoteToolError
+from .._reassembler import Reassembler
+
+__all__ = (
+    "DEFAULT_PREFIX",
+    "FRAMES_HEADER",
+    "TOTALS_HEADER",
+    "CallLedger",
+    "Claim",
+    "FollowPosition",
+    "FrameKind",
+    "Heartbeat",
+    "LedgerEvent",
+    "Subjects",
+    "check_call_id",
+    "decode_claim",
+    "decode_end",
+    "decode_heartbeat",
+    "decode_submit",
+    "encode_claim",
+    "encode_heartbeat",
+    "encode_submit",
+)
+
+#: The subject prefix (and, upper-cased, the stream name prefix) by default.
+DEFAULT_PREFIX: Final = "kigi"
+
+#: Header of the end message: how many progress frames the worker published.
+FRAMES_HEADER: Final = "Kigi-Frames"
+#: Header of the end message: the last ``total_bytes`` of each partial-result
+#: stream (a JSON object, subkind to total), so a lost tail is counted exactly.
+TOTALS_HEADER: Final = "Kigi-Totals"
+
+# A subject token: no dots, wildcards or whitespace, and short enough that a
+# subject stays readable in server logs.
+_TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+FrameKind = Literal["claim", "progress", "end", "cancel"]
+_KINDS: Final = frozenset({"claim", "progress", "end", "cancel"})
+
+
+def _check_token(what: str, value: str) -> str:
+    if not isinstance(value, str) or _TOKEN.fullmatch(value) is None:
+        raise ValueError(
+            f"{what} {value!r} cannot be a NATS subject token: use 1 to 128 of"
+            " A-Z a-z 0-9 _ - (no dots, spaces or wildcards)"
+        )
+    return value
+
+
+class Subjects:
+    """The subject and stream names under one ``prefix``.
+
+    Raises:
+        ValueError: ``prefix`` is not a single subject token.
+    """
+
+    __slots__ = ("calls", "calls_stream", "cancels", "frames", "frames_stream", "prefix", "workers")
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+        self.prefix = _check_token("prefix", prefix)
+        stem = prefix.upper().replace("-", "_")
+        self.calls_stream = f"{stem}_CALLS"
+        self.frames_stream = f"{stem}_FRAMES"
+        #: The durable pull consumer that every worker shares.
+        self.workers = f"{stem}_WORKERS"
+        self.calls = f"{prefix}.calls"
+        self.frames = f"{prefix}.frames.>"
+        #: Every call's cancel subject (workers listen to it live).
+        self.cancels = f"{prefix}.frames.*.cancel"
+
+    def call_frames(self, call_id: str) -> str:
+        """The filter of one call's frame subjects.
+
+        Raises:
+            ValueError: ``call_id`` is not a subject token.
+        """
+        return f"{self.prefix}.frames.{_check_token('tool_call_id', call_id)}.*"
+
+    def frame(self, call_id: str, kind: FrameKind) -> str:
+        """The subject of one kind of frame of ``call_id``.
+
+        Raises:
+            ValueError: ``call_id`` is not a subject token.
+        """
+        return f"{self.prefix}.frames.{_check_token('tool_call_id', call_id)}.{kind}"
+
+    def heartbeat(self, call_id: str) -> str:
+        """The (core NATS, unstored) heartbeat subject of ``call_id``."""
+        return f"{self.prefix}.beat.{_check_token('tool_call_id', call_id)}"
+
+    def parse(self, subject: str) -> tuple[str, FrameKind] | None:
+        """``(call_id, kind)`` of a frame subject, or ``None`` for any other subject."""
+        parts = subject.split(".")
+        if len(parts) != 4 or parts[0] != self.prefix or parts[1] != "frames":
+            return None
+        kind = parts[3]
+        if kind not in _KINDS:
+            return None
+        return parts[2], kind  # type: ignore[return-value]
+
+
+def check_call_id(call_id: str) -> str:
+    """``call_id`` if it can name a call's subjects.
+
+    Raises:
+        ValueError: it is not a subject token.
+    """
+    return _check_token("tool_call_id", call_id)
+
+
+# -- messages ---------------------------------------------------------------------------
+
+
+class Claim(msgspec.Struct, frozen=True, kw_only=True):
+    """The claim a worker writes before it runs a call: who runs it, and which
+    delivery of the call message it took (1 is the first)."""
+
+    worker: str
+    delivery: int = 1
+
+
+class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
+    """A running call's heartbeat: the worker, and how far its output got."""
+
+    worker: str
+    frames: int
+
+
+_claim_decoder: Final = msgspec.json.Decoder(Claim)
+_beat_decoder: Final = msgspec.json.Decoder(Heartbeat)
+_encoder: Final = msgspec.json.Encoder()
+
+
+def encode_claim(claim: Claim) -> bytes:
+    """The claim message's bytes."""
+    return _encoder.encode(claim)
+
+
+def decode_claim(data: bytes) -> Claim | None:
+    """The claim in ``data``, or ``None`` when it is not one."""
+    try:
+        return _claim_decoder.decode(data)
+    except msgspec.DecodeError:
+        return None
+
+
+def encode_heartbeat(beat: Heartbeat) -> bytes:
+    """The heartbeat message's bytes."""
+    return _encoder.encode(beat)
+
+
+def decode_heartbeat(data: bytes) -> Heartbeat | None:
+    """The heartbeat in ``data``, or ``None`` when it is not one."""
+    try:
+        return _beat_decoder.decode(data)
+    except msgspec.DecodeError:
+        return None
+
+
+def encode_submit(params: ToolCallParams[Any], session_id: str | None = None) -> bytes:
+    """The work-queue message of a call: a ``tool.call`` request line whose id is
+    the call id.
+
+    Raises:
+        ValueError: the call id is not a subject token.
+        WireError: the arguments hold a value JSON cannot carry.
+    """
+    check_call_id(params.tool_call_id)
+    request: JsonRpcRequest[Any] = JsonRpcRequest(
+        id=params.tool_call_id, session_id=session_id, method=METHOD_TOOL_CALL, params=params
+    )
+    return json_codec.encode(request) + b"\n"
+
+
+def decode_submit(data: bytes) -> tuple[ToolCallParams[msgspec.Raw], str | None]:
+    """The call params and session of a work-queue message.
+
+    Raises:
+        DecodeError: it is not a ``tool.call`` request for a call whose id is
+            the request id and a subject token.
+    """
+    request = json_codec.decode(data, JsonRpcRequest[ToolCallParams[msgspec.Raw]])
+    params = request.params
+    if request.method != METHOD_TOOL_CALL:
+        raise DecodeError(f"method is {request.method!r}, not {METHOD_TOOL_CALL!r}", "$.method")
+    if request.id != params.tool_call_id:
+        raise DecodeError("the request id is not the call's tool_call_id", "$.id")
+    if _TOKEN.fullmatch(params.tool_call_id) is None:
+        raise DecodeError("tool_call_id is not a NATS subject token", "$.params.tool_call_id")
+    return params, request.session_id
+
+
+def decode_end(data: bytes, tool_id: str) -> ToolCallResult | RemoteToolError:
+    """The outcome an end message carries: the result, or the error as a
+    :class:`RemoteToolError`. An end message that is not a response is an
+    ``internal_error``, never a silent success."""
+    try:
+        response = json_codec.decode_message(data, params=msgspec.Raw, result=msgspec.Raw)
+    except DecodeError as exc:
+        detail = f"the call's end message is not a JSON-RPC response: {exc}"
+        return RemoteToolError(InternalErrorWire(detail=detail), detail)
+    if not isinstance(response, JsonRpcResponse):
+        detail = "the call's end message is a request or notification, not a response"
+        return RemoteToolError(InternalErrorWire(detail=detail), detail)
+    if response.error is not None:
+        error = response.error
+        try:
+            wire: ToolErrorWire = convert(error.data, ToolErrorWire)
+        except DecodeError:
+            wire = InternalErrorWire(detail=error.message)
+        return RemoteToolError(wire, error.message, number=error.code)
+    assert response.result is not None
+    try:
+        return json_codec.decode(response.result, ToolCallResult)
+    except DecodeError as exc:
+        detail = f"the call's result is not a ToolCallResult: {exc}"
+        return RemoteToolError(InternalErrorWire(detail=detail), detail)
+
+
+# -- the consumer's accounting ------------------------------------------------------------
+
+
+class FollowPosition(NamedTuple):
+    """Where a follower of one call stands: the next stream sequence to read, and
+    the next progress ``seq`` it expects (``None`` when it does not know, e.g. a
+    resume from a bare stream sequence)."""
+
+    stream_seq: int
+    call_seq: int | None
+
+
+_PROGRESS: Final = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEvent:
+    """What one message added: the progress it fed the reassembler (synthesised
+    gap frames included; a record the reassembler could not decode is reported
+    in its anomalies, not here), the claim it carried, or the outcome it ended
+    the call with."""
+
+    progress: tuple[CallProgress, ...] = ()
+    claim: Claim | None = None
+    outcome: ToolCallResult | RemoteToolError | None = None
+    cancel: bool = False
+
+
+class CallLedger:
+    """One call's consumer-side accounting across stream sequences (Rules 3, 4).
+
+    Feed it each delivered message of the call's frame subjects in stream order
+    with :meth:`feed`; it absorbs progress into :attr:`reassembler` and counts
+    what never arrived. ``position`` resumes after another ledger; ``reassembler``
+    (default: a new one that knows only this call) receives the records.
+
+    Raises:
+        ValueError: ``position.stream_seq`` is below 1, or ``call_id`` is not a
+            subject token.
+    """
+
+    def __init__(
+        self,
+        call_id: str,
+        tool_id: str = "",
+        *,
+        position: FollowPosition | None = None,
+        reassembler: Reassembler | None = None,
+    ) -> None:
+        check_call_id(call_id)
+        if position is None:
+            position = FollowPosition(1, 0)
+        if position.stream_seq < 1:
+            raise ValueError(f"stream sequences start at 1, got {position.stream_seq}")
+        self.call_id = call_id
+        self.tool_id = tool_id
+        self.reassembler = (
+            reassembler if reassembler is not None else Reassembler(known_calls=[call_id])
+        )
+        self._next_stream = position.stream_seq
+        self._next_call = position.call_seq
+        # Messages the stream discarded before this ledger read them: the
+        # stream sequences [first, last] (Rule 3), while no later frame of the
+        # call has shown whether any of them was ours.
+        self._discarded: tuple[int, int] | None = None
+        self._last_totals: dict[str, int] = {}
+        self.claim: Claim | None = None
+        self.outcome: ToolCallResult | RemoteToolError | None = None
+        self.cancel_requested = False
+        #: Messages delivered twice (a redelivery after a reconnect): skipped.
+        self.duplicates = 0
+        #: Frames known lost (seq holes, a lost tail) and gap frames fed for them.
+        self.frames_lost = 0
+        self.losses_reported = 0
+
+    @property
+    def position(self) -> FollowPosition:
+        """Where to resume after what was fed so far."""
+        return FollowPosition(self._next_stream, self._next_call)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the call's end message arrived."""
+        return self.outcome is not None
+
+    @property
+    def frames(self) -> int:
+        """Progress frames the worker is known to have published so far."""
+        return self._next_call or 0
+
+    def stream_starts_at(self, first_seq: int) -> None:
+        """Tell the ledger the stream's first stored sequence (from stream info or
+        the first delivered message): anything it has not read below that was
+        discarded by the stream's limits, and may have been this call's."""
+        if first_seq > self._next_stream:
+            low = self._next_stream
+            if self._discarded is not None:
+                low = self._discarded[0]
+            self._discarded = (low, first_seq - 1)
+            self._next_stream = first_seq
+
+    def feed(
+        self, stream_seq: int, kind: FrameKind, data: bytes, headers: dict[str, str] | None = None
+    ) -> LedgerEvent:
+        """Account for one delivered message of this call (``kind`` is its subject's
+        last token) and absorb what it carries."""
+        if stream_seq < self._next_stream:
+            self.duplicates += 1
+            return LedgerEvent()
+        self._next_stream = stream_seq + 1
+        if kind == "progress":
+            return LedgerEvent(progress=self._progress(data))
+        if kind == "claim":
+            claim = decode_claim(data)
+            self.claim = claim
+            if self._next_call is None:
+                self._next_call = 0  # the call's first frame is still ahead
+            self._discarded = None
+            return LedgerEvent(claim=claim)
+        if kind == "cancel":
+            self.cancel_requested = True
+            return LedgerEvent(cancel=True)
+        if self.outcome is not None:
+            self.duplicates += 1
+            return LedgerEvent()
+        progress = self._lost_tail(headers or {})
+        self.outcome = decode_end(data, self.tool_id)
+        return LedgerEvent(progress=progress, outcome=self.outcome)
+
+    def conclude(self, outcome: ToolCallResult | RemoteToolError) -> bool:
+        """End the call here when no end message can arrive (a lease verdict, a
+        timeout, an end the stream's limits discarded). Returns whether it ended
+        the call (``False``: it had ended already)."""
+        if self.outcome is not None:
+            return False
+        self.outcome = outcome
+        return True
+
+    # -- internals -------------------------------------------------------------------
+
+    def _synthetic_gap(self, kind: str, total: int) -> CallProgress:
+        gap = PartialResultPayload(delta="", total_bytes=max(total, 0), gap=True)
+        frame: ToolCallProgressFrame[PartialResultPayload] = ToolCallProgressFrame(
+            tool_call_id=self.call_id, kind=kind, body=gap
+        )
+        self.losses_reported += 1
+        return CallProgress(frame, None, self.reassembler.appended(frame))
+
+    def _progress(self, data: bytes) -> tuple[CallProgress, ...]:
+        try:
+            note = json_codec.decode(data, _PROGRESS)
+        except DecodeError:
+            # Not the common shape: the reassembler says what is wrong (an
+            # anomaly, or a text/content note).
+            appended = self.reassembler.appended(data)
+            try:
+                other = json_codec.decode(data, JsonRpcNotification[ToolCallProgressFrame[Any]])
+            except DecodeError:
+                return ()
+            if other.params.tool_call_id == self.call_id and other.seq is not None:
+                if self._next_call is not None and other.seq > self._next_call:
+                    self.frames_lost += other.seq - self._next_call
+                self._next_call = other.seq + 1
+            return (CallProgress(other.params, other.seq, appended),)
+        seq = note.seq
+        frame = note.params
+        out: list[CallProgress] = []
+        expected = self._next_call
+        missing = 0
+        if seq is not None:
+            if expected is not None and seq > expected:
+                missing = seq - expected
+            elif expected is None and self._discarded is not None:
+                # Resumed at a bare stream sequence the stream no longer held:
+                # whatever of this call lay before is gone, how much is unknown.
+                missing = -1
+            self._next_call = seq + 1
+        self._discarded = None
+        if missing:
+            self.frames_lost += max(missing, 0)
+            payload = frame.body
+            if not payload.gap and frame.tool_call_id == self.call_id:
+                # The missing frames carried the bytes between the cursor before
+                # them and where this frame's delta begins.
+                start = payload.total_bytes - _utf8_len(payload.delta)
+                out.append(self._synthetic_gap(frame.kind, start))
+        if frame.tool_call_id == self.call_id:
+            self._last_totals[frame.kind] = frame.body.total_bytes
+        out.append(CallProgress(frame, seq, self.reassembler.appended(data)))
+        return tuple(out)
+
+    def _lost_tail(self, headers: dict[str, str]) -> tuple[CallProgress, ...]:
+        raw_frames = headers.get(FRAMES_HEADER)
+        if raw_frames is None or not raw_frames.isdigit():
+            return ()
+        published = int(raw_frames)
+        seen = self._next_call
+        if seen is None or published <= seen:
+            if seen is None:
+                self._next_call = published
+            return ()
+        self.frames_lost += published - seen
+        self._next_call = published
+        try:
+            totals = msgspec.json.decode(headers.get(TOTALS_HEADER, "{}"), type=dict[str, int])
+        except msgspec.DecodeError:
+            totals = {}
+        out: list[CallProgress] = []
+        for kind, total in totals.items():
+            if total > self._last_totals.get(kind, 0):
+                out.append(self._synthetic_gap(kind, total))
+                self._last_totals[kind] = total
+        return tuple(out)

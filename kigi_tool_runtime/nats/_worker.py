@@ -1,0 +1,459 @@
+"""``Worker``: run kigi tools for calls taken from a JetStream work queue.
+
+Invariants:
+
+Rule 1. Workers compete: every worker on every host pulls from one durable
+        consumer with explicit acks, and takes a call only when it has a free
+        slot, so at most ``max_in_flight`` calls run on one worker.
+Rule 2. A call is started at most once. Before running it, the worker writes
+        the call's claim, accepted only while the claim subject is empty. A
+        call message delivered again after its worker died before claiming it
+        is simply run; one delivered again after it was claimed (its worker
+        died mid-call) is not run again: it ends with a ``connection_lost``
+        error that says so, unless an end is already there.
+Rule 3. While a call runs, its worker tells the queue it is still working
+        (``in_progress``) and publishes a heartbeat, every ``heartbeat``
+        seconds. A worker that stops doing both is presumed dead: callers end
+        the call after their lease, and the queue redelivers it after its ack
+        wait (Rule 2).
+Rule 4. Frames are the stdio wire's bytes: each progress item becomes the
+        ``tool_call_progress`` line ``serve`` would write (``seq`` 0, 1, 2, ...)
+        and is published with ``Nats-Msg-Id`` ``<call>:<seq>`` and awaited
+        before the next, so a slow or absent server slows the tool (which
+        keeps its own bounded tail) and a retry is stored once. The end is the
+        JSON-RPC response line; it is written only if the call has none yet,
+        and the call message is acked after it.
+Rule 5. A cancel message for a running call cancels it (it ends ``cancelled``);
+        one written before the worker claimed the call ends it at once.
+        Stopping the worker cancels its calls, which end with the server's
+        cancel message, and acks them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsConnection
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, Header
+
+from kigi_tool_protocol import (
+    ConnectionLostWire,
+    DecodeError,
+    PartialResultPayload,
+    WireError,
+    progress_to_frame,
+)
+
+from .._runner import run_tool
+from .._server import SERVER_CANCEL_MESSAGE, _result_line, _wire_error_line, progress_line
+from .._tool import Tool, ToolContext, ToolError, ToolResult
+from ._protocol import (
+    DEFAULT_PREFIX,
+    FRAMES_HEADER,
+    TOTALS_HEADER,
+    Claim,
+    Heartbeat,
+    Subjects,
+    decode_claim,
+    decode_submit,
+    encode_claim,
+    encode_heartbeat,
+)
+from ._streams import (
+    WRONG_LAST_SEQUENCE,
+    StreamLimits,
+    ensure_streams,
+    publish_retrying,
+)
+
+__all__ = (
+    "ACK_WAIT_S",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "HEARTBEAT_S",
+    "Worker",
+    "WorkerStats",
+)
+
+#: Calls one worker runs at once by default: a few, so one host's commands do
+#: not starve each other; raise it on hosts with more cores.
+DEFAULT_MAX_IN_FLIGHT: Final = 4
+
+#: Seconds between a running call's heartbeats (and its ``in_progress`` to the
+#: queue). Callers allow several missed ones (their lease) before giving up.
+HEARTBEAT_S: Final = 1.0
+
+#: Seconds the queue waits for a taken call's ack (or ``in_progress``) before it
+#: redelivers it to another worker. Many heartbeats long, so a busy worker is
+#: not taken for dead; a dead one's call moves on within it.
+ACK_WAIT_S: Final = 30.0
+
+#: Seconds one pull waits for calls when the queue is empty.
+FETCH_WAIT_S: Final = 1.0
+
+
+class WorkerStats(NamedTuple):
+    """Counters of a :class:`Worker`: calls it ran, calls in flight, frames
+    published, calls it refused to run again (Rule 2), and queue messages that
+    were not calls."""
+
+    calls_run: int
+    calls_in_flight: int
+    frames_published: int
+    calls_not_rerun: int
+    messages_rejected: int
+
+
+@dataclass
+class _Running:
+    ctx: ToolContext
+    msg: Msg
+    claim: Claim
+    frames: int = 0
+    totals: dict[str, int] = field(default_factory=dict)
+
+
+class Worker:
+    """Run ``tools`` for calls from the JetStream work queue under ``prefix``.
+
+    Make it with a connected ``nats`` client; :meth:`run` serves until
+    :meth:`stop`. ``max_in_flight`` bounds the calls it runs at once (Rule 1),
+    ``heartbeat`` and ``ack_wait`` are Rule 3's intervals, ``limits`` the
+    streams' limits (the streams are created if missing).
+
+    Raises:
+        ValueError: two tools share an id, a bound is below 1, or ``heartbeat``
+            is not well below ``ack_wait``.
+    """
+
+    def __init__(
+        self,
+        connection: NatsConnection,
+        tools: Iterable[Tool[Any]],
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        heartbeat: float = HEARTBEAT_S,
+        ack_wait: float = ACK_WAIT_S,
+        limits: StreamLimits | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self._tools: dict[str, Tool[Any]] = {}
+        for tool in tools:
+            if tool.id in self._tools:
+                raise ValueError(f"two tools share the id {tool.id!r}")
+            self._tools[tool.id] = tool
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+        if not 0 < heartbeat * 3 <= ack_wait:
+            raise ValueError(
+                f"heartbeat ({heartbeat} s) must be positive and at most a third of"
+                f" ack_wait ({ack_wait} s)"
+            )
+        self._nc = connection
+        self._js = connection.jetstream()
+        self.subjects = Subjects(prefix)
+        self._max_in_flight = max_in_flight
+        self._heartbeat = heartbeat
+        self._ack_wait = ack_wait
+        self._limits = limits or StreamLimits()
+        self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:12]}"
+        self._running: dict[str, _Running] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()
+        self._slot = asyncio.Event()
+        self._slot.set()
+        self._calls_run = 0
+        self._frames = 0
+        self._not_rerun = 0
+        self._rejected = 0
+
+    def statistics(self) -> WorkerStats:
+        """The worker's counters (see :class:`WorkerStats`)."""
+        return WorkerStats(
+            self._calls_run, len(self._running), self._frames, self._not_rerun, self._rejected
+        )
+
+    def stop(self) -> None:
+        """Stop taking calls and cancel those running; :meth:`run` returns once
+        their ends are published."""
+        self._stopping.set()
+        for running in self._running.values():
+            running.ctx.cancel()
+
+    async def run(self) -> WorkerStats:
+        """Serve calls until :meth:`stop`. Returns the counters.
+
+        Raises:
+            nats.js.errors.APIError: the streams or the consumer cannot be set up.
+        """
+        await ensure_streams(self._js, self.subjects, self._limits)
+        config = ConsumerConfig(
+            durable_name=self.subjects.workers,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self._ack_wait,
+            max_ack_pending=-1,
+        )
+        pull = await self._js.pull_subscribe(
+            self.subjects.calls,
+            durable=self.subjects.workers,
+            stream=self.subjects.calls_stream,
+            config=config,
+        )
+        cancels = await self._nc.subscribe(self.subjects.cancels, cb=self._on_cancel)
+        beats = asyncio.create_task(self._beat_loop(), name="kigi worker heartbeat")
+        try:
+            while not self._stopping.is_set():
+                free = self._max_in_flight - len(self._running)
+                if free <= 0:
+                    self._slot.clear()
+                    await self._wait_stop_or(self._slot.wait())
+                    continue
+                try:
+                    msgs = await pull.fetch(free, timeout=FETCH_WAIT_S)
+                except (TimeoutError, nats.errors.TimeoutError):
+                    continue
+                except (nats.errors.Error, OSError):
+                    # The server is away (restarting): the durable consumer
+                    # outlives it; pull again once it is back.
+                    await self._wait_stop_or(asyncio.sleep(0.2))
+                    continue
+                for msg in msgs:
+                    if self._stopping.is_set():
+                        with contextlib.suppress(nats.errors.Error):
+                            await msg.nak()
+                        continue
+                    self._start(msg)
+        finally:
+            self._stopping.set()
+            for running in self._running.values():
+                running.ctx.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
+            with contextlib.suppress(nats.errors.Error):
+                await cancels.unsubscribe()
+            with contextlib.suppress(nats.errors.Error):
+                await pull.unsubscribe()
+        return self.statistics()
+
+    async def _wait_stop_or(self, waiting: Any) -> None:
+        stop = asyncio.ensure_future(self._stopping.wait())
+        other = asyncio.ensure_future(waiting)
+        try:
+            await asyncio.wait({stop, other}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (stop, other):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def _start(self, msg: Msg) -> None:
+        task = asyncio.create_task(self._handle(msg), name="kigi worker call")
+        self._tasks.add(task)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            self._slot.set()
+
+        task.add_done_callback(done)
+
+    # -- one call ------------------------------------------------------------------
+
+    async def _handle(self, msg: Msg) -> None:
+        try:
+            params, session_id = decode_submit(msg.data)
+        except DecodeError:
+            # Not a call: nobody can be answered; never redeliver it.
+            self._rejected += 1
+            with contextlib.suppress(nats.errors.Error):
+                await msg.term()
+            return
+        call_id = params.tool_call_id
+        if call_id in self._running:
+            return  # a redelivery while it runs here: the running call's ack settles it
+        delivery = msg.metadata.num_delivered or 1
+        claim = Claim(worker=self.worker_id, delivery=delivery)
+        ctx = ToolContext(call_id)
+        running = _Running(ctx, msg, claim)
+        self._running[call_id] = running
+        try:
+            await self._serve(running, params, session_id)
+        except (nats.errors.Error, TimeoutError, OSError):
+            # The server stayed away past the publish retries: leave the call
+            # message unacked; the queue redelivers it and Rule 2 decides.
+            pass
+        finally:
+            del self._running[call_id]
+
+    async def _serve(self, running: _Running, params: Any, session_id: str | None) -> None:
+        call_id = running.ctx.call_id
+        tool_id = params.tool_id
+        subjects = self.subjects
+        try:
+            await publish_retrying(
+                self._js,
+                subjects.frame(call_id, "claim"),
+                encode_claim(running.claim),
+                {Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"},
+            )
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            await self._not_again(running, tool_id, session_id)
+            return
+        final: bytes
+        tool = self._tools.get(tool_id)
+        if tool is None:
+            error = ToolError(
+                "tool_not_found",
+                f"no tool {tool_id!r} on worker {self.worker_id}"
+                f" (tools: {', '.join(sorted(self._tools))})",
+            )
+            final = self._error_line(call_id, session_id, error, tool_id)
+            await self._end(running, final)
+            return
+        if await self._cancelled_before(call_id):
+            error = ToolError("cancelled", f"call {call_id!r} was cancelled before it started")
+            final = self._error_line(call_id, session_id, error, tool.id)
+            await self._end(running, final)
+            return
+        self._calls_run += 1
+        final = await self._run(tool, params, running, session_id)
+        await self._end(running, final)
+
+    async def _run(
+        self, tool: Tool[Any], params: Any, running: _Running, session_id: str | None
+    ) -> bytes:
+        ctx = running.ctx
+        call_id = ctx.call_id
+        subject = self.subjects.frame(call_id, "progress")
+        final: bytes | None = None
+        try:
+            run = run_tool(tool, bytes(params.arguments), ctx=ctx, timeout_ms=params.deadline_ms)
+            async with run:
+                async for event in run:
+                    if isinstance(event, ToolResult):
+                        final = _result_line(call_id, session_id, event.to_wire(call_id))
+                    elif isinstance(event, ToolError):
+                        if self._stopping.is_set() and event.kind == "cancelled":
+                            event.message = SERVER_CANCEL_MESSAGE
+                        final = self._error_line(call_id, session_id, event, tool.id)
+                    else:
+                        frame = progress_to_frame(call_id, event)
+                        try:
+                            line = progress_line(
+                                call_id, running.frames, frame.kind, frame.body, session_id
+                            )
+                        except (WireError, UnicodeEncodeError) as exc:
+                            error = ToolError(
+                                "internal_error",
+                                f"a progress frame of kind {frame.kind!r} cannot be sent"
+                                f" as JSON: {exc}",
+                            )
+                            final = self._error_line(call_id, session_id, error, tool.id)
+                            break
+                        await publish_retrying(
+                            self._js,
+                            subject,
+                            line,
+                            {Header.MSG_ID: f"{call_id}:{running.frames}"},
+                        )
+                        if isinstance(frame.body, PartialResultPayload):
+                            running.totals[frame.kind] = frame.body.total_bytes
+                        running.frames += 1
+                        self._frames += 1
+        except (nats.errors.Error, TimeoutError, OSError):
+            raise
+        except Exception as exc:  # encoding a result failed: still answer the call
+            error = ToolError("internal_error", f"the worker failed to answer: {exc}")
+            final = self._error_line(call_id, session_id, error, tool.id)
+        if final is None:
+            error = ToolError("internal_error", "the tool run ended without a terminal")
+            final = self._error_line(call_id, session_id, error, tool.id)
+        return final
+
+    async def _end(self, running: _Running, line: bytes) -> None:
+        headers = {
+            Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0",
+            FRAMES_HEADER: str(running.frames),
+            TOTALS_HEADER: json.dumps(running.totals, separators=(",", ":")),
+        }
+        try:
+            await publish_retrying(
+                self._js, self.subjects.frame(running.ctx.call_id, "end"), line, headers
+            )
+        except nats.js.errors.APIError as exc:
+            # Already ended: a caller's lease verdict got there first (Rule 2).
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+        with contextlib.suppress(nats.errors.Error):
+            await running.msg.ack_sync(timeout=5.0)
+
+    async def _not_again(self, running: _Running, tool_id: str, session_id: str | None) -> None:
+        """Rule 2: the call was claimed before this delivery; do not run it again."""
+        call_id = running.ctx.call_id
+        js = self._js
+        subjects = self.subjects
+        earlier: Claim | None = None
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            got = await js.get_last_msg(subjects.frames_stream, subjects.frame(call_id, "claim"))
+            earlier = decode_claim(got.data or b"")
+        frames = 0
+        with contextlib.suppress(nats.js.errors.NotFoundError, msgspec.DecodeError, ValueError):
+            last = await js.get_last_msg(
+                subjects.frames_stream, subjects.frame(call_id, "progress")
+            )
+            frames = int(json.loads(last.data or b"{}").get("seq", -1)) + 1
+        who = "another worker" if earlier is None else f"worker {earlier.worker!r}"
+        message = (
+            f"call {call_id!r} was started by {who}, which stopped before finishing it;"
+            f" it was not run again (its output got to {frames} frame(s))"
+        )
+        self._not_rerun += 1
+        wire = ConnectionLostWire(tool_id=tool_id or "unknown")
+        line = _wire_error_line(call_id, session_id, message, wire)
+        await self._end(running, line)
+
+    async def _cancelled_before(self, call_id: str) -> bool:
+        subjects = self.subjects
+        try:
+            await self._js.get_last_msg(subjects.frames_stream, subjects.frame(call_id, "cancel"))
+        except nats.js.errors.NotFoundError:
+            return False
+        return True
+
+    @staticmethod
+    def _error_line(call_id: str, session_id: str | None, error: ToolError, tool_id: str) -> bytes:
+        wire = error.with_tool_id(tool_id).to_wire()
+        return _wire_error_line(call_id, session_id, error.message, wire)
+
+    # -- cancellation and heartbeats -------------------------------------------------
+
+    async def _on_cancel(self, msg: Msg) -> None:
+        parsed = self.subjects.parse(msg.subject)
+        if parsed is None:
+            return
+        running = self._running.get(parsed[0])
+        if running is not None:
+            running.ctx.cancel()
+
+    async def _beat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat)
+            for call_id, running in list(self._running.items()):
+                beat = encode_heartbeat(Heartbeat(worker=self.worker_id, frames=running.frames))
+                with contextlib.suppress(nats.errors.Error, OSError):
+                    await running.msg.in_progress()
+                    await self._nc.publish(self.subjects.heartbeat(call_id), beat)
