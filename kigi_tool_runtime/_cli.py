@@ -76,6 +76,13 @@ from kigi_tool_protocol import (
 from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower
 from ._lines import LineSplitter, OversizedLine
 from ._loss import DEFAULT_GAP_MARKER, Anomaly, StreamKey, plural
+from ._nats_cli import (
+    NatsUsageError,
+    add_follow_options,
+    add_serve_options,
+    follow_nats,
+    serve_nats,
+)
 from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
 from ._runner import run_tool
 from ._server import SERVED_METHODS, progress_line, serve_stdio
@@ -300,6 +307,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     follow.add_argument(
         "file",
+        nargs="?",
         metavar="FILE",
         help="the frame log; - (or a pipe) is standard input, read to its end",
     )
@@ -318,6 +326,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"seconds between polls of the file (default {DEFAULT_POLL_INTERVAL:g})",
     )
+
+    add_serve_options(serve)
+    add_follow_options(follow)
 
     check = commands.add_parser(
         "check",
@@ -351,13 +362,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return _run(args)
         if args.command == "serve":
+            if args.nats:
+                if args.mcp or args.mcp_http is not None:
+                    raise _UsageError("--nats and --mcp serve in two different ways; give one")
+                return serve_nats(args)
             if args.mcp or args.mcp_http is not None:
                 return _serve_mcp(args)
             return asyncio.run(_serve(args.max_frame_bytes))
         if args.command == "follow":
+            if args.nats:
+                return follow_nats(args)
+            if args.file is None:
+                raise _UsageError("give a FILE (or --nats URL --call ID)")
             return _follow(args)
         return _check(args)
-    except _UsageError as exc:
+    except (_UsageError, NatsUsageError) as exc:
         parser.exit(EXIT_USAGE, f"kigi-stream {args.command}: error: {exc}\n")
 
 

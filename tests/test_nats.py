@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import subprocess
 import sys
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -15,7 +17,7 @@ pytest.importorskip("nats", reason="the 'nats' extra is not installed (pip insta
 from nats_server import NatsServer, server_binary
 
 from kigi_tool_protocol import ToolCallResult
-from kigi_tool_runtime import CallProgress, ShellTool
+from kigi_tool_runtime import CallProgress, RemoteToolError, ShellTool
 from kigi_tool_runtime.nats import (
     NatsClient,
     Worker,
@@ -76,3 +78,226 @@ async def _round_trip(nats_server: NatsServer) -> None:
         worker.stop()
         await task
         await nc.drain()
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+class Fleet:
+    """In-process workers and one client, all on their own connections."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.workers: list[Worker] = []
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.connections: list[Any] = []
+        self.client: NatsClient | None = None
+
+    async def start(self, workers: int = 1, *, lease: float = 3.0, **options: Any) -> NatsClient:
+        for _ in range(workers):
+            await self.add_worker(**options)
+        connection = await connect(self.url)
+        self.client = NatsClient(connection, prefix=PREFIX, lease=lease, owns_connection=True)
+        return self.client
+
+    async def add_worker(self, **options: Any) -> Worker:
+        connection = await connect(self.url)
+        self.connections.append(connection)
+        options.setdefault("heartbeat", 0.2)
+        options.setdefault("ack_wait", 2.0)
+        worker = Worker(connection, [ShellTool(tick=0.01)], prefix=PREFIX, **options)
+        self.workers.append(worker)
+        self.tasks.append(asyncio.create_task(worker.run()))
+        return worker
+
+    async def close(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.client is not None:
+            await self.client.aclose()
+        for connection in self.connections:
+            with contextlib.suppress(Exception):
+                await connection.drain()
+
+
+def text_of(call: Any) -> str | None:
+    stream = call.reassembler.stream(call.tool_call_id, "bash_output_chunk")
+    return None if stream is None else stream.text
+
+
+def test_two_workers_share_a_hundred_concurrent_calls(nats_server: NatsServer) -> None:
+    """Two workers with a bound of four calls each run a hundred concurrent calls:
+    every call's text is whole, both workers take calls, and none ran twice."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start(workers=2, max_in_flight=4)
+        try:
+            calls = [
+                await client.call("bash", {"command": py(f"print('call {n} ' * {n + 1})")})
+                for n in range(100)
+            ]
+            results = await asyncio.gather(*(call.result() for call in calls))
+            assert all(isinstance(result, ToolCallResult) for result in results)
+            for n, call in enumerate(calls):
+                assert text_of(call) == f"call {n} " * (n + 1) + "\n"
+                assert call.reassembler.reports()[0].complete
+            stats = [worker.statistics() for worker in fleet.workers]
+            assert sum(s.calls_run for s in stats) == 100
+            assert all(s.calls_run > 0 for s in stats)
+            assert all(s.calls_not_rerun == 0 for s in stats)
+            assert all(s.peak_in_flight <= 4 for s in stats)
+            assert max(s.peak_in_flight for s in stats) == 4
+        finally:
+            await fleet.close()
+
+    run(main(), 60)
+
+
+LINES_SLOWLY = (
+    "import sys, time\n"
+    "for i in range({n}):\n"
+    "    sys.stdout.write('line %04d grüße ✓\\n' % i); sys.stdout.flush(); time.sleep({pause})\n"
+)
+
+
+def expected_lines(n: int) -> str:
+    return "".join(f"line {i:04d} grüße ✓\n" for i in range(n))
+
+
+def test_resume_mid_stream_is_byte_exact_and_folds(nats_server: NatsServer) -> None:
+    """A follower stopped mid-call and another resumed at its position give, together,
+    byte for byte the text and exactly the fold of one follower that read it all."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            code = LINES_SLOWLY.format(n=60, pause=0.01)
+            call = await client.call("bash", {"command": py(code)})
+            first = client.follow(call.tool_call_id)
+            async with first:
+                taken = 0
+                async for _ in first:
+                    taken += 1
+                    if taken == 5:
+                        break
+            await call.result()
+            second = client.follow(
+                call.tool_call_id,
+                position=first.position,
+                reassembler=first.reassembler.spawn(),
+            )
+            async with second:
+                rest = [item async for item in second]
+            assert rest, "the resumed follower read nothing"
+            whole = client.follow(call.tool_call_id)
+            async with whole:
+                [_ async for _ in whole]
+            key = (call.tool_call_id, "bash_output_chunk")
+            before = first.reassembler.stream(*key)
+            after = second.reassembler.stream(*key)
+            assert before is not None and after is not None
+            assert (before.text or "") + (after.text or "") == expected_lines(60)
+            assert first.reassembler.absorb(second.reassembler) == whole.reassembler
+            assert whole.reassembler.reports()[0].complete
+            assert isinstance(second.outcome, ToolCallResult)
+        finally:
+            await fleet.close()
+
+    run(main(), 30)
+
+
+def cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "kigi_tool_runtime", *args],
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_cli_follow_replays_and_resumes(nats_server: NatsServer) -> None:
+    """``kigi-stream follow --nats`` prints a call's whole text from the start, and
+    the rest of it from ``--from-seq``; it says where to resume."""
+
+    async def make_call() -> tuple[str, int]:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            call = await client.call("bash", {"command": py(LINES_SLOWLY.format(n=20, pause=0))})
+            items = [item async for item in call]
+            assert isinstance(items[-1], ToolCallResult)
+            return call.tool_call_id, call.follower.position.stream_seq
+        finally:
+            await fleet.close()
+
+    call_id, end = run(make_call())
+    base = ("follow", "--nats", nats_server.url, "--call", call_id, "--nats-prefix", PREFIX)
+    whole = cli(*base)
+    assert whole.returncode == 0, whole.stderr
+    assert whole.stdout.decode() == expected_lines(20)
+    assert f"resume with --from-seq {end}" in whole.stderr.decode()
+    tail = cli(*base, "--from-seq", str(end - 1))  # only the end message is left
+    assert tail.returncode == 0, tail.stderr
+    assert tail.stdout == b""
+    missing = cli("follow", "--nats", nats_server.url)
+    assert missing.returncode == 2
+    assert b"--call" in missing.stderr
+
+
+def test_cancel_reaches_the_worker(nats_server: NatsServer) -> None:
+    """``cancel()`` stops the command on the worker; the call ends ``cancelled``."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            call = await client.call(
+                "bash", {"command": py("import time; print('up', flush=True); time.sleep(30)")}
+            )
+            async for item in call:
+                assert isinstance(item, CallProgress)
+                await call.cancel()
+                break
+            with pytest.raises(RemoteToolError) as caught:
+                await call.result()
+            assert caught.value.kind == "cancelled"
+        finally:
+            await fleet.close()
+
+    run(main(), 20)
+
+
+def test_a_call_whose_worker_died_before_starting_it_is_redelivered(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A call taken by a worker that never claimed nor acked it goes, after the ack
+    wait, to another worker, which runs it (its claim says delivery 2)."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start(workers=1, ack_wait=1.0, heartbeat=0.2)
+        fleet.workers[0].stop()
+        await fleet.tasks[0]
+        # A "worker" that takes the call and dies without a word.
+        dead = await connect(nats_server.url)
+        fleet.connections.append(dead)
+        pull = await dead.jetstream().pull_subscribe(
+            client.subjects.calls,
+            durable=client.subjects.workers,
+            stream=client.subjects.calls_stream,
+        )
+        call = await client.call("bash", {"command": py("print('ran')")})
+        taken = await pull.fetch(1, timeout=5)
+        assert len(taken) == 1
+        await fleet.add_worker(ack_wait=1.0, heartbeat=0.2)
+        result = await call.result()
+        assert isinstance(result, ToolCallResult)
+        assert text_of(call) == "ran\n"
+        claim = call.follower.ledger.claim
+        assert claim is not None and claim.delivery == 2
+        await fleet.close()
+
+    run(main(), 30)

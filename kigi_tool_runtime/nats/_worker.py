@@ -103,14 +103,15 @@ FETCH_WAIT_S: Final = 1.0
 
 class WorkerStats(NamedTuple):
     """Counters of a :class:`Worker`: calls it ran, calls in flight, frames
-    published, calls it refused to run again (Rule 2), and queue messages that
-    were not calls."""
+    published, calls it refused to run again (Rule 2), queue messages that were
+    not calls, and the most calls it ever had in flight at once (Rule 1)."""
 
     calls_run: int
     calls_in_flight: int
     frames_published: int
     calls_not_rerun: int
     messages_rejected: int
+    peak_in_flight: int
 
 
 @dataclass
@@ -176,11 +177,17 @@ class Worker:
         self._frames = 0
         self._not_rerun = 0
         self._rejected = 0
+        self._peak = 0
 
     def statistics(self) -> WorkerStats:
         """The worker's counters (see :class:`WorkerStats`)."""
         return WorkerStats(
-            self._calls_run, len(self._running), self._frames, self._not_rerun, self._rejected
+            self._calls_run,
+            len(self._tasks),
+            self._frames,
+            self._not_rerun,
+            self._rejected,
+            self._peak,
         )
 
     def stop(self) -> None:
@@ -213,7 +220,7 @@ class Worker:
         beats = asyncio.create_task(self._beat_loop(), name="kigi worker heartbeat")
         try:
             while not self._stopping.is_set():
-                free = self._max_in_flight - len(self._running)
+                free = self._max_in_flight - len(self._tasks)
                 if free <= 0:
                     self._slot.clear()
                     await self._wait_stop_or(self._slot.wait())
@@ -262,6 +269,7 @@ class Worker:
     def _start(self, msg: Msg) -> None:
         task = asyncio.create_task(self._handle(msg), name="kigi worker call")
         self._tasks.add(task)
+        self._peak = max(self._peak, len(self._tasks))
 
         def done(task: asyncio.Task[None]) -> None:
             self._tasks.discard(task)

@@ -1,0 +1,182 @@
+"""The ``--nats`` options of ``kigi-stream serve`` and ``follow``: the CLI's only
+contact with the optional ``nats`` extra, imported lazily so the core CLI never
+needs it.
+
+- ``serve --nats URL [--prefix P] [--max-in-flight N]``: a worker that runs the
+  built-in tools for calls from the JetStream work queue. SIGINT, SIGTERM or
+  SIGHUP cancels its calls (their ends are written), then it exits 128 + N.
+- ``follow --nats URL --call ID [--from-seq N] [--prefix P]``: print a call's
+  reassembled text from the frames stream, from the start or from stream
+  sequence N, until the call ends; anomalies and losses on stderr, then the
+  call's outcome and the sequence to resume from. Exit 0 when the call ended
+  with a result, 1 when it ended with an error, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Any, Final
+
+from ._client import RemoteToolError
+from ._loss import DEFAULT_GAP_MARKER
+
+__all__ = (
+    "NatsUsageError",
+    "add_follow_options",
+    "add_serve_options",
+    "follow_nats",
+    "serve_nats",
+)
+
+
+class NatsUsageError(Exception):
+    """Raised when a ``--nats`` command cannot start: the extra is missing, an
+    option is missing or contradicts another, or the server cannot be reached."""
+
+
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_serve_options(serve: argparse.ArgumentParser) -> None:
+    """``serve``'s NATS options."""
+    group = serve.add_argument_group("over NATS JetStream (the 'nats' extra)")
+    group.add_argument("--nats", metavar="URL", help="take calls from this NATS server's queue")
+    group.add_argument("--prefix", default="kigi", help="subject prefix (default kigi)")
+    group.add_argument(
+        "--max-in-flight", type=_positive, default=4, help="calls run at once (default 4)"
+    )
+
+
+def add_follow_options(follow: argparse.ArgumentParser) -> None:
+    """``follow``'s NATS options (then FILE is not given)."""
+    group = follow.add_argument_group("over NATS JetStream (the 'nats' extra)")
+    group.add_argument("--nats", metavar="URL", help="follow a call on this NATS server")
+    group.add_argument("--call", metavar="ID", help="the call to follow (with --nats)")
+    group.add_argument(
+        "--from-seq", type=_positive, help="resume at this stream sequence (with --nats)"
+    )
+    group.add_argument("--nats-prefix", default="kigi", help="subject prefix (default kigi)")
+
+
+def _load() -> Any:
+    try:
+        from . import nats
+    except ImportError as exc:
+        raise NatsUsageError(str(exc)) from None
+    return nats
+
+
+async def _connect(nats: Any, url: str) -> Any:
+    try:
+        return await nats.connect(url)
+    except Exception as exc:  # the client raises several unrelated types here
+        raise NatsUsageError(f"cannot connect to {url}: {exc!r}") from None
+
+
+def serve_nats(args: argparse.Namespace) -> int:
+    """Run a worker until a stop signal.
+
+    Raises:
+        NatsUsageError: the ``nats`` extra is missing, an option is missing, or
+            the server cannot be reached.
+    """
+    nats = _load()
+    from ._shell import ShellTool
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        connection = await _connect(nats, args.nats)
+        worker = nats.Worker(
+            connection, [ShellTool()], prefix=args.prefix, max_in_flight=args.max_in_flight
+        )
+        stopped_by: list[int] = []
+
+        def on_signal(number: int) -> None:
+            if not stopped_by:
+                stopped_by.append(number)
+                worker.stop()
+
+        for number in _STOP_SIGNALS:
+            loop.add_signal_handler(number, on_signal, number)
+        sys.stderr.write(
+            f"kigi-stream serve: {worker.worker_id} takes calls from {args.nats}"
+            f" (prefix {args.prefix}, {args.max_in_flight} at once)\n"
+        )
+        sys.stderr.flush()
+        try:
+            stats = await worker.run()
+        finally:
+            for number in _STOP_SIGNALS:
+                loop.remove_signal_handler(number)
+            with contextlib.suppress(Exception):
+                await connection.drain()
+        sys.stderr.write(
+            f"kigi-stream serve: {stats.calls_run} call(s) run,"
+            f" {stats.frames_published} frame(s) published\n"
+        )
+        return 128 + stopped_by[0] if stopped_by else 0
+
+    return asyncio.run(main())
+
+
+def follow_nats(args: argparse.Namespace) -> int:
+    """Follow one call's frames until it ends.
+
+    Raises:
+        NatsUsageError: the ``nats`` extra is missing, an option is missing, or
+            the server cannot be reached.
+    """
+    if not args.call:
+        raise NatsUsageError("--nats needs --call ID")
+    if args.file is not None:
+        raise NatsUsageError("give a FILE or --nats URL --call ID, not both")
+    nats = _load()
+    position = None if args.from_seq is None else nats.FollowPosition(args.from_seq, None)
+    out, err = sys.stdout.buffer, sys.stderr
+
+    async def main() -> int:
+        connection = await _connect(nats, args.nats)
+        follower = nats.Follower(connection, args.call, prefix=args.nats_prefix, position=position)
+        try:
+            async with follower:
+                async for item in follower:
+                    text = item.appended.render(DEFAULT_GAP_MARKER)
+                    if text:
+                        out.write(text.encode("utf-8", "surrogateescape"))
+                        out.flush()
+                    for anomaly in item.appended.anomalies:
+                        err.write(f"kigi-stream follow: {anomaly.kind}: {anomaly.detail}\n")
+        finally:
+            err.write(
+                f"kigi-stream follow: stopped at stream sequence {follower.position.stream_seq}"
+                f" (resume with --from-seq {follower.position.stream_seq})\n"
+            )
+            with contextlib.suppress(Exception):
+                await connection.drain()
+        for report in follower.reassembler.reports():
+            err.write(f"kigi-stream follow: {report.summary()}\n")
+        outcome = follower.outcome
+        if isinstance(outcome, RemoteToolError):
+            err.write(f"kigi-stream follow: the call failed: {outcome.message}\n")
+            return 1
+        err.write("kigi-stream follow: the call ended with a result\n")
+        return 0
+
+    try:
+        return asyncio.run(main())
+    except KeyboardInterrupt:
+        return 130
