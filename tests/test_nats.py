@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Coroutine, Iterator
@@ -20,6 +22,7 @@ from kigi_tool_protocol import ToolCallResult
 from kigi_tool_runtime import CallProgress, RemoteToolError, ShellTool
 from kigi_tool_runtime.nats import (
     NatsClient,
+    StreamLimits,
     Worker,
     connect,
 )
@@ -198,7 +201,8 @@ def test_resume_mid_stream_is_byte_exact_and_folds(nats_server: NatsServer) -> N
             key = (call.tool_call_id, "bash_output_chunk")
             before = first.reassembler.stream(*key)
             after = second.reassembler.stream(*key)
-            assert before is not None and after is not None
+            assert before is not None
+            assert after is not None
             assert (before.text or "") + (after.text or "") == expected_lines(60)
             assert first.reassembler.absorb(second.reassembler) == whole.reassembler
             assert whole.reassembler.reports()[0].complete
@@ -297,7 +301,165 @@ def test_a_call_whose_worker_died_before_starting_it_is_redelivered(
         assert isinstance(result, ToolCallResult)
         assert text_of(call) == "ran\n"
         claim = call.follower.ledger.claim
-        assert claim is not None and claim.delivery == 2
+        assert claim is not None
+        assert claim.delivery == 2
         await fleet.close()
 
     run(main(), 30)
+
+
+def test_worker_killed_mid_call_ends_it_clearly_and_never_reruns_it(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A ``kigi-stream serve --nats`` worker killed mid-call: the call ends with a
+    ``connection_lost`` error that says how far the output got, the output that
+    arrived is kept, and the redelivered call is not run a second time."""
+    starts = tmp_path / "starts"
+    code = (
+        "import os, time\n"
+        f"open({str(starts)!r}, 'a').write('%d\\n' % os.getpid())\n"
+        "print('working', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        # The first worker sets the shared consumer's ack wait (2 s), then leaves.
+        client = await fleet.start(workers=1, lease=3.0)
+        fleet.workers[0].stop()
+        await fleet.tasks[0]
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", nats_server.url]
+            + ["--prefix", PREFIX],
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            call = await client.call("bash", {"command": py(code)})
+            first = await call.__anext__()
+            assert isinstance(first, CallProgress)
+            worker.kill()
+            worker.wait(timeout=10)
+            rescuer = await fleet.add_worker(ack_wait=2.0, heartbeat=0.2)
+            with pytest.raises(RemoteToolError) as caught:
+                await call.result()
+            error = caught.value
+            assert error.kind == "connection_lost"
+            assert "not run again" in error.message
+            assert "1 frame(s)" in error.message
+            assert text_of(call) == "working\n"
+            # The queue redelivers the call after its ack wait; the rescuer sees
+            # the claim and does not run it again.
+            for _ in range(100):
+                if rescuer.statistics().calls_not_rerun:
+                    break
+                await asyncio.sleep(0.1)
+            assert rescuer.statistics().calls_not_rerun == 1
+            assert rescuer.statistics().calls_run == 0
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(timeout=10)
+            await fleet.close()
+            for pid in starts.read_text().split() if starts.exists() else []:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+        assert len(starts.read_text().split()) == 1
+
+    run(main(), 40)
+
+
+def test_server_restart_mid_stream_loses_no_frame(nats_server: NatsServer) -> None:
+    """The NATS server restarted (file storage) while a call streams: the worker and
+    the caller reconnect, and the text arrives whole, with no loss reported."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start(lease=8.0)
+        try:
+            call = await client.call("bash", {"command": py(LINES_SLOWLY.format(n=80, pause=0.02))})
+            seen = 0
+            async for item in call:
+                if isinstance(item, ToolCallResult):
+                    break
+                seen += 1
+                if seen == 3:
+                    await asyncio.to_thread(nats_server.restart)
+            assert text_of(call) == expected_lines(80)
+            assert call.reassembler.reports()[0].complete
+            assert call.follower.ledger.frames_lost == 0
+        finally:
+            await fleet.close()
+
+    run(main(), 40)
+
+
+def test_frames_discarded_by_the_stream_limits_are_reported_lost(
+    nats_server: NatsServer,
+) -> None:
+    """A follower that starts after the stream's byte limit discarded the first
+    frames, or resumes past frames discarded while it was away, gets a loss
+    report with a gap marked where the bytes went missing; the rest is exact."""
+    size = 400_000
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        connection = await connect(nats_server.url)
+        client = NatsClient(
+            connection,
+            prefix=PREFIX,
+            lease=3.0,
+            limits=StreamLimits(frames_max_bytes=64 * 1024),
+            owns_connection=True,
+        )
+        fleet.client = client
+        await fleet.add_worker()
+        try:
+            writer = (
+                "import sys, time\n"
+                "for i in range(40):\n"
+                f"    sys.stdout.write(str(i % 10) * {size // 40}); sys.stdout.flush();"
+                " time.sleep(0.01)\n"
+            )
+            call = await client.call("bash", {"command": py(writer)}, tool_call_id="lossy")
+            early = client.follow("lossy")
+            async with early:
+                await early.__anext__()
+            assert isinstance(await call.result(), ToolCallResult)
+            source = "".join(str(i % 10) * (size // 40) for i in range(40))
+            early_stream = early.reassembler.stream("lossy", "bash_output_chunk")
+            assert early_stream is not None
+            early_text = early_stream.text or ""
+            assert source.startswith(early_text)
+            for follower, before in (
+                (client.follow("lossy"), ""),
+                (
+                    client.follow(
+                        "lossy", position=early.position, reassembler=early.reassembler.spawn()
+                    ),
+                    early_text,
+                ),
+            ):
+                async with follower:
+                    [_ async for _ in follower]
+                assert follower.ledger.frames_lost > 0
+                # A resumed fold is judged absorbed into the fold before it.
+                folded = (
+                    early.reassembler.absorb(follower.reassembler)
+                    if before
+                    else (follower.reassembler)
+                )
+                report = folded.reports()[0]
+                assert not report.complete
+                assert report.gaps
+                stream = folded.stream("lossy", "bash_output_chunk")
+                assert stream is not None
+                text = stream.text or ""
+                assert text.startswith(before)
+                assert source.endswith(text[len(before) :])
+                lost = size - len(text)
+                assert report.lost_bytes_min <= lost <= report.lost_bytes
+                assert "bytes lost ...]" in stream.render()
+        finally:
+            await fleet.close()
+
+    run(main(), 40)

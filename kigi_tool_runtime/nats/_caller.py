@@ -396,7 +396,8 @@ class NatsClient:
 
     Make it with :meth:`connect` (a URL) or from a connected ``nats`` client;
     use it as an async context manager. ``lease``: see :class:`Follower`;
-    ``limits``: the streams' limits, applied when the client creates them.
+    ``limits``: when given, the streams are brought to them (otherwise
+    existing streams keep theirs and missing ones get the defaults).
 
     Raises:
         ValueError: ``prefix`` is not a NATS subject token.
@@ -416,7 +417,7 @@ class NatsClient:
         self.connection = connection
         self._js = connection.jetstream()
         self._lease = lease
-        self._limits = limits or StreamLimits()
+        self._limits = limits
         self.session_id = session_id
         self._owns = owns_connection
         self._ready = False

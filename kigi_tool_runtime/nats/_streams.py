@@ -92,12 +92,20 @@ class StreamLimits:
             raise ValueError(f"stream limits must be positive, got {self}")
 
 
-async def ensure_streams(js: JetStreamContext, subjects: Subjects, limits: StreamLimits) -> None:
-    """Create the calls and frames streams, or bring their limits up to date.
+async def ensure_streams(
+    js: JetStreamContext, subjects: Subjects, limits: StreamLimits | None = None
+) -> None:
+    """Create the calls and frames streams if they are missing. With ``limits``
+    given, also bring existing streams to those limits; without, streams that
+    exist keep theirs (so a worker or caller started with defaults never undoes
+    limits an operator set) and missing ones get the defaults.
 
     Raises:
         nats.js.errors.APIError: the server refused the configuration.
     """
+    update = limits is not None
+    if limits is None:
+        limits = StreamLimits()
     storage = StorageType.FILE if limits.file_storage else StorageType.MEMORY
     configs = (
         StreamConfig(
@@ -121,9 +129,16 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, limits: Strea
         ),
     )
     for config in configs:
+        assert config.name is not None
         try:
-            await js.add_stream(config)
-        except nats.js.errors.BadRequestError:
+            await js.stream_info(config.name)
+        except nats.js.errors.NotFoundError:
+            try:
+                await js.add_stream(config)
+                continue
+            except nats.js.errors.BadRequestError:
+                pass  # created meanwhile by another worker or caller
+        if update:
             await js.update_stream(config)
 
 

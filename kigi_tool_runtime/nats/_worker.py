@@ -128,8 +128,9 @@ class Worker:
 
     Make it with a connected ``nats`` client; :meth:`run` serves until
     :meth:`stop`. ``max_in_flight`` bounds the calls it runs at once (Rule 1),
-    ``heartbeat`` and ``ack_wait`` are Rule 3's intervals, ``limits`` the
-    streams' limits (the streams are created if missing).
+    ``heartbeat`` and ``ack_wait`` are Rule 3's intervals (the queue's ack
+    wait is the one of the worker that created the shared consumer); the
+    streams are created if missing, and brought to ``limits`` when given.
 
     Raises:
         ValueError: two tools share an id, a bound is below 1, or ``heartbeat``
@@ -166,7 +167,7 @@ class Worker:
         self._max_in_flight = max_in_flight
         self._heartbeat = heartbeat
         self._ack_wait = ack_wait
-        self._limits = limits or StreamLimits()
+        self._limits = limits
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:12]}"
         self._running: dict[str, _Running] = {}
         self._tasks: set[asyncio.Task[None]] = set()
