@@ -329,8 +329,16 @@ def test_worker_killed_mid_call_ends_it_clearly_and_never_reruns_it(
         fleet.workers[0].stop()
         await fleet.tasks[0]
         worker = subprocess.Popen(
-            [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", nats_server.url]
-            + ["--prefix", PREFIX],
+            [
+                sys.executable,
+                "-m",
+                "kigi_tool_runtime",
+                "serve",
+                "--nats",
+                nats_server.url,
+                "--prefix",
+                PREFIX,
+            ],
             stderr=subprocess.DEVNULL,
         )
         try:

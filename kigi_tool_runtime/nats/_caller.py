@@ -254,7 +254,7 @@ class Follower:
         subjects = self.subjects
         with contextlib.suppress(*_RETRYABLE_READ):
             info = await self._js.stream_info(subjects.frames_stream)
-            self.ledger.stream_starts_at(min(info.state.first_seq, self.ledger.position.stream_seq))
+            self.ledger.stream_starts_at(info.state.first_seq)
         if not self._write_verdict:
             return
         error = self._lost_error(undelivered=False)

@@ -21,8 +21,9 @@ Rule 3. The consumer counts what it did not receive. Progress ``seq`` has no hol
         on the way out, so a hole on the way in (a range of stream sequences
         that limits discarded, or a start above the one asked for) is a loss:
         the :class:`CallLedger` feeds the :class:`Reassembler` a gap frame where
-        the bytes went missing (``total_bytes`` is the next frame's total less
-        its delta, so the gap counts exactly the bytes of the missing frames),
+        the bytes went missing (at the next frame's ``total_bytes``: that frame
+        and the ones sharing its total are what survived, so the gap counts
+        the bytes of the missing frames),
         and the frame after it reports the ``seq`` hole. Frames lost after the
         last one received are found from the end message's ``Kigi-Frames`` and
         ``Kigi-Totals`` headers. Nothing here is silent: every loss is counted,
@@ -85,8 +86,10 @@ DEFAULT_PREFIX: Final = "kigi"
 
 #: Header of the end message: how many progress frames the worker published.
 FRAMES_HEADER: Final = "Kigi-Frames"
-#: Header of the end message: the last ``total_bytes`` of each partial-result
-#: stream (a JSON object, subkind to total), so a lost tail is counted exactly.
+#: Header of the end message: for each partial-result stream, its last
+#: ``total_bytes`` and how many frames it had (a JSON object, subkind to
+#: ``[total, frames]``), so frames lost after the last one received are found
+#: and their bytes counted.
 TOTALS_HEADER: Final = "Kigi-Totals"
 
 # A subject token: no dots, wildcards or whitespace, and short enough that a
@@ -291,10 +294,6 @@ class FollowPosition(NamedTuple):
 _PROGRESS: Final = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
 
 
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-
-
 @dataclass(frozen=True, slots=True)
 class LedgerEvent:
     """What one message added: the progress it fed the reassembler (synthesised
@@ -345,7 +344,7 @@ class CallLedger:
         # stream sequences [first, last] (Rule 3), while no later frame of the
         # call has shown whether any of them was ours.
         self._discarded: tuple[int, int] | None = None
-        self._last_totals: dict[str, int] = {}
+        self._kind_frames: dict[str, int] = {}
         self.claim: Claim | None = None
         self.outcome: ToolCallResult | RemoteToolError | None = None
         self.cancel_requested = False
@@ -462,12 +461,12 @@ class CallLedger:
             self.frames_lost += max(missing, 0)
             payload = frame.body
             if not payload.gap and frame.tool_call_id == self.call_id:
-                # The missing frames carried the bytes between the cursor before
-                # them and where this frame's delta begins.
-                start = payload.total_bytes - _utf8_len(payload.delta)
-                out.append(self._synthetic_gap(frame.kind, start))
+                # A gap frame at this frame's total: the reassembler counts the
+                # frames that share it (this one and its paced remainder) as
+                # what survived, so the gap is exactly the missing frames' bytes.
+                out.append(self._synthetic_gap(frame.kind, payload.total_bytes))
         if frame.tool_call_id == self.call_id:
-            self._last_totals[frame.kind] = frame.body.total_bytes
+            self._kind_frames[frame.kind] = self._kind_frames.get(frame.kind, 0) + 1
         out.append(CallProgress(frame, seq, self.reassembler.appended(data)))
         return tuple(out)
 
@@ -484,12 +483,14 @@ class CallLedger:
         self.frames_lost += published - seen
         self._next_call = published
         try:
-            totals = msgspec.json.decode(headers.get(TOTALS_HEADER, "{}"), type=dict[str, int])
+            totals = msgspec.json.decode(
+                headers.get(TOTALS_HEADER, "{}"), type=dict[str, tuple[int, int]]
+            )
         except msgspec.DecodeError:
             totals = {}
         out: list[CallProgress] = []
-        for kind, total in totals.items():
-            if total > self._last_totals.get(kind, 0):
+        for kind, (total, count) in totals.items():
+            if count > self._kind_frames.get(kind, 0):
                 out.append(self._synthetic_gap(kind, total))
-                self._last_totals[kind] = total
+                self._kind_frames[kind] = count
         return tuple(out)

@@ -120,7 +120,7 @@ class _Running:
     msg: Msg
     claim: Claim
     frames: int = 0
-    totals: dict[str, int] = field(default_factory=dict)
+    totals: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class Worker:
@@ -380,7 +380,8 @@ class Worker:
                             {Header.MSG_ID: f"{call_id}:{running.frames}"},
                         )
                         if isinstance(frame.body, PartialResultPayload):
-                            running.totals[frame.kind] = frame.body.total_bytes
+                            _, count = running.totals.get(frame.kind, (0, 0))
+                            running.totals[frame.kind] = (frame.body.total_bytes, count + 1)
                         running.frames += 1
                         self._frames += 1
         except (nats.errors.Error, TimeoutError, OSError):

@@ -1,0 +1,250 @@
+"""The sans-IO side of the NATS transport: subjects, messages, and the ledger's
+loss accounting across stream sequences (no server)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+pytest.importorskip("nats", reason="the 'nats' extra is not installed (pip install '.[nats]')")
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from kigi_tool_protocol import (  # noqa: E402
+    CancelledWire,
+    DecodeError,
+    StreamingSpec,
+    ToolCallParams,
+    ToolCallResult,
+    ToolOutputText,
+    progress_to_frame,
+)
+from kigi_tool_runtime import OutputStream, RemoteToolError  # noqa: E402
+from kigi_tool_runtime._server import _result_line, _wire_error_line, progress_line  # noqa: E402
+from kigi_tool_runtime.nats import CallLedger, Claim, FollowPosition, Subjects  # noqa: E402
+from kigi_tool_runtime.nats._protocol import (  # noqa: E402
+    FRAMES_HEADER,
+    TOTALS_HEADER,
+    decode_end,
+    decode_submit,
+    encode_claim,
+    encode_submit,
+)
+
+CALL = "c1"
+KIND = "bash_output_chunk"
+SPEC = StreamingSpec(subkind=KIND, max_delta_bytes=7)
+
+# One message of the frames stream: (stream sequence, kind, data, headers).
+Message = tuple[int, str, bytes, dict[str, str]]
+
+
+def make_messages(pieces: list[bytes], others: list[int]) -> tuple[list[Message], bytes]:
+    """A call's messages as a worker writes them (claim, progress lines, end with
+    its headers), at stream sequences that skip ``others[i]`` sequences (other
+    calls' messages) before message i."""
+    stream = OutputStream(SPEC, capacity=1 << 20)
+    lines: list[bytes] = []
+    total = 0
+    for piece in pieces:
+        stream.write(piece)
+        for item in stream.drain():
+            frame = progress_to_frame(CALL, item)
+            lines.append(progress_line(CALL, len(lines), frame.kind, frame.body))
+            total = frame.body.total_bytes
+    for item in stream.finish():
+        frame = progress_to_frame(CALL, item)
+        lines.append(progress_line(CALL, len(lines), frame.kind, frame.body))
+        total = frame.body.total_bytes
+    totals = {KIND: [total, len(lines)]}
+    end_headers = {FRAMES_HEADER: str(len(lines)), TOTALS_HEADER: json.dumps(totals)}
+    end = _result_line(
+        CALL, None, ToolCallResult(tool_call_id=CALL, output=ToolOutputText(value="ok"))
+    )
+    bodies: list[tuple[str, bytes, dict[str, str]]] = [
+        ("claim", encode_claim(Claim(worker="w")), {}),
+        *(("progress", line, {}) for line in lines),
+        ("end", end, end_headers),
+    ]
+    messages: list[Message] = []
+    seq = 0
+    for index, (kind, data, headers) in enumerate(bodies):
+        seq += 1 + (others[index % len(others)] if others else 0)
+        messages.append((seq, kind, data, headers))
+    return messages, b"".join(pieces)
+
+
+def feed(ledger: CallLedger, messages: list[Message]) -> CallLedger:
+    for seq, kind, data, headers in messages:
+        ledger.feed(seq, kind, data, headers)  # type: ignore[arg-type]
+    return ledger
+
+
+pieces_strategy = st.lists(
+    st.text(min_size=1, max_size=12).map(lambda s: s.encode()), min_size=1, max_size=12
+)
+others_strategy = st.lists(st.integers(0, 3), max_size=5)
+
+
+@given(pieces_strategy, others_strategy, st.data())
+def test_resume_at_any_message_folds_like_one_ledger(
+    pieces: list[bytes], others: list[int], data: st.DataObject
+) -> None:
+    """A ledger resumed at another's position, its fold absorbed into the first's,
+    equals one ledger fed every message (whatever other calls' sequences lie
+    between), and the text is the source, complete."""
+    messages, source = make_messages(pieces, others)
+    whole = feed(CallLedger(CALL), messages)
+    cut = data.draw(st.integers(0, len(messages)))
+    first = feed(CallLedger(CALL), messages[:cut])
+    second = feed(
+        CallLedger(CALL, position=first.position, reassembler=first.reassembler.spawn()),
+        messages[cut:],
+    )
+    assert first.reassembler.absorb(second.reassembler) == whole.reassembler
+    stream = whole.reassembler.stream(CALL, KIND)
+    assert stream is not None
+    assert stream.text == source.decode()
+    assert whole.reassembler.reports()[0].complete
+    assert isinstance(whole.outcome, ToolCallResult)
+    assert whole.frames_lost == 0
+
+
+@given(pieces_strategy, others_strategy, st.data())
+def test_a_discarded_range_is_a_reported_and_marked_loss(
+    pieces: list[bytes], others: list[int], data: st.DataObject
+) -> None:
+    """Messages the stream discarded while a follower was away (a range of stream
+    sequences, at the head or mid-stream) are counted: a gap where they were,
+    bounds that hold the bytes really lost, an incomplete report; and the
+    loss never goes unreported when a progress frame was among them."""
+    messages, source = make_messages(pieces, others)
+    at = data.draw(st.integers(0, len(messages) - 1))
+    upto = data.draw(st.integers(at + 1, len(messages)))
+    ledger = feed(CallLedger(CALL), messages[:at])
+    dropped = messages[at:upto]
+    first_kept = messages[upto][0] if upto < len(messages) else messages[-1][0] + 1
+    ledger.stream_starts_at(first_kept)
+    feed(ledger, messages[upto:])
+    lost_frames = sum(1 for m in dropped if m[1] == "progress")
+    lost_bytes = 0
+    for _, kind, body, _ in dropped:
+        if kind == "progress":
+            delta = json.loads(body)["params"]["body"]["delta"]
+            lost_bytes += len(delta.encode())
+    stream = ledger.reassembler.stream(CALL, KIND)
+    if lost_frames == 0:
+        assert ledger.frames_lost == 0
+        if stream is not None:
+            assert ledger.reassembler.reports()[0].complete or stream.text == source.decode()
+        return
+    assert ledger.frames_lost == lost_frames or upto == len(messages)
+    if upto == len(messages):
+        # The end itself was discarded: nothing can say what came after.
+        return
+    assert stream is not None
+    report = ledger.reassembler.reports()[0]
+    assert not report.complete
+    if lost_bytes:
+        assert report.gaps
+        assert report.lost_bytes_min <= lost_bytes <= report.lost_bytes
+        assert "bytes lost" in stream.render()
+
+
+@given(pieces_strategy, st.data())
+def test_a_lost_tail_is_found_from_the_end_headers(
+    pieces: list[bytes], data: st.DataObject
+) -> None:
+    """Progress frames lost just before the end (nothing after them to show a
+    hole) are found from the end's frame count and totals, and marked."""
+    messages, _ = make_messages(pieces, [])
+    progress = [i for i, m in enumerate(messages) if m[1] == "progress"]
+    start = data.draw(st.sampled_from(progress))
+    kept = messages[:start] + messages[-1:]
+    ledger = feed(CallLedger(CALL), kept)
+    lost = len(progress) - progress.index(start)
+    assert ledger.frames_lost == lost
+    total_lost = sum(
+        len(json.loads(m[2])["params"]["body"]["delta"].encode()) for m in messages[start:-1]
+    )
+    report = ledger.reassembler.reports()[0] if ledger.reassembler.reports() else None
+    if total_lost:
+        assert report is not None
+        assert not report.complete
+        assert report.lost_bytes_min <= total_lost <= report.lost_bytes
+
+
+def test_a_repeated_delivery_is_skipped() -> None:
+    """A message delivered again (a consumer recreated after a reconnect) is not
+    absorbed twice."""
+    messages, source = make_messages([b"abc", b"def"], [])
+    ledger = feed(CallLedger(CALL), messages[:2] + messages[1:])
+    assert ledger.duplicates == 1
+    stream = ledger.reassembler.stream(CALL, KIND)
+    assert stream is not None
+    assert stream.text == source.decode()
+    assert ledger.reassembler.reports()[0].complete
+
+
+def test_a_resume_from_a_discarded_bare_sequence_reports_the_loss() -> None:
+    """A resume at a bare stream sequence the stream no longer holds (the first
+    sequence is above the one asked for) marks a loss before the first frame."""
+    messages, _ = make_messages([b"x" * 20, b"y" * 20], [])
+    ledger = CallLedger(CALL, position=FollowPosition(2, None))
+    ledger.stream_starts_at(messages[3][0])
+    feed(ledger, messages[3:])
+    report = ledger.reassembler.reports()[0]
+    assert not report.complete
+    assert report.gaps
+
+
+def test_subjects_and_their_checks() -> None:
+    """Subject names parse back, and ids that cannot be subject tokens are refused."""
+    subjects = Subjects("kigi")
+    assert subjects.frame("abc", "progress") == "kigi.frames.abc.progress"
+    assert subjects.parse("kigi.frames.abc.end") == ("abc", "end")
+    assert subjects.parse("kigi.frames.abc.other") is None
+    assert subjects.parse("other.frames.abc.end") is None
+    assert subjects.calls_stream == "KIGI_CALLS"
+    for bad in ("a.b", "a b", "*", ">", ""):
+        with pytest.raises(ValueError, match="subject token"):
+            subjects.frame(bad, "end")
+    with pytest.raises(ValueError, match="subject token"):
+        Subjects("a.b")
+
+
+def test_submit_round_trip_and_rejections() -> None:
+    """A submitted call decodes back; a request whose id is not its call id, or
+    another method, is refused."""
+    params: ToolCallParams[Any] = ToolCallParams(tool_call_id="c9", tool_id="bash", arguments={})
+    decoded, session = decode_submit(encode_submit(params, "s1"))
+    assert decoded.tool_call_id == "c9"
+    assert session == "s1"
+    bad_id = b'{"jsonrpc":"2.0","id":"x","method":"tool.call","params":{"tool_call_id":"c9","tool_id":"bash","arguments":{}}}'
+    with pytest.raises(DecodeError):
+        decode_submit(bad_id)
+    with pytest.raises(DecodeError):
+        decode_submit(bad_id.replace(b'"x"', b'"c9"').replace(b"tool.call", b"tools.list"))
+    with pytest.raises(ValueError, match="subject token"):
+        encode_submit(ToolCallParams(tool_call_id="a.b", tool_id="bash", arguments={}))
+
+
+def test_end_messages_decode_to_outcomes() -> None:
+    """An end line decodes to the result or the error; one that is not a response
+    is an ``internal_error``, never a success."""
+    result = decode_end(
+        _result_line(
+            CALL, None, ToolCallResult(tool_call_id=CALL, output=ToolOutputText(value="ok"))
+        ),
+        "bash",
+    )
+    assert isinstance(result, ToolCallResult)
+    error = decode_end(_wire_error_line(CALL, None, "stop", CancelledWire(tool_id="bash")), "bash")
+    assert isinstance(error, RemoteToolError)
+    assert error.kind == "cancelled"
+    garbage = decode_end(b"not json", "bash")
+    assert isinstance(garbage, RemoteToolError)
+    assert garbage.kind == "internal_error"
