@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("nats", reason="the 'nats' extra is not installed (pip install '.[nats]')")
 
-from hypothesis import given  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kigi_tool_protocol import (  # noqa: E402
+from kigi_tool_protocol import (
     CancelledWire,
     DecodeError,
     StreamingSpec,
@@ -22,10 +22,10 @@ from kigi_tool_protocol import (  # noqa: E402
     ToolOutputText,
     progress_to_frame,
 )
-from kigi_tool_runtime import OutputStream, RemoteToolError  # noqa: E402
-from kigi_tool_runtime._server import _result_line, _wire_error_line, progress_line  # noqa: E402
-from kigi_tool_runtime.nats import CallLedger, Claim, FollowPosition, Subjects  # noqa: E402
-from kigi_tool_runtime.nats._protocol import (  # noqa: E402
+from kigi_tool_runtime import OutputStream, RemoteToolError
+from kigi_tool_runtime._server import _result_line, _wire_error_line, progress_line
+from kigi_tool_runtime.nats import CallLedger, Claim, FollowPosition, Subjects
+from kigi_tool_runtime.nats._protocol import (
     FRAMES_HEADER,
     TOTALS_HEADER,
     decode_end,
@@ -223,7 +223,10 @@ def test_submit_round_trip_and_rejections() -> None:
     decoded, session = decode_submit(encode_submit(params, "s1"))
     assert decoded.tool_call_id == "c9"
     assert session == "s1"
-    bad_id = b'{"jsonrpc":"2.0","id":"x","method":"tool.call","params":{"tool_call_id":"c9","tool_id":"bash","arguments":{}}}'
+    bad_id = (
+        b'{"jsonrpc":"2.0","id":"x","method":"tool.call",'
+        b'"params":{"tool_call_id":"c9","tool_id":"bash","arguments":{}}}'
+    )
     with pytest.raises(DecodeError):
         decode_submit(bad_id)
     with pytest.raises(DecodeError):
@@ -248,3 +251,18 @@ def test_end_messages_decode_to_outcomes() -> None:
     garbage = decode_end(b"not json", "bash")
     assert isinstance(garbage, RemoteToolError)
     assert garbage.kind == "internal_error"
+
+
+@given(pieces_strategy, st.integers(1, 5))
+def test_batched_lines_fold_like_one_line_per_message(pieces: list[bytes], size: int) -> None:
+    """A progress message holding several whole lines (a worker's batch) is
+    absorbed line by line: the same fold as one line per message."""
+    messages, _ = make_messages(pieces, [])
+    single = feed(CallLedger(CALL), messages)
+    progress = [m for m in messages if m[1] == "progress"]
+    batched: list[Message] = [messages[0]]
+    for start in range(0, len(progress), size):
+        chunk = progress[start : start + size]
+        batched.append((chunk[0][0], "progress", b"".join(m[2] for m in chunk), {}))
+    batched.append(messages[-1])
+    assert feed(CallLedger(CALL), batched).reassembler == single.reassembler

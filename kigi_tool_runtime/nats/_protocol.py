@@ -12,8 +12,9 @@ Rule 1. Two streams. ``<PREFIX>_CALLS`` is a work queue on ``<prefix>.calls``:
 Rule 2. A call's frame subjects: ``claim`` (the worker that started it, written
         only if the subject is empty, so a call is started at most once),
         ``progress`` (``tool_call_progress`` lines, the same bytes as the stdio
-        wire, per-call ``seq`` 0, 1, 2, ... and ``Nats-Msg-Id`` ``<call>:<seq>``
-        so a retried publish is stored once), ``end`` (the JSON-RPC response
+        wire, per-call ``seq`` 0, 1, 2, ...; a message holds one or more whole
+        lines, its ``Nats-Msg-Id`` is ``<call>:<seq of its first line>`` so a
+        retried publish is stored once), ``end`` (the JSON-RPC response
         line, written only if the subject is empty, so a call has exactly one
         terminal even when a worker and a lease verdict race) and ``cancel``.
         Heartbeats go to ``<prefix>.beat.<call>``, outside the stream.
@@ -390,7 +391,12 @@ class CallLedger:
             return LedgerEvent()
         self._next_stream = stream_seq + 1
         if kind == "progress":
-            return LedgerEvent(progress=self._progress(data))
+            # A message carries one or more whole lines (a worker's batch).
+            items: list[CallProgress] = []
+            for line in data.split(b"\n"):
+                if line.strip():
+                    items.extend(self._progress(line))
+            return LedgerEvent(progress=tuple(items))
         if kind == "claim":
             claim = decode_claim(data)
             self.claim = claim

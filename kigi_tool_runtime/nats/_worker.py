@@ -17,10 +17,13 @@ Rule 3. While a call runs, its worker tells the queue it is still working
         the call after their lease, and the queue redelivers it after its ack
         wait (Rule 2).
 Rule 4. Frames are the stdio wire's bytes: each progress item becomes the
-        ``tool_call_progress`` line ``serve`` would write (``seq`` 0, 1, 2, ...)
-        and is published with ``Nats-Msg-Id`` ``<call>:<seq>`` and awaited
-        before the next, so a slow or absent server slows the tool (which
-        keeps its own bounded tail) and a retry is stored once. The end is the
+        ``tool_call_progress`` line ``serve`` would write (``seq`` 0, 1, 2, ...).
+        The lines queued while the previous message was unacknowledged go
+        out as one message (a batch of whole lines) with ``Nats-Msg-Id``
+        ``<call>:<seq of its first line>``, and each message is acknowledged
+        before the next is sent, so order is kept, a retry is stored once,
+        and a slow or absent server slows the tool (which keeps its own
+        bounded tail). The end is the
         JSON-RPC response line; it is written only if the call has none yet,
         and the call message is acked after it.
 Rule 5. A cancel message for a running call cancels it (it ends ``cancelled``);
@@ -35,6 +38,7 @@ import asyncio
 import contextlib
 import json
 import uuid
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
@@ -78,6 +82,8 @@ from ._streams import (
 
 __all__ = (
     "ACK_WAIT_S",
+    "BATCH_BYTES",
+    "CALL_QUEUE_BYTES",
     "DEFAULT_MAX_IN_FLIGHT",
     "HEARTBEAT_S",
     "Worker",
@@ -97,6 +103,17 @@ HEARTBEAT_S: Final = 1.0
 #: not taken for dead; a dead one's call moves on within it.
 ACK_WAIT_S: Final = 30.0
 
+#: Most bytes of progress lines one message carries. The lines queued while the
+#: last message was on its way go out together (the stdio wire's bytes, one
+#: line after another), so a fast tool costs one round trip per batch, not per
+#: frame; well under the server's default 1 MiB message limit.
+BATCH_BYTES: Final = 256 * 1024
+
+#: Encoded progress one call may have queued for its publisher. Past it the
+#: tool waits (the shell tool keeps reading its child into its bounded tail and
+#: reports what it skipped as a gap), so a slow server costs bounded memory.
+CALL_QUEUE_BYTES: Final = 1024 * 1024
+
 #: Seconds one pull waits for calls when the queue is empty.
 FETCH_WAIT_S: Final = 1.0
 
@@ -112,6 +129,80 @@ class WorkerStats(NamedTuple):
     calls_not_rerun: int
     messages_rejected: int
     peak_in_flight: int
+
+
+class _Outbox:
+    """One call's progress lines on their way to the frames stream (Rule 4): one
+    publisher task sends what has queued up as one message (up to
+    :data:`BATCH_BYTES`), waits for the server's acknowledgement, then sends
+    the next, so order is kept and a retry is stored once; the tool waits
+    while :data:`CALL_QUEUE_BYTES` are queued."""
+
+    def __init__(self, js: Any, subject: str, call_id: str) -> None:
+        self._js = js
+        self._subject = subject
+        self._call_id = call_id
+        self._lines: deque[bytes] = deque()
+        self._queued = 0
+        self._next_seq = 0
+        self._closed = False
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+        self._error: BaseException | None = None
+        self._task = asyncio.create_task(self._pump(), name=f"kigi publisher {call_id}")
+
+    async def put(self, line: bytes) -> None:
+        while self._queued >= CALL_QUEUE_BYTES and self._error is None:
+            self._room.clear()
+            await self._room.wait()
+        if self._error is not None:
+            raise self._error
+        self._lines.append(line)
+        self._queued += len(line)
+        self._wake.set()
+
+    async def close(self) -> None:
+        """Send what is queued; raise what stopped the publisher."""
+        self._closed = True
+        self._wake.set()
+        await self._task
+        if self._error is not None:
+            raise self._error
+
+    async def abort(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _pump(self) -> None:
+        lines = self._lines
+        while True:
+            if not lines:
+                if self._closed:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = [lines.popleft()]
+            size = len(batch[0])
+            while lines and size + len(lines[0]) <= BATCH_BYTES:
+                line = lines.popleft()
+                batch.append(line)
+                size += len(line)
+            try:
+                await publish_retrying(
+                    self._js,
+                    self._subject,
+                    b"".join(batch),
+                    {Header.MSG_ID: f"{self._call_id}:{self._next_seq}"},
+                )
+            except (nats.errors.Error, TimeoutError, OSError) as exc:
+                self._error = exc
+                self._room.set()
+                return
+            self._next_seq += len(batch)
+            self._queued -= size
+            self._room.set()
 
 
 @dataclass
@@ -347,7 +438,7 @@ class Worker:
     ) -> bytes:
         ctx = running.ctx
         call_id = ctx.call_id
-        subject = self.subjects.frame(call_id, "progress")
+        outbox = _Outbox(self._js, self.subjects.frame(call_id, "progress"), call_id)
         final: bytes | None = None
         try:
             run = run_tool(tool, bytes(params.arguments), ctx=ctx, timeout_ms=params.deadline_ms)
@@ -373,20 +464,18 @@ class Worker:
                             )
                             final = self._error_line(call_id, session_id, error, tool.id)
                             break
-                        await publish_retrying(
-                            self._js,
-                            subject,
-                            line,
-                            {Header.MSG_ID: f"{call_id}:{running.frames}"},
-                        )
+                        await outbox.put(line)
                         if isinstance(frame.body, PartialResultPayload):
                             _, count = running.totals.get(frame.kind, (0, 0))
                             running.totals[frame.kind] = (frame.body.total_bytes, count + 1)
                         running.frames += 1
                         self._frames += 1
+            await outbox.close()
         except (nats.errors.Error, TimeoutError, OSError):
+            await outbox.abort()
             raise
         except Exception as exc:  # encoding a result failed: still answer the call
+            await outbox.close()
             error = ToolError("internal_error", f"the worker failed to answer: {exc}")
             final = self._error_line(call_id, session_id, error, tool.id)
         if final is None:
