@@ -21,11 +21,13 @@ from nats_server import NatsServer, server_binary
 from kigi_tool_protocol import ToolCallResult
 from kigi_tool_runtime import CallProgress, RemoteToolError, ShellTool
 from kigi_tool_runtime.nats import (
+    Claim,
     NatsClient,
     StreamLimits,
     Worker,
     connect,
 )
+from kigi_tool_runtime.nats._protocol import encode_claim
 
 PREFIX = "kt"
 T = TypeVar("T")
@@ -347,14 +349,22 @@ def test_worker_killed_mid_call_ends_it_clearly_and_never_reruns_it(
             assert isinstance(first, CallProgress)
             worker.kill()
             worker.wait(timeout=10)
-            rescuer = await fleet.add_worker(ack_wait=2.0, heartbeat=0.2)
+            # No worker is left: the caller's lease ends the call.
             with pytest.raises(RemoteToolError) as caught:
                 await call.result()
             error = caught.value
             assert error.kind == "connection_lost"
+            assert "no heartbeat for 3 s" in error.message
             assert "not run again" in error.message
             assert "1 frame(s)" in error.message
             assert text_of(call) == "working\n"
+            # A follower that comes later replays the same output and that one end.
+            late = client.follow(call.tool_call_id)
+            async with late:
+                [_ async for _ in late]
+            assert isinstance(late.outcome, RemoteToolError)
+            assert late.outcome.message == error.message
+            rescuer = await fleet.add_worker(ack_wait=2.0, heartbeat=0.2)
             # The queue redelivers the call after its ack wait; the rescuer sees
             # the claim and does not run it again.
             for _ in range(100):
@@ -374,6 +384,120 @@ def test_worker_killed_mid_call_ends_it_clearly_and_never_reruns_it(
         assert len(starts.read_text().split()) == 1
 
     run(main(), 40)
+
+
+def test_a_redelivered_started_call_is_answered_not_rerun(nats_server: NatsServer) -> None:
+    """A call claimed by a worker that then went silent, delivered again to a
+    live worker before any caller's lease ran out, is ended by that worker with
+    a ``connection_lost`` error naming the first worker; it is not run again."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start(workers=1, lease=30.0, ack_wait=1.0, heartbeat=0.2)
+        fleet.workers[0].stop()
+        await fleet.tasks[0]
+        silent = await connect(nats_server.url)
+        fleet.connections.append(silent)
+        js = silent.jetstream()
+        pull = await js.pull_subscribe(
+            client.subjects.calls,
+            durable=client.subjects.workers,
+            stream=client.subjects.calls_stream,
+        )
+        call = await client.call("bash", {"command": py("print('never')")})
+        [taken] = await pull.fetch(1, timeout=5)
+        # The silent worker claims the call, then never runs it nor acks it.
+        await js.publish(
+            client.subjects.frame(call.tool_call_id, "claim"),
+            encode_claim(Claim(worker="silent")),
+            headers={"Nats-Expected-Last-Subject-Sequence": "0"},
+        )
+        rescuer = await fleet.add_worker(ack_wait=1.0, heartbeat=0.2)
+        with pytest.raises(RemoteToolError) as caught:
+            await call.result()
+        assert caught.value.kind == "connection_lost"
+        assert "'silent'" in caught.value.message
+        assert "not run again" in caught.value.message
+        assert text_of(call) is None
+        assert rescuer.statistics().calls_not_rerun == 1
+        assert rescuer.statistics().calls_run == 0
+        assert taken.metadata.num_delivered == 1
+        await fleet.close()
+
+    run(main(), 30)
+
+
+def test_serve_nats_stops_on_sigterm_and_ends_its_calls(nats_server: NatsServer) -> None:
+    """SIGTERM to ``kigi-stream serve --nats`` cancels its running call, whose end
+    (the server's cancel message) is written, then it exits 128 + 15."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start(workers=0)
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "kigi_tool_runtime",
+            "serve",
+            "--nats",
+            nats_server.url,
+            "--prefix",
+            PREFIX,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            call = await client.call(
+                "bash", {"command": py("import time; print('up', flush=True); time.sleep(30)")}
+            )
+            assert isinstance(await call.__anext__(), CallProgress)
+            worker.terminate()
+            with pytest.raises(RemoteToolError) as caught:
+                await call.result()
+            assert caught.value.kind == "cancelled"
+            assert caught.value.message == "tool call cancelled by server"
+            assert await worker.wait() == 128 + signal.SIGTERM
+        finally:
+            if worker.returncode is None:
+                worker.kill()
+                await worker.wait()
+            await fleet.close()
+
+    run(main(), 30)
+
+
+def test_serve_nats_without_a_server_is_a_clear_error() -> None:
+    """``serve --nats`` with nothing listening exits 2 and says it cannot connect."""
+    from nats_server import free_port
+
+    done = cli("serve", "--nats", f"nats://127.0.0.1:{free_port()}", timeout=30)
+    assert done.returncode == 2
+    assert b"cannot connect" in done.stderr
+
+
+def test_the_package_names_the_extra_when_nats_is_missing() -> None:
+    """Without nats-py, importing the package fails with an ImportError that names
+    the extra, and the core package imports as before."""
+    code = (
+        "import sys; sys.modules['nats'] = None\n"
+        "import kigi_tool_runtime\n"
+        "try:\n"
+        "    import kigi_tool_runtime.nats\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(py(code), capture_output=True, timeout=30, check=True)
+    assert b"pip install 'kigi-tool-runtime[nats]'" in done.stdout
+
+
+def test_public_names() -> None:
+    """``__all__`` lists every public name of the package, and only those."""
+    import kigi_tool_runtime.nats as package
+
+    public = {name for name in dir(package) if not name.startswith("_")}
+    modules = {"nats"} | {
+        name for name in public if type(getattr(package, name)).__name__ == "module"
+    }
+    assert set(package.__all__) == public - modules
 
 
 def test_server_restart_mid_stream_loses_no_frame(nats_server: NatsServer) -> None:

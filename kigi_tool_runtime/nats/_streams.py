@@ -60,6 +60,10 @@ DUPLICATE_WINDOW_S: Final = 120.0
 #: (restarting, failing over) before it gives the call up.
 PUBLISH_RETRY_S: Final = 60.0
 
+#: Seconds the first connection may take (later ones are retried for ever): a
+#: mistyped URL or a server that is not up fails fast instead of hanging.
+FIRST_CONNECT_S: Final = 5.0
+
 #: Seconds one publish attempt waits for the server's acknowledgement.
 PUBLISH_TIMEOUT_S: Final = 2.0
 
@@ -142,13 +146,16 @@ async def ensure_streams(
             await js.update_stream(config)
 
 
-async def connect(url: str, **options: Any) -> NatsConnection:
+async def connect(
+    url: str, *, first_connect_s: float = FIRST_CONNECT_S, **options: Any
+) -> NatsConnection:
     """Connect to ``url`` (a ``nats://`` URL or a comma-separated list), retrying
     for ever after a connection is lost, so workers and consumers ride out a
-    server restart. ``options`` go to ``nats.connect``.
+    server restart. The first connection must succeed within ``first_connect_s``
+    seconds. ``options`` go to ``nats.connect``.
 
     Raises:
-        OSError, nats.errors.NoServersError: the server cannot be reached at first.
+        ConnectionError: no server answered within ``first_connect_s`` seconds.
     """
     settings: dict[str, Any] = {
         "servers": [part.strip() for part in url.split(",") if part.strip()],
@@ -158,7 +165,13 @@ async def connect(url: str, **options: Any) -> NatsConnection:
         "allow_reconnect": True,
     }
     settings.update(options)
-    return await nats.connect(**settings)
+    try:
+        async with asyncio.timeout(first_connect_s):
+            return await nats.connect(**settings)
+    except TimeoutError:
+        raise ConnectionError(
+            f"no NATS server answered at {url} within {first_connect_s:g} s"
+        ) from None
 
 
 _RETRYABLE: Final = (
