@@ -28,6 +28,8 @@ Commands:
 - ``check FILE``: decode a frame log strictly and print each stream's loss
   report and every anomaly with its line number; a last line without a newline
   is reported too.
+- ``serve --nats URL`` and ``follow --nats URL --call ID``: over NATS
+  JetStream (``_nats_cli``; needs the ``nats`` extra).
 
 ``FILE`` is ``-`` for standard input; ``-``, a pipe or a terminal (``/dev/stdin``)
 is read once to its end (``follow`` prints it as it arrives, with no offset to

@@ -84,7 +84,7 @@ async def _connect(nats: Any, url: str) -> Any:
     try:
         return await nats.connect(url)
     except Exception as exc:  # the client raises several unrelated types here
-        raise NatsUsageError(f"cannot connect to {url}: {exc!r}") from None
+        raise NatsUsageError(f"cannot connect to {url}: {str(exc) or repr(exc)}") from None
 
 
 def serve_nats(args: argparse.Namespace) -> int:

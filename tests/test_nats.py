@@ -595,3 +595,21 @@ def test_frames_discarded_by_the_stream_limits_are_reported_lost(
             await fleet.close()
 
     run(main(), 40)
+
+
+def test_readme_scaling_out_example_runs(nats_server: NatsServer) -> None:
+    """The README's scaling-out example runs as written against a real server."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Scaling out") :]
+    block = section[section.index("```python\n") + len("```python\n") :]
+    block = block[: block.index("```")]
+    done = subprocess.run(
+        [sys.executable, "-c", block],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "NATS_URL": nats_server.url},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["grüße from a worker", "exit code 0", "True True"]

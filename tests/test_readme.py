@@ -61,6 +61,8 @@ _EXPECTED_OUTPUT = {
         "no gaps",
         "exit code 0",
     ),
+    # Needs a NATS server: run by tests/test_nats.py against a real one.
+    "NatsClient.connect(": ("grüße from a worker", "exit code 0", "True True"),
 }
 
 

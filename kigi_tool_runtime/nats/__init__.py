@@ -32,11 +32,21 @@ from ._streams import (
     ensure_streams,
     find_nats_server,
 )
-from ._worker import ACK_WAIT_S, DEFAULT_MAX_IN_FLIGHT, HEARTBEAT_S, Worker, WorkerStats
+from ._worker import (
+    ACK_WAIT_S,
+    BATCH_BYTES,
+    CALL_QUEUE_BYTES,
+    DEFAULT_MAX_IN_FLIGHT,
+    HEARTBEAT_S,
+    Worker,
+    WorkerStats,
+)
 
 __all__: tuple[str, ...] = (
     "ACK_WAIT_S",
+    "BATCH_BYTES",
     "CALLS_MAX_AGE_S",
+    "CALL_QUEUE_BYTES",
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_PREFIX",
     "FRAMES_MAX_AGE_S",

@@ -164,13 +164,22 @@ async def connect(
         "connect_timeout": 2.0,
         "allow_reconnect": True,
     }
+    errors: list[BaseException] = []
+
+    async def remember(error: Exception) -> None:
+        # The client's default logs every failed attempt with a traceback; a
+        # reconnect loop is expected here, and the last error is reported below.
+        errors[:] = [error]
+
+    settings["error_cb"] = remember
     settings.update(options)
     try:
         async with asyncio.timeout(first_connect_s):
             return await nats.connect(**settings)
     except TimeoutError:
+        last = f" (last error: {errors[-1]!r})" if errors else ""
         raise ConnectionError(
-            f"no NATS server answered at {url} within {first_connect_s:g} s"
+            f"no NATS server answered at {url} within {first_connect_s:g} s{last}"
         ) from None
 
 
