@@ -153,6 +153,11 @@ def follow_nats(args: argparse.Namespace) -> int:
         follower = nats.Follower(connection, args.call, prefix=args.nats_prefix, position=position)
         try:
             async with follower:
+                for first, last in follower.ledger.discarded:
+                    err.write(
+                        f"kigi-stream follow: the stream no longer holds sequences {first}-{last}"
+                        " (discarded by its limits); whatever of this call was there is lost\n"
+                    )
                 async for item in follower:
                     text = item.appended.render(DEFAULT_GAP_MARKER)
                     if text:

@@ -591,6 +591,13 @@ def test_frames_discarded_by_the_stream_limits_are_reported_lost(
                 lost = size - len(text)
                 assert report.lost_bytes_min <= lost <= report.lost_bytes
                 assert "bytes lost ...]" in stream.render()
+            followed = await asyncio.to_thread(
+                cli, "follow", "--nats", nats_server.url, "--call", "lossy", "--nats-prefix", PREFIX
+            )
+            assert followed.returncode == 0, followed.stderr
+            assert b"bytes lost ...]" in followed.stdout
+            assert b"no longer holds sequences" in followed.stderr
+            assert source.encode().endswith(followed.stdout.split(b"...]")[-1])
         finally:
             await fleet.close()
 

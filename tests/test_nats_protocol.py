@@ -195,6 +195,7 @@ def test_a_resume_from_a_discarded_bare_sequence_reports_the_loss() -> None:
     messages, _ = make_messages([b"x" * 20, b"y" * 20], [])
     ledger = CallLedger(CALL, position=FollowPosition(2, None))
     ledger.stream_starts_at(messages[3][0])
+    assert ledger.discarded == [(2, messages[3][0] - 1)]
     feed(ledger, messages[3:])
     report = ledger.reassembler.reports()[0]
     assert not report.complete

@@ -349,6 +349,9 @@ class CallLedger:
         self.claim: Claim | None = None
         self.outcome: ToolCallResult | RemoteToolError | None = None
         self.cancel_requested = False
+        #: Ranges of stream sequences, ``(first, last)``, that the stream had
+        #: discarded before this ledger read them (any call's messages).
+        self.discarded: list[tuple[int, int]] = []
         #: Messages delivered twice (a redelivery after a reconnect): skipped.
         self.duplicates = 0
         #: Frames known lost (seq holes, a lost tail) and gap frames fed for them.
@@ -375,6 +378,7 @@ class CallLedger:
         the first delivered message): anything it has not read below that was
         discarded by the stream's limits, and may have been this call's."""
         if first_seq > self._next_stream:
+            self.discarded.append((self._next_stream, first_seq - 1))
             low = self._next_stream
             if self._discarded is not None:
                 low = self._discarded[0]
