@@ -5,11 +5,12 @@ needs it.
 - ``serve --nats URL [--prefix P] [--max-in-flight N]``: a worker that runs the
   built-in tools for calls from the JetStream work queue. SIGINT, SIGTERM or
   SIGHUP cancels its calls (their ends are written), then it exits 128 + N.
-- ``follow --nats URL --call ID [--from-seq N] [--prefix P]``: print a call's
+- ``follow --nats URL --call ID [--from-seq N] [--nats-prefix P]``: print a call's
   reassembled text from the frames stream, from the start or from stream
   sequence N, until the call ends; anomalies and losses on stderr, then the
   call's outcome and the sequence to resume from. Exit 0 when the call ended
-  with a result, 1 when it ended with an error, 130 on Ctrl-C.
+  with a result, 1 when it ended with an error (or the server refused, e.g.
+  no frames stream under that prefix), 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def serve_nats(args: argparse.Namespace) -> int:
             the server cannot be reached.
     """
     nats = _load()
+    import nats.errors as nats_errors
+
     from ._shell import ShellTool
 
     async def main() -> int:
@@ -119,6 +122,9 @@ def serve_nats(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         try:
             stats = await worker.run()
+        except (nats_errors.Error, TimeoutError) as exc:
+            sys.stderr.write(f"kigi-stream serve: error: {str(exc) or repr(exc)}\n")
+            return 1
         finally:
             for number in _STOP_SIGNALS:
                 loop.remove_signal_handler(number)
@@ -145,6 +151,8 @@ def follow_nats(args: argparse.Namespace) -> int:
     if args.file is not None:
         raise NatsUsageError("give a FILE or --nats URL --call ID, not both")
     nats = _load()
+    import nats.errors as nats_errors
+
     position = None if args.from_seq is None else nats.FollowPosition(args.from_seq, None)
     out, err = sys.stdout.buffer, sys.stderr
 
@@ -165,6 +173,9 @@ def follow_nats(args: argparse.Namespace) -> int:
                         out.flush()
                     for anomaly in item.appended.anomalies:
                         err.write(f"kigi-stream follow: {anomaly.kind}: {anomaly.detail}\n")
+        except nats_errors.Error as exc:
+            err.write(f"kigi-stream follow: error: {str(exc) or repr(exc)}\n")
+            return 1
         finally:
             err.write(
                 f"kigi-stream follow: stopped at stream sequence {follower.position.stream_seq}"

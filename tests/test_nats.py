@@ -251,6 +251,9 @@ def test_cli_follow_replays_and_resumes(nats_server: NatsServer) -> None:
     missing = cli("follow", "--nats", nats_server.url)
     assert missing.returncode == 2
     assert b"--call" in missing.stderr
+    nowhere = cli("follow", "--nats", nats_server.url, "--call", call_id, "--nats-prefix", "none")
+    assert nowhere.returncode == 1
+    assert b"kigi-stream follow: error: " in nowhere.stderr
 
 
 def test_cancel_reaches_the_worker(nats_server: NatsServer) -> None:
