@@ -242,14 +242,13 @@ def test_end_messages_decode_to_outcomes() -> None:
     result = decode_end(
         _result_line(
             CALL, None, ToolCallResult(tool_call_id=CALL, output=ToolOutputText(value="ok"))
-        ),
-        "bash",
+        )
     )
     assert isinstance(result, ToolCallResult)
-    error = decode_end(_wire_error_line(CALL, None, "stop", CancelledWire(tool_id="bash")), "bash")
+    error = decode_end(_wire_error_line(CALL, None, "stop", CancelledWire(tool_id="bash")))
     assert isinstance(error, RemoteToolError)
     assert error.kind == "cancelled"
-    garbage = decode_end(b"not json", "bash")
+    garbage = decode_end(b"not json")
     assert isinstance(garbage, RemoteToolError)
     assert garbage.kind == "internal_error"
 

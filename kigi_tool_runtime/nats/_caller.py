@@ -87,6 +87,8 @@ class Follower:
     ``reassembler`` receives the records (give a fresh ``spawn()`` of the
     earlier follower's to fold only what is new). ``lease``: Rule 2;
     ``write_verdict``: whether this follower may write a lost call's end.
+    :attr:`worker` is the worker named by the call's claim, once seen;
+    :attr:`ledger` the accounting (frames lost, ranges the stream discarded).
 
     Raises:
         ValueError: ``call_id`` is not a NATS subject token, or ``lease`` is

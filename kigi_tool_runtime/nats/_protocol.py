@@ -253,7 +253,7 @@ def decode_submit(data: bytes) -> tuple[ToolCallParams[msgspec.Raw], str | None]
     return params, request.session_id
 
 
-def decode_end(data: bytes, tool_id: str) -> ToolCallResult | RemoteToolError:
+def decode_end(data: bytes) -> ToolCallResult | RemoteToolError:
     """The outcome an end message carries: the result, or the error as a
     :class:`RemoteToolError`. An end message that is not a response is an
     ``internal_error``, never a silent success."""
@@ -415,7 +415,7 @@ class CallLedger:
             self.duplicates += 1
             return LedgerEvent()
         progress = self._lost_tail(headers or {})
-        self.outcome = decode_end(data, self.tool_id)
+        self.outcome = decode_end(data)
         return LedgerEvent(progress=progress, outcome=self.outcome)
 
     def conclude(self, outcome: ToolCallResult | RemoteToolError) -> bool:
