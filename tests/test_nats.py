@@ -623,3 +623,10 @@ def test_readme_scaling_out_example_runs(nats_server: NatsServer) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["grüße from a worker", "exit code 0", "True True"]
+
+
+def test_serve_refuses_nats_and_mcp_together() -> None:
+    """``serve --nats`` with ``--mcp`` is bad usage (exit 2), not one silently ignored."""
+    done = cli("serve", "--nats", "nats://127.0.0.1:1", "--mcp")
+    assert done.returncode == 2
+    assert b"give one" in done.stderr
