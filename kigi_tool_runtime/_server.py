@@ -588,6 +588,9 @@ class Server:
         except msgspec.DecodeError as exc:
             self._reject(_null_id_error(_PARSE_ERROR, f"parse error: {exc}"))
             return
+        except RecursionError:
+            self._reject(_null_id_error(_PARSE_ERROR, "parse error: nested too deeply"))
+            return
         request_id = _echo_id(probe.id)
         session_id = probe.session_id if isinstance(probe.session_id, str) else None
         if probe.result is not msgspec.UNSET or probe.error is not msgspec.UNSET:

@@ -322,8 +322,9 @@ class _Raw:
 
 @_sync
 async def test_malformed_and_unknown_requests_get_errors_and_serving_goes_on() -> None:
-    """Not JSON: -32700; JSON but no message: -32600 echoing the id; an unknown
-    method: -32601; an unknown tool: -32602; then tools/list still answers."""
+    """Not JSON, or nested too deeply to parse: -32700; JSON but no message, or
+    nested deeper than the SDK reads: -32600 echoing the id; an unknown method:
+    -32601; an unknown tool: -32602; then tools/list still answers."""
     async with asyncio.timeout(30):
         raw = await _Raw.start()
         await raw.send(b'{"jsonrpc": "2.0", "id": 1, "method": ')
@@ -338,6 +339,21 @@ async def test_malformed_and_unknown_requests_get_errors_and_serving_goes_on() -
         reply = await raw.read()
         assert reply["id"] is None
         assert reply["error"]["code"] == -32600
+        deep = b"[" * 100_000 + b"]" * 100_000
+        await raw.send(b'{"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": ' + deep)
+        reply = await raw.read()
+        assert reply["id"] is None
+        assert reply["error"]["code"] == -32700
+        assert "nested too deeply" in reply["error"]["message"]
+        # Deeper than the SDK's parser goes, yet JSON: refused with its id.
+        middle = b"[" * 300 + b"]" * 300
+        await raw.send(
+            b'{"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"x": ' + middle + b"}}"
+        )
+        reply = await raw.read()
+        assert reply["id"] == 7
+        assert reply["error"]["code"] == -32600
+        assert "nested too deeply" in reply["error"]["message"]
         await raw.send({"jsonrpc": "2.0", "id": 3, "method": "tools/explode", "params": {}})
         reply = await raw.read()
         assert reply["id"] == 3

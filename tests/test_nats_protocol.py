@@ -266,3 +266,28 @@ def test_batched_lines_fold_like_one_line_per_message(pieces: list[bytes], size:
         batched.append((chunk[0][0], "progress", b"".join(m[2] for m in chunk), {}))
     batched.append(messages[-1])
     assert feed(CallLedger(CALL), batched).reassembler == single.reassembler
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def test_deeply_nested_claims_and_heartbeats_are_not_ones() -> None:
+    """A claim or heartbeat message nested past any parser's depth (anyone who may
+    publish on the subject can send one) is not one; it never raises."""
+    from kigi_tool_runtime.nats._protocol import decode_claim, decode_heartbeat
+
+    assert decode_claim(b'{"worker": "w", "x": ' + DEEP + b"}") is None
+    assert decode_heartbeat(b'{"worker": "w", "frames": 1, "x": ' + DEEP + b"}") is None
+
+
+@pytest.mark.parametrize("frames", ["\u00b2", "\u0663", "9" * 5000])
+def test_an_end_with_a_malformed_frame_count_is_still_the_end(frames: str) -> None:
+    """An end message whose frame-count header is digits Python cannot read as a
+    count (superscripts, other scripts' digits, thousands of them) ends the call
+    with its outcome; the header is ignored, never raised on."""
+    messages, _ = make_messages([b"abc"], [])
+    seq, kind, data, headers = messages[-1]
+    ledger = feed(CallLedger(CALL), messages[:-1])
+    event = ledger.feed(seq, kind, data, {**headers, FRAMES_HEADER: frames})  # type: ignore[arg-type]
+    assert isinstance(event.outcome, ToolCallResult)
+    assert ledger.frames_lost == 0

@@ -130,6 +130,18 @@ def test_a_call_streams_progress_then_its_result(server: ServeProcess) -> None:
     assert (value["exit_code"], value["output"]) == (0, "onetwo")
 
 
+def test_a_line_nested_too_deeply_is_a_parse_error(server: ServeProcess) -> None:
+    """A line nested past the parser's depth gets -32700 and the server goes on."""
+    deep = "[" * 100_000 + "]" * 100_000
+    server.send(('{"jsonrpc": "2.0", "id": 1, "method": "tool.call", "params": ' + deep).encode())
+    reply = server.line()
+    assert (reply["id"], reply["error"]["code"]) == (None, -32700)
+    assert reply["error"]["message"] == "parse error: nested too deeply"
+    server.send(_call("c1", "printf ok"))
+    _, response = server.until_response()
+    assert response["result"]["output"]["value"]["output"] == "ok"
+
+
 def test_malformed_lines_get_errors_and_the_server_keeps_serving(server: ServeProcess) -> None:
     """Garbage, non-objects, bad envelopes, unknown methods and bad params each get
     their JSON-RPC error; a valid call afterwards still works."""

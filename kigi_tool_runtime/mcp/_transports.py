@@ -2,8 +2,9 @@
 
 Invariants:
 
-Rule 1. stdio: one JSON-RPC message per line. A line that is not JSON gets a
-        ``-32700`` error, one that is JSON but not a JSON-RPC message ``-32600``
+Rule 1. stdio: one JSON-RPC message per line. A line that is not JSON (or is
+        nested too deeply to parse) gets a ``-32700`` error, one that is JSON but
+        not a JSON-RPC message (or nested deeper than the SDK reads) ``-32600``
         (its ``id`` echoed when it can be read, else ``null``), a line longer
         than the line limit ``-32600`` without ever being held whole; the
         server keeps serving. (The SDK's own stdio transport drops such lines
@@ -90,30 +91,34 @@ def classify_line(line: bytes | OversizedLine) -> JSONRPCMessage | JSONRPCError 
         )
     if not line.strip():
         return None
+    too_deep = False
     try:
         message: JSONRPCMessage = jsonrpc_message_adapter.validate_json(line, by_name=False)
         return message
-    except ValidationError:
-        pass
+    except ValidationError as exc:
+        too_deep = any("recursion limit" in error["msg"] for error in exc.errors())
     try:
         value = msgspec.json.decode(line)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
+        detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         return JSONRPCError(
-            jsonrpc="2.0", id=None, error=ErrorData(code=PARSE_ERROR, message=f"Parse error: {exc}")
+            jsonrpc="2.0",
+            id=None,
+            error=ErrorData(code=PARSE_ERROR, message=f"Parse error: {detail}"),
         )
     request_id = None
     if isinstance(value, dict):
         if ("result" in value or "error" in value) and "method" not in value:
             return None
         request_id = as_request_id(value.get("id"))
+    message_text = (
+        'Invalid request: not a JSON-RPC 2.0 message (a request needs "jsonrpc":'
+        ' "2.0", an integer or string "id", a string "method" and object "params")'
+    )
+    if too_deep:
+        message_text = "Invalid request: the message is nested too deeply to be read"
     return JSONRPCError(
-        jsonrpc="2.0",
-        id=request_id,
-        error=ErrorData(
-            code=INVALID_REQUEST,
-            message='Invalid request: not a JSON-RPC 2.0 message (a request needs "jsonrpc":'
-            ' "2.0", an integer or string "id", a string "method" and object "params")',
-        ),
+        jsonrpc="2.0", id=request_id, error=ErrorData(code=INVALID_REQUEST, message=message_text)
     )
 
 

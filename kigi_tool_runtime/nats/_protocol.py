@@ -98,6 +98,9 @@ TOTALS_HEADER: Final = "Kigi-Totals"
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 FrameKind = Literal["claim", "progress", "end", "cancel"]
+# A frame count in a header: ASCII digits, few enough for int().
+_COUNT: Final = re.compile(r"[0-9]{1,18}")
+
 _KINDS: Final = frozenset({"claim", "progress", "end", "cancel"})
 
 
@@ -203,7 +206,7 @@ def decode_claim(data: bytes) -> Claim | None:
     """The claim in ``data``, or ``None`` when it is not one."""
     try:
         return _claim_decoder.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
 
 
@@ -216,7 +219,7 @@ def decode_heartbeat(data: bytes) -> Heartbeat | None:
     """The heartbeat in ``data``, or ``None`` when it is not one."""
     try:
         return _beat_decoder.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
 
 
@@ -482,7 +485,7 @@ class CallLedger:
 
     def _lost_tail(self, headers: dict[str, str]) -> tuple[CallProgress, ...]:
         raw_frames = headers.get(FRAMES_HEADER)
-        if raw_frames is None or not raw_frames.isdigit():
+        if raw_frames is None or _COUNT.fullmatch(raw_frames) is None:
             return ()
         published = int(raw_frames)
         seen = self._next_call
