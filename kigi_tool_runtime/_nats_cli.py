@@ -153,6 +153,12 @@ def follow_nats(args: argparse.Namespace) -> int:
     nats = _load()
     import nats.errors as nats_errors
 
+    from .nats._protocol import check_call_id
+
+    try:
+        check_call_id(args.call)
+    except ValueError as exc:
+        raise NatsUsageError(str(exc)) from None
     position = None if args.from_seq is None else nats.FollowPosition(args.from_seq, None)
     out, err = sys.stdout.buffer, sys.stderr
 

@@ -248,6 +248,17 @@ def test_cli_follow_replays_and_resumes(nats_server: NatsServer) -> None:
     tail = cli(*base, "--from-seq", str(end - 1))  # only the end message is left
     assert tail.returncode == 0, tail.stderr
     assert tail.stdout == b""
+    # Resuming where it said, or anywhere past the end, ends at once: the call
+    # ended before that sequence.
+    for after in (end, end + 1000):
+        done = cli(*base, "--from-seq", str(after), timeout=15)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == b""
+        assert b"the call ended with a result" in done.stderr
+    bad = cli("follow", "--nats", nats_server.url, "--call", "a.b")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith(b"kigi-stream follow: error: tool_call_id 'a.b' cannot be")
+    assert b"Traceback" not in bad.stderr
     missing = cli("follow", "--nats", nats_server.url)
     assert missing.returncode == 2
     assert b"--call" in missing.stderr

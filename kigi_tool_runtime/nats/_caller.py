@@ -21,6 +21,10 @@ Rule 3. A call is ``CallProgress* (ToolCallResult | RemoteToolError)`` as with
         the stdio client; ``cancel()`` writes the call's cancel message, which
         reaches the worker running it (or stops it before it starts);
         ``timeout`` is sent as the deadline and enforced here too.
+Rule 4. A follower that resumes after the call's end (at or past the sequence
+        a follower that saw the end reports as its position) ends at once with
+        the outcome that end carries, instead of waiting for frames that can
+        never come.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from ._protocol import (
     FollowPosition,
     Subjects,
     check_call_id,
+    decode_end,
     encode_submit,
 )
 from ._streams import WRONG_LAST_SEQUENCE, StreamLimits, ensure_streams, publish_retrying
@@ -165,7 +170,22 @@ class Follower:
         self._beats = await self._nc.subscribe(subjects.heartbeat(self.call_id), cb=self._on_beat)
         info = await self._js.stream_info(subjects.frames_stream)
         self.ledger.stream_starts_at(info.state.first_seq)
+        await self._ended_before_start()
         await self._subscribe()
+
+    async def _ended_before_start(self) -> None:
+        """Rule 4: a resume past the call's end ends with that end's outcome."""
+        start = self.ledger.position.stream_seq
+        if start <= 1 or self.ledger.ended:
+            return
+        try:
+            end = await self._js.get_last_msg(
+                self.subjects.frames_stream, self.subjects.frame(self.call_id, "end")
+            )
+        except nats.js.errors.NotFoundError:
+            return
+        if end.seq is not None and end.seq < start:
+            self.ledger.conclude(decode_end(end.data or b""))
 
     async def _subscribe(self) -> None:
         start = self.ledger.position.stream_seq
