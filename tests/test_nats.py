@@ -641,3 +641,32 @@ def test_serve_refuses_nats_and_mcp_together() -> None:
     done = cli("serve", "--nats", "nats://127.0.0.1:1", "--mcp")
     assert done.returncode == 2
     assert b"give one" in done.stderr
+
+
+def test_one_call_id_never_carries_another_calls_output(nats_server: NatsServer) -> None:
+    """Two different calls submitted under one id, concurrently and later: the
+    call stored first runs and gets its own output; each other one ends with an
+    ``invalid_params`` error naming the id, never with that output. The same call
+    submitted again (a retry) follows the one run and gets its result."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            first = await client.call("bash", {"command": "sleep 0.3; echo AAA"}, tool_call_id="d1")
+            second = await client.call("bash", {"command": "echo BBB"}, tool_call_id="d1")
+            assert (await first.result()).output.value["output"] == "AAA\n"
+            with pytest.raises(RemoteToolError) as refused:
+                await second.result()
+            assert refused.value.wire.code == "invalid_params"
+            assert "'d1' already names another call" in refused.value.message
+            later = await client.call("bash", {"command": "echo CCC"}, tool_call_id="d1")
+            with pytest.raises(RemoteToolError, match="already names another call"):
+                await later.result()
+            again = await client.call("bash", {"command": "sleep 0.3; echo AAA"}, tool_call_id="d1")
+            assert (await again.result()).output.value["output"] == "AAA\n"
+            assert sum(worker.statistics().calls_run for worker in fleet.workers) == 1
+        finally:
+            await fleet.close()
+
+    run(main(), 60)

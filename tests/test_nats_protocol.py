@@ -291,3 +291,47 @@ def test_an_end_with_a_malformed_frame_count_is_still_the_end(frames: str) -> No
     event = ledger.feed(seq, kind, data, {**headers, FRAMES_HEADER: frames})  # type: ignore[arg-type]
     assert isinstance(event.outcome, ToolCallResult)
     assert ledger.frames_lost == 0
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(json_values, st.none() | st.integers(1, 10**9))
+def test_a_call_and_its_received_copy_share_their_digest(arguments: Any, deadline: Any) -> None:
+    """The caller's digest of a call (arguments as values) equals the worker's
+    (arguments as received); another argument changes it."""
+    from kigi_tool_runtime.nats._protocol import request_digest
+
+    params = ToolCallParams(
+        tool_call_id=CALL, tool_id="bash", arguments=arguments, deadline_ms=deadline
+    )
+    received, _ = decode_submit(encode_submit(params, "s1"))
+    assert request_digest(received) == request_digest(params)
+    other = ToolCallParams(
+        tool_call_id=CALL, tool_id="bash", arguments=[arguments], deadline_ms=deadline
+    )
+    assert request_digest(other) != request_digest(params)
+
+
+def test_a_claim_of_another_call_under_the_id_ends_it() -> None:
+    """A ledger told its call's digest ends the call with invalid_params at a claim
+    naming another digest, absorbing nothing after it; the same digest, or a
+    claim that names none, folds as usual."""
+    messages, source = make_messages([b"abc"], [])
+    claim_seq = messages[0][0]
+    other = (claim_seq, "claim", encode_claim(Claim(worker="w", request="b" * 64)), {})
+    ledger = feed(CallLedger(CALL, request="a" * 64), [other, *messages[1:]])
+    assert isinstance(ledger.outcome, RemoteToolError)
+    assert ledger.outcome.wire.code == "invalid_params"
+    assert ledger.reassembler.stream(CALL, KIND) is None
+    same = (claim_seq, "claim", encode_claim(Claim(worker="w", request="a" * 64)), {})
+    for first in (same, messages[0]):
+        ledger = feed(CallLedger(CALL, request="a" * 64), [first, *messages[1:]])
+        assert isinstance(ledger.outcome, ToolCallResult)
+        stream = ledger.reassembler.stream(CALL, KIND)
+        assert stream is not None
+        assert stream.text == source.decode()

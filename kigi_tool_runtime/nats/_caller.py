@@ -62,6 +62,7 @@ from ._protocol import (
     check_call_id,
     decode_end,
     encode_submit,
+    request_digest,
 )
 from ._streams import WRONG_LAST_SEQUENCE, StreamLimits, ensure_streams, publish_retrying
 from ._worker import HEARTBEAT_S
@@ -91,7 +92,9 @@ class Follower:
     ``position`` resumes after another follower (its :attr:`position`);
     ``reassembler`` receives the records (give a fresh ``spawn()`` of the
     earlier follower's to fold only what is new). ``lease``: Rule 2;
-    ``write_verdict``: whether this follower may write a lost call's end.
+    ``write_verdict``: whether this follower may write a lost call's end;
+    ``request``: the digest of the call this follower's caller submitted, to
+    refuse another call under the same id (``_protocol`` Rule 5).
     :attr:`worker` is the worker named by the call's claim, once seen;
     :attr:`ledger` the accounting (frames lost, ranges the stream discarded).
 
@@ -111,6 +114,7 @@ class Follower:
         reassembler: Reassembler | None = None,
         lease: float = LEASE_S,
         write_verdict: bool = True,
+        request: str | None = None,
     ) -> None:
         check_call_id(call_id)
         if not lease > 0:
@@ -119,7 +123,9 @@ class Follower:
         self._js = connection.jetstream()
         self.subjects = Subjects(prefix)
         self.call_id = call_id
-        self.ledger = CallLedger(call_id, tool_id, position=position, reassembler=reassembler)
+        self.ledger = CallLedger(
+            call_id, tool_id, position=position, reassembler=reassembler, request=request
+        )
         self._lease = lease
         self._write_verdict = write_verdict
         self._items: deque[CallProgress] = deque()
@@ -515,6 +521,7 @@ class NatsClient:
             tool_id=tool_id,
             prefix=self.subjects.prefix,
             lease=self._lease,
+            request=request_digest(params),
         )
         await follower.open()
         try:

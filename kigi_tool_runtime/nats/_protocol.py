@@ -32,10 +32,17 @@ Rule 3. The consumer counts what it did not receive. Progress ``seq`` has no hol
 Rule 4. A ledger resumes: one made at another's :attr:`CallLedger.position`
         folds what comes after, and absorbing its reassembler into the first's
         equals one ledger fed everything (the :class:`Reassembler` fold contract).
+Rule 5. A call id names one call. A ledger told the digest of the call it
+        submitted (``request``) ends that call with an ``invalid_params`` error
+        when the claim names another call under the same id (one submitted
+        earlier, or concurrently and stored first): the caller never gets
+        another call's output as its own. A resubmission of the same call
+        (same digest) follows the one call, as a retry should.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple
@@ -46,6 +53,7 @@ from kigi_tool_protocol import (
     METHOD_TOOL_CALL,
     DecodeError,
     InternalErrorWire,
+    InvalidParamsWire,
     JsonRpcNotification,
     JsonRpcRequest,
     JsonRpcResponse,
@@ -80,6 +88,7 @@ __all__ = (
     "encode_claim",
     "encode_heartbeat",
     "encode_submit",
+    "request_digest",
 )
 
 #: The subject prefix (and, upper-cased, the stream name prefix) by default.
@@ -178,11 +187,26 @@ def check_call_id(call_id: str) -> str:
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
-    """The claim a worker writes before it runs a call: who runs it, and which
-    delivery of the call message it took (1 is the first)."""
+    """The claim a worker writes before it runs a call: who runs it, which
+    delivery of the call message it took (1 is the first), and the
+    :func:`request_digest` of the call it runs (``None`` from a worker that does
+    not say)."""
 
     worker: str
     delivery: int = 1
+    request: str | None = None
+
+
+def request_digest(params: ToolCallParams[Any]) -> str:
+    """A digest of what a call asks (its id, tool, arguments and deadline), the
+    same on the caller's side (arguments as values) and on the worker's (the
+    arguments as received, raw): two submissions of one call share it, two
+    different calls under one id do not.
+
+    Raises:
+        WireError: the arguments hold a value JSON cannot carry.
+    """
+    return hashlib.sha256(json_codec.encode(params)).hexdigest()
 
 
 class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
@@ -331,8 +355,13 @@ class CallLedger:
         *,
         position: FollowPosition | None = None,
         reassembler: Reassembler | None = None,
+        request: str | None = None,
     ) -> None:
         check_call_id(call_id)
+        self.request = request
+        #: Whether the claim named another call under this id (Rule 5): from
+        #: then on nothing is absorbed.
+        self.refused = False
         if position is None:
             position = FollowPosition(1, 0)
         if position.stream_seq < 1:
@@ -393,6 +422,8 @@ class CallLedger:
     ) -> LedgerEvent:
         """Account for one delivered message of this call (``kind`` is its subject's
         last token) and absorb what it carries."""
+        if self.refused:
+            return LedgerEvent()
         if stream_seq < self._next_stream:
             self.duplicates += 1
             return LedgerEvent()
@@ -407,6 +438,8 @@ class CallLedger:
         if kind == "claim":
             claim = decode_claim(data)
             self.claim = claim
+            if self._another_call(claim):
+                return LedgerEvent(claim=claim, outcome=self.outcome)
             if self._next_call is None:
                 self._next_call = 0  # the call's first frame is still ahead
             self._discarded = None
@@ -431,6 +464,24 @@ class CallLedger:
         return True
 
     # -- internals -------------------------------------------------------------------
+
+    def _another_call(self, claim: Claim | None) -> bool:
+        """Rule 5: end the call when the claimed call is not the one submitted."""
+        if (
+            self.request is None
+            or claim is None
+            or claim.request is None
+            or claim.request == self.request
+            or self.outcome is not None
+        ):
+            return False
+        detail = (
+            f"call id {self.call_id!r} already names another call (another tool, other"
+            " arguments or another deadline); this call was not run: give each call its own id"
+        )
+        self.outcome = RemoteToolError(InvalidParamsWire(message=detail), detail)
+        self.refused = True
+        return True
 
     def _synthetic_gap(self, kind: str, total: int) -> CallProgress:
         gap = PartialResultPayload(delta="", total_bytes=max(total, 0), gap=True)

@@ -72,6 +72,7 @@ from ._protocol import (
     decode_submit,
     encode_claim,
     encode_heartbeat,
+    request_digest,
 )
 from ._streams import (
     WRONG_LAST_SEQUENCE,
@@ -384,7 +385,7 @@ class Worker:
         if call_id in self._running:
             return  # a redelivery while it runs here: the running call's ack settles it
         delivery = msg.metadata.num_delivered or 1
-        claim = Claim(worker=self.worker_id, delivery=delivery)
+        claim = Claim(worker=self.worker_id, delivery=delivery, request=request_digest(params))
         ctx = ToolContext(call_id)
         running = _Running(ctx, msg, claim)
         self._running[call_id] = running
