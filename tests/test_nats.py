@@ -8,18 +8,27 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import pytest
 
 pytest.importorskip("nats", reason="the 'nats' extra is not installed (pip install '.[nats]')")
 
 from nats_server import NatsServer, server_binary
 
-from kigi_tool_protocol import ToolCallResult
-from kigi_tool_runtime import CallProgress, RemoteToolError, ShellTool
+from kigi_tool_protocol import TextProgress, ToolCallResult
+from kigi_tool_runtime import (
+    CallProgress,
+    RemoteToolError,
+    ShellTool,
+    Tool,
+    ToolContext,
+    ToolEvent,
+    ToolResult,
+)
 from kigi_tool_runtime.nats import (
     Claim,
     NatsClient,
@@ -666,6 +675,53 @@ def test_one_call_id_never_carries_another_calls_output(nats_server: NatsServer)
             again = await client.call("bash", {"command": "sleep 0.3; echo AAA"}, tool_call_id="d1")
             assert (await again.result()).output.value["output"] == "AAA\n"
             assert sum(worker.statistics().calls_run for worker in fleet.workers) == 1
+        finally:
+            await fleet.close()
+
+    run(main(), 60)
+
+
+class _BigArgs(msgspec.Struct):
+    where: str
+
+
+class _Big(Tool[_BigArgs]):
+    """Makes a progress frame or a result of 2 MB: more than a NATS message."""
+
+    id = "big"
+    args_type = _BigArgs
+
+    async def execute(self, ctx: ToolContext, args: _BigArgs) -> AsyncIterator[ToolEvent]:
+        if args.where == "progress":
+            yield TextProgress(text="x" * 2_000_000)
+        yield ToolResult(value="y" * (2_000_000 if args.where == "result" else 1))
+
+
+def test_what_a_nats_message_cannot_hold_is_a_clear_error(nats_server: NatsServer) -> None:
+    """A progress frame or a result past the server's max_payload ends the call
+    at once with frame_too_large naming both sizes (not, a lease later, as a
+    dead worker); a call too large to submit is a ValueError saying so."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start(workers=0)
+        connection = await connect(nats_server.url)
+        fleet.connections.append(connection)
+        worker = Worker(connection, [_Big()], prefix=PREFIX)
+        fleet.workers.append(worker)
+        fleet.tasks.append(asyncio.create_task(worker.run()))
+        try:
+            for where in ("progress", "result"):
+                call = await client.call("big", {"where": where})
+                with pytest.raises(RemoteToolError) as failed:
+                    async with asyncio.timeout(2.5):  # under the lease
+                        await call.result()
+                assert failed.value.wire.code == "frame_too_large", failed.value.message
+                assert "max_payload" in failed.value.message
+            small = await client.call("big", {"where": "nowhere"})
+            assert (await small.result()).output.value == "y"
+            with pytest.raises(ValueError, match=r"at most \d+ bytes \(its max_payload"):
+                await client.call("bash", {"command": "echo " + "x" * 2_000_000})
         finally:
             await fleet.close()
 

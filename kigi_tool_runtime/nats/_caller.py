@@ -83,6 +83,10 @@ _POLL_S: Final = 0.25
 
 _RETRYABLE_READ: Final = (nats.errors.Error, OSError)
 
+# Bytes of a message's limit kept for its headers when a call is checked
+# against the server's max_payload.
+_HEADER_ROOM: Final = 4096
+
 
 class Follower:
     """Follow one call's frames (Rule 1). Use as an async context manager and
@@ -499,8 +503,9 @@ class NatsClient:
         enforced here too.
 
         Raises:
-            ValueError: ``tool_call_id`` is not a NATS subject token, or
-                ``timeout`` is not positive.
+            ValueError: ``tool_call_id`` is not a NATS subject token,
+                ``timeout`` is not positive, or the call is larger than the
+                server's ``max_payload``.
             WireError: ``arguments`` hold a value JSON cannot carry.
             TimeoutError: the server did not take the call.
         """
@@ -514,6 +519,12 @@ class NatsClient:
             deadline_ms=None if timeout is None else max(int(timeout * 1000), 1),
         )
         data = encode_submit(params, self.session_id)
+        limit = self.connection.max_payload - _HEADER_ROOM
+        if len(data) > limit:
+            raise ValueError(
+                f"the call is {len(data)} bytes as JSON; the NATS server takes messages of at"
+                f" most {limit} bytes (its max_payload, less room for headers)"
+            )
         await self._ensure()
         follower = Follower(
             self.connection,

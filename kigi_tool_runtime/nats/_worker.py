@@ -30,6 +30,9 @@ Rule 5. A cancel message for a running call cancels it (it ends ``cancelled``);
         one written before the worker claimed the call ends it at once.
         Stopping the worker cancels its calls, which end with the server's
         cancel message, and acks them.
+Rule 6. Nothing is published that the server would refuse for its size: a
+        progress frame or a result larger than the server's ``max_payload``
+        ends the call with a ``frame_too_large`` error saying both sizes.
 """
 
 from __future__ import annotations
@@ -130,6 +133,11 @@ class WorkerStats(NamedTuple):
     calls_not_rerun: int
     messages_rejected: int
     peak_in_flight: int
+
+
+# Bytes of a message's limit kept for its headers (message id, frame counts,
+# totals) when a body is checked against the server's max_payload.
+_HEADER_ROOM: Final = 4096
 
 
 class _Outbox:
@@ -432,7 +440,19 @@ class Worker:
             return
         self._calls_run += 1
         final = await self._run(tool, params, running, session_id)
+        limit = self._payload_limit()
+        if len(final) > limit:
+            error = ToolError.frame_too_large(len(final), limit)
+            error.message = (
+                f"the call's result is {len(final)} bytes as JSON; the NATS server takes"
+                f" messages of at most {limit} bytes (its max_payload, less room for headers)"
+            )
+            final = self._error_line(call_id, session_id, error, tool.id)
         await self._end(running, final)
+
+    def _payload_limit(self) -> int:
+        """The largest message body the server takes, less room for headers."""
+        return max(self._nc.max_payload - _HEADER_ROOM, 1)
 
     async def _run(
         self, tool: Tool[Any], params: Any, running: _Running, session_id: str | None
@@ -462,6 +482,15 @@ class Worker:
                                 "internal_error",
                                 f"a progress frame of kind {frame.kind!r} cannot be sent"
                                 f" as JSON: {exc}",
+                            )
+                            final = self._error_line(call_id, session_id, error, tool.id)
+                            break
+                        limit = self._payload_limit()
+                        if len(line) > limit:
+                            error = ToolError.frame_too_large(len(line), limit)
+                            error.message = (
+                                f"a progress frame of {len(line)} bytes exceeds the NATS"
+                                f" server's max_payload ({limit} bytes, less room for headers)"
                             )
                             final = self._error_line(call_id, session_id, error, tool.id)
                             break
