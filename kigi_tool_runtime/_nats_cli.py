@@ -8,7 +8,8 @@ needs it.
 - ``follow --nats URL --call ID [--from-seq N] [--nats-prefix P]``: print a call's
   reassembled text from the frames stream, from the start or from stream
   sequence N, until the call ends; anomalies and losses on stderr, then the
-  call's outcome and the sequence to resume from. Exit 0 when the call ended
+  call's outcome and the sequence to resume from. A call with no message yet
+  is waited for, said once on stderr after a moment. Exit 0 when the call ended
   with a result, 1 when it ended with an error (or the server refused, e.g.
   no frames stream under that prefix), 130 on Ctrl-C.
 """
@@ -40,6 +41,11 @@ class NatsUsageError(Exception):
 
 
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: Seconds ``follow --nats`` waits for a first message of the call before it
+#: says on stderr that there is none yet (a call not submitted yet, or a
+#: mistyped id); it goes on waiting.
+WAITING_NOTE_S: Final = 2.0
 
 
 def _positive(text: str) -> int:
@@ -162,11 +168,23 @@ def follow_nats(args: argparse.Namespace) -> int:
     position = None if args.from_seq is None else nats.FollowPosition(args.from_seq, None)
     out, err = sys.stdout.buffer, sys.stderr
 
+    async def say_waiting(follower: Any) -> None:
+        start = follower.position.stream_seq
+        await asyncio.sleep(WAITING_NOTE_S)
+        if follower.position.stream_seq == start and not follower.ledger.ended:
+            err.write(
+                f"kigi-stream follow: nothing of call {args.call} at or after stream sequence"
+                f" {start} yet; waiting for it (Ctrl-C to stop)\n"
+            )
+            err.flush()
+
     async def main() -> int:
         connection = await _connect(nats, args.nats)
         follower = nats.Follower(connection, args.call, prefix=args.nats_prefix, position=position)
+        note: asyncio.Task[None] | None = None
         try:
             async with follower:
+                note = asyncio.get_running_loop().create_task(say_waiting(follower))
                 for first, last in follower.ledger.discarded:
                     err.write(
                         f"kigi-stream follow: the stream no longer holds sequences {first}-{last}"
@@ -183,6 +201,8 @@ def follow_nats(args: argparse.Namespace) -> int:
             err.write(f"kigi-stream follow: error: {str(exc) or repr(exc)}\n")
             return 1
         finally:
+            if note is not None:
+                note.cancel()
             err.write(
                 f"kigi-stream follow: stopped at stream sequence {follower.position.stream_seq}"
                 f" (resume with --from-seq {follower.position.stream_seq})\n"

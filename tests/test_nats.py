@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -726,3 +727,38 @@ def test_what_a_nats_message_cannot_hold_is_a_clear_error(nats_server: NatsServe
             await fleet.close()
 
     run(main(), 60)
+
+
+def test_cli_follow_of_a_call_not_there_says_it_waits(nats_server: NatsServer) -> None:
+    """``follow --nats`` of a call with no message (not submitted yet, or a
+    mistyped id) says on stderr that it waits, goes on waiting, and stops on
+    Ctrl-C with 130."""
+
+    async def make_streams() -> None:
+        fleet = Fleet(nats_server.url)
+        await fleet.start()
+        await fleet.close()
+
+    run(make_streams())
+    argv = ["follow", "--nats", nats_server.url, "--call", "never-submitted"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "kigi_tool_runtime", *argv, "--nats-prefix", PREFIX],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as follow:
+        try:
+            assert follow.stderr is not None
+            ready, _, _ = select.select([follow.stderr], [], [], 15)
+            assert ready, "follow said nothing within 15 s"
+            line = follow.stderr.readline()
+            assert line == (
+                b"kigi-stream follow: nothing of call never-submitted at or after stream"
+                b" sequence 1 yet; waiting for it (Ctrl-C to stop)\n"
+            )
+            assert follow.poll() is None
+            follow.send_signal(signal.SIGINT)
+            assert follow.wait(timeout=15) == 130
+        finally:
+            if follow.poll() is None:
+                follow.kill()
+                follow.wait()
