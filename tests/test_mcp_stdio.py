@@ -584,3 +584,43 @@ async def test_sigterm_stops_running_calls_then_exits_143(tmp_path: Path) -> Non
         raw.proc.send_signal(signal.SIGTERM)
         assert await raw.proc.wait() == 128 + signal.SIGTERM
         assert _gone(pid)
+
+
+@_sync
+async def test_a_progress_token_in_use_is_refused_until_its_call_ends() -> None:
+    """On one connection, a call that brings the progress token of a call still
+    running (as text: 7 and "7" are one) is a -32602 error, so two calls never
+    mix their progress; the first call is unharmed, and once it ended the token
+    is free again."""
+
+    def call(request_id: int, token: Any, command: str) -> dict[str, Any]:
+        return {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {
+                "name": "bash",
+                "arguments": {"command": command},
+                "_meta": {"progressToken": token},
+            },
+        }
+
+    async with asyncio.timeout(30):
+        raw = await _Raw.start()
+        await raw.send(call(1, 7, "echo started; sleep 0.5; echo first"))
+        note = await raw.read()
+        assert note["params"]["message"] == "started\n"
+        for request_id, token in ((2, 7), (3, "7")):
+            await raw.send(call(request_id, token, "echo second"))
+            reply = await raw.read()
+            assert reply["id"] == request_id
+            assert reply["error"]["code"] == -32602
+            assert "in use by a call still running" in reply["error"]["message"]
+        messages = [await raw.read(), await raw.read()]
+        assert [m["params"]["message"] for m in messages[:1]] == ["first\n"]
+        assert messages[1]["id"] == 1
+        assert not messages[1]["result"]["isError"]
+        await raw.send(call(4, 7, "echo again"))
+        assert (await raw.read())["params"]["message"] == "again\n"
+        assert (await raw.read())["id"] == 4
+        assert await raw.close() == 0

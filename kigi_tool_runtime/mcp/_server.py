@@ -30,6 +30,10 @@ Rule 4. The call's deadline is the tool's own (``ToolCapabilities.timeout_ms``),
 Rule 5. An unknown tool is a protocol error (``-32602``); everything a tool does
         wrong (bad arguments, a failure, a timeout) is an ``isError`` result with
         the kigi error code.
+Rule 6. A progress token names one running call per connection: a call that
+        brings the token (or, as text, the call id) of a call still running on
+        its connection is refused with ``-32602``, so two calls' progress never
+        share a token.
 """
 
 from __future__ import annotations
@@ -145,6 +149,8 @@ class McpToolServer:
         self._in_flight = 0
         self._sent = 0
         self._dropped = 0
+        # (connection, call id) of the calls running with a progress token (Rule 6).
+        self._tokens: set[tuple[int, str]] = set()
         self.server: Server[Any] = Server(
             name,
             version=version,
@@ -194,6 +200,18 @@ class McpToolServer:
             raise MCPError(
                 code=types.INVALID_PARAMS, message="the progressToken is not valid Unicode text"
             ) from None
+        # The SDK makes a session object per request; the connection under it
+        # is what a token must be unique on (private in the SDK: fall back to
+        # the session when it is gone).
+        connection = getattr(ctx.session, "_connection", ctx.session)
+        in_use = (id(connection), call_id) if token is not None else None
+        if in_use is not None and in_use in self._tokens:
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"the progressToken {token!r} is in use by a call still running"
+                " (MCP wants one token per active request); its progress would mix with"
+                " that call's",
+            )
         kctx = ToolContext(call_id, wants_progress=token is not None)
         state = _CallState(self._outbox_bytes)
         numbering = ProgressNumbering()
@@ -205,6 +223,8 @@ class McpToolServer:
         producer = asyncio.get_running_loop().create_task(
             self._produce(run, call_id, state), name=f"kigi mcp call {call_id}"
         )
+        if in_use is not None:
+            self._tokens.add(in_use)
         try:
             if token is not None:
                 await self._send_progress(ctx, token, state, numbering)
@@ -224,6 +244,8 @@ class McpToolServer:
             raise
         finally:
             self._in_flight -= 1
+            if in_use is not None:
+                self._tokens.discard(in_use)
         summary = StreamSummary(numbering.sent, state.outbox.dropped, token is not None)
         result = result_from_terminal(terminal, tool, summary)
         return types.CallToolResult.model_validate(result, by_name=False)
