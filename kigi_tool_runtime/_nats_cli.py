@@ -58,6 +58,17 @@ def _positive(text: str) -> int:
     return value
 
 
+#: The largest stream sequence JetStream has (an unsigned 64-bit number).
+_MAX_STREAM_SEQ: Final = 2**64 - 1
+
+
+def _stream_seq(text: str) -> int:
+    value = _positive(text)
+    if value > _MAX_STREAM_SEQ:
+        raise argparse.ArgumentTypeError(f"must be at most {_MAX_STREAM_SEQ}, got {value}")
+    return value
+
+
 def add_serve_options(serve: argparse.ArgumentParser) -> None:
     """``serve``'s NATS options."""
     group = serve.add_argument_group("over NATS JetStream (the 'nats' extra)")
@@ -74,7 +85,7 @@ def add_follow_options(follow: argparse.ArgumentParser) -> None:
     group.add_argument("--nats", metavar="URL", help="follow a call on this NATS server")
     group.add_argument("--call", metavar="ID", help="the call to follow (with --nats)")
     group.add_argument(
-        "--from-seq", type=_positive, help="resume at this stream sequence (with --nats)"
+        "--from-seq", type=_stream_seq, help="resume at this stream sequence (with --nats)"
     )
     group.add_argument("--nats-prefix", default="kigi", help="subject prefix (default kigi)")
 
@@ -105,6 +116,11 @@ def serve_nats(args: argparse.Namespace) -> int:
     import nats.errors as nats_errors
 
     from ._shell import ShellTool
+
+    try:
+        nats.Subjects(args.prefix)
+    except ValueError as exc:
+        raise NatsUsageError(str(exc)) from None
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
@@ -159,10 +175,11 @@ def follow_nats(args: argparse.Namespace) -> int:
     nats = _load()
     import nats.errors as nats_errors
 
-    from .nats._protocol import check_call_id
+    from .nats._protocol import Subjects, check_call_id
 
     try:
         check_call_id(args.call)
+        Subjects(args.nats_prefix)
     except ValueError as exc:
         raise NatsUsageError(str(exc)) from None
     position = None if args.from_seq is None else nats.FollowPosition(args.from_seq, None)

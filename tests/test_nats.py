@@ -489,6 +489,25 @@ def test_serve_nats_stops_on_sigterm_and_ends_its_calls(nats_server: NatsServer)
     run(main(), 30)
 
 
+def test_bad_nats_options_are_usage_errors() -> None:
+    """A prefix that is not a subject token (serve and follow) and a --from-seq
+    past JetStream's 64-bit sequences exit 2 with one error line, no traceback
+    (checked before connecting: nothing listens here)."""
+    from nats_server import free_port
+
+    url = f"nats://127.0.0.1:{free_port()}"
+    cases = [
+        (("serve", "--nats", url, "--prefix", "a b"), b"prefix 'a b' cannot be a NATS subject"),
+        (("follow", "--nats", url, "--call", "c", "--nats-prefix", "a.b"), b"prefix 'a.b' cannot"),
+        (("follow", "--nats", url, "--call", "c", "--from-seq", str(2**64)), b"must be at most"),
+    ]
+    for argv, said in cases:
+        done = cli(*argv)
+        assert done.returncode == 2, (argv, done.stderr)
+        assert said in done.stderr
+        assert b"Traceback" not in done.stderr
+
+
 def test_serve_nats_without_a_server_is_a_clear_error() -> None:
     """``serve --nats`` with nothing listening exits 2 and says it cannot connect."""
     from nats_server import free_port
