@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from ._base import U64, WireStruct, check_u64
 from ._identifiers import RequestId, ToolId
@@ -85,10 +85,20 @@ def error_code(name: str) -> int:
     return ERROR_CODES.get(name, FALLBACK_ERROR_CODE)
 
 
-class _ToolErrorBase(WireStruct, frozen=True, kw_only=True, omit_defaults=True, tag_field="code"):
-    #: The JSON-RPC ``error.code`` a failed call carrying this error replies with.
-    number: ClassVar[int]
+#: The tool errors with no row of their own in :data:`ERROR_CODES`, and the row
+#: whose number their failed call replies with (every other tool error's wire
+#: tag is its row).
+_RIDES_ON: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "session_mismatch": "invalid_request",
+        "cancelled": "internal_error",
+        "execution": "internal_error",
+        "custom": "internal_error",
+    }
+)
 
+
+class _ToolErrorBase(WireStruct, frozen=True, kw_only=True, omit_defaults=True, tag_field="code"):
     @property
     def code(self) -> str:
         """The wire tag of this error (``"tool_not_found"``, ``"timeout"``, ...)."""
@@ -100,27 +110,22 @@ class _ToolErrorBase(WireStruct, frozen=True, kw_only=True, omit_defaults=True, 
 class ToolNotFoundWire(_ToolErrorBase, frozen=True, kw_only=True, tag="tool_not_found"):
     """No tool with this id is registered."""
 
-    number = -32011
     tool_id: ToolId
 
 
 class SessionMismatchWire(_ToolErrorBase, frozen=True, kw_only=True, tag="session_mismatch"):
     """The frame's session does not own the call."""
 
-    number = -32600
-
 
 class ForbiddenWire(_ToolErrorBase, frozen=True, kw_only=True, tag="forbidden"):
     """The caller may not use the tool (Rust ``PermissionDenied``)."""
 
-    number = -32003
     reason: str
 
 
 class ConnectionLostWire(_ToolErrorBase, frozen=True, kw_only=True, tag="connection_lost"):
     """The transport to the tool closed mid-call (Rust ``TransportClosed``)."""
 
-    number = -32004
     tool_id: ToolId
 
 
@@ -131,7 +136,6 @@ class TimeoutWire(_ToolErrorBase, frozen=True, kw_only=True, tag="timeout"):
         ValueError: on construction, ``elapsed_ms`` is outside the u64 range.
     """
 
-    number = -32001
     tool_id: ToolId
     elapsed_ms: U64
 
@@ -142,14 +146,12 @@ class TimeoutWire(_ToolErrorBase, frozen=True, kw_only=True, tag="timeout"):
 class CancelledWire(_ToolErrorBase, frozen=True, kw_only=True, tag="cancelled"):
     """The call was cancelled."""
 
-    number = FALLBACK_ERROR_CODE
     tool_id: ToolId
 
 
 class InvalidParamsWire(_ToolErrorBase, frozen=True, kw_only=True, tag="invalid_params"):
     """The arguments did not fit the tool's input type (Rust ``InvalidArguments``)."""
 
-    number = -32602
     message: str
     details: Any = None
 
@@ -157,7 +159,6 @@ class InvalidParamsWire(_ToolErrorBase, frozen=True, kw_only=True, tag="invalid_
 class ExecutionWire(_ToolErrorBase, frozen=True, kw_only=True, tag="execution"):
     """The tool ran and failed."""
 
-    number = FALLBACK_ERROR_CODE
     tool_id: ToolId
     message: str
 
@@ -167,7 +168,6 @@ class UnsupportedProtocolVersionWire(
 ):
     """The peer speaks none of the ``supported`` protocol versions (always written)."""
 
-    number = -32605
     supported: list[str]
 
 
@@ -178,7 +178,6 @@ class FrameTooLargeWire(_ToolErrorBase, frozen=True, kw_only=True, tag="frame_to
         ValueError: on construction, ``bytes`` or ``limit`` is outside the u64 range.
     """
 
-    number = -32018
     bytes: U64
     limit: U64
 
@@ -192,7 +191,6 @@ class BehaviorVersionUnsupportedWire(
 ):
     """The tool does not implement the ``requested`` behavior version."""
 
-    number = -32020
     tool_id: ToolId
     requested: str
 
@@ -200,7 +198,6 @@ class BehaviorVersionUnsupportedWire(
 class RenderLimitedWire(_ToolErrorBase, frozen=True, kw_only=True, tag="render_limited"):
     """A render tool hit its budget; ``card_id`` names the card when known."""
 
-    number = -32023
     tool_id: ToolId
     card_id: str | None = None
     reason: str
@@ -209,7 +206,6 @@ class RenderLimitedWire(_ToolErrorBase, frozen=True, kw_only=True, tag="render_l
 class TerminalErrorWire(_ToolErrorBase, frozen=True, kw_only=True, tag="terminal_error"):
     """A terminal (shell) tool failed for good."""
 
-    number = -32024
     tool_id: ToolId
     message: str
 
@@ -217,7 +213,6 @@ class TerminalErrorWire(_ToolErrorBase, frozen=True, kw_only=True, tag="terminal
 class InternalErrorWire(_ToolErrorBase, frozen=True, kw_only=True, tag="internal_error"):
     """The runtime itself failed (Rust ``Internal``); both fields are optional."""
 
-    number = FALLBACK_ERROR_CODE
     request_id: RequestId | None = None
     detail: str | None = None
 
@@ -225,7 +220,6 @@ class InternalErrorWire(_ToolErrorBase, frozen=True, kw_only=True, tag="internal
 class CustomErrorWire(_ToolErrorBase, frozen=True, kw_only=True, tag="custom"):
     """A tool-defined error: its own code is ``subcode`` (``code`` is the tag)."""
 
-    number = FALLBACK_ERROR_CODE
     subcode: str
     message: str
     details: Any = None
@@ -253,7 +247,9 @@ ToolErrorWire = (
 def error_code_for(wire: ToolErrorWire) -> int:
     """The JSON-RPC ``error.code`` of a failed call whose ``error.data`` is ``wire``.
 
-    Table rows for most codes; ``session_mismatch`` rides on -32600 and
-    ``cancelled``, ``execution``, ``internal_error`` and ``custom`` on -32603.
+    The :data:`ERROR_CODES` row of its code for most errors; ``session_mismatch``
+    rides on -32600 (``invalid_request``) and ``cancelled``, ``execution`` and
+    ``custom`` on -32603 (``internal_error``).
     """
-    return wire.number
+    code = wire.code
+    return ERROR_CODES[_RIDES_ON.get(code, code)]

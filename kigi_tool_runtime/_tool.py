@@ -36,36 +36,22 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from enum import StrEnum
-from typing import Any, Final, Generic, Literal, Self, TypeVar
+from typing import Any, Final, Generic, Literal, Self, TypeVar, get_args
 
 import msgspec
 
 from kigi_tool_protocol import (
-    BehaviorVersionUnsupportedWire,
-    CancelledWire,
-    ConnectionLostWire,
     ContentProgress,
-    CustomErrorWire,
     CustomProgress,
-    ExecutionWire,
-    ForbiddenWire,
-    FrameTooLargeWire,
     InternalErrorWire,
-    InvalidParamsWire,
-    RenderLimitedWire,
-    SessionMismatchWire,
-    TerminalErrorWire,
     TextProgress,
-    TimeoutWire,
     ToolCallResult,
     ToolCapabilities,
     ToolErrorWire,
-    ToolNotFoundWire,
     ToolOutputJson,
     ToolOutputText,
     ToolOutputWire,
     ToolProgress,
-    UnsupportedProtocolVersionWire,
     error_code_for,
     validate_tool_call_id,
     validate_tool_id,
@@ -123,35 +109,33 @@ class ToolErrorKind(StrEnum):
     CUSTOM = "custom"
 
 
-#: The kinds whose wire variant names the tool: :meth:`ToolError.to_wire` needs a
-#: ``tool_id`` for them (the runner fills it in with :meth:`ToolError.with_tool_id`).
-_NEEDS_TOOL_ID: Final = frozenset(
-    {
-        ToolErrorKind.EXECUTION,
-        ToolErrorKind.TIMEOUT,
-        ToolErrorKind.CANCELLED,
-        ToolErrorKind.TOOL_NOT_FOUND,
-        ToolErrorKind.CONNECTION_LOST,
-        ToolErrorKind.BEHAVIOR_VERSION_UNSUPPORTED,
-        ToolErrorKind.RENDER_LIMITED,
-        ToolErrorKind.TERMINAL_ERROR,
-    }
-)
+#: Each kind's wire variant, read off the ``ToolErrorWire`` union by its tag.
+_WIRE_CLASS: Final[dict[ToolErrorKind, type[Any]]] = {
+    ToolErrorKind(cls.__struct_config__.tag): cls for cls in get_args(ToolErrorWire)
+}
 
-#: The kinds whose wire variant carries the error's sentence (as ``message``,
-#: ``reason`` or ``detail``); the others carry only data, so a sentence made for
-#: them stays on this side of the wire.
-_CARRIES_MESSAGE: Final = frozenset(
-    {
-        ToolErrorKind.INVALID_PARAMS,
-        ToolErrorKind.EXECUTION,
-        ToolErrorKind.FORBIDDEN,
-        ToolErrorKind.INTERNAL_ERROR,
-        ToolErrorKind.RENDER_LIMITED,
-        ToolErrorKind.TERMINAL_ERROR,
-        ToolErrorKind.CUSTOM,
-    }
-)
+#: Which :class:`ToolError` attribute each wire field carries. A variant's
+#: sentence travels as ``message``, ``reason`` or ``detail``; every other field
+#: has an attribute of its own (``bytes`` is ``frame_bytes``).
+_ATTRIBUTE_OF: Final[dict[str, str]] = {
+    "message": "message",
+    "reason": "message",
+    "detail": "message",
+    "tool_id": "tool_id",
+    "details": "details",
+    "elapsed_ms": "elapsed_ms",
+    "subcode": "subcode",
+    "supported": "supported",
+    "bytes": "frame_bytes",
+    "limit": "limit",
+    "requested": "requested",
+    "card_id": "card_id",
+    "request_id": "request_id",
+}
+
+#: What a required wire field holds when the error has no value for it (an
+#: error built by hand may leave ``elapsed_ms`` unset, for example).
+_UNSET: Final[dict[str, Any]] = {"elapsed_ms": 0, "bytes": 0, "limit": 0, "requested": ""}
 
 
 class ToolError(Exception):
@@ -310,49 +294,22 @@ class ToolError(Exception):
         Raises:
             ValueError: the kind needs a tool id and none is set.
         """
-        kind = self.kind
-        tool_id = self.tool_id
-        if kind in _NEEDS_TOOL_ID:
-            if tool_id is None:
-                raise ValueError(f"a {kind.value!r} error needs a tool id; call with_tool_id()")
-        else:
-            tool_id = ""
-        K = ToolErrorKind
-        wire: ToolErrorWire
-        if kind is K.INVALID_PARAMS:
-            wire = InvalidParamsWire(message=self.message, details=self.details)
-        elif kind is K.EXECUTION:
-            wire = ExecutionWire(tool_id=tool_id, message=self.message)
-        elif kind is K.TIMEOUT:
-            wire = TimeoutWire(tool_id=tool_id, elapsed_ms=self.elapsed_ms or 0)
-        elif kind is K.CANCELLED:
-            wire = CancelledWire(tool_id=tool_id)
-        elif kind is K.TOOL_NOT_FOUND:
-            wire = ToolNotFoundWire(tool_id=tool_id)
-        elif kind is K.FORBIDDEN:
-            wire = ForbiddenWire(reason=self.message)
-        elif kind is K.INTERNAL_ERROR:
-            detail = self.message if self._has_detail else None
-            wire = InternalErrorWire(request_id=self.request_id, detail=detail)
-        elif kind is K.SESSION_MISMATCH:
-            wire = SessionMismatchWire()
-        elif kind is K.CONNECTION_LOST:
-            wire = ConnectionLostWire(tool_id=tool_id)
-        elif kind is K.UNSUPPORTED_PROTOCOL_VERSION:
-            wire = UnsupportedProtocolVersionWire(supported=list(self.supported or ()))
-        elif kind is K.FRAME_TOO_LARGE:
-            wire = FrameTooLargeWire(bytes=self.frame_bytes or 0, limit=self.limit or 0)
-        elif kind is K.BEHAVIOR_VERSION_UNSUPPORTED:
-            wire = BehaviorVersionUnsupportedWire(tool_id=tool_id, requested=self.requested or "")
-        elif kind is K.RENDER_LIMITED:
-            wire = RenderLimitedWire(tool_id=tool_id, card_id=self.card_id, reason=self.message)
-        elif kind is K.TERMINAL_ERROR:
-            wire = TerminalErrorWire(tool_id=tool_id, message=self.message)
-        else:
-            assert kind is K.CUSTOM
-            wire = CustomErrorWire(
-                subcode=self.subcode or "", message=self.message, details=self.details
-            )
+        cls = _WIRE_CLASS[self.kind]
+        fields: dict[str, Any] = {}
+        for field in cls.__struct_fields__:
+            value = getattr(self, _ATTRIBUTE_OF[field])
+            if field == "tool_id" and value is None:
+                raise ValueError(
+                    f"a {self.kind.value!r} error needs a tool id; call with_tool_id()"
+                )
+            if field == "detail" and not self._has_detail:
+                value = None
+            elif field == "supported":
+                value = list(value or ())
+            elif value is None and field in _UNSET:
+                value = _UNSET[field]
+            fields[field] = value
+        wire: ToolErrorWire = cls(**fields)
         return wire
 
     @property
@@ -379,27 +336,15 @@ _REQUIRED: Final[dict[ToolErrorKind, tuple[str, ...]]] = {
 def _wire_fields(wire: ToolErrorWire, message: str | None) -> tuple[str, dict[str, Any]]:
     """The sentence and the :class:`ToolError` keyword fields (``kind`` among
     them) of ``wire``; see :meth:`ToolError.from_wire` for the sentence."""
+    fields: dict[str, Any] = {"kind": ToolErrorKind(wire.code)}
     carried: str | None = None
-    if isinstance(wire, ForbiddenWire | RenderLimitedWire):
-        carried = wire.reason
-    elif isinstance(wire, InvalidParamsWire | ExecutionWire | TerminalErrorWire | CustomErrorWire):
-        carried = wire.message
-    elif isinstance(wire, InternalErrorWire):
-        carried = wire.detail
-    supported = getattr(wire, "supported", None)
-    fields: dict[str, Any] = {
-        "kind": ToolErrorKind(wire.code),
-        "tool_id": getattr(wire, "tool_id", None),
-        "details": getattr(wire, "details", None),
-        "elapsed_ms": getattr(wire, "elapsed_ms", None),
-        "subcode": getattr(wire, "subcode", None),
-        "supported": None if supported is None else tuple(supported),
-        "frame_bytes": getattr(wire, "bytes", None),
-        "limit": getattr(wire, "limit", None),
-        "requested": getattr(wire, "requested", None),
-        "card_id": getattr(wire, "card_id", None),
-        "request_id": getattr(wire, "request_id", None),
-    }
+    for field in wire.__struct_fields__:
+        value = getattr(wire, field)
+        attribute = _ATTRIBUTE_OF[field]
+        if attribute == "message":
+            carried = value
+        else:
+            fields[attribute] = tuple(value) if field == "supported" else value
     if carried is not None:
         return carried, fields
     if message is not None:
@@ -410,20 +355,21 @@ def _wire_fields(wire: ToolErrorWire, message: str | None) -> tuple[str, dict[st
 def _sentence(fields: dict[str, Any]) -> str:
     """A sentence for a wire error that carries none and came without one."""
     K = ToolErrorKind
-    kind, tool = fields["kind"], repr(fields["tool_id"])
-    versions = ", ".join(fields["supported"] or ()) or "none"
+    kind, tool = fields["kind"], repr(fields.get("tool_id"))
+    versions = ", ".join(fields.get("supported") or ()) or "none"
     sentences = {
-        K.TIMEOUT: f"tool {tool} timed out after {fields['elapsed_ms']} ms",
+        K.TIMEOUT: f"tool {tool} timed out after {fields.get('elapsed_ms')} ms",
         K.CANCELLED: f"tool {tool} call was cancelled",
         K.TOOL_NOT_FOUND: f"no tool has the id {tool}",
         K.SESSION_MISMATCH: "the session does not own the call",
         K.CONNECTION_LOST: f"connection to tool {tool} lost",
         K.UNSUPPORTED_PROTOCOL_VERSION: f"unsupported protocol version; supported: {versions}",
         K.FRAME_TOO_LARGE: (
-            f"a frame of {fields['frame_bytes']} bytes exceeds the {fields['limit']}-byte limit"
+            f"a frame of {fields.get('frame_bytes')} bytes exceeds the"
+            f" {fields.get('limit')}-byte limit"
         ),
         K.BEHAVIOR_VERSION_UNSUPPORTED: (
-            f"tool {tool} does not support behavior version {fields['requested']!r}"
+            f"tool {tool} does not support behavior version {fields.get('requested')!r}"
         ),
     }
     return sentences.get(kind, f"{kind.value} error")
