@@ -7,20 +7,11 @@ from ._chunk import Chunk, stream_chunk
 from ._client import Call, CallProgress, Client, ClientStats, RemoteToolError
 from ._emit import LIMIT_MARKER, OMISSION_MARKER, Excerpt, OutputStream
 from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower, read_from
-from ._harness import (
-    AnomalyReported,
-    GapReported,
-    HarnessEvent,
+from ._history import (
     Message,
     MessageBlock,
-    OutputAppended,
-    ProgressNoted,
-    TextBlock,
-    ToolCallMonitor,
-    ToolCompleted,
-    ToolFailed,
+    MessageTextBlock,
     ToolResultBlock,
-    ToolStarted,
     ToolUseBlock,
     history_is_valid,
     repair_history_after_failure,
@@ -35,6 +26,17 @@ from ._loss import (
     GapMarker,
     LossReport,
     StreamKey,
+)
+from ._monitor import (
+    AnomalyReported,
+    GapReported,
+    HarnessEvent,
+    OutputAppended,
+    ProgressNoted,
+    ToolCallMonitor,
+    ToolCompleted,
+    ToolFailed,
+    ToolStarted,
 )
 from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, Record, SeqScope
 from ._runner import RunStats, ToolRun, run_tool
@@ -80,6 +82,7 @@ __all__: tuple[str, ...] = (
     "LossReport",
     "Message",
     "MessageBlock",
+    "MessageTextBlock",
     "OutputAppended",
     "OutputStream",
     "OversizedLine",
@@ -98,7 +101,6 @@ __all__: tuple[str, ...] = (
     "StreamState",
     "TailBuffer",
     "TailStats",
-    "TextBlock",
     "Tool",
     "ToolCallMonitor",
     "ToolCompleted",
