@@ -196,6 +196,12 @@ def decode_args(tool: Tool[Any], raw_args: Any) -> Any:
             f"arguments for tool {tool.id!r} are not valid JSON: {exc}",
             details={"path": "$", "reason": str(exc)},
         ) from exc
+    except RecursionError as exc:
+        reason = "nested too deeply to decode"
+        raise ToolError.invalid_params(
+            f"arguments for tool {tool.id!r} are {reason}",
+            details={"path": "$", "reason": reason},
+        ) from exc
 
 
 class ToolRun:

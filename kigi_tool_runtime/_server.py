@@ -29,7 +29,8 @@ Rule 3. Memory is bounded, and a slow reader slows the tool before anything
         and the frame carrying ``dropped_count``; its ``total_bytes`` still
         counts everything. The final response is never dropped and is written
         after the call's last queued frame.
-Rule 4. A bad line never stops the server: unparseable JSON gets -32700, a
+Rule 4. A bad line never stops the server: unparseable JSON (nested too deeply
+        to decode included) gets -32700, a
         message that is not a valid request -32600, an unknown method -32601,
         bad params -32602 (``invalid_params`` data), a line longer than the frame
         limit -32018 (``frame_too_large`` data, without the line ever being held

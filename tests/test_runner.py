@@ -144,6 +144,33 @@ def test_decode_args_raises_the_terminal_it_would_yield() -> None:
         decode_args(Counter(), {"count": "x"})
 
 
+class Loose(msgspec.Struct):
+    extra: Any = None
+
+
+class Echo(Tool[Loose]):
+    """Accepts any ``extra`` value and returns ``ok``."""
+
+    id = "echo"
+    args_type = Loose
+
+    async def execute(self, ctx: ToolContext, args: Loose) -> AsyncIterator[ToolEvent]:
+        yield ToolResult(value={"ok": True})
+
+
+@pytest.mark.parametrize("opening", [b"[", b'{"a":'])
+@pytest.mark.parametrize("depth", [1000, 5000, 100_000])
+def test_arguments_nested_too_deeply_are_invalid_params(opening: bytes, depth: int) -> None:
+    """JSON arguments nested deeper than the decoder recurses are an
+    ``invalid_params`` terminal, never a ``RecursionError``."""
+    text = b'{"extra":' + opening * depth
+    error = error_of(run_all(Echo(), text)[0])
+    assert error.kind is ToolErrorKind.INVALID_PARAMS
+    assert "nested too deeply" in error.message
+    with pytest.raises(ToolError, match="nested too deeply"):
+        decode_args(Echo(), text.decode())
+
+
 # -- a misbehaving tool: the runner repairs the grammar ------------------------------
 
 

@@ -594,3 +594,75 @@ def test_a_frame_that_cannot_be_encoded_ends_its_call_with_an_error(where: str, 
             await body()
 
     asyncio.run(bounded())
+
+
+def _deep_lines() -> list[bytes]:
+    """Lines nested past what the decoder recurses: at the top, as one envelope
+    value, and deep inside params and arguments."""
+    head = b'{"jsonrpc":"2.0","id":5,"method":"tool.call","params":'
+    call = b'{"tool_call_id":"deep","tool_id":"bash","arguments":{"command":"true","env":'
+    lines = [b"[" * 1000, b"[" * 1000 + b"]" * 1000, b'{"a":' * 1000, b"[" * 200_000]
+    lines += [b'{"jsonrpc":"2.0","id":' + b"[" * 1000, b'{"jsonrpc":' + b'{"a":' * 1000]
+    lines += [head + b"[" * 1000, head + b'{"a":' * 1000 + b"1" + b"}" * 1000 + b"}"]
+    lines += [head + call + b"[" * 5000 + b"]" * 5000 + b"}}}"]
+    return lines
+
+
+def test_lines_nested_too_deeply_get_errors_and_the_server_keeps_serving(
+    server: ServeProcess,
+) -> None:
+    """A line nested deeper than the decoder recurses (brackets, objects, deep
+    inside params) gets one -32700/-32600 error with a null id; the call in
+    flight still gets its reply and a later request is still answered."""
+    server.send(_call("c1", "sleep 0.5; echo late"))
+    lines = _deep_lines()
+    for line in lines:
+        server.send(line)
+    server.send({"jsonrpc": "2.0", "id": "after", "method": "tools.list", "params": {}})
+    refused: list[dict[str, Any]] = []
+    answered: dict[Any, dict[str, Any]] = {}
+    while len(refused) < len(lines) or set(answered) != {1, "after"}:
+        message = server.line()
+        if "id" not in message:
+            continue  # the call's progress
+        if message["id"] is None:
+            refused.append(message)
+        else:
+            answered[message["id"]] = message
+    for reply in refused:
+        assert reply["error"]["code"] in (-32700, -32600), reply
+    assert any("nested too deeply" in r["error"]["message"] for r in refused)
+    assert [t["id"] for t in answered["after"]["result"]["tools"]] == ["bash"]
+    assert answered[1]["result"]["output"]["value"]["output"] == "late\n"
+    assert server.close() == 0
+
+
+def test_every_depth_around_the_recursion_limit_is_answered() -> None:
+    """Requests nested 900 to 1000 deep in each envelope value and in the
+    arguments, around where the decoder stops, each get their reply (whichever
+    step refuses them) and the server ends cleanly at end of input."""
+    shapes = [
+        (b'{"jsonrpc":', b',"id":1,"method":"m","params":{}}'),
+        (b'{"jsonrpc":"2.0","id":2,"method":"tools.list","params":{},"session_id":', b"}"),
+        (b'{"jsonrpc":"2.0","id":3,"method":"tool.cancel","params":', b"}"),
+        (
+            b'{"jsonrpc":"2.0","id":4,"method":"tool.call","params":{"tool_call_id":"x",'
+            b'"tool_id":"bash","arguments":{"command":"true","env":',
+            b"}}}",
+        ),
+    ]
+    lines = [
+        head + b"[" * depth + b"]" * depth + tail
+        for depth in range(900, 1001, 2)
+        for head, tail in shapes
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "kigi_tool_runtime", "serve"],
+        input=b"\n".join(lines) + b"\n",
+        capture_output=True,
+        timeout=LINE_WAIT_S,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(replies) == len(lines)
+    assert all("error" in reply or "result" in reply for reply in replies)
