@@ -8,10 +8,12 @@ Rule 1. A call is ``CallProgress* (ToolCallResult | ToolError)``: iterating a
         progress frame is absorbed by the call's own :class:`Reassembler` as it
         arrives, so ``call.reassembler`` is the whole view of what the server
         sent, whether or not the consumer has taken every item yet.
-Rule 2. A call never hangs: a server that closes its output (exits, crashes,
-        is killed) fails every pending call with ``connection_lost``; a call
-        with a ``timeout`` fails with ``timeout`` at most
-        :data:`TIMEOUT_GRACE_S` after it, whatever the server does.
+Rule 2. A request never hangs: a server that closes its output (exits,
+        crashes, is killed) fails every pending call and request with
+        ``connection_lost``, and one made after that (or after ``aclose``)
+        fails at once. A call with a ``timeout`` fails with ``timeout`` at most
+        :data:`TIMEOUT_GRACE_S` after it, and ``list_tools(timeout=...)`` at
+        it, whatever the server does (one that stopped reading included).
 Rule 3. Memory is bounded: each call buffers at most
         ``call_buffer_frames`` (default :data:`CALL_BUFFER_FRAMES`) progress
         items its consumer has not taken.
@@ -238,11 +240,17 @@ class Call:
     async def __anext__(self) -> CallProgress | ToolCallResult:
         if self._finished:
             raise StopAsyncIteration
-        await self._client._flush()
         loop = asyncio.get_running_loop()
+        try:
+            # A server that stopped reading its input blocks the flush: the
+            # call's deadline bounds that wait too (Rule 2).
+            async with asyncio.timeout(self._remaining(loop)):
+                await self._client._flush()
+        except TimeoutError:
+            self._time_out()
         while not self._items:
             self._getter = loop.create_future()
-            remaining = None if self._deadline is None else self._deadline - loop.time()
+            remaining = self._remaining(loop)
             try:
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError
@@ -262,6 +270,9 @@ class Call:
             return outcome
         assert isinstance(item, CallProgress)
         return item
+
+    def _remaining(self, loop: asyncio.AbstractEventLoop) -> float | None:
+        return None if self._deadline is None else self._deadline - loop.time()
 
     def _time_out(self) -> None:
         elapsed_ms = int((asyncio.get_running_loop().time() - self._started) * 1000)
@@ -361,7 +372,8 @@ class Client:
         self._ids = itertools.count(1)
         self._calls: dict[str, Call] = {}
         self._by_request: dict[int, Call] = {}
-        self._requests: dict[int, asyncio.Future[Any]] = {}
+        # Pending requests other than calls: the method and its answer.
+        self._requests: dict[int, tuple[str, asyncio.Future[Any]]] = {}
         self._lost: str | None = None
         self._closed = False
         self._unflushed = False
@@ -512,23 +524,18 @@ class Client:
         self._send(line)
         return call
 
-    async def list_tools(self) -> list[dict[str, Any]]:
+    async def list_tools(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """The server's tools (``tools.list``): id, description, input schema and
-        capabilities of each.
+        capabilities of each. ``timeout`` (seconds) bounds the wait for the
+        answer, sending included (Rule 2).
 
         Raises:
-            RemoteToolError: the server answered with an error, or the connection
-                was lost.
+            ValueError: ``timeout`` is not positive.
+            RemoteToolError: the server answered with an error; ``connection_lost``
+                (at once when the connection is already gone or closed);
+                ``timeout``, no answer within ``timeout``.
         """
-        request_id = next(self._ids)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._requests[request_id] = future
-        request: JsonRpcRequest[Any] = JsonRpcRequest(
-            id=request_id, session_id=self.session_id, method=METHOD_TOOLS_LIST, params={}
-        )
-        self._send(json_codec.encode(request))
-        await self._flush()
-        result = await future
+        result = await self._request(METHOD_TOOLS_LIST, {}, timeout)
         tools = result.get("tools") if isinstance(result, dict) else None
         if not isinstance(tools, list):
             raise RemoteToolError(
@@ -565,6 +572,37 @@ class Client:
             self._pipe.close()
 
     # -- internals ---------------------------------------------------------------
+
+    async def _request(self, method: str, params: Any, timeout: float | None) -> Any:
+        """Send a request and wait for its result (Rule 2: a lost connection
+        fails it at once, ``timeout`` bounds the whole wait)."""
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if self._lost is not None or self._closed:
+            raise self._connection_lost(method)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        request_id = next(self._ids)
+        request: JsonRpcRequest[Any] = JsonRpcRequest(
+            id=request_id, session_id=self.session_id, method=method, params=params
+        )
+        line = json_codec.encode(request)
+        future: asyncio.Future[Any] = loop.create_future()
+        # Registered before it is sent: a send that finds the connection gone
+        # fails it through _lose like every other pending request.
+        self._requests[request_id] = (method, future)
+        try:
+            async with asyncio.timeout(timeout):
+                self._send(line)
+                await self._flush()
+                return await future
+        except TimeoutError:
+            elapsed_ms = int((loop.time() - started) * 1000)
+            wire = TimeoutWire(tool_id=method, elapsed_ms=elapsed_ms)
+            message = f"{method} got no answer within {timeout} s"
+            raise RemoteToolError(wire, message) from None
+        finally:
+            self._requests.pop(request_id, None)
 
     async def _stop_server(self, process: asyncio.subprocess.Process, grace: float) -> None:
         # SIGTERM first: a SIGKILL cannot be handled, so the server could not stop
@@ -616,7 +654,8 @@ class Client:
 
     def _connection_lost(self, tool_id: str) -> RemoteToolError:
         wire = ConnectionLostWire(tool_id=tool_id)
-        return RemoteToolError(wire, f"connection to the tool server lost: {self._lost}")
+        why = self._lost or "the client was closed"
+        return RemoteToolError(wire, f"connection to the tool server lost: {why}")
 
     def _lose(self, why: str) -> None:
         if self._lost is not None:
@@ -628,9 +667,9 @@ class Client:
             call._end(self._connection_lost(call.tool_id))
         self._calls.clear()
         self._by_request.clear()
-        for future in self._requests.values():
+        for method, future in self._requests.values():
             if not future.done():
-                future.set_exception(self._connection_lost("tools.list"))
+                future.set_exception(self._connection_lost(method))
         self._requests.clear()
 
     async def _read_loop(self) -> None:
@@ -698,15 +737,20 @@ class Client:
         if not isinstance(request_id, int):
             self._unused += 1
             return
-        future = self._requests.pop(request_id, None)
-        if future is not None:
+        pending = self._requests.pop(request_id, None)
+        if pending is not None:
+            method, future = pending
             if future.done():
                 return
             if response.error is not None:
-                future.set_exception(self._error_of(response, "tools.list"))
-            else:
-                assert response.result is not None
+                future.set_exception(self._error_of(response, method))
+                return
+            assert response.result is not None
+            try:
                 future.set_result(json_codec.decode(response.result))
+            except DecodeError as exc:
+                wire = InternalErrorWire(detail=f"the server's {method} result: {exc}")
+                future.set_exception(RemoteToolError(wire, wire.detail or ""))
             return
         call = self._by_request.pop(request_id, None)
         if call is None:

@@ -468,3 +468,143 @@ def test_connect_wraps_streams_the_caller_opened() -> None:
             assert await proc.wait() == 0
 
     _run(body)
+
+
+#: Bound on a request that must fail at once: far above what failing takes, far
+#: below the test's own bound, so a request that waits forever fails here.
+AT_ONCE_S = 10.0
+
+
+def test_every_request_fails_at_once_after_the_server_is_sigkilled() -> None:
+    """After a SIGKILLed server's output ends, the call in flight, a new call and
+    list_tools (with and without a timeout) each fail with connection_lost at once."""
+
+    async def body() -> None:
+        client = await Client.spawn(SERVE)
+        group = 0
+        try:
+            assert [t["id"] for t in await client.list_tools()] == ["bash"]
+            call = client.call("bash", {"command": "echo $$; exec sleep 60"})
+            first = await call.__anext__()
+            assert isinstance(first, CallProgress)
+            group = int(first.appended.render("").split()[0])
+            assert client.process is not None
+            client.process.kill()
+            async with asyncio.timeout(AT_ONCE_S):
+                with pytest.raises(RemoteToolError) as caught:
+                    await call.result()
+            assert caught.value.wire.code == "connection_lost"
+            for timeout in (None, TEST_WAIT_S):
+                async with asyncio.timeout(AT_ONCE_S):
+                    with pytest.raises(RemoteToolError) as caught:
+                        await (
+                            client.list_tools()
+                            if timeout is None
+                            else client.list_tools(timeout=timeout)
+                        )
+                assert caught.value.wire.code == "connection_lost"
+                assert "server exited with code -9" in caught.value.message
+            async with asyncio.timeout(AT_ONCE_S):
+                with pytest.raises(RemoteToolError, match="connection to the tool server lost"):
+                    await client.call("bash", {"command": "true"}, timeout=TEST_WAIT_S).result()
+        finally:
+            if group:  # the killed server could not stop its command's group
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
+            await client.aclose()
+
+    _run(body)
+
+
+def test_requests_to_a_program_that_exits_at_once_fail_with_connection_lost() -> None:
+    """`Client.spawn(["true"])`: list_tools fails with connection_lost, both while
+    the exit is still unseen and once it is known, and after aclose too."""
+
+    async def body() -> None:
+        client = await Client.spawn(["true"])
+        async with asyncio.timeout(AT_ONCE_S):
+            with pytest.raises(RemoteToolError, match="connection to the tool server lost"):
+                await client.list_tools()
+            with pytest.raises(RemoteToolError, match="connection to the tool server lost"):
+                await client.call("bash", {"command": "true"}).result()
+            with pytest.raises(RemoteToolError, match="connection to the tool server lost"):
+                await client.list_tools()
+            await client.aclose()
+            with pytest.raises(RemoteToolError) as caught:
+                await client.list_tools()
+            assert caught.value.wire.code == "connection_lost"
+
+    _run(body)
+
+
+def test_list_tools_times_out_on_a_server_that_never_answers() -> None:
+    """list_tools(timeout=...) fails with a timeout error from a peer that reads
+    but never answers; a timeout that is not positive is refused."""
+
+    async def body() -> None:
+        silent = [sys.executable, "-c", "import sys, time; sys.stdin.read(); time.sleep(60)"]
+        client = await Client.spawn(silent)
+        try:
+            async with asyncio.timeout(AT_ONCE_S):
+                with pytest.raises(RemoteToolError) as caught:
+                    await client.list_tools(timeout=0.2)
+            assert caught.value.wire.code == "timeout"
+            assert caught.value.kind is ToolErrorKind.TIMEOUT
+            assert "tools.list got no answer within 0.2 s" in caught.value.message
+            for bad in (0, -1.0, float("nan")):
+                with pytest.raises(ValueError, match="timeout must be > 0"):
+                    await client.list_tools(timeout=bad)
+        finally:
+            await client.aclose(wait=0.3)
+
+    _run(body)
+
+
+def test_a_server_that_stops_reading_cannot_hang_a_request_with_a_timeout() -> None:
+    """A peer that never reads its input: the request's flush blocks on a full
+    pipe, and the timeout still ends it (a call with timeout, list_tools)."""
+
+    async def body() -> None:
+        deaf = [sys.executable, "-c", "import time; time.sleep(60)"]
+        client = await Client.spawn(deaf)
+        try:
+            big = {"command": "x" * (4 * 1024 * 1024)}  # far past any pipe's buffer
+            async with asyncio.timeout(TIMEOUT_GRACE_S + AT_ONCE_S):
+                with pytest.raises(RemoteToolError) as caught:
+                    await client.call("bash", big, timeout=0.2).result()
+            assert caught.value.wire.code == "timeout"
+            async with asyncio.timeout(AT_ONCE_S):
+                with pytest.raises(RemoteToolError) as caught:
+                    await client.list_tools(timeout=0.2)
+            assert caught.value.wire.code == "timeout"
+        finally:
+            await client.aclose(wait=0.3)
+
+    _run(body)
+
+
+DEEP_TALKER = r"""
+import json, sys
+request = json.loads(sys.stdin.readline())
+out = sys.stdout.buffer
+for line in (b"[" * 1000, b'{"a":' * 1000, b"[" * 200000,
+             b'{"jsonrpc":"2.0","method":"tool_call_progress","params":' + b"[" * 5000,
+             b'{"jsonrpc":"2.0","id":' + b"[" * 1000):
+    out.write(line + b"\n")
+out.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"tools": []}}).encode())
+out.write(b"\n")
+out.flush()
+sys.stdin.read()
+"""
+
+
+def test_lines_nested_too_deeply_are_counted_unused_and_reading_goes_on() -> None:
+    """The client's reader refuses lines nested past what the decoder recurses
+    (counted as unused) and goes on to the answer after them."""
+
+    async def body() -> None:
+        async with await Client.spawn([sys.executable, "-c", DEEP_TALKER]) as client:
+            assert await client.list_tools(timeout=TEST_WAIT_S) == []
+            assert client.statistics().lines_unused == 5
+
+    _run(body)
