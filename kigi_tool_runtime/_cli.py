@@ -48,7 +48,8 @@ Exit status:
   early; 1 for any other failure of the call.
 - ``check``: 0 when every record is a valid frame, the protocol was kept and
   the last line is terminated (gaps, truncation and sender-reported drops are
-  loss, not violations), 1 otherwise. ``follow``: 0, also when stopped.
+  loss, not violations), 1 otherwise; 141 when stdout was closed early
+  (``check FILE | head``). ``follow``: 0, also when stopped.
   ``serve``: 0 at end of input, 128 + N on signal N.
 - 2 for bad usage (unknown options, bad numbers, missing files), with a message.
 """
@@ -382,6 +383,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(EXIT_USAGE, f"kigi-stream {args.command}: error: {exc}\n")
 
 
+def _stdout_closed() -> int:
+    """Point stdout at /dev/null, so the flush at exit cannot fail again (nor
+    print a traceback), and return the closed-pipe exit status."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    return EXIT_PIPE_CLOSED
+
+
 # -- serve -----------------------------------------------------------------------------
 
 
@@ -587,14 +600,7 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
                 status.update(getattr(frame.body, "total_bytes", 0))
     except BrokenPipeError:
         ctx.cancel()
-        # stdout now writes to /dev/null, so the flush at exit cannot fail again.
-        with contextlib.suppress(OSError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, out.fileno())
-            finally:
-                os.close(devnull)
-        return EXIT_PIPE_CLOSED
+        return _stdout_closed()
     finally:
         for number in _STOP_SIGNALS:
             loop.remove_signal_handler(number)
@@ -866,20 +872,23 @@ def _check(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise _UsageError(f"cannot read {args.file!r}: {exc.strerror}") from None
     rest = splitter.end()
+    violations = sum(anomaly.kind not in _LOSS_ONLY for anomaly in reassembler.anomalies)
+    violations += rest is not None
     out = sys.stdout
-    for report in reassembler.reports():
-        out.write(report.summary() + "\n")
-    violations = 0
-    for anomaly in reassembler.anomalies:
-        out.write(f"line {numbers[anomaly.index]}: {_describe(anomaly)}\n")
-        violations += anomaly.kind not in _LOSS_ONLY
-    if rest is not None:
-        out.write(f"line {number + 1}: {_unterminated(rest)}\n")
-        violations += 1
-    verdict = "ok" if not violations else plural(violations, "violation", "violations")
-    out.write(
-        f"checked {plural(reassembler.records, 'record', 'records')},"
-        f" {plural(len(reassembler.streams), 'stream', 'streams')},"
-        f" {plural(reassembler.ignored, 'other message', 'other messages')}: {verdict}\n"
-    )
+    try:
+        for report in reassembler.reports():
+            out.write(report.summary() + "\n")
+        for anomaly in reassembler.anomalies:
+            out.write(f"line {numbers[anomaly.index]}: {_describe(anomaly)}\n")
+        if rest is not None:
+            out.write(f"line {number + 1}: {_unterminated(rest)}\n")
+        verdict = "ok" if not violations else plural(violations, "violation", "violations")
+        out.write(
+            f"checked {plural(reassembler.records, 'record', 'records')},"
+            f" {plural(len(reassembler.streams), 'stream', 'streams')},"
+            f" {plural(reassembler.ignored, 'other message', 'other messages')}: {verdict}\n"
+        )
+        out.flush()
+    except BrokenPipeError:  # `check FILE | head`: the reader has seen enough
+        return _stdout_closed()
     return 0 if not violations else 1

@@ -882,3 +882,61 @@ def test_follow_labels_each_calls_text_in_a_live_served_log(tmp_path: Path) -> N
         "c1/bash_output_chunk": ["a1", "a2", "a3"],
         "c2/bash_output_chunk": ["b1", "b2", "b3"],
     }
+
+
+def test_check_piped_into_head_exits_141_quietly(tmp_path: Path) -> None:
+    """`kigi-stream check FILE | head -1` (a report far longer than the pipe
+    holds): head gets its line, check exits 141 without a traceback."""
+    log = tmp_path / "bad.jsonl"
+    log.write_text("".join(f"not json {i}\n" for i in range(20_000)))
+    script = '"$1" check "$2" | head -1; echo "status ${PIPESTATUS[0]}" >&2'
+    done = subprocess.run(
+        ["bash", "-c", script, "bash", KIGI_STREAM, str(log)],
+        capture_output=True,
+        timeout=RUN_WAIT_S,
+    )
+    assert done.stdout.decode().startswith("line 1: undecodable")
+    assert done.stdout.count(b"\n") == 1
+    assert done.stderr.decode().splitlines() == [f"status {128 + signal.SIGPIPE}"]
+
+
+def test_check_into_a_closed_pipe_exits_141_quietly(tmp_path: Path) -> None:
+    """A report short enough to sit in stdout's buffer until the end: the flush
+    into a pipe already closed still exits 141 without a traceback."""
+    log = tmp_path / "one.jsonl"
+    log.write_text('{"jsonrpc":"2.0","method":"other","params":{}}\n')
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [*CLI, "check", str(log)], stdout=write_end, stderr=subprocess.PIPE, timeout=RUN_WAIT_S
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 128 + signal.SIGPIPE
+    assert done.stderr == b""
+
+
+def test_check_and_follow_report_lines_nested_too_deeply(tmp_path: Path) -> None:
+    """Lines nested deeper than the decoder recurses, at every depth around where
+    it stops, are undecodable records to check and follow, never a crash."""
+    lines = []
+    for depth in range(900, 1001):
+        nested = b"[" * depth + b"]" * depth
+        lines.append(
+            b'{"jsonrpc":"2.0","method":"tool_call_progress","params":{"tool_call_id":"c",'
+            b'"kind":"bash_output_chunk","body":' + nested + b"}}"
+        )
+        lines.append(b'{"jsonrpc":"2.0","seq":' + nested + b',"method":"x","params":{}}')
+        lines.append(b"[" * depth)
+    log = tmp_path / "deep.jsonl"
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    checked = _cli("check", str(log))
+    assert checked.returncode == 1, checked.stderr.decode()
+    report = checked.stdout.decode().splitlines()
+    assert report[-1].startswith(f"checked {len(lines)} records, ")
+    assert report[-1].endswith(f": {len(lines)} violations")
+    assert any("nested too deeply" in line for line in report)
+    followed = _cli("follow", "--once", str(log))
+    assert followed.returncode == 0, followed.stderr.decode()
+    assert followed.stderr.decode().count("kigi-stream follow: line ") == len(lines)
