@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import stat
@@ -90,10 +91,8 @@ from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqSc
 from ._runner import run_tool
 from ._server import SERVED_METHODS, progress_line, serve_stdio
 from ._shell import (
-    DEFAULT_COMMAND_TIMEOUT_MS,
     DEFAULT_TAIL_CAPACITY,
     DEFAULT_TICK_S,
-    MAX_COMMAND_TIMEOUT_MS,
     ShellArgs,
     ShellOutcome,
     ShellTool,
@@ -108,6 +107,7 @@ __all__ = (
     "EXIT_PIPE_CLOSED",
     "EXIT_TIMEOUT",
     "EXIT_USAGE",
+    "MAX_RUN_TIMEOUT_S",
     "STATUS_AFTER_S",
     "STATUS_INTERVAL_S",
     "main",
@@ -125,6 +125,11 @@ EXIT_INTERRUPTED: Final = 128 + signal.SIGINT
 EXIT_PIPE_CLOSED: Final = 128 + signal.SIGPIPE
 #: Exit status for any other failed call.
 EXIT_FAILED: Final = 1
+
+#: The longest ``run --timeout`` in seconds: a century. Past it a deadline means
+#: nothing (leave the option out for none), and its milliseconds stay far inside
+#: the u64 range a tool's deadline is carried in.
+MAX_RUN_TIMEOUT_S: Final = 100 * 365 * 24 * 3600
 
 #: A run shorter than this never shows a status line: it would only flicker.
 STATUS_AFTER_S: Final = 1.0
@@ -206,6 +211,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _timeout_seconds(text: str) -> float:
+    value = _positive_float(text)
+    if value > MAX_RUN_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_RUN_TIMEOUT_S} seconds (100 years), got {text};"
+            " leave --timeout out for no deadline"
+        )
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kigi-stream",
@@ -260,11 +275,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=_timeout_seconds,
         metavar="SECONDS",
-        help="seconds before the command is killed, exit 124"
-        f" (default {DEFAULT_COMMAND_TIMEOUT_MS / 1000:g},"
-        f" at most {MAX_COMMAND_TIMEOUT_MS / 1000:g})",
+        help="seconds before the command's process group is stopped, exit 124"
+        " (default: no deadline)",
     )
     run.add_argument(
         "--json",
@@ -517,6 +531,8 @@ def _shell_tool(args: argparse.Namespace) -> ShellTool:
             tail_capacity=args.tail,
             max_delta_bytes=args.cap,
             limit=args.limit,
+            # A person running a command expects no deadline unless they ask.
+            default_timeout_ms=None if args.timeout is None else max(round(args.timeout * 1000), 1),
         )
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
@@ -528,16 +544,8 @@ def _run(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise _UsageError("no command given; usage: kigi-stream run [options] -- CMD ...")
-    if args.timeout is not None and args.timeout * 1000 > MAX_COMMAND_TIMEOUT_MS:
-        raise _UsageError(
-            f"--timeout {args.timeout:g} is past the shell tool's longest deadline"
-            f" of {MAX_COMMAND_TIMEOUT_MS // 1000} s"
-        )
     tool = _shell_tool(args)
-    shell_args = ShellArgs(
-        command=cmd[0] if len(cmd) == 1 else cmd,
-        timeout_ms=None if args.timeout is None else max(round(args.timeout * 1000), 1),
-    )
+    shell_args = ShellArgs(command=cmd[0] if len(cmd) == 1 else cmd)
     try:
         return asyncio.run(_run_async(tool, shell_args, json_mode=args.json))
     except KeyboardInterrupt:
@@ -578,7 +586,10 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
         loop.add_signal_handler(number, on_signal, number)
     ticker = asyncio.create_task(status.tick()) if status.enabled else None
     try:
-        async with run_tool(tool, shell_args, ctx=ctx) as run:
+        # Without --timeout the call has no deadline either; with it, the tool's
+        # capabilities put the call's deadline after the command's.
+        call_timeout = math.inf if tool.default_timeout_ms is None else None
+        async with run_tool(tool, shell_args, ctx=ctx, timeout_ms=call_timeout) as run:
             async for event in run:
                 if isinstance(event, ToolResult | ToolError):
                     terminal = event

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import math
 import re
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -218,7 +219,7 @@ class ToolRun:
         raw_args: Any,
         ctx: ToolContext,
         *,
-        timeout_ms: int | None = None,
+        timeout_ms: float | None = None,
         stop_wait: float = STOP_WAIT_S,
     ) -> None:
         self._tool = tool
@@ -309,8 +310,12 @@ class ToolRun:
                 loop.call_soon_threadsafe(self._stop, ToolErrorKind.CANCELLED)
 
         unregister = ctx.on_cancel(on_cancel)
-        deadline = loop.call_at(
-            self._started + self._timeout_ms / 1000, self._stop, ToolErrorKind.TIMEOUT
+        deadline = (
+            None
+            if math.isinf(self._timeout_ms)
+            else loop.call_at(
+                self._started + self._timeout_ms / 1000, self._stop, ToolErrorKind.TIMEOUT
+            )
         )
         channel = self._channel
         try:
@@ -324,7 +329,8 @@ class ToolRun:
                     if self._terminal is not None:
                         self._after_terminal += 1  # e.g. its cleanup raised
                         continue
-                    deadline.cancel()
+                    if deadline is not None:
+                        deadline.cancel()
                     yield self._end(item)
                 else:
                     self._progress += 1
@@ -337,7 +343,8 @@ class ToolRun:
                 else:
                     yield self._end(self._stop_error(kind))
         finally:
-            deadline.cancel()
+            if deadline is not None:
+                deadline.cancel()
             unregister()
             if not task.done():
                 if self._stop_reason is None:
@@ -488,22 +495,24 @@ def run_tool(
     raw_args: Any,
     *,
     ctx: ToolContext,
-    timeout_ms: int | None = None,
+    timeout_ms: float | None = None,
     stop_wait: float = STOP_WAIT_S,
 ) -> ToolRun:
     """Run ``tool`` with ``raw_args`` (JSON text, decoded JSON, or an
     ``args_type`` instance): progress, then exactly one terminal.
 
     ``timeout_ms`` overrides the tool's ``capabilities`` deadline (default:
-    ``effective_timeout_ms(tool.capabilities)``); ``stop_wait`` bounds how long a
+    ``effective_timeout_ms(tool.capabilities)``; ``math.inf``: no deadline, the
+    call runs until it ends or is cancelled); ``stop_wait`` bounds how long a
     stopped tool may clean up. A failing call never raises: its error is the
     terminal.
 
     Raises:
-        ValueError: ``timeout_ms`` is negative or ``stop_wait`` is not positive.
+        ValueError: ``timeout_ms`` is negative or NaN, or ``stop_wait`` is not
+            positive.
     """
-    if timeout_ms is not None and timeout_ms < 0:
-        raise ValueError(f"timeout_ms must be >= 0 or None, got {timeout_ms}")
+    if timeout_ms is not None and not timeout_ms >= 0:
+        raise ValueError(f"timeout_ms must be >= 0, math.inf or None, got {timeout_ms}")
     if not stop_wait > 0:
         raise ValueError(f"stop_wait must be > 0 seconds, got {stop_wait}")
     return ToolRun(tool, raw_args, ctx, timeout_ms=timeout_ms, stop_wait=stop_wait)

@@ -34,7 +34,7 @@ import shutil
 import signal
 import subprocess
 from collections.abc import AsyncIterator
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -104,12 +104,15 @@ MAX_OUTPUT_LIMIT: Final = 1024 * 1024
 #: output on each side of it.
 MIN_OUTPUT_LIMIT: Final = 256
 
-#: A command's deadline when the call sets none.
+#: A command's deadline when the call sets none (a ``ShellTool``'s default
+#: ``default_timeout_ms``): two minutes, so a command a model starts that never
+#: ends (a server, a prompt waiting for input) is stopped, and the model told.
 DEFAULT_COMMAND_TIMEOUT_MS: Final = 120_000
 
 #: The longest deadline a call may ask for (ten minutes). The tool's own
-#: ``ToolCapabilities.timeout_ms`` is this plus the time a kill and a drain take,
-#: so the command's deadline always fires first and its output is kept.
+#: ``ToolCapabilities.timeout_ms`` is this (or a longer ``default_timeout_ms``)
+#: plus the time a kill and a drain take, so the command's deadline always fires
+#: first and its output is kept.
 MAX_COMMAND_TIMEOUT_MS: Final = 600_000
 
 #: Seconds between SIGTERM and SIGKILL: time for a well-behaved process group to
@@ -127,6 +130,40 @@ _KILL_POLL_S: Final = 0.02
 # The capability deadline's margin over the longest command deadline: a kill
 # (grace) plus a drain plus scheduling slack on a loaded machine.
 _DEADLINE_MARGIN_MS: Final = 10_000
+
+
+def _duration(ms: int) -> str:
+    if ms % 60_000 == 0:
+        minutes = ms // 60_000
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return f"{ms // 1000} s" if ms % 1000 == 0 else f"{ms} ms"
+
+
+def _timeout_field_text(default_ms: int | None) -> str:
+    """What the input schema says of ``timeout_ms`` given the tool's default."""
+    default = "no deadline" if default_ms is None else f"{default_ms}, {_duration(default_ms)}"
+    return (
+        f"Deadline in milliseconds (default: {default}). At the deadline the command's"
+        " whole process group is stopped and the result says timed_out."
+    )
+
+
+def _description(default_ms: int | None) -> str:
+    """The tool's description given its default deadline."""
+    longest = _duration(MAX_COMMAND_TIMEOUT_MS)
+    call = _duration(MAX_COMMAND_TIMEOUT_MS + _DEADLINE_MARGIN_MS)
+    deadline = (
+        f" The command has no deadline of its own unless `timeout_ms` sets one (at most"
+        f" {longest}); the call's deadline of {call} still applies."
+        if default_ms is None
+        else f" The command is stopped after {_duration(default_ms)} unless `timeout_ms`"
+        f" sets its deadline (at most {longest})."
+    )
+    return (
+        "Run a command and stream its combined stdout and stderr. `command` is a shell"
+        " command line (run by bash) or an argv list (run directly). Returns the exit"
+        " code or signal, the duration, and the output (head and tail when long)." + deadline
+    )
 
 
 # The field types of ShellArgs, named so that a value built in Python is checked
@@ -149,7 +186,11 @@ _Env = (
 _TimeoutMs = (
     Annotated[
         int,
-        msgspec.Meta(ge=1, le=MAX_COMMAND_TIMEOUT_MS, description="Deadline in milliseconds."),
+        msgspec.Meta(
+            ge=1,
+            le=MAX_COMMAND_TIMEOUT_MS,
+            description=_timeout_field_text(DEFAULT_COMMAND_TIMEOUT_MS),
+        ),
     ]
     | None
 )
@@ -324,6 +365,10 @@ class ShellTool(Tool[ShellArgs]):
     and stderr as ``bash_output_chunk`` deltas, and return a :class:`ShellOutcome`.
 
     The keyword arguments tune the bounds (defaults are the module constants).
+    ``default_timeout_ms`` is a command's deadline when its call sets none
+    (:data:`DEFAULT_COMMAND_TIMEOUT_MS`; ``None``: no deadline of the command's
+    own, for a person at a terminal; the runner still applies the capability
+    deadline unless its caller lifts it, as ``kigi-stream run`` does).
     ``max_delta_bytes`` sets the stream's cap (its ``StreamingSpec``, declared in
     this instance's ``capabilities``); ``limit`` is a hard cap on the bytes
     streamed per call: bytes past it are read and counted but dropped, the
@@ -336,15 +381,11 @@ class ShellTool(Tool[ShellArgs]):
         ValueError: a bound is out of range (``tick``, ``grace`` or
             ``exit_drain`` not positive, ``tail_capacity`` below one frame,
             ``read_chunk`` below :data:`MIN_READ_CHUNK_BYTES`, a negative
-            ``max_delta_bytes`` or ``limit``).
+            ``max_delta_bytes`` or ``limit``, a ``default_timeout_ms`` below 1).
     """
 
     id = "bash"
-    description = (
-        "Run a command and stream its combined stdout and stderr. `command` is a shell"
-        " command line (run by bash) or an argv list (run directly). Returns the exit"
-        " code or signal, the duration, and the output (head and tail when long)."
-    )
+    description = _description(DEFAULT_COMMAND_TIMEOUT_MS)
     args_type = ShellArgs
     result_type = ShellOutcome
     capabilities = ToolCapabilities(
@@ -364,6 +405,7 @@ class ShellTool(Tool[ShellArgs]):
         max_delta_bytes: int | None = None,
         limit: int | None = None,
         shell: str | None = None,
+        default_timeout_ms: int | None = DEFAULT_COMMAND_TIMEOUT_MS,
     ) -> None:
         for name, value in (("tick", tick), ("grace", grace), ("exit_drain", exit_drain)):
             if not isinstance(value, int | float) or isinstance(value, bool):
@@ -373,7 +415,11 @@ class ShellTool(Tool[ShellArgs]):
         for name, count in (("tail_capacity", tail_capacity), ("read_chunk", read_chunk)):
             if not isinstance(count, int) or isinstance(count, bool):
                 raise TypeError(f"{name} must be an int, not {type(count).__name__}")
-        for name, bound in (("max_delta_bytes", max_delta_bytes), ("limit", limit)):
+        for name, bound in (
+            ("max_delta_bytes", max_delta_bytes),
+            ("limit", limit),
+            ("default_timeout_ms", default_timeout_ms),
+        ):
             if bound is not None and (not isinstance(bound, int) or isinstance(bound, bool)):
                 raise TypeError(f"{name} must be an int or None, not {type(bound).__name__}")
         if shell is not None and not isinstance(shell, str):
@@ -390,6 +436,19 @@ class ShellTool(Tool[ShellArgs]):
             raise ValueError(f"tail_capacity {tail_capacity} is below one frame ({cap} bytes)")
         if read_chunk < MIN_READ_CHUNK_BYTES:
             raise ValueError(f"read_chunk {read_chunk} is below {MIN_READ_CHUNK_BYTES} bytes")
+        if default_timeout_ms is not None:
+            if default_timeout_ms < 1:
+                raise ValueError(
+                    f"default_timeout_ms must be >= 1 or None, got {default_timeout_ms}"
+                )
+            if default_timeout_ms > MAX_COMMAND_TIMEOUT_MS:
+                # The call's own deadline must still fire after the command's.
+                self.capabilities = msgspec.structs.replace(
+                    self.capabilities, timeout_ms=default_timeout_ms + _DEADLINE_MARGIN_MS
+                )
+        self.default_timeout_ms = default_timeout_ms
+        if default_timeout_ms != DEFAULT_COMMAND_TIMEOUT_MS:
+            self.description = _description(default_timeout_ms)
         self.tick = tick
         self.read_chunk = read_chunk
         self.tail_capacity = tail_capacity
@@ -400,6 +459,14 @@ class ShellTool(Tool[ShellArgs]):
 
     def __repr__(self) -> str:
         return f"ShellTool(tick={self.tick}, tail_capacity={self.tail_capacity})"
+
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON Schema of :class:`ShellArgs`, its ``timeout_ms`` stating this
+        instance's default deadline."""
+        schema = super().input_schema()
+        field = schema["$defs"]["ShellArgs"]["properties"]["timeout_ms"]["anyOf"][0]
+        field["description"] = _timeout_field_text(self.default_timeout_ms)
+        return schema
 
     @property
     def spec(self) -> StreamingSpec:
@@ -438,9 +505,13 @@ class ShellTool(Tool[ShellArgs]):
 
         exit_task = loop.create_task(proc.wait())
         exit_task.add_done_callback(on_exit)
-        timeout_s = (args.timeout_ms or DEFAULT_COMMAND_TIMEOUT_MS) / 1000
+        timeout_ms = args.timeout_ms or self.default_timeout_ms
         timed_out: list[bool] = []
-        watchdog = loop.create_task(self._watchdog(proc, started + timeout_s, timed_out))
+        watchdog = (
+            None
+            if timeout_ms is None
+            else loop.create_task(self._watchdog(proc, started + timeout_ms / 1000, timed_out))
+        )
         finished = False
         try:
             next_tick = started + self.tick if ctx.wants_progress else math.inf
@@ -481,7 +552,8 @@ class ShellTool(Tool[ShellArgs]):
                 )
             )
         finally:
-            watchdog.cancel()
+            if watchdog is not None:
+                watchdog.cancel()
             reader.close()
             if not finished and (proc.returncode is None or _group_alive(proc.pid)):
                 # Cancelled (or failed) mid-run: stop the whole group.

@@ -80,6 +80,41 @@ def test_run_times_out_with_124() -> None:
     assert "timed out" in done.stderr.decode()
 
 
+#: `run` with the shell tool's default command deadline and its call deadline
+#: both shrunk to 0.3 s in this process, so a deadline that still applied would
+#: show in a second instead of two minutes.
+SHRUNK_DEADLINES = """
+import sys, msgspec
+import kigi_tool_runtime._shell as shell
+from kigi_tool_runtime._cli import main
+shell.DEFAULT_COMMAND_TIMEOUT_MS = 300
+shell.ShellTool.capabilities = msgspec.structs.replace(shell.ShellTool.capabilities, timeout_ms=300)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_run_has_no_deadline_without_timeout() -> None:
+    """Without --timeout neither the shell tool's default deadline nor its call
+    deadline stops the command (both shrunk here, so the test is quick)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SHRUNK_DEADLINES, "run", "--", "sleep 1; echo done"],
+        capture_output=True,
+        timeout=RUN_WAIT_S,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == b"done\n"
+    assert "exit 0" in done.stderr.decode()
+
+
+def test_run_takes_a_timeout_past_ten_minutes() -> None:
+    """--timeout has no ten-minute ceiling, and --help says there is no default."""
+    done = _cli("run", "--timeout", "3600", "--", "echo fine")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == b"fine\n"
+    usage = " ".join(_cli("run", "--help").stdout.decode().split())
+    assert "(default: no deadline)" in usage
+
+
 def test_run_json_checked_agrees_with_the_live_view(tmp_path: Path) -> None:
     """`run --json` frames pass `check` and reassemble (via `follow --once`) to the
     same text, byte for byte, as the live view of the same command."""
@@ -241,7 +276,12 @@ def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
         (["run"], "no command given"),
         (["run", "--tick", "0", "--", "true"], "must be a positive number, got 0"),
         (["run", "--tail", "abc", "--", "true"], "expected a whole number, got 'abc'"),
-        (["run", "--timeout", "9999", "--", "true"], "past the shell tool's longest deadline"),
+        (["run", "--timeout", "-1", "--", "true"], "must be a positive number, got -1"),
+        (["run", "--timeout", "0", "--", "true"], "must be a positive number, got 0"),
+        (["run", "--timeout", "nan", "--", "true"], "must be a positive number, got nan"),
+        (["run", "--timeout", "inf", "--", "true"], "must be a positive number, got inf"),
+        (["run", "--timeout", "soon", "--", "true"], "expected a number, got 'soon'"),
+        (["run", "--timeout", "1e30", "--", "true"], "leave --timeout out for no deadline"),
         (["run", "--tail", "10", "--", "true"], "--tail 10 is below --cap (16384 bytes"),
         (["run", "--cap", "-1", "--", "true"], "must not be negative, got -1"),
         (["run", "--limit", "x", "--", "true"], "expected a whole number, got 'x'"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -478,6 +479,26 @@ def test_the_deadline_comes_from_the_capabilities() -> None:
     assert "(limit 50 ms)" in error.message
 
 
+class Napper(Tool[Count]):
+    """Sleeps a little longer than its declared deadline, then returns."""
+
+    id = "napper"
+    args_type = Count
+    capabilities = ToolCapabilities(timeout_ms=50)
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        await asyncio.sleep(0.3)
+        yield ToolResult(value="rested")
+
+
+def test_an_infinite_timeout_lifts_the_deadline() -> None:
+    """``timeout_ms=math.inf``: no deadline, so a tool slower than its declared one
+    still returns its result (and without the override it times out)."""
+    assert error_of(run_all(Napper())[0]).kind is ToolErrorKind.TIMEOUT
+    items, _ = run_all(Napper(), timeout_ms=math.inf)
+    assert items == [ToolResult(value="rested")]
+
+
 def test_ctx_cancel_ends_the_call_with_cancelled() -> None:
     """``ctx.cancel()`` mid-call cancels the tool's task: the tool sees
     ``CancelledError``, and the terminal is ``cancelled``."""
@@ -649,8 +670,11 @@ def test_a_slow_consumer_holds_back_the_tool_within_the_channel_depth() -> None:
 def test_run_tool_checks_its_bounds() -> None:
     """A negative deadline or a non-positive stop wait is refused at the call."""
     ctx = ToolContext("c")
-    with pytest.raises(ValueError, match="timeout_ms must be >= 0 or None, got -1"):
-        run_tool(Counter(), {}, ctx=ctx, timeout_ms=-1)
+    for bad in (-1, float("nan"), -math.inf):
+        with pytest.raises(
+            ValueError, match=f"timeout_ms must be >= 0, math.inf or None, got {bad}"
+        ):
+            run_tool(Counter(), {}, ctx=ctx, timeout_ms=bad)
     with pytest.raises(ValueError, match="stop_wait must be > 0 seconds, got 0"):
         run_tool(Counter(), {}, ctx=ctx, stop_wait=0)
 

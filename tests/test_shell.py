@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import re
 import signal
@@ -30,6 +31,7 @@ from kigi_tool_runtime import (
     run_tool,
 )
 from kigi_tool_runtime._shell import (
+    DEFAULT_COMMAND_TIMEOUT_MS,
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TAIL_CAPACITY,
     MAX_COMMAND_TIMEOUT_MS,
@@ -805,9 +807,81 @@ def test_shell_args_built_directly_are_checked_like_their_json(
         ({"max_delta_bytes": "8"}, "max_delta_bytes"),
         ({"limit": "10"}, "limit"),
         ({"shell": 1}, "shell"),
+        ({"default_timeout_ms": 1.5}, "default_timeout_ms"),
     ],
 )
 def test_shell_tool_names_an_argument_of_the_wrong_type(kwargs: dict[str, Any], name: str) -> None:
     """A wrong-typed argument raises TypeError naming it, not a comparison error."""
     with pytest.raises(TypeError, match=f"^{name} must be "):
         ShellTool(**kwargs)
+
+
+# -- the default deadline ------------------------------------------------------------
+
+
+def test_the_default_deadline_is_stated_in_the_description_and_the_schema() -> None:
+    """What a model reads says when its command is stopped: the description and the
+    ``timeout_ms`` field's schema state the default (2 minutes) and the ceiling."""
+    assert DEFAULT_COMMAND_TIMEOUT_MS == 120_000
+    tool = ShellTool()
+    assert "stopped after 2 minutes unless `timeout_ms`" in tool.description
+    assert "at most 10 minutes" in tool.description
+    field = tool.input_schema()["$defs"]["ShellArgs"]["properties"]["timeout_ms"]
+    assert "(default: 120000, 2 minutes)" in field["anyOf"][0]["description"]
+    assert field["anyOf"][0]["maximum"] == MAX_COMMAND_TIMEOUT_MS
+    assert (
+        "(default: 120000, 2 minutes)"
+        in msgspec.json.schema(ShellArgs)["$defs"]["ShellArgs"]["properties"]["timeout_ms"][
+            "anyOf"
+        ][0]["description"]
+    )
+
+
+def test_an_instance_default_deadline_is_what_it_states_and_applies() -> None:
+    """``default_timeout_ms`` is applied to a call that sets none, stated in that
+    instance's description and schema, and lifts the call deadline past itself;
+    ``None`` states no deadline of the command's own; below 1 is refused."""
+    hour = ShellTool(default_timeout_ms=3_600_000)
+    assert "stopped after 60 minutes" in hour.description
+    assert hour.capabilities.timeout_ms is not None
+    assert hour.capabilities.timeout_ms > 3_600_000
+    assert ShellTool.description != hour.description  # the class keeps its own
+    none = ShellTool(default_timeout_ms=None)
+    assert "no deadline of its own unless `timeout_ms` sets one" in none.description
+    field = none.input_schema()["$defs"]["ShellArgs"]["properties"]["timeout_ms"]
+    assert "(default: no deadline)" in field["anyOf"][0]["description"]
+    for bad in (0, -5):
+        with pytest.raises(ValueError, match="default_timeout_ms must be >= 1 or None"):
+            ShellTool(default_timeout_ms=bad)
+    _, terminal, before, after = asyncio.run(
+        stop_after_output(py(TICKER), ShellTool(default_timeout_ms=DEADLINE_MS))
+    )
+    assert isinstance(terminal, ToolResult)
+    outcome = terminal.value
+    assert isinstance(outcome, ShellOutcome)
+    assert outcome.timed_out
+    assert_group_gone(pid_line(outcome.output))
+    assert before == after
+
+
+def test_no_default_deadline_and_no_call_deadline_let_a_command_run_on() -> None:
+    """With ``default_timeout_ms=None`` and the call deadline lifted
+    (``timeout_ms=math.inf``), a command outlives what both would have been."""
+
+    async def body() -> ToolResult | ToolError:
+        tool = ShellTool(default_timeout_ms=None)
+        tool.capabilities = msgspec.structs.replace(tool.capabilities, timeout_ms=100)
+        ctx = ToolContext("call-long")
+        terminal: list[ToolResult | ToolError] = []
+        async with asyncio.timeout(PATIENCE_S):
+            run = run_tool(tool, {"command": "sleep 0.6; echo done"}, ctx=ctx, timeout_ms=math.inf)
+            async for item in run:
+                if isinstance(item, (ToolResult, ToolError)):
+                    terminal.append(item)
+        return terminal[0]
+
+    terminal = asyncio.run(body())
+    assert isinstance(terminal, ToolResult), terminal
+    outcome = terminal.value
+    assert isinstance(outcome, ShellOutcome)
+    assert (outcome.exit_code, outcome.timed_out, outcome.output) == (0, False, "done\n")
