@@ -77,6 +77,7 @@ from kigi_tool_protocol import (
     progress_to_frame,
 )
 
+from ._fdwriter import FdWriter, OutputStalled
 from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower
 from ._lines import LineSplitter, OversizedLine
 from ._loss import DEFAULT_GAP_MARKER, Anomaly, StreamKey, plural
@@ -89,7 +90,7 @@ from ._nats_cli import (
 )
 from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
 from ._runner import run_tool
-from ._server import SERVED_METHODS, progress_line, serve_stdio
+from ._server import SERVED_METHODS, Server, open_stdio, progress_line
 from ._shell import (
     DEFAULT_TAIL_CAPACITY,
     DEFAULT_TICK_S,
@@ -110,6 +111,7 @@ __all__ = (
     "MAX_RUN_TIMEOUT_S",
     "STATUS_AFTER_S",
     "STATUS_INTERVAL_S",
+    "STOP_FLUSH_S",
     "main",
 )
 
@@ -130,6 +132,12 @@ EXIT_FAILED: Final = 1
 #: nothing (leave the option out for none), and its milliseconds stay far inside
 #: the u64 range a tool's deadline is carried in.
 MAX_RUN_TIMEOUT_S: Final = 100 * 365 * 24 * 3600
+
+#: Seconds `run` still writes the command's output after a stop signal: a live
+#: reader gets the end of it; past that, a reader that stopped reading no longer
+#: keeps kigi-stream from exiting (what was not written is counted on stderr).
+#: Short, because whoever sent the signal wants it to stop.
+STOP_FLUSH_S: Final = 2.0
 
 #: A run shorter than this never shows a status line: it would only flicker.
 STATUS_AFTER_S: Final = 1.0
@@ -397,6 +405,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(EXIT_USAGE, f"kigi-stream {args.command}: error: {exc}\n")
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _stdout_closed() -> int:
     """Point stdout at /dev/null, so the flush at exit cannot fail again (nor
     print a traceback), and return the closed-pipe exit status."""
@@ -426,31 +441,42 @@ def _serve_mcp(args: argparse.Namespace) -> int:
 
 async def _serve(max_frame_bytes: int) -> int:
     # A stop signal ends serving as end of input does: every call in flight is
-    # cancelled (its command's process group stopped) and answered, then 128 + N.
+    # cancelled (its command's process group stopped) and answered, the final
+    # flush bounded, then 128 + N. A second signal cuts the wait short: the
+    # calls are cancelled again, which kills their process groups at once.
     loop = asyncio.get_running_loop()
     serving = asyncio.current_task()
     assert serving is not None
     stopped_by: list[int] = []
 
     def on_signal(number: int) -> None:
-        if not stopped_by:
-            stopped_by.append(number)
+        stopped_by.append(number)
+        if len(stopped_by) <= 2:
             serving.cancel()
 
+    server = Server([ShellTool()], max_frame_bytes=max_frame_bytes)
+    reader, sink = await open_stdio()
     for number in _STOP_SIGNALS:
         loop.add_signal_handler(number, on_signal, number)
     if sys.stdin.isatty():
         sys.stderr.write(_SERVE_TTY_HINT)
         sys.stderr.flush()
     try:
-        await serve_stdio([ShellTool()], max_frame_bytes=max_frame_bytes)
+        await server.serve(reader, sink)
     except asyncio.CancelledError:
         if not stopped_by:
             raise
-        serving.uncancel()
+        while serving.uncancel():
+            pass
     finally:
         for number in _STOP_SIGNALS:
             loop.remove_signal_handler(number)
+    abandoned = server.statistics().lines_abandoned
+    if abandoned:
+        sys.stderr.write(
+            f"kigi-stream serve: stdout was not being read; {abandoned} lines"
+            " (replies and progress frames) were never written\n"
+        )
     return 128 + stopped_by[0] if stopped_by else 0
 
 
@@ -562,7 +588,9 @@ def _same_destination(one: IO[Any], other: IO[Any]) -> bool:
 
 
 async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool) -> int:
-    out = sys.stdout.buffer
+    # Written from a thread: stdout into a pipe nobody reads blocks that thread,
+    # never the event loop, so the signal handlers and the tool keep running.
+    out = FdWriter(sys.stdout.fileno())
     status = _Status(sys.stderr, sys.stderr.isatty() and not json_mode)
     # On a terminal, the status line shares the screen with the output: drawing
     # it (and clearing it) while the output's last line is unfinished would
@@ -576,11 +604,20 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
     frames = 0
     terminal: ToolResult | ToolError | None = None
     loop = asyncio.get_running_loop()
+    running = asyncio.current_task()
+    assert running is not None
     stopped_by: list[int] = []
 
     def on_signal(number: int) -> None:
+        # The first signal stops the command and leaves the rest of its output
+        # STOP_FLUSH_S to be read; a second one stops waiting at once.
         stopped_by.append(number)
-        ctx.cancel()
+        if len(stopped_by) == 1:
+            ctx.cancel()
+            out.give_up_at(loop.time() + STOP_FLUSH_S)
+        elif len(stopped_by) == 2:
+            out.give_up()
+            running.cancel()
 
     for number in _STOP_SIGNALS:
         loop.add_signal_handler(number, on_signal, number)
@@ -596,23 +633,38 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
                     continue
                 frame = progress_to_frame(_CALL_ID, event)
                 appended = reassembler.appended(frame, seq)
+                text = ""
                 if json_mode:
-                    out.write(progress_line(_CALL_ID, seq, frame.kind, frame.body))
+                    data = progress_line(_CALL_ID, seq, frame.kind, frame.body)
                 else:
                     text = appended.render(DEFAULT_GAP_MARKER)
+                    data = text.encode("utf-8", "surrogateescape")
                     if text:
                         status.clear()
-                        out.write(text.encode("utf-8", "surrogateescape"))
-                        ends_line = text.endswith("\n")
-                        status.held = out_on_terminal and not ends_line
-                out.flush()
+                        # Not drawn while the text is on its way: it would land
+                        # between the status line and its clearing.
+                        status.held = True
+                if data:
+                    with contextlib.suppress(OutputStalled):  # counted in out.unwritten
+                        await out.write(data)
+                if text:
+                    ends_line = text.endswith("\n")
+                    status.held = out_on_terminal and not ends_line
                 seq += 1
                 frames += 1
                 status.update(getattr(frame.body, "total_bytes", 0))
     except BrokenPipeError:
         ctx.cancel()
         return _stdout_closed()
+    except asyncio.CancelledError:
+        if len(stopped_by) < 2:
+            raise
+        # The second signal: the tool's task, still stopping, is cancelled as
+        # the loop closes, which kills the command's process group at once.
+        while running.uncancel():
+            pass
     finally:
+        out.close()
         for number in _STOP_SIGNALS:
             loop.remove_signal_handler(number)
         if ticker is not None:
@@ -620,6 +672,11 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
         status.clear()
+    if out.unwritten:
+        sys.stderr.write(
+            f"kigi-stream: stdout was not being read; {out.unwritten} bytes of output"
+            " were never written\n"
+        )
     duration = time.monotonic() - started
     signalled = stopped_by[0] if stopped_by else None
     # Output without a final newline on the summary's own screen or file would
@@ -680,6 +737,9 @@ def _finish(
         else:
             code = EXIT_FAILED
         parts.append(f"{terminal.kind.value}: {terminal.message}")
+    elif signalled is not None:  # a second signal: no waiting for the terminal
+        code = 128 + signalled
+        parts.append(f"stopped by {_signal_name(signalled)} before the call ended")
     else:  # pragma: no cover - run_tool always ends with a terminal
         code = EXIT_FAILED
         parts.append("no result")

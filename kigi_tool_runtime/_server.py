@@ -45,7 +45,11 @@ Rule 5. Cancellation: a ``hook`` (notification or request) whose event is
         ends with a ``cancelled`` error. ``SessionEnded`` cancels every call.
 Rule 6. End of input cancels every call in flight, writes their final
         responses, flushes, and returns. A broken output stream cancels
-        every call and returns.
+        every call and returns. The final flush waits while the output moves,
+        for at most :data:`FINAL_FLUSH_S`, and gives up once no byte has left
+        for :data:`WRITER_STALL_S` (a peer that stopped reading): the lines it
+        never wrote are counted (``ServerStats.lines_abandoned``), and
+        ``serve`` returns all the same.
 """
 
 from __future__ import annotations
@@ -96,6 +100,7 @@ from ._tool import Tool, ToolContext, ToolError, ToolResult
 
 __all__ = (
     "CALL_QUEUE_BYTES",
+    "FINAL_FLUSH_S",
     "MAX_CALLS_IN_FLIGHT",
     "MAX_CONTROL_LINES",
     "SERVED_METHODS",
@@ -119,6 +124,11 @@ CALL_QUEUE_BYTES: Final = 1024 * 1024
 #: oldest frames instead, so a tool is never held hostage by a stalled reader.
 #: Long enough that a busy but live reader on a loaded machine is waited for.
 WRITER_STALL_S: Final = 1.0
+
+#: Seconds the final flush (Rule 6) may take in all, however slowly the output
+#: moves: a live reader takes even the largest backlog (every call's queue full)
+#: in far less, and a server asked to stop must stop.
+FINAL_FLUSH_S: Final = 10.0
 
 #: Calls one connection may run at once. With :data:`CALL_QUEUE_BYTES` this bounds
 #: a stalled connection's queued progress to 64 MiB; a call past it is refused
@@ -164,13 +174,16 @@ _I64_MAX: Final = 2**63 - 1
 
 class ServerStats(NamedTuple):
     """Counters of a :class:`Server`: calls started and still in flight, progress
-    frames written and dropped (Rule 3), and input lines rejected (Rule 4)."""
+    frames written and dropped (Rule 3), input lines rejected (Rule 4), and
+    lines (replies and frames) never written because the final flush gave up
+    on a peer that stopped reading (Rule 6)."""
 
     calls_started: int
     calls_in_flight: int
     frames_written: int
     frames_dropped: int
     lines_rejected: int
+    lines_abandoned: int = 0
 
 
 class _Probe(msgspec.Struct):
@@ -361,6 +374,7 @@ class _Writer:
         self.broken = False
         self.frames_written = 0
         self.frames_dropped = 0
+        self.abandoned = 0
         self._moved = asyncio.Event()
         self._last_move = asyncio.get_running_loop().time()
         self._pending = False  # bytes handed to the sink whose drain has not returned
@@ -426,6 +440,20 @@ class _Writer:
         """Finish once everything queued is written."""
         self._closing = True
         self._wake.set()
+
+    def abandon(self) -> int:
+        """Drop everything still queued (the output is not being read); returns
+        how many lines that was."""
+        lines = len(self._control)
+        for outbox in self._ready:
+            lines += len(outbox.frames) + (outbox.final is not None)
+        self._control.clear()
+        self._ready.clear()
+        self.abandoned += lines
+        self.broken = True
+        self._space.set()
+        self._moved.set()
+        return lines
 
     async def run(self) -> None:
         """Write until closed and flushed. Returns early, with ``broken`` set, if
@@ -526,6 +554,7 @@ class Server:
             0 if writer is None else writer.frames_written,
             0 if writer is None else writer.frames_dropped,
             self._lines_rejected,
+            0 if writer is None else writer.abandoned,
         )
 
     async def serve(self, reader: asyncio.StreamReader, writer: _Sink) -> None:
@@ -554,7 +583,21 @@ class Server:
             if calls:
                 await asyncio.gather(*(c.task for c in calls), return_exceptions=True)
             out.close()
-            await write_task
+            await self._final_flush(out, write_task)
+
+    @staticmethod
+    async def _final_flush(out: _Writer, write_task: asyncio.Task[None]) -> None:
+        """Rule 6: wait for the writer while the output moves, within bounds."""
+        give_up = asyncio.get_running_loop().time() + FINAL_FLUSH_S
+        while not write_task.done():
+            left = give_up - asyncio.get_running_loop().time()
+            if left <= 0 or out.stalled():
+                break
+            await asyncio.wait({write_task}, timeout=min(left, WRITER_STALL_S))
+        if not write_task.done():
+            write_task.cancel()
+            await asyncio.wait({write_task})  # its cancellation, not ours, ends it
+            out.abandon()
 
     async def _read_loop(self, reader: asyncio.StreamReader, out: _Writer) -> None:
         async for line in read_lines(reader, self._max_frame_bytes):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -10,9 +11,11 @@ import pty
 import re
 import select
 import signal
+import struct
 import subprocess
 import sys
 import sysconfig
+import termios
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -770,7 +773,7 @@ def test_help_shows_defaults_descriptions_and_the_commands_stdin() -> None:
     assert "default 16384, 16.0 KiB; 0: one character per delta" in run
     assert "default 1048576, 1.0 MiB" in run
     assert "milliseconds between drains (default 100)" in run
-    assert "exit 124 (default 120, at most 600)" in run
+    assert "exit 124 (default: no deadline)" in run
     assert "its stdin is /dev/null" in run
     follow = " ".join(_kigi("follow", "--help").stdout.decode().split())
     assert "FILE the frame log; - (or a pipe) is standard input" in follow
@@ -980,3 +983,202 @@ def test_check_and_follow_report_lines_nested_too_deeply(tmp_path: Path) -> None
     followed = _cli("follow", "--once", str(log))
     assert followed.returncode == 0, followed.stderr.decode()
     assert followed.stderr.decode().count("kigi-stream follow: line ") == len(lines)
+
+
+# -- stopping with stdout not read ----------------------------------------------------
+
+#: Bound on each wait in the stopping tests (a pipe filling, a file appearing, a
+#: process exiting, a group going): far above what any takes, far below the
+#: stalls they guard against (a wait that never ends, a 60 s grace).
+STOP_WAIT_S = 30.0
+
+#: `kigi-stream` with the shell tool's kill grace and the runner's and server's
+#: stop waits raised to 60 s: a group that ignores SIGTERM then keeps a first
+#: signal's stop waiting that long, so only a second signal ends it sooner.
+PATIENT_CLI = """
+import sys
+from kigi_tool_runtime import _runner, _server, _shell
+_shell.ShellTool.__init__.__kwdefaults__["grace"] = 60.0
+_runner.run_tool.__kwdefaults__["stop_wait"] = 60.0
+_server.Server.__init__.__kwdefaults__["stop_wait"] = 60.0
+from kigi_tool_runtime._cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _until(what: str, ready: Any) -> None:
+    deadline = time.monotonic() + STOP_WAIT_S
+    while not ready():
+        assert time.monotonic() < deadline, f"{what}: not within {STOP_WAIT_S} s"
+        time.sleep(0.05)
+
+
+def _wait_until_full(fd: int) -> None:
+    """Wait until the pipe read by ``fd`` holds at least half its size and stays
+    put (the writer is blocked: nobody reads it)."""
+    size = fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032))
+    seen = [-1]
+
+    def full() -> bool:
+        held = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+        steady = held == seen[0]
+        seen[0] = held
+        time.sleep(0.2)
+        return held >= size // 2 and steady
+
+    _until("the pipe filled", full)
+
+
+def _group_of(pidfile: Path) -> int:
+    _until("the command wrote its pid", lambda: pidfile.exists() and pidfile.read_text())
+    return int(pidfile.read_text())
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _stop_unread(
+    argv: list[str], how: signal.Signals | None, stdin: bytes | None, pidfile: Path
+) -> tuple[int, str]:
+    """Start ``argv`` with stdout a pipe nobody reads (``stdin`` sent, then left
+    open), wait until that pipe is full, then send ``how`` (None: close stdin).
+    Returns the exit status and stderr; the command's group must be gone."""
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    group = 0
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        if stdin is not None:
+            proc.stdin.write(stdin)
+            proc.stdin.flush()
+        group = _group_of(pidfile)
+        _wait_until_full(proc.stdout.fileno())
+        if how is None:
+            proc.stdin.close()
+        else:
+            proc.send_signal(how)
+        code = proc.wait(timeout=STOP_WAIT_S)
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+        _until("the command's process group is gone", lambda: _group_gone(group))
+        group = 0
+        return code, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+def _serve_calls(pidfile: Path, command: str) -> bytes:
+    """A call that records its group and runs ``command``, and one that floods."""
+    calls = [
+        ("long", f"echo $$ > {pidfile}; {command}"),
+        ("flood", "head -c 3000000 /dev/zero | tr '\\0' x"),
+    ]
+    return b"".join(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": number,
+                "method": "tool.call",
+                "params": {
+                    "tool_call_id": call_id,
+                    "tool_id": "bash",
+                    "arguments": {"command": cmd},
+                },
+            }
+        ).encode()
+        + b"\n"
+        for number, (call_id, cmd) in enumerate(calls, start=1)
+    )
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, None])
+def test_serve_with_stdout_not_read_stops_on_a_signal_or_end_of_input(
+    tmp_path: Path, how: signal.Signals | None
+) -> None:
+    """`serve` whose stdout nobody reads (full) stops on SIGTERM, SIGINT and
+    SIGHUP (128 + N) and at end of input (0): the final flush gives up, the
+    calls' commands are stopped, and stderr counts the lines never written."""
+    pidfile = tmp_path / "pid"
+    stdin = _serve_calls(pidfile, "exec sleep 60")
+    code, err = _stop_unread([*CLI, "serve"], how, stdin, pidfile)
+    assert code == (0 if how is None else 128 + how), err
+    assert "stdout was not being read" in err
+    assert "were never written" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
+def test_run_with_stdout_not_read_stops_on_a_signal(tmp_path: Path, how: signal.Signals) -> None:
+    """`run` whose stdout nobody reads (full) stops on SIGTERM and SIGINT with
+    128 + N: the command's group is stopped, the output left is given up after
+    the flush deadline, and stderr says how much was never written."""
+    pidfile = tmp_path / "pid"
+    argv = [*CLI, "run", "--", f"echo $$ > {pidfile}; exec yes"]
+    code, err = _stop_unread(argv, how, None, pidfile)
+    assert code == 128 + how, err
+    assert re.search(r"stdout was not being read; \d+ bytes of output were never written", err)
+    assert "cancelled" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_a_second_signal_forces_the_exit_and_still_kills_the_group(
+    tmp_path: Path, command: str
+) -> None:
+    """A command group that ignores SIGTERM keeps a first SIGTERM's stop waiting
+    (here 60 s); a second SIGTERM ends `run` and `serve` at once with 143, and
+    the group is SIGKILLed on the way out, not orphaned."""
+    pidfile = tmp_path / "pid"
+    ignoring = f"trap '' TERM; echo $$ > {pidfile}; while :; do sleep 0.05; done"
+    argv = [sys.executable, "-c", PATIENT_CLI, command]
+    stdin = None
+    if command == "run":
+        argv += ["--", ignoring]
+    else:
+        stdin = _serve_calls(pidfile, ignoring)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    group = 0
+    try:
+        assert proc.stdin is not None
+        if stdin is not None:
+            proc.stdin.write(stdin)
+            proc.stdin.flush()
+        group = _group_of(pidfile)
+        proc.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)  # the first stop waits on the group
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=STOP_WAIT_S) == 128 + signal.SIGTERM
+        _until("the command's process group is gone", lambda: _group_gone(group))
+        group = 0
+        assert proc.stderr is not None
+        assert "Traceback" not in proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        for stream in (proc.stdin, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
