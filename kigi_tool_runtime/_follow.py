@@ -5,7 +5,9 @@ Invariants:
 Rule 1. An offset always sits at the start of a line. A read returns the
         complete lines after it and the offset of the first incomplete one: a
         line the writer is still writing is left for the next read, never
-        returned twice and never returned in part.
+        returned twice and never returned in part. A read ends at the size the
+        file had when it began, so a writer appending faster than it reads
+        cannot keep it going.
 Rule 2. Reading from a saved offset and absorbing the fold of what was read
         equals folding the file whole (the :class:`Reassembler` fold contract),
         so a viewer that reconnects is whole again on its first read.
@@ -108,20 +110,24 @@ def _read(
                 f" {offset}; an append-only frame log never shrinks (was it replaced?)"
             )
         handle.seek(offset)
-        lines, offset = _split(handle, offset, limit, keep_empty)
+        # Only what the file held when it was opened: a writer appending faster
+        # than this reads (or a file that never ends) cannot keep one read going.
+        lines, offset = _split(handle, offset, limit, keep_empty, info.st_size - offset)
         return lines, offset, identity
 
 
 def _split(
-    handle: BinaryIO, offset: int, limit: int, keep_empty: bool
+    handle: BinaryIO, offset: int, limit: int, keep_empty: bool, size: int
 ) -> tuple[list[bytes | OversizedLine], int]:
+    # ``size``: the bytes to read from ``offset``; what follows is the next read's.
     read = handle.read
     lines: list[bytes | OversizedLine] = []
     pending = bytearray()
     skipping = 0  # > 0: bytes of an over-long line discarded so far
     line_start = offset  # the file offset of the first byte not yet returned
     while True:
-        block: bytes = read(READ_BLOCK_BYTES)
+        block: bytes = read(min(READ_BLOCK_BYTES, size))
+        size -= len(block)
         if not block:
             return lines, line_start
         start = 0

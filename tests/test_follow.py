@@ -4,6 +4,7 @@ with bounded memory for over-long lines."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -313,3 +314,36 @@ def test_a_100_mb_stream_through_a_log_arrives_whole(tmp_path: Path) -> None:
     assert text[: len(piece.decode())] == piece.decode()
     assert text.count("é\n") == repeats
     assert text.endswith(piece.decode())
+
+
+#: A read of a file that never ends, and a follower polling it: each must
+#: return (with nothing: its size is 0) instead of reading forever.
+ENDLESS_FILE = """
+import asyncio
+from kigi_tool_runtime._follow import Follower, read_from
+print(read_from("/dev/zero"))
+follower = Follower("/dev/zero")
+print(follower.poll().records, follower.offset)
+
+async def follow() -> None:
+    async def polls() -> None:
+        async for _ in follower.follow(0.01):
+            pass
+    try:
+        await asyncio.wait_for(polls(), 0.3)  # the loop runs, so the timeout fires
+    except TimeoutError:
+        print("still polling")
+
+asyncio.run(follow())
+"""
+
+
+def test_a_read_ends_at_the_size_the_file_had() -> None:
+    """A read stops at the size the file had when it began: a file that never
+    ends (/dev/zero, size 0) gives no lines at once, and a follower polling it
+    keeps yielding to the event loop."""
+    done = subprocess.run(
+        [sys.executable, "-c", ENDLESS_FILE], capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().splitlines() == ["([], 0)", "0 0", "still polling"]
