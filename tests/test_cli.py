@@ -1123,6 +1123,54 @@ def test_serve_with_stdout_not_read_stops_on_a_signal_or_end_of_input(
     assert "Traceback" not in err
 
 
+def _mcp_calls(pidfile: Path, command: str) -> bytes:
+    """The MCP handshake, then the calls of :func:`_serve_calls` as tools/call."""
+    calls = [
+        ("long", f"echo $$ > {pidfile}; {command}"),
+        ("flood", "head -c 30000000 /dev/zero | tr '\\0' x"),
+    ]
+    messages: list[dict[str, Any]] = [
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    ]
+    messages += [
+        {
+            "jsonrpc": "2.0",
+            "id": number,
+            "method": "tools/call",
+            "params": {
+                "name": "bash",
+                "arguments": {"command": cmd},
+                "_meta": {"progressToken": call_id},
+            },
+        }
+        for number, (call_id, cmd) in enumerate(calls, start=1)
+    ]
+    return b"".join(json.dumps(message).encode() + b"\n" for message in messages)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, None])
+def test_serve_mcp_with_stdout_not_read_stops_on_a_signal_or_end_of_input(
+    tmp_path: Path, how: signal.Signals | None
+) -> None:
+    """`serve --mcp` whose stdout nobody reads (full) stops at end of input (0)
+    and on SIGTERM (143), its calls' commands stopped."""
+    pidfile = tmp_path / "pid"
+    stdin = _mcp_calls(pidfile, "exec sleep 60")
+    code, err = _stop_unread([*CLI, "serve", "--mcp"], how, stdin, pidfile)
+    assert code == (0 if how is None else 128 + how), err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
 def test_run_with_stdout_not_read_stops_on_a_signal(tmp_path: Path, how: signal.Signals) -> None:
     """`run` whose stdout nobody reads (full) stops on SIGTERM and SIGINT with

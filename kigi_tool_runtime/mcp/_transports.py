@@ -14,7 +14,8 @@ Rule 2. stdio: messages are written in the order the server hands them over,
         before the next; a write to a closed output stops serving, which
         cancels every call (their tools stopped) before returning.
 Rule 3. End of input cancels every call in flight and returns once their tools
-        have stopped.
+        have stopped and what is left is written: while the output moves, for
+        at most ``FINAL_FLUSH_S`` (the kigi server's bounds).
 Rule 4. HTTP: streamable HTTP on ``host:port``, loopback by default, with the
         SDK's DNS-rebinding protection on for loopback hosts. Closing a session
         (the host leaving) cancels its calls.
@@ -45,7 +46,7 @@ from pydantic import ValidationError
 from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING
 
 from .._lines import OversizedLine, read_lines
-from .._server import open_stdio
+from .._server import FINAL_FLUSH_S, WRITER_STALL_S, open_stdio
 from ._server import McpToolServer
 
 __all__ = (
@@ -106,6 +107,14 @@ def classify_line(line: bytes | OversizedLine) -> JSONRPCMessage | JSONRPCError 
             id=None,
             error=ErrorData(code=PARSE_ERROR, message=f"Parse error: {detail}"),
         )
+    except RecursionError:  # nested deeper than the decoder recurses (about 1000 levels)
+        return JSONRPCError(
+            jsonrpc="2.0",
+            id=None,
+            error=ErrorData(
+                code=PARSE_ERROR, message="Parse error: document is nested too deeply to decode"
+            ),
+        )
     request_id = None
     if isinstance(value, dict):
         if ("result" in value or "error" in value) and "method" not in value:
@@ -163,6 +172,8 @@ async def serve_streams_mcp(
                 elif item is not None:
                     await read_send.send(SessionMessage(item))
 
+    writer_done = anyio.Event()
+
     async def write_loop(scope: anyio.CancelScope) -> None:
         try:
             async with write_recv:
@@ -177,11 +188,30 @@ async def serve_streams_mcp(
                     await sink.drain()
         except (ConnectionError, OSError):
             scope.cancel()  # Rule 2: nobody reads; stop serving (calls are cancelled)
+        finally:
+            writer_done.set()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(write_loop, tg.cancel_scope)
         tg.start_soon(read_loop)
         await sdk_server.run(read_recv, write_send, sdk_server.create_initialization_options())
+        # Rule 3: the last replies are written while the output moves, for at
+        # most FINAL_FLUSH_S; a host that stopped reading cannot keep us.
+        give_up = anyio.current_time() + FINAL_FLUSH_S
+        buffered = _buffered(sink)
+        while not writer_done.is_set() and anyio.current_time() < give_up:
+            with anyio.move_on_after(WRITER_STALL_S):
+                await writer_done.wait()
+            moved, buffered = buffered, _buffered(sink)
+            if buffered is not None and buffered == moved:
+                break  # not a byte taken in WRITER_STALL_S
+        tg.cancel_scope.cancel()
+
+
+def _buffered(sink: Any) -> int | None:
+    """Bytes the sink's transport holds unwritten, when it can say."""
+    size = getattr(getattr(sink, "transport", None), "get_write_buffer_size", None)
+    return None if size is None else int(size())
 
 
 async def serve_stdio_mcp(
