@@ -25,8 +25,10 @@ Rule 3. Memory is bounded: each call buffers at most
 Rule 4. Leaving a call early (``aclose()``, or leaving ``async with call:``
         before it ended) sends the hook ``Cancel`` notification for it and
         discards its later frames; ``cancel()`` sends it and goes on to the
-        server's ``cancelled`` reply. (A bare ``break`` out of ``async for``
-        cannot be seen: use ``async with``.)
+        server's ``cancelled`` reply. Either waits at most a few seconds for
+        the notification to reach a server that is not reading its input.
+        (A bare ``break`` out of ``async for`` cannot be seen: use
+        ``async with``.)
 """
 
 from __future__ import annotations
@@ -114,6 +116,10 @@ CLOSE_WAIT_S: Final = 15.0
 #: the margin covers that and its exit on a loaded machine. A SIGKILL any sooner
 #: would leave the commands it runs orphaned.
 CLOSE_GRACE_S: Final = STOP_WAIT_S + 2.0
+
+#: Seconds ``Call.cancel`` and ``Call.aclose`` wait for their notification to
+#: reach a server that is not reading its input before going on without it.
+_NOTICE_FLUSH_S: Final = TIMEOUT_GRACE_S
 
 _FAST_LINE: Final = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
 _ANY_FRAME: Final = ToolCallProgressFrame[Any]
@@ -300,7 +306,7 @@ class Call:
         the server's reply, normally a ``cancelled`` error."""
         if not self._done:
             self._client._send_cancel(self)
-            await self._client._flush()
+            await self._client._flush_notice()
 
     async def __aenter__(self) -> Call:
         return self
@@ -319,7 +325,7 @@ class Call:
             self._client._abandon(self, send_cancel=True)
             wire = CancelledWire(tool_id=self.tool_id)
             self._end(RemoteToolError(wire, f"call {self.tool_call_id!r} was abandoned"))
-            await self._client._flush()
+            await self._client._flush_notice()
         self._finished = True
 
 
@@ -637,6 +643,13 @@ class Client:
             await self._writer.drain()
         except (ConnectionError, OSError):
             self._lose("the server's input is closed")
+
+    async def _flush_notice(self) -> None:
+        # A notification (a cancel) is sent best effort: a server that stopped
+        # reading its input cannot hold up leaving a call (Rule 2).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_NOTICE_FLUSH_S):
+                await self._flush()
 
     def _send_cancel(self, call: Call) -> None:
         hook = HookFrame.cancel(self.session_id, call.tool_id, call.tool_call_id)

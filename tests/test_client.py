@@ -608,3 +608,25 @@ def test_lines_nested_too_deeply_are_counted_unused_and_reading_goes_on() -> Non
             assert client.statistics().lines_unused == 5
 
     _run(body)
+
+
+def test_leaving_or_cancelling_a_call_to_a_server_that_stopped_reading_returns() -> None:
+    """A peer that never reads its input: cancel() and leaving `async with call`
+    (their notifications stuck behind a full pipe) return all the same."""
+
+    async def body() -> None:
+        deaf = [sys.executable, "-c", "import time; time.sleep(60)"]
+        client = await Client.spawn(deaf)
+        try:
+            big = {"command": "x" * (4 * 1024 * 1024)}  # far past any pipe's buffer
+            async with asyncio.timeout(2 * TIMEOUT_GRACE_S + AT_ONCE_S):
+                call = client.call("bash", big)
+                await call.cancel()
+                async with call:
+                    pass
+            assert isinstance(call.outcome, RemoteToolError)
+            assert "was abandoned" in call.outcome.message
+        finally:
+            await client.aclose(wait=0.3)
+
+    _run(body)
