@@ -588,8 +588,9 @@ def _same_destination(one: IO[Any], other: IO[Any]) -> bool:
 
 
 async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool) -> int:
-    # Written from a thread: stdout into a pipe nobody reads blocks that thread,
-    # never the event loop, so the signal handlers and the tool keep running.
+    # A write that could block (a full pipe) is made from a thread: stdout that
+    # nobody reads never blocks the event loop, so the signal handlers and the
+    # tool keep running.
     out = FdWriter(sys.stdout.fileno())
     status = _Status(sys.stderr, sys.stderr.isatty() and not json_mode)
     # On a terminal, the status line shares the screen with the output: drawing
@@ -647,12 +648,16 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
                 if data:
                     with contextlib.suppress(OutputStalled):  # counted in out.unwritten
                         await out.write(data)
+                        if status.enabled:  # the status line shares the screen: in order
+                            await out.drain()
                 if text:
                     ends_line = text.endswith("\n")
                     status.held = out_on_terminal and not ends_line
                 seq += 1
                 frames += 1
                 status.update(getattr(frame.body, "total_bytes", 0))
+        with contextlib.suppress(OutputStalled):
+            await out.drain()  # all written before the summary
     except BrokenPipeError:
         ctx.cancel()
         return _stdout_closed()

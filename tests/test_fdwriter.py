@@ -1,5 +1,5 @@
-"""FdWriter: writes from a thread, so a blocked reader never blocks the event loop,
-over real pipes."""
+"""FdWriter: queues writes and makes them from a thread, so a blocked reader never
+blocks the event loop, over real pipes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -52,6 +53,7 @@ def test_writes_arrive_whole_and_in_order(non_blocking: bool) -> None:
         out = FdWriter(write_end)
         for chunk in chunks:
             await out.write(chunk)
+        await out.drain()
         out.close()
         assert out.unwritten == 0
 
@@ -97,14 +99,25 @@ def test_a_blocked_write_leaves_the_loop_running_and_can_be_given_up() -> None:
 
 
 def test_a_reader_gone_is_broken_pipe() -> None:
-    """Writing after the reader closed its end raises BrokenPipeError."""
+    """Writing after the reader closed its end raises BrokenPipeError, whether
+    the write is made at once or by the thread (then from the drain or the next
+    write)."""
     read_end, write_end = os.pipe()
     os.close(read_end)
 
     async def body() -> None:
         out = FdWriter(write_end)
+
+        async def write_all(data: bytes) -> None:
+            await out.write(data)
+            await out.drain()
+
         with pytest.raises(BrokenPipeError):
-            await out.write(b"nobody hears this")
+            await write_all(b"nobody hears this")  # made at once: the pipe has room
+        with pytest.raises(BrokenPipeError):
+            await write_all(b"x" * (4 * 1024 * 1024))  # more than any pipe: the thread's
+        with pytest.raises(BrokenPipeError):
+            await out.write(b"nor this")
         out.close()
 
     try:
@@ -125,6 +138,58 @@ def test_give_up_now_ends_a_waiting_write() -> None:
         with pytest.raises(OutputStalled):
             await out.write(b"y" * (4 * 1024 * 1024))
         out.close()
+
+    try:
+        _run(body)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_a_burst_of_tiny_writes_arrives_whole_and_in_order() -> None:
+    """100,000 one-byte writes (what a cap of 0 or 1 makes) are queued and
+    written in order; none is lost or repeated."""
+    read_end, write_end = os.pipe()
+    got = bytearray()
+    reader = _drain(read_end, got)
+    text = bytes(i % 251 for i in range(100_000))
+
+    async def body() -> None:
+        out = FdWriter(write_end)
+        for i in range(len(text)):
+            await out.write(text[i : i + 1])
+        await out.drain()
+        out.close()
+
+    try:
+        _run(body)
+    finally:
+        os.close(write_end)
+    reader.join(TEST_WAIT_S)
+    os.close(read_end)
+    assert bytes(got) == text
+
+
+def test_a_write_that_cannot_block_is_made_at_once(tmp_path: Path) -> None:
+    """To a regular file, and to a pipe with room for it, a write is made before
+    write() returns, with no thread; into a full pipe it is queued instead."""
+    path = tmp_path / "out"
+    read_end, write_end = os.pipe()
+
+    async def body() -> None:
+        with path.open("wb") as handle:
+            to_file = FdWriter(handle.fileno())
+            await to_file.write(b"at once")
+            assert path.read_bytes() == b"at once"
+            to_file.close()
+        to_pipe = FdWriter(write_end)
+        await to_pipe.write(b"room")
+        assert os.read(read_end, 100) == b"room"
+        assert to_pipe._thread is None  # none was needed
+        await to_pipe.write(b"y" * (512 * 1024))  # more than the pipe holds: queued
+        assert to_pipe._thread is not None
+        to_pipe.give_up()
+        to_pipe.close()
 
     try:
         _run(body)
