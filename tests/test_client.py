@@ -630,3 +630,31 @@ def test_leaving_or_cancelling_a_call_to_a_server_that_stopped_reading_returns()
             await client.aclose(wait=0.3)
 
     _run(body)
+
+
+BAD_RESULT_TALKER = r"""
+import json, sys
+out = sys.stdout.buffer
+for number in range(2):
+    request = json.loads(sys.stdin.readline())
+    tools = b'["\xff"]' if number == 0 else b"[]"  # invalid UTF-8, then a good answer
+    out.write(b'{"jsonrpc":"2.0","id":%d,"result":{"tools":%s}}\n' % (request["id"], tools))
+    out.flush()
+sys.stdin.read()
+"""
+
+
+def test_a_result_that_cannot_be_decoded_fails_only_its_request() -> None:
+    """A tools.list result that is not valid JSON text (invalid UTF-8 inside it)
+    fails that request with internal_error; the connection and the next request
+    go on."""
+
+    async def body() -> None:
+        async with await Client.spawn([sys.executable, "-c", BAD_RESULT_TALKER]) as client:
+            with pytest.raises(RemoteToolError) as caught:
+                await client.list_tools(timeout=AT_ONCE_S)
+            assert caught.value.wire.code == "internal_error"
+            assert "Invalid UTF-8" in caught.value.message
+            assert await client.list_tools(timeout=TEST_WAIT_S) == []
+
+    _run(body)
