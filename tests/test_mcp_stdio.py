@@ -373,24 +373,6 @@ async def test_malformed_and_unknown_requests_get_errors_and_serving_goes_on() -
 
 
 @_sync
-async def test_lines_nested_too_deeply_get_parse_errors_and_serving_goes_on() -> None:
-    """Lines nested deeper than the decoder recurses (brackets, objects, deep in
-    params) each get -32700 with a null id, and tools/list is still answered."""
-    async with asyncio.timeout(30):
-        raw = await _Raw.start()
-        head = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": '
-        for line in (b"[" * 1000, b'{"a":' * 1000, b"[" * 100_000, head + b"[" * 1000):
-            await raw.send(line)
-            reply = await raw.read()
-            assert reply["id"] is None
-            assert reply["error"]["code"] == -32700
-            assert "nested too deeply" in reply["error"]["message"]
-        await raw.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
-        assert (await raw.read())["id"] == 2
-        assert await raw.close() == 0
-
-
-@_sync
 async def test_a_line_over_the_limit_is_refused_unread() -> None:
     """A line longer than --max-frame-bytes gets -32600 without being parsed,
     and the next request is served."""

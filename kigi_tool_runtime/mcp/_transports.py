@@ -107,14 +107,6 @@ def classify_line(line: bytes | OversizedLine) -> JSONRPCMessage | JSONRPCError 
             id=None,
             error=ErrorData(code=PARSE_ERROR, message=f"Parse error: {detail}"),
         )
-    except RecursionError:  # nested deeper than the decoder recurses (about 1000 levels)
-        return JSONRPCError(
-            jsonrpc="2.0",
-            id=None,
-            error=ErrorData(
-                code=PARSE_ERROR, message="Parse error: document is nested too deeply to decode"
-            ),
-        )
     request_id = None
     if isinstance(value, dict):
         if ("result" in value or "error" in value) and "method" not in value:
