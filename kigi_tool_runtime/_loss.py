@@ -18,6 +18,7 @@ from typing import Final, Literal, NamedTuple
 
 __all__ = (
     "DEFAULT_GAP_MARKER",
+    "MAX_DETAIL_CHARS",
     "MAX_HELD_BYTES",
     "Anomaly",
     "AnomalyKind",
@@ -25,6 +26,7 @@ __all__ = (
     "GapMarker",
     "LossReport",
     "StreamKey",
+    "excerpt",
     "render_gap_marker",
 )
 
@@ -38,6 +40,33 @@ MAX_HELD_BYTES: Final = 3
 #: count (``"12"`` when exact, ``"9-12"`` when the wire only bounds it).
 DEFAULT_GAP_MARKER: Final = "[... {lost} bytes lost ...]"
 
+#: The longest value an anomaly's detail quotes, in characters: enough to
+#: recognise a key, a method or the start of a line, while a hostile record of
+#: megabytes costs a detail of a few hundred bytes. Longer values are cut, and
+#: the cut says how long the value was.
+MAX_DETAIL_CHARS: Final = 200
+
+
+def excerpt(value: object, limit: int = MAX_DETAIL_CHARS) -> str:
+    """``repr(value)`` for a detail, cut to about ``limit`` characters (the cut
+    names the full length)."""
+    if isinstance(value, str | bytes | bytearray) and len(value) > limit:
+        head = value[:limit]
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{head!r}... ({len(value)} {unit})"
+    text = repr(value)
+    if len(text) > limit:
+        return f"{text[:limit]}... ({len(text)} characters)"
+    return text
+
+
+def cut(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    """``text`` cut to about ``limit`` characters (the cut names the full length)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
 AnomalyKind = Literal[
     "undecodable",
     "seq_gap",
@@ -48,6 +77,8 @@ AnomalyKind = Literal[
     "total_regressed",
     "total_overrun",
     "dropped_frames",
+    "frame_after_end",
+    "streams_evicted",
 ]
 """Every protocol anomaly the reassembler reports.
 
@@ -64,6 +95,10 @@ AnomalyKind = Literal[
 - ``total_overrun``: a frame's delta holds more source bytes than its
   ``total_bytes`` counts (a producer that miscounts, or a forged frame).
 - ``dropped_frames``: the frame says the sender dropped frames (``dropped_count``).
+- ``frame_after_end``: a frame after the stream's truncation notice, which ends
+  it (reported once per stream).
+- ``streams_evicted``: the reassembler tracks at most ``max_streams`` streams; it
+  stopped tracking the oldest, whose summary the detail quotes.
 """
 
 
@@ -88,10 +123,13 @@ class Anomaly:
 
 @dataclass(frozen=True, slots=True)
 class Gap:
-    """Bytes the producer's tail buffer overflowed past: they never arrived.
+    """Bytes that never arrived: the producer's tail buffer overflowed past
+    them (a gap frame), or, when ``inferred``, ``total_bytes`` counts them but
+    no frame delivered them (a frame lost in transport, a missing prefix).
 
     ``offset`` is where in the text (in characters) the lost bytes belonged;
-    ``index`` is the record of the gap frame; ``total_bytes`` is its total.
+    ``index`` is the record of the gap frame (for an inferred gap, the record
+    that proved it); ``total_bytes`` is the total they were counted by.
 
     The byte count is what the wire allows: the gap frame's ``total_bytes``
     minus where the stream stood before it minus the bytes delivered after it
@@ -108,6 +146,7 @@ class Gap:
     upper: int
     lower: int
     held: int = MAX_HELD_BYTES
+    inferred: bool = False
 
     @property
     def lost_bytes(self) -> int:
@@ -132,12 +171,48 @@ class Gap:
 
     def _shifted(self, chars: int, records: int) -> Gap:
         return Gap(
-            offset=self.offset + chars,
-            index=self.index + records,
-            total_bytes=self.total_bytes,
-            upper=self.upper,
-            lower=self.lower,
-            held=self.held,
+            self.offset + chars,
+            self.index + records,
+            self.total_bytes,
+            self.upper,
+            self.lower,
+            self.held,
+            self.inferred,
+        )
+
+    def _narrowed(self, low: int, size: int) -> Gap:
+        # A paced frame delivered ``low``..``size`` more source bytes of the run.
+        return Gap(
+            self.offset,
+            self.index,
+            self.total_bytes,
+            self.upper - low,
+            self.lower - size,
+            self.held,
+            self.inferred,
+        )
+
+    def _rebased(self, cursor_lo: int, cursor_hi: int) -> Gap:
+        # Figures counted from a fold's start, now that its cursor is known.
+        return Gap(
+            self.offset,
+            self.index,
+            self.total_bytes,
+            self.upper - cursor_lo,
+            self.lower - cursor_hi,
+            self.held,
+            self.inferred,
+        )
+
+    def _with_held(self, held: int) -> Gap:
+        return Gap(
+            self.offset,
+            self.index,
+            self.total_bytes,
+            self.upper,
+            self.lower,
+            held,
+            self.inferred,
         )
 
 
@@ -168,7 +243,9 @@ class LossReport:
     ``total_bytes - text_bytes`` (lost plus still in flight; exact when the text
     has no U+FFFD, since one U+FFFD stands for 1 to 3 source bytes).
     ``truncated``: the producer hit its output limit, so content past it was
-    never counted or sent (its size is unknown).
+    never counted or sent (its size is unknown). ``unseen_bytes``: bytes the
+    last total counts past what the frames delivered and the producer may
+    still hold back; in flight while the stream is live, lost once it ended.
     """
 
     key: StreamKey
@@ -178,6 +255,7 @@ class LossReport:
     gaps: tuple[Gap, ...]
     truncated: bool
     anomalies: tuple[Anomaly, ...]
+    unseen_bytes: int = 0
 
     @property
     def lost_bytes(self) -> int:
@@ -198,8 +276,9 @@ class LossReport:
 
     @property
     def complete(self) -> bool:
-        """No gap, no truncation, no anomaly: the text is all there was so far."""
-        return not self.gaps and not self.truncated and not self.anomalies
+        """No gap, no truncation, no anomaly, nothing unseen: the text is all
+        there was so far."""
+        return not self.gaps and not self.truncated and not self.anomalies and not self.unseen_bytes
 
     def summary(self) -> str:
         """One line: bytes, frames, gaps, truncation, anomalies."""
@@ -211,9 +290,13 @@ class LossReport:
         if self.gaps:
             low, high = self.lost_bytes_min, self.lost_bytes
             lost = plural(high, "byte", "bytes") if low == high else f"{low}-{high} bytes"
-            parts.append(f"{plural(len(self.gaps), 'gap', 'gaps')} ({lost} lost)")
+            inferred = sum(gap.inferred for gap in self.gaps)
+            why = f", {inferred} inferred from total_bytes" if inferred else ""
+            parts.append(f"{plural(len(self.gaps), 'gap', 'gaps')} ({lost} lost{why})")
         else:
             parts.append("no gaps")
+        if self.unseen_bytes:
+            parts.append(f"{plural(self.unseen_bytes, 'byte', 'bytes')} counted but not delivered")
         if self.truncated:
             parts.append("truncated at the output limit")
         if self.anomalies:

@@ -69,6 +69,7 @@ from ._loss import (
     GapMarker,
     LossReport,
     StreamKey,
+    excerpt,
     plural,
     render_gap_marker,
 )
@@ -161,7 +162,13 @@ class Reassembler:
     but reported (``unknown_call``). ``max_record_bytes``: records longer than
     this are reported ``undecodable`` without being parsed. ``seq_scope``: which
     records share one ``seq`` counter (see :data:`SeqScope`); ``"call"`` by
-    default, as this project's server numbers them.
+    default, as this project's server numbers them. ``keep_text``: whether
+    streams keep their text; without it a stream is a fixed set of counters
+    plus its losses (read what each record adds with :meth:`appended`).
+    ``from_start``: whether the records begin at the start of the connection
+    (or log), so a first ``seq`` above 0 and a first run that delivered less
+    than its ``total_bytes`` are a missing prefix; false for a fold that
+    resumes mid-stream.
 
     A value: two reassemblers are equal when they have folded to the same state.
 
@@ -172,6 +179,8 @@ class Reassembler:
 
     __slots__ = (
         "_anomalies",
+        "_from_start",
+        "_keep_text",
         "_known",
         "_last_delta",
         "_last_key",
@@ -190,6 +199,8 @@ class Reassembler:
         known_calls: Iterable[str] | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         seq_scope: SeqScope = "call",
+        keep_text: bool = True,
+        from_start: bool = True,
     ) -> None:
         if max_record_bytes < 1:
             raise ValueError(f"max_record_bytes must be at least 1, got {max_record_bytes}")
@@ -198,6 +209,8 @@ class Reassembler:
         self._known = None if known_calls is None else frozenset(known_calls)
         self._max_bytes = max_record_bytes
         self._per_call = seq_scope == "call"
+        self._keep_text = keep_text
+        self._from_start = from_start
         self._streams: dict[StreamKey, StreamState] = {}
         self._anomalies: list[Anomaly] = []
         self._records = 0
@@ -218,15 +231,22 @@ class Reassembler:
         known_calls: Iterable[str] | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         seq_scope: SeqScope = "call",
+        keep_text: bool = True,
+        from_start: bool = True,
     ) -> Reassembler:
         """A new reassembler that has absorbed ``records`` in order.
 
         Raises:
             ValueError: ``max_record_bytes`` is less than 1, or ``seq_scope`` is
                 neither ``"call"`` nor ``"connection"``.
+            TypeError: a record is of no kind :meth:`absorb_record` takes.
         """
         folded = cls(
-            known_calls=known_calls, max_record_bytes=max_record_bytes, seq_scope=seq_scope
+            known_calls=known_calls,
+            max_record_bytes=max_record_bytes,
+            seq_scope=seq_scope,
+            keep_text=keep_text,
+            from_start=from_start,
         )
         absorb = folded.absorb_record
         for record in records:
@@ -237,7 +257,11 @@ class Reassembler:
         """A new, empty reassembler configured like this one (to fold a suffix
         that will be absorbed into this one)."""
         return Reassembler(
-            known_calls=self._known, max_record_bytes=self._max_bytes, seq_scope=self.seq_scope
+            known_calls=self._known,
+            max_record_bytes=self._max_bytes,
+            seq_scope=self.seq_scope,
+            keep_text=self._keep_text,
+            from_start=self._from_start,
         )
 
     # -- reading --------------------------------------------------------------
@@ -264,7 +288,7 @@ class Reassembler:
     @property
     def anomalies(self) -> tuple[Anomaly, ...]:
         """Every anomaly, of the connection and of every stream, in record order."""
-        merged = list(self._anomalies)
+        merged = [*self._anomalies, *self._seq_prefixes()]
         for state in self._streams.values():
             merged.extend(state._anomalies)
         merged.sort(key=anomaly_rank)
@@ -273,7 +297,10 @@ class Reassembler:
     @property
     def connection_anomalies(self) -> tuple[Anomaly, ...]:
         """Anomalies no stream can own: undecodable records and ``seq`` faults."""
-        return tuple(self._anomalies)
+        prefixes = self._seq_prefixes()
+        if not prefixes:
+            return tuple(self._anomalies)
+        return tuple(sorted([*self._anomalies, *prefixes], key=anomaly_rank))
 
     def reports(self) -> list[LossReport]:
         """One :class:`LossReport` per stream, in first-seen order."""
@@ -282,11 +309,12 @@ class Reassembler:
     def summary(self) -> str:
         """One line per stream, then one for the connection's own anomalies."""
         lines = [state.report().summary() for state in self._streams.values()]
-        if self._anomalies or self.ignored:
-            kinds = sorted({anomaly.kind for anomaly in self._anomalies})
+        own = self.connection_anomalies
+        if own or self.ignored:
+            kinds = sorted({anomaly.kind for anomaly in own})
             listed = f" ({', '.join(kinds)})" if kinds else ""
             records = plural(self._records, "record", "records")
-            anomalies = plural(len(self._anomalies), "anomaly", "anomalies")
+            anomalies = plural(len(own), "anomaly", "anomalies")
             ignored = plural(self.ignored, "other message", "other messages")
             lines.append(f"connection: {records}, {anomalies}{listed}, {ignored} ignored")
         return "\n".join(lines)
@@ -305,6 +333,8 @@ class Reassembler:
             and self._anomalies == other._anomalies
             and self._known == other._known
             and self._max_bytes == other._max_bytes
+            and self._keep_text == other._keep_text
+            and self._from_start == other._from_start
             and list(self._streams.items()) == list(other._streams.items())
         )
 
@@ -317,15 +347,24 @@ class Reassembler:
     ) -> None:
         """Absorb one record of any kind: a JSON line (bytes or str), an
         ``OversizedLine`` (a line the reader skipped), a decoded notification or a
-        decoded frame."""
+        decoded frame.
+
+        Raises:
+            TypeError: ``record`` is none of these (nothing is counted).
+        """
         if isinstance(record, bytes | bytearray | memoryview | str):
             self.absorb_line(record)
         elif isinstance(record, OversizedLine):
             self.absorb_oversized(record)
         elif isinstance(record, JsonRpcNotification):
             self.absorb_notification(record)
-        else:
+        elif isinstance(record, ToolCallProgressFrame):
             self.absorb_frame(record)
+        else:
+            raise TypeError(
+                "a record is a JSON line (bytes or str), an OversizedLine, a"
+                f" JsonRpcNotification or a ToolCallProgressFrame, not {type(record).__name__}"
+            )
 
     def absorb_line(self, line: bytes | bytearray | memoryview | str) -> None:
         """Absorb one JSON-RPC line (without its newline), decoded strictly.
@@ -437,10 +476,11 @@ class Reassembler:
             later._known != self._known
             or later._max_bytes != self._max_bytes
             or later._per_call != self._per_call
+            or later._keep_text != self._keep_text
         ):
             raise ValueError(
-                "cannot absorb a fold made with different known_calls, max_record_bytes"
-                " or seq_scope"
+                "cannot absorb a fold made with different known_calls, max_record_bytes,"
+                " seq_scope or keep_text"
             )
         shift = self._records
         anomalies = [shift_anomaly(anomaly, shift) for anomaly in later._anomalies]
@@ -458,7 +498,7 @@ class Reassembler:
         for key, state in later._streams.items():
             mine = self._streams.get(key)
             if mine is None:
-                self._streams[key] = state._copy(shift)
+                self._streams[key] = state._copy(shift, self._from_start)
             else:
                 mine._absorb_state(state, shift)
         self._records += later._records
@@ -480,12 +520,17 @@ class Reassembler:
         self._last_delta = None
         self._last_note = None
         before = len(self._anomalies)
+        counters = len(self._seqs)
         if isinstance(record, ToolCallProgressFrame):
             self.absorb_frame(record, seq)
         else:
             self.absorb_record(record)
         index = self._records - 1
         anomalies = list(self._anomalies[before:])
+        if len(self._seqs) > counters and self._from_start:
+            counter, (first, _, _) = next(reversed(self._seqs.items()))
+            if first > 0:
+                anomalies.insert(0, _seq_prefix(first, index, counter))
         key = self._last_key
         if key is None:
             return Appended(None, anomalies=tuple(anomalies))
@@ -498,6 +543,8 @@ class Reassembler:
         anomalies.extend(own[first:])
         anomalies.sort(key=anomaly_rank)
         gap = state._gaps[-1] if state._gaps and state._gaps[-1].index == index else None
+        if gap is None and state._lead_end_index == index:
+            gap = state._prefix_gap()
         return Appended(
             key,
             text=self._last_delta,
@@ -515,7 +562,9 @@ class Reassembler:
         state: StreamState | None = self._streams.get((tool_call_id, kind))  # type: ignore[call-overload]
         if state is None:
             key = StreamKey(tool_call_id, kind)
-            state = self._streams[key] = StreamState(key)
+            state = self._streams[key] = StreamState(
+                key, keep_text=self._keep_text, from_start=self._from_start
+            )
             if self._known is not None and tool_call_id not in self._known:
                 state._anomalies.append(
                     Anomaly(
@@ -558,6 +607,17 @@ class Reassembler:
                 state.key,
             )
         )
+
+    def _seq_prefixes(self) -> list[Anomaly]:
+        """A counter whose first ``seq`` is above 0 lost its first frames, when
+        the records begin at the start (``from_start``)."""
+        if not self._from_start:
+            return []
+        return [
+            _seq_prefix(first, index, counter)
+            for counter, (first, index, _) in self._seqs.items()
+            if first > 0
+        ]
 
     def _check_seq(self, seq: int, index: int, call: str | None) -> None:
         # ``call`` is the record's tool_call_id, or None when it has none.
@@ -635,6 +695,16 @@ def _seq_fault(last: int, seq: int, index: int, call: str | None) -> Anomaly | N
             "seq_repeated", index, f"{counter} {seq} arrived twice in a row; absorbed again"
         )
     return Anomaly("seq_reordered", index, f"{counter} went back from {last} to {seq}")
+
+
+def _seq_prefix(first: int, index: int, call: str | None) -> Anomaly:
+    counter = "seq" if call is None else f"seq of call {excerpt(call)}"
+    lost = "frame 0" if first == 1 else f"frames 0-{first - 1}"
+    return Anomaly(
+        "seq_gap",
+        index,
+        f"{counter} starts at {first}: {lost} never arrived (a missing prefix)",
+    )
 
 
 class _ReadOnly(Mapping[StreamKey, StreamState]):

@@ -6,28 +6,34 @@ Invariants:
 Rule 1. Absent is not empty: the text is ``None`` until a decodable
         partial-result frame has landed; a frame with an empty delta (a gap
         with nothing decodable after it, or a truncation notice) makes it ``""``.
-        An empty non-gap frame is no anomaly: it is the producer's truncation
-        notice (``DeltaStreamer`` Rule 4), which appends nothing, leaves the
-        cursor where it was and makes the stream ``truncated``.
-Rule 2. Text is only appended, as a list of chunks joined when read; a frame
-        that only appends (the steady path) costs one list append, and its
-        bytes are counted in one pass when a figure is next needed.
-Rule 3. The producer's cursor is tracked as a pair of bounds: relative to
-        where the fold began until the first gap, then anchored at each gap
-        frame's ``total_bytes``. A gap's lost bytes are that total minus the
-        cursor before it minus the bytes delivered at that same total (its
-        paced remainder). Every figure that moves when a later fold is
-        absorbed (a gap run continued, a held character ruled out, a relative
-        cursor rebased) moves linearly, so absorbing two folds equals
-        folding their records in one pass.
-Rule 4. Gap accounting assumes the producer drains after every write, as
-        ``DeltaStreamer.drain`` does: the frames that share a gap frame's
-        ``total_bytes`` are what survived of that gap's tail.
+        An empty non-gap frame with ``truncated`` is the producer's truncation
+        notice (``DeltaStreamer`` Rule 4): it appends nothing, makes the stream
+        ``truncated``, and ends it: a frame after it is reported
+        (``frame_after_end``).
+Rule 2. Text is only appended, as a list of chunks joined when read, and only
+        when the stream keeps text (``keep_text``); without it, the state is a
+        fixed set of counters plus one entry per loss, whatever the output size.
+Rule 3. The producer drains after every write (``DeltaStreamer.drain``), so the
+        frames that share one ``total_bytes`` (a *run*) are one drain: when the
+        next run begins, the producer's cursor stood at that total minus at
+        most the bytes it held back, and the next frame's first character
+        bounds those (:data:`MAX_HELD_BYTES`). Each run end re-anchors the
+        cursor there; bytes that the total accounts for and no frame of the
+        run delivered are a loss (an *inferred* :class:`Gap`, placed where the
+        run began). A gap frame's lost bytes are its total minus the cursor
+        before it minus the bytes its run delivered (its paced remainder).
+Rule 4. The only figures relative to where a fold began are its first run (the
+        *lead*, frames at the first total) and a gap frame met before the lead
+        ended in a run end. Absorbing a later fold resolves them against this
+        fold's cursor, exactly as one pass over both would have, so absorbing
+        two folds equals folding their records whole. A fold that began at the
+        start of the stream (``from_start``) resolves its lead against 0: a
+        first run that delivered less than its total is a missing prefix.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from kigi_tool_protocol import PartialResultPayload
 
@@ -52,13 +58,19 @@ _ORDER: Final = {
     "seq_gap": 0,
     "seq_repeated": 0,
     "seq_reordered": 0,
+    "streams_evicted": 0,
     "unknown_call": 1,
     "undecodable": 2,
     "payload_invalid": 2,
+    "frame_after_end": 3,
     "total_regressed": 3,
     "total_overrun": 4,
     "dropped_frames": 5,
 }
+
+# How the lead (the first run) ended: not yet, at a gap frame, at a frame with a
+# higher total (a run end that can prove a missing prefix) or a lower one.
+_LeadEnd = Literal["open", "gap", "rise", "fall"]
 
 
 def _hold_bound(delta: str) -> int:
@@ -71,7 +83,18 @@ def _hold_bound(delta: str) -> int:
         return 0
     if first == _REPLACEMENT:
         return MAX_HELD_BYTES
-    return len(first.encode()) - 1
+    return len(first.encode("utf-8", "surrogatepass")) - 1
+
+
+def _sizes(delta: str) -> tuple[int, int, int]:
+    """The UTF-8 length of ``delta``, the fewest source bytes it can stand for
+    (one U+FFFD, 3 bytes, replaces 1 to 3 of them), and its U+FFFD count."""
+    if delta.isascii():
+        size = len(delta)
+        return size, size, 0
+    size = len(delta.encode("utf-8", "surrogatepass"))
+    replaced = delta.count(_REPLACEMENT)
+    return size, size - 2 * replaced, replaced
 
 
 class StreamState:
@@ -81,11 +104,11 @@ class StreamState:
     Public reading: :attr:`text` (``None`` until a delta landed), :attr:`frames`,
     :attr:`total_bytes` (the last one), :attr:`truncated`, :attr:`gaps`,
     :attr:`anomalies`, :attr:`notes` (non-delta progress bodies, verbatim),
-    :meth:`report` and :meth:`render`.
+    :meth:`report` and :meth:`render`. Without ``keep_text`` the figures are
+    all there but :attr:`text` and :meth:`render` raise.
     """
 
     __slots__ = (
-        "_after_lead_hold",
         "_anchored",
         "_anomalies",
         "_bytes",
@@ -93,19 +116,26 @@ class StreamState:
         "_chunks",
         "_cur_hi",
         "_cur_lo",
+        "_first_gap",
         "_first_hold",
         "_first_index",
+        "_from_start",
         "_gaps",
         "_has_text",
+        "_keep_text",
+        "_lead_chars",
+        "_lead_end",
+        "_lead_end_hold",
+        "_lead_end_index",
         "_lead_hi",
         "_lead_lo",
-        "_lead_open",
         "_notes",
-        "_pre_hi",
-        "_pre_lo",
+        "_notice_index",
+        "_notice_said",
+        "_rel_gap",
         "_replacements",
         "_run_open",
-        "_unmeasured",
+        "_run_start",
         "first_total",
         "frames",
         "key",
@@ -113,18 +143,16 @@ class StreamState:
         "truncated",
     )
 
-    def __init__(self, key: StreamKey) -> None:
+    def __init__(self, key: StreamKey, *, keep_text: bool = True, from_start: bool = True) -> None:
         self.key = key
+        self._keep_text = keep_text
+        self._from_start = from_start
         self.frames = 0
         self.first_total: int | None = None
         self.total_bytes: int | None = None
         self.truncated = False
         self._first_index = -1
         self._chunks: list[str] = []
-        # Chunks the steady path appended without counting them in _chars,
-        # _bytes, _replacements and the cursor: measured in one pass when a
-        # figure is next needed (a UTF-8 length costs an encode).
-        self._unmeasured: list[str] = []
         self._has_text = False
         self._chars = 0
         self._bytes = 0
@@ -134,55 +162,70 @@ class StreamState:
         self._notes: list[Any] = []
         # The producer's cursor as the consumer can bound it: source bytes
         # delivered or lost so far. Relative to where this fold began until the
-        # first gap anchors it to that gap's total.
+        # first run end or gap frame anchors it (Rule 4).
         self._cur_lo = 0
         self._cur_hi = 0
         self._anchored = False
-        # Bytes consumed before the first gap (relative), and the leading run of
-        # frames that share the first total: a fold absorbed after an open gap
-        # hands that run to the gap.
-        self._pre_lo = 0
-        self._pre_hi = 0
+        # The first decodable frame: a gap frame?; the hold bound it implies.
+        self._first_gap = False
+        self._first_hold = MAX_HELD_BYTES
+        # The lead: bytes and characters of the frames at the first total, and
+        # how, where and with what hold bound it ended.
         self._lead_lo = 0
         self._lead_hi = 0
-        self._lead_open = True
-        # Held-back allowance implied by the first decodable frame, and by the
-        # first one after the leading run (None: no such frame yet).
-        self._first_hold: int | None = None
-        self._after_lead_hold: int | None = None
+        self._lead_chars = 0
+        self._lead_end: _LeadEnd = "open"
+        self._lead_end_hold = MAX_HELD_BYTES
+        self._lead_end_index = -1
+        # The first gap's figures are relative to where this fold began.
+        self._rel_gap = False
         # The last gap's paced remainder may still be arriving.
         self._run_open = False
+        # Where (in characters) the current run began.
+        self._run_start = 0
+        # The record of the truncation notice (-1: none yet), and whether a
+        # frame after it was reported (once per stream).
+        self._notice_index = -1
+        self._notice_said = False
 
     # -- reading -----------------------------------------------------------
 
     @property
+    def keeps_text(self) -> bool:
+        """Whether this stream keeps its text (``Reassembler(keep_text=...)``)."""
+        return self._keep_text
+
+    @property
     def text(self) -> str | None:
-        """The reassembled text, or ``None`` when no delta has landed."""
+        """The reassembled text, or ``None`` when no delta has landed.
+
+        Raises:
+            ValueError: the stream keeps no text (see :attr:`keeps_text`).
+        """
+        if not self._keep_text:
+            raise ValueError(
+                f"stream {self.key.tool_call_id}/{self.key.subkind} keeps no text"
+                " (the reassembler was made with keep_text=False)"
+            )
         if not self._has_text:
             return None
         chunks = self._chunks
         if len(chunks) != 1:
             joined = "".join(chunks)
-            # The unmeasured list must not keep the old chunks alive beside the
-            # joined text (twice the memory); all-ASCII text counts for free.
-            if joined.isascii():
-                self._measure(len(joined) - self._chars)
-            else:
-                self._measure()
             chunks[:] = [joined] if joined else []
             return joined
         return chunks[0]
 
     @property
     def text_bytes(self) -> int:
-        """The UTF-8 length of :attr:`text` (0 while it is ``None``)."""
-        self._measure()
+        """The UTF-8 length of the text (0 while nothing landed)."""
         return self._bytes
 
     @property
     def gaps(self) -> tuple[Gap, ...]:
-        """Every gap, in stream order."""
-        return tuple(self._gaps)
+        """Every gap, in stream order: the producer's gap frames, and the losses
+        inferred from ``total_bytes`` (``Gap.inferred``)."""
+        return tuple(self._all_gaps())
 
     @property
     def anomalies(self) -> tuple[Anomaly, ...]:
@@ -195,26 +238,42 @@ class StreamState:
         ``"text"`` with ``{"text": ...}``, kind ``"content"`` with a block list)."""
         return tuple(self._notes)
 
+    @property
+    def unseen_bytes(self) -> int:
+        """Bytes the last ``total_bytes`` counts beyond what the frames delivered
+        and the producer may still hold back: still in flight on a live stream,
+        lost on one that has ended (0 when there are none)."""
+        last = self.total_bytes
+        if last is None or self._run_open:
+            return 0
+        if not self._anchored and not self._from_start:
+            return 0  # the lead of a fold that began mid-stream: no base
+        return max(last - MAX_HELD_BYTES - self._cur_hi, 0)
+
     def report(self) -> LossReport:
         """The :class:`LossReport` of this stream."""
-        self._measure()
         return LossReport(
             key=self.key,
             frames=self.frames,
             text_bytes=self._bytes,
             total_bytes=self.total_bytes,
-            gaps=tuple(self._gaps),
+            gaps=tuple(self._all_gaps()),
             truncated=self.truncated,
             anomalies=tuple(self._anomalies),
+            unseen_bytes=self.unseen_bytes,
         )
 
     def render(self, marker: GapMarker = DEFAULT_GAP_MARKER) -> str:
         """The text with ``marker`` inserted wherever bytes were lost ("" when
-        nothing landed)."""
+        nothing landed).
+
+        Raises:
+            ValueError: the stream keeps no text (see :attr:`keeps_text`).
+        """
         text = self.text or ""
         pieces: list[str] = []
         at = 0
-        for gap in self._gaps:
+        for gap in self._all_gaps():
             pieces.append(text[at : gap.offset])
             pieces.append(render_gap_marker(marker, gap))
             at = gap.offset
@@ -232,16 +291,17 @@ class StreamState:
     __hash__ = None  # type: ignore[assignment]  # mutable value: not hashable
 
     def _fields(self) -> tuple[Any, ...]:
-        self._measure()
-        text = self.text
         return (
             self.key,
+            self._keep_text,
+            self._from_start,
             self.frames,
             self.first_total,
             self.total_bytes,
             self.truncated,
             self._first_index,
-            text,
+            "".join(self._chunks),
+            self._has_text,
             self._chars,
             self._bytes,
             self._replacements,
@@ -251,112 +311,115 @@ class StreamState:
             self._cur_lo,
             self._cur_hi,
             self._anchored,
-            self._pre_lo,
-            self._pre_hi,
+            self._first_gap,
+            self._first_hold,
             self._lead_lo,
             self._lead_hi,
-            self._lead_open,
-            self._first_hold,
-            self._after_lead_hold,
+            self._lead_chars,
+            self._lead_end,
+            self._lead_end_hold,
+            self._lead_end_index,
+            self._rel_gap,
             self._run_open,
+            self._run_start,
+            self._notice_index,
+            self._notice_said,
         )
 
-    # -- absorbing ------------------------------------------------------------
+    def _prefix_gap(self) -> Gap | None:
+        """The bytes before the lead that no frame delivered, when this fold
+        began at the stream's start and its lead ended in a run end."""
+        if not self._from_start or self._lead_end != "rise":
+            return None
+        first = self.first_total
+        assert first is not None
+        if first - self._lead_end_hold - self._lead_hi <= 0:
+            return None
+        return Gap(
+            offset=0,
+            index=self._lead_end_index,
+            total_bytes=first,
+            upper=first - self._lead_lo,
+            lower=first - self._lead_hi,
+            held=self._lead_end_hold,
+            inferred=True,
+        )
 
-    def _measure(self, ascii_chars: int | None = None) -> None:
-        """Count the chunks the steady path appended without counting them
-        (``ascii_chars``: their length, when they are known to be ASCII)."""
-        part = self._unmeasured
-        if not part:
-            return
-        self._unmeasured = []
-        if ascii_chars is not None:
-            chars = size = low = ascii_chars
-        elif all(map(str.isascii, part)):
-            chars = size = low = sum(map(len, part))
-            size = low = chars
-        else:
-            chars = sum(map(len, part))
-            size = sum(map(len, map(str.encode, part)))
-            replaced = sum(map(_count_replacements, part))
-            self._replacements += replaced
-            low = size - 2 * replaced
-        self._chars += chars
-        self._bytes += size
-        # The steady path only runs with no open gap run and the leading run
-        # closed, so these bytes only move the cursor (and, before any gap, the
-        # count of bytes consumed before it).
-        self._cur_lo += low
-        self._cur_hi += size
-        if not self._anchored:
-            self._pre_lo += low
-            self._pre_hi += size
+    def _all_gaps(self) -> list[Gap]:
+        prefix = self._prefix_gap()
+        if prefix is None:
+            return self._gaps
+        return [prefix, *self._gaps]
+
+    # -- absorbing ------------------------------------------------------------
 
     def _absorb_payload(
         self, payload: PartialResultPayload, index: int, dropped: int | None
     ) -> None:
         total = payload.total_bytes
-        last = self.total_bytes
-        # A character is at most 4 source bytes, so only a delta with more than a
-        # quarter as many characters as the total can overrun it: one cheap
-        # comparison on the steady path, an exact count only when it might.
-        overrun = len(payload.delta) * 4 > total and _source_bytes_min(payload.delta) > total
-        if (
-            not self._lead_open
-            and not self._run_open
-            and not payload.gap
-            and not dropped
-            and last is not None
-            and total >= last
-        ):
-            # The steady path: a frame that only appends. Its bytes are counted
-            # lazily, in one pass, when a figure is next needed.
-            self.frames += 1
-            delta = payload.delta
-            if delta:
-                self._chunks.append(delta)
-                self._unmeasured.append(delta)
-            self.total_bytes = total
-            if payload.truncated:
-                self.truncated = True
-            if overrun:
-                self._anomalies.append(_overrun(self.key, index, payload.delta, total))
-            return
-        self._measure()
         delta = payload.delta
+        gap = payload.gap
         self.frames += 1
         self._has_text = True
         chars = self._chars
         if delta:
-            self._chunks.append(delta)
-            if delta.isascii():
-                size = low = len(delta)
-            else:
-                size = len(delta.encode())
-                # One U+FFFD (3 bytes) stands for 1 to 3 source bytes.
-                replaced = delta.count(_REPLACEMENT)
-                self._replacements += replaced
-                low = size - 2 * replaced
+            size, low, replaced = _sizes(delta)
+            if self._keep_text:
+                self._chunks.append(delta)
             self._chars = chars + len(delta)
             self._bytes += size
+            self._replacements += replaced
         else:
             size = low = 0
+        if self._notice_index >= 0 and not self._notice_said:
+            self._notice_said = True
+            self._anomalies.append(_after_end(self.key, index, self._notice_index))
         last = self.total_bytes
         if last is None:
             self.first_total = total
             self._first_index = index
-            self._first_hold = MAX_HELD_BYTES if payload.gap else _hold_bound(delta)
-        elif total < last:
-            self._anomalies.append(_regressed(self.key, index, last, total))
-        if overrun:
+            self._first_gap = gap
+            self._first_hold = MAX_HELD_BYTES if gap else _hold_bound(delta)
+            self._run_start = chars
+            if gap:
+                self._lead_end = "gap"
+            else:
+                self._lead_lo, self._lead_hi, self._lead_chars = low, size, len(delta)
+                self._cur_lo += low
+                self._cur_hi += size
+        else:
+            if total < last:
+                self._anomalies.append(_regressed(self.key, index, last, total))
+            if gap:
+                if self._lead_end == "open":
+                    self._lead_end = "gap"
+            elif self._run_open and total == self._gaps[-1].total_bytes:
+                # The paced remainder of the last gap's surviving tail.
+                self._gaps[-1] = self._gaps[-1]._narrowed(low, size)
+            elif self._lead_end == "open" and total == self.first_total:
+                self._lead_lo += low
+                self._lead_hi += size
+                self._lead_chars += len(delta)
+                self._cur_lo += low
+                self._cur_hi += size
+            elif total == last:
+                self._cur_lo += low
+                self._cur_hi += size
+            else:
+                self._end_run(_hold_bound(delta), index, total > last)
+                self._run_start = chars
+                self._cur_lo += low
+                self._cur_hi += size
+        if len(delta) * 4 > total and _source_bytes_min(delta) > total:
+            # A character is at most 4 source bytes, so only a delta with more
+            # than a quarter as many characters as the total can overrun it.
             self._anomalies.append(_overrun(self.key, index, delta, total))
         self.total_bytes = total
         if payload.truncated:
             self.truncated = True
-        if payload.gap:
-            if self._lead_open:
-                self._lead_open = False
-                self._after_lead_hold = MAX_HELD_BYTES
+            if not delta and not gap and self._notice_index < 0:
+                self._notice_index = index
+        if gap:
             self._gaps.append(
                 Gap(
                     offset=chars,
@@ -366,37 +429,12 @@ class StreamState:
                     lower=total - self._cur_hi - size,
                 )
             )
+            self._rel_gap = self._rel_gap or not self._anchored
             self._cur_lo = total - MAX_HELD_BYTES
             self._cur_hi = total
             self._anchored = True
             self._run_open = True
-        elif self._run_open and total == self._gaps[-1].total_bytes:
-            # The paced remainder of the last gap's surviving tail.
-            gap = self._gaps[-1]
-            self._gaps[-1] = Gap(
-                offset=gap.offset,
-                index=gap.index,
-                total_bytes=gap.total_bytes,
-                upper=gap.upper - low,
-                lower=gap.lower - size,
-                held=gap.held,
-            )
-        else:
-            if self._run_open:
-                self._run_open = False
-                self._refine_hold(_hold_bound(delta))
-            self._cur_lo += low
-            self._cur_hi += size
-            if not self._anchored:
-                self._pre_lo += low
-                self._pre_hi += size
-                if self._lead_open:
-                    if total == self.first_total:
-                        self._lead_lo += low
-                        self._lead_hi += size
-                    else:
-                        self._lead_open = False
-                        self._after_lead_hold = _hold_bound(delta)
+            self._run_start = chars
         if dropped:
             self._anomalies.append(
                 Anomaly(
@@ -407,119 +445,162 @@ class StreamState:
                 )
             )
 
+    def _end_run(self, held: int, index: int, rising: bool) -> None:
+        """The current run (at :attr:`total_bytes`) ended at record ``index``,
+        whose frame shows the producer held back at most ``held`` bytes;
+        ``rising``: that frame's total is higher (a lower one is a regression,
+        reported on its own)."""
+        last = self.total_bytes
+        assert last is not None
+        if self._run_open:
+            self._run_open = False
+            self._refine_hold(held)
+            return
+        if self._lead_end == "open":
+            self._lead_end = "rise" if rising else "fall"
+            self._lead_end_hold = held
+            self._lead_end_index = index
+        elif rising and last - held - self._cur_hi > 0:
+            self._gaps.append(
+                Gap(
+                    offset=self._run_start,
+                    index=index,
+                    total_bytes=last,
+                    upper=last - self._cur_lo,
+                    lower=last - self._cur_hi,
+                    held=held,
+                    inferred=True,
+                )
+            )
+        self._cur_lo = last - held
+        self._cur_hi = last
+        self._anchored = True
+
     def _refine_hold(self, held: int) -> None:
         # The frame after a gap's run shows how much the producer can have held
         # back at the end of it; the last gap's lower bound and the cursor tighten.
         gap = self._gaps[-1]
         if held < gap.held:
             self._cur_lo += gap.held - held
-            self._gaps[-1] = Gap(
-                offset=gap.offset,
-                index=gap.index,
-                total_bytes=gap.total_bytes,
-                upper=gap.upper,
-                lower=gap.lower,
-                held=held,
-            )
+            self._gaps[-1] = gap._with_held(held)
 
     def _absorb_state(self, later: StreamState, records: int) -> None:
         """Absorb the fold of this stream's later records (``records`` = how many
         records this fold's owner had absorbed before them)."""
-        self._measure()
-        later._measure()
+        # Only the first frame after a truncation notice is reported.
+        said = self._notice_index >= 0 and (self._notice_said or later.first_total is not None)
         anomalies = [
             shift_anomaly(anomaly, records)
             for anomaly in later._anomalies
-            if anomaly.kind != "unknown_call"
+            if anomaly.kind != "unknown_call" and not (said and anomaly.kind == "frame_after_end")
         ]
-        if (
-            self.total_bytes is not None
-            and later.first_total is not None
-            and later.first_total < self.total_bytes
-        ):
-            insert_anomaly(
-                anomalies,
-                _regressed(
-                    self.key, later._first_index + records, self.total_bytes, later.first_total
-                ),
-            )
-        extends = (
-            self._run_open
-            and later.first_total is not None
-            and later.first_total == self._gaps[-1].total_bytes
-        )
-        if self._run_open and later.first_total is not None:
-            held = later._after_lead_hold if extends else later._first_hold
-            if held is not None:
-                self._refine_hold(held)
-        ext_lo, ext_hi = (later._lead_lo, later._lead_hi) if extends else (0, 0)
-        if extends:
-            gap = self._gaps[-1]
-            self._gaps[-1] = Gap(
-                offset=gap.offset,
-                index=gap.index,
-                total_bytes=gap.total_bytes,
-                upper=gap.upper - ext_lo,
-                lower=gap.lower - ext_hi,
-                held=gap.held,
-            )
-        gaps = [gap._shifted(self._chars, records) for gap in later._gaps]
-        if gaps:
-            first = gaps[0]
-            gaps[0] = Gap(
-                offset=first.offset,
-                index=first.index,
-                total_bytes=first.total_bytes,
-                upper=first.upper - (self._cur_lo - ext_lo),
-                lower=first.lower - (self._cur_hi - ext_hi),
-                held=first.held,
-            )
+        self.frames += later.frames
+        self._notes.extend(later._notes)
+        self.truncated = self.truncated or later.truncated
+        if later.first_total is None:
+            self._anomalies.extend(anomalies)
+            return
+        chars = self._chars
+        if self.first_total is None:
+            self._adopt(later, records, chars)
+            self._anomalies.extend(anomalies)
+            return
+        first = later.first_total
+        last = self.total_bytes
+        assert last is not None
+        first_index = later._first_index + records
+        if self._notice_index >= 0 and not self._notice_said:
+            insert_anomaly(anomalies, _after_end(self.key, first_index, self._notice_index))
+        if first < last:
+            insert_anomaly(anomalies, _regressed(self.key, first_index, last, first))
+        if later._first_gap:
+            if self._lead_end == "open":
+                self._lead_end = "gap"
+            base_lo, base_hi = self._cur_lo, self._cur_hi
+        else:
+            lead_lo, lead_hi = later._lead_lo, later._lead_hi
+            if self._run_open and first == self._gaps[-1].total_bytes:
+                # The lead is the paced remainder of this fold's last gap.
+                self._gaps[-1] = self._gaps[-1]._narrowed(lead_lo, lead_hi)
+                base_lo, base_hi = self._cur_lo - lead_lo, self._cur_hi - lead_hi
+            elif self._lead_end == "open" and first == self.first_total:
+                self._lead_lo += lead_lo
+                self._lead_hi += lead_hi
+                self._lead_chars += later._lead_chars
+                base_lo, base_hi = self._cur_lo, self._cur_hi
+            elif first == last:
+                base_lo, base_hi = self._cur_lo, self._cur_hi
+            else:
+                self._end_run(later._first_hold, first_index, first > last)
+                self._run_start = chars
+                base_lo, base_hi = self._cur_lo, self._cur_hi
+            if later._lead_end in ("rise", "fall"):
+                # The run holding the lead ends where the lead ended.
+                self.total_bytes = first
+                self._cur_lo, self._cur_hi = base_lo + lead_lo, base_hi + lead_hi
+                self._end_run(
+                    later._lead_end_hold, later._lead_end_index + records, later._lead_end == "rise"
+                )
+            elif later._lead_end == "gap" and self._lead_end == "open":
+                self._lead_end = "gap"
+        gaps = [gap._shifted(chars, records) for gap in later._gaps]
+        if later._rel_gap:
+            gaps[0] = gaps[0]._rebased(base_lo, base_hi)
+            # Still relative when this fold had no anchor either.
+            self._rel_gap = self._rel_gap or not self._anchored
         if later._anchored:
             self._cur_lo, self._cur_hi = later._cur_lo, later._cur_hi
+            self._anchored = True
         else:
-            self._cur_lo += later._pre_lo - ext_lo
-            self._cur_hi += later._pre_hi - ext_hi
-        if not self._anchored:
-            self._pre_lo += later._pre_lo
-            self._pre_hi += later._pre_hi
-        if self.first_total is None:
-            self.first_total = later.first_total
-            self._first_index = (
-                later._first_index + records if later.first_total is not None else -1
-            )
-            self._first_hold = later._first_hold
-            self._lead_lo, self._lead_hi = later._lead_lo, later._lead_hi
-            self._lead_open = later._lead_open
-            self._after_lead_hold = later._after_lead_hold
-        elif self._lead_open and later.first_total is not None:
-            if later.first_total == self.first_total:
-                self._lead_lo += later._lead_lo
-                self._lead_hi += later._lead_hi
-                self._lead_open = later._lead_open
-                self._after_lead_hold = later._after_lead_hold
-            else:
-                self._lead_open = False
-                self._after_lead_hold = later._first_hold
+            self._cur_lo, self._cur_hi = base_lo + later._cur_lo, base_hi + later._cur_hi
         if later._gaps:
             self._run_open = later._run_open
-        elif later.first_total is not None:
-            self._run_open = extends and later._lead_open
-        self._anchored = self._anchored or later._anchored
-        if later.total_bytes is not None:
-            self.total_bytes = later.total_bytes
-        self.truncated = self.truncated or later.truncated
-        self.frames += later.frames
-        self._chunks.extend(later._chunks)
-        self._has_text = self._has_text or later._has_text
+        if later._first_gap or later._lead_end != "open":
+            self._run_start = chars + later._run_start
+        if self._notice_index >= 0:
+            self._notice_said = True
+        elif later._notice_index >= 0:
+            self._notice_index = later._notice_index + records
+            self._notice_said = later._notice_said
+        self.total_bytes = later.total_bytes
+        if self._keep_text:
+            self._chunks.extend(later._chunks)
+        self._has_text = True
         self._chars += later._chars
         self._bytes += later._bytes
         self._replacements += later._replacements
         self._gaps.extend(gaps)
         self._anomalies.extend(anomalies)
-        self._notes.extend(later._notes)
 
-    def _copy(self, records: int) -> StreamState:
-        fresh = StreamState(self.key)
+    def _adopt(self, later: StreamState, records: int, chars: int) -> None:
+        """Take ``later``'s payload figures whole (this fold had none)."""
+        self.first_total = later.first_total
+        self.total_bytes = later.total_bytes
+        self._first_index = later._first_index + records
+        if self._keep_text:
+            self._chunks.extend(later._chunks)
+        self._has_text = later._has_text
+        self._chars = chars + later._chars
+        self._bytes += later._bytes
+        self._replacements += later._replacements
+        self._gaps.extend(gap._shifted(chars, records) for gap in later._gaps)
+        self._cur_lo, self._cur_hi = later._cur_lo, later._cur_hi
+        self._anchored = later._anchored
+        self._first_gap = later._first_gap
+        self._first_hold = later._first_hold
+        self._lead_lo, self._lead_hi = later._lead_lo, later._lead_hi
+        self._lead_chars = later._lead_chars
+        self._lead_end = later._lead_end
+        self._lead_end_hold = later._lead_end_hold
+        self._lead_end_index = later._lead_end_index + records if later._lead_end_index >= 0 else -1
+        self._rel_gap = later._rel_gap
+        self._run_open = later._run_open
+        self._run_start = chars + later._run_start
+        self._notice_index = later._notice_index + records if later._notice_index >= 0 else -1
+        self._notice_said = later._notice_said
+
+    def _copy(self, records: int, from_start: bool) -> StreamState:
+        fresh = StreamState(self.key, keep_text=self._keep_text, from_start=from_start)
         fresh._absorb_state(self, records)
         # An unknown-call report belongs to whoever first saw the stream.
         fresh._anomalies[:0] = [
@@ -530,8 +611,13 @@ class StreamState:
         return fresh
 
 
-def _count_replacements(text: str) -> int:
-    return text.count(_REPLACEMENT)
+def _after_end(key: StreamKey, index: int, notice: int) -> Anomaly:
+    return Anomaly(
+        "frame_after_end",
+        index,
+        f"a frame after the truncation notice at record {notice}; nothing may follow it",
+        key,
+    )
 
 
 def _regressed(key: StreamKey, index: int, last: int, total: int) -> Anomaly:

@@ -7,7 +7,7 @@ Rule 1. The cursor only moves forward, and only by what :func:`stream_chunk`
 Rule 2. :meth:`DeltaStreamer.drain` returns every frame the tail allows right
         now: afterwards the cursor is at ``total`` or before a held incomplete
         character. :meth:`DeltaStreamer.finish` also flushes that character, so
-        afterwards the cursor is at ``total``.
+        afterwards the cursor is at ``total`` (unless Rule 5 drops it).
 Rule 3. A drain always terminates: every frame but a gap frame consumes at least
         one byte, and a gap frame moves the cursor to the surviving tail.
 Rule 4. A truncation is always said. :meth:`DeltaStreamer.finish` ends with one
@@ -18,6 +18,10 @@ Rule 4. A truncation is always said. :meth:`DeltaStreamer.finish` ends with one
         non-gap frame with an empty delta, and only at the end; it is emitted
         at most once (a second ``finish`` does not repeat it). It is a rule of
         this source layer: :func:`stream_chunk` never makes it.
+Rule 5. A truncated source never ends with a U+FFFD it did not have: bytes of
+        a character the limit cut in half are part of the truncation, so
+        :meth:`DeltaStreamer.finish` leaves them unsent (at most 3 bytes; the
+        stream already says ``truncated``) instead of flushing them.
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ class DeltaStreamer:
 
     def finish(self, tail: Tail, total: int, truncated: bool = False) -> list[CustomProgress]:
         """Like :meth:`drain`, for a source that has ended: a trailing incomplete
-        character is flushed as U+FFFD, and the cursor ends at ``total``.
+        character is flushed as U+FFFD, and the cursor ends at ``total``; when
+        ``truncated``, the limit cut that character and it is left unsent (Rule 5).
 
         When ``truncated`` is true and no frame of this streamer has said so
         yet, the last frame returned is the truncation notice (Rule 4):
@@ -166,6 +171,10 @@ class DeltaStreamer:
     def _loop(
         self, tail: memoryview, total: int, truncated: bool, final: bool
     ) -> list[CustomProgress]:
+        # A character the output limit cut in half is part of the truncation,
+        # not an invalid sequence: a truncated source's trailing incomplete
+        # character is never flushed as U+FFFD (Rule 5).
+        final = final and not truncated
         cursor = self._last_total
         subkind = self._subkind
         cap = self._cap

@@ -249,12 +249,12 @@ def test_poll_appended_answers_per_record(tmp_path: Path) -> None:
 def test_follow_yields_new_records_as_a_writer_appends(tmp_path: Path) -> None:
     """The async follower picks up what a real writer process appends."""
     path = tmp_path / "log"
-    path.write_bytes(frame("a", 1, seq=1) + b"\n")
+    path.write_bytes(frame("a", 1, seq=0) + b"\n")
     writer = (
         "import sys, time\n"
         "time.sleep(0.05)\n"
         "with open(sys.argv[1], 'ab') as f:\n"
-        f"    f.write({frame('b', 2, seq=2)!r} + b'\\n')\n"
+        f"    f.write({frame('b', 2, seq=1)!r} + b'\\n')\n"
     )
 
     async def run() -> Reassembler:

@@ -342,9 +342,9 @@ def test_fold_contract_holds_on_per_call_numbered_logs(
     damage = data.draw(st.sampled_from(damages))
     at = data.draw(st.integers(0, max(len(lines) - 1, 0)))
     calls = [json.loads(one)["params"]["tool_call_id"] for one in lines]
-    # A dropped frame is a hole only between two frames of its call (a counter
-    # may start anywhere, so a lost first frame cannot be told).
-    hole = bool(lines) and calls[at] in calls[:at] and calls[at] in calls[at + 1 :]
+    # A dropped frame is a hole when a later frame of its call arrives: a seq
+    # jump, or a first seq above 0 (each call counts from 0).
+    hole = bool(lines) and calls[at] in calls[at + 1 :]
     if damage == "drop":
         del lines[at]
     elif damage == "duplicate":
@@ -368,7 +368,7 @@ def test_fold_contract_holds_on_per_call_numbered_logs(
 
 def test_cross_boundary_checks_are_found_after_a_split() -> None:
     """A seq hole and a total regression right at the split are still reported."""
-    lines = [line(body("abc", 3), seq=1), line(body("d", 2), seq=5)]
+    lines = [line(body("abc", 3), seq=0), line(body("d", 2), seq=5)]
     whole = Reassembler.fold(lines)
     assert [a.kind for a in whole.anomalies] == ["seq_gap", "total_regressed"]
     assert Reassembler.fold(lines[:1]).absorb(Reassembler.fold(lines[1:])) == whole
@@ -385,7 +385,7 @@ def test_absorbing_itself_doubles_the_records() -> None:
 
 def test_absorbing_a_differently_configured_fold_is_refused() -> None:
     """Folds made with different known calls or seq scopes cannot be combined."""
-    refusal = "different known_calls, max_record_bytes or seq_scope"
+    refusal = "different known_calls, max_record_bytes, seq_scope or keep_text"
     with pytest.raises(ValueError, match=refusal):
         Reassembler(known_calls={"a"}).absorb(Reassembler())
     with pytest.raises(ValueError, match=refusal):
@@ -519,7 +519,7 @@ def test_seq_hole_is_reported_with_the_count_lost(scope: SeqScope, counter: str)
     """Envelope seq 1 then 4: two frames were lost in transport; in "call"
     scope the message names the call whose counter jumped."""
     folded = Reassembler.fold(
-        [line(body("a", 1), seq=1), line(body("b", 2), seq=4)], seq_scope=scope
+        [line(body("a", 1), seq=1), line(body("b", 2), seq=4)], seq_scope=scope, from_start=False
     )
     (anomaly,) = folded.anomalies
     assert anomaly.kind == "seq_gap"
@@ -535,7 +535,7 @@ def test_connection_scope_is_one_counter_across_streams() -> None:
         line(body("b", 1), seq=8, call="y"),
         line(body("c", 2), seq=9, call="x"),
     ]
-    assert Reassembler.fold(lines, seq_scope="connection").anomalies == ()
+    assert Reassembler.fold(lines, seq_scope="connection", from_start=False).anomalies == ()
 
 
 # Two calls interleaved, each numbered from 0 as the server numbers them.
@@ -603,7 +603,7 @@ def test_call_scope_shares_one_counter_across_a_calls_subkinds() -> None:
 
 def test_duplicated_frames_are_reported_and_visible_in_the_text() -> None:
     """A repeated seq is reported; its delta is absorbed again, and the report says so."""
-    frame = line(body("ab", 2), seq=3)
+    frame = line(body("ab", 2), seq=0)
     folded = Reassembler.fold([frame, frame])
     (anomaly,) = folded.anomalies
     assert anomaly.kind == "seq_repeated"
@@ -618,7 +618,7 @@ def test_duplicated_frames_are_reported_and_visible_in_the_text() -> None:
 def test_reordered_frames_are_reported(scope: SeqScope, counter: str) -> None:
     """seq going back is a reordering (or a replay)."""
     folded = Reassembler.fold(
-        [line(body("a", 1), seq=5), line(body("b", 2), seq=4)], seq_scope=scope
+        [line(body("a", 1), seq=5), line(body("b", 2), seq=4)], seq_scope=scope, from_start=False
     )
     assert [a.kind for a in folded.anomalies] == ["seq_reordered"]
     assert folded.anomalies[0].detail == f"{counter} went back from 5 to 4"
@@ -732,11 +732,11 @@ def test_broken_envelopes_are_undecodable(record: bytes, needle: str) -> None:
 
 
 PINGS: list[Any] = [
-    line(body("a", 1), seq=1),
-    b'{"jsonrpc":"2.0","seq":2,"method":"ping","params":null}',
-    line(body("b", 2), seq=3),
-    JsonRpcNotification(seq=4, method="ping", params=None),
-    line(body("c", 3), seq=6),
+    line(body("a", 1), seq=0),
+    b'{"jsonrpc":"2.0","seq":1,"method":"ping","params":null}',
+    line(body("b", 2), seq=2),
+    JsonRpcNotification(seq=3, method="ping", params=None),
+    line(body("c", 3), seq=5),
 ]
 
 
@@ -750,7 +750,7 @@ def test_connection_scope_counts_the_seq_of_other_notifications() -> None:
 
 def test_call_scope_ignores_the_seq_of_other_notifications() -> None:
     """In "call" scope a ping names no call, so its seq counts for none: the
-    call's own 1, 3, 6 holes are reported, the pings' 2 and 4 change nothing."""
+    call's own 0, 2, 5 holes are reported, the pings' 1 and 3 change nothing."""
     folded = Reassembler.fold(PINGS)
     assert [(a.kind, a.index) for a in folded.anomalies] == [("seq_gap", 2), ("seq_gap", 4)]
     assert folded.ignored == 2
