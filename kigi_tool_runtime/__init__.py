@@ -6,7 +6,7 @@ from kigi_tool_protocol import __version__ as _protocol_version
 from ._chunk import Chunk, stream_chunk
 from ._client import Call, CallProgress, Client, ClientStats, RemoteToolError
 from ._emit import LIMIT_MARKER, OMISSION_MARKER, Excerpt, OutputStream
-from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower, read_from
+from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower, iter_lines, read_from
 from ._history import (
     Message,
     MessageBlock,
@@ -19,7 +19,9 @@ from ._history import (
 from ._lines import LineReader, LineSplitter, OversizedLine, read_lines
 from ._loss import (
     DEFAULT_GAP_MARKER,
+    MAX_DETAIL_CHARS,
     MAX_HELD_BYTES,
+    TRUNCATION_MARKER,
     Anomaly,
     AnomalyKind,
     Gap,
@@ -56,11 +58,13 @@ __all__: tuple[str, ...] = (
     "DEFAULT_MAX_RECORD_BYTES",
     "DEFAULT_POLL_INTERVAL",
     "LIMIT_MARKER",
+    "MAX_DETAIL_CHARS",
     "MAX_HELD_BYTES",
     "MIN_TAIL_CAPACITY",
     "OMISSION_MARKER",
     "READ_BLOCK_BYTES",
     "SHELL_SPEC",
+    "TRUNCATION_MARKER",
     "Anomaly",
     "AnomalyKind",
     "AnomalyReported",
@@ -115,6 +119,7 @@ __all__: tuple[str, ...] = (
     "ToolStarted",
     "ToolUseBlock",
     "history_is_valid",
+    "iter_lines",
     "read_from",
     "read_lines",
     "repair_history_after_failure",

@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import math
 import os
 import signal
@@ -80,7 +81,7 @@ from kigi_tool_protocol import (
 from ._fdwriter import FdWriter, OutputStalled
 from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower
 from ._lines import LineSplitter, OversizedLine
-from ._loss import DEFAULT_GAP_MARKER, Anomaly, StreamKey, plural
+from ._loss import DEFAULT_GAP_MARKER, TRUNCATION_MARKER, Anomaly, StreamKey, plural
 from ._nats_cli import (
     NatsUsageError,
     add_follow_options,
@@ -598,7 +599,9 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
     # erase that line, so it waits for a newline.
     out_on_terminal = sys.stdout.isatty()
     ends_line = True  # the output so far is empty or ends with a newline
-    reassembler = Reassembler(known_calls=[_CALL_ID])
+    # Text is printed as it lands, never kept: memory stays flat however much
+    # the command writes.
+    reassembler = Reassembler(known_calls=[_CALL_ID], keep_text=False)
     ctx = ToolContext(_CALL_ID)
     started = time.monotonic()
     seq = 0
@@ -656,6 +659,12 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
                 seq += 1
                 frames += 1
                 status.update(getattr(frame.body, "total_bytes", 0))
+        if not json_mode and any(report.truncated for report in reassembler.reports()):
+            # The text stops at the limit: say so where it stops.
+            marker = ("" if ends_line else "\n") + TRUNCATION_MARKER + "\n"
+            with contextlib.suppress(OutputStalled):
+                await out.write(marker.encode())
+            ends_line = True
         with contextlib.suppress(OutputStalled):
             await out.drain()  # all written before the summary
     except BrokenPipeError:
@@ -776,7 +785,7 @@ class _Printer:
         self._last: StreamKey | None = None
         self._ends_line = True
 
-    def print(self, items: list[tuple[int, Appended]]) -> None:
+    def print(self, items: Sequence[tuple[int, Appended]]) -> None:
         for _, item in items:
             if item.key is not None and (item.text or item.gap is not None):
                 self._streams.add(item.key)
@@ -864,7 +873,7 @@ def _follow(args: argparse.Namespace) -> int:
 def _follow_stream(args: argparse.Namespace, printer: _Printer) -> int:
     # A stream has no offsets: read it to its end, as it arrives, then stop.
     splitter = LineSplitter(DEFAULT_MAX_RECORD_BYTES)
-    reassembler = Reassembler(seq_scope=args.seq_scope)
+    reassembler = Reassembler(seq_scope=args.seq_scope, keep_text=False)
     number = 0
     with _open_stream(args.file) as source:
         try:
@@ -875,7 +884,7 @@ def _follow_stream(args: argparse.Namespace, printer: _Printer) -> int:
                 items: list[tuple[int, Appended]] = []
                 for line in splitter.feed(data):
                     number += 1
-                    if line != b"":
+                    if not _blank(line):
                         items.append((number, reassembler.appended(line)))
                 printer.print(items)
         except (KeyboardInterrupt, _Stopped):
@@ -889,11 +898,14 @@ def _follow_stream(args: argparse.Namespace, printer: _Printer) -> int:
 
 
 def _follow_file(path: str, args: argparse.Namespace, printer: _Printer) -> int:
-    follower = Follower(path, args.from_offset, seq_scope=args.seq_scope)
+    follower = Follower(path, args.from_offset, seq_scope=args.seq_scope, keep_text=False)
     resumable = True
     try:
         while True:
-            printer.print(follower.poll_numbered())
+            # A batch of records at a time: a large log never sits in memory.
+            records = follower.iter_numbered()
+            while batch := list(itertools.islice(records, _PRINT_BATCH)):
+                printer.print(batch)
             if args.once:
                 return 0
             time.sleep(args.interval)
@@ -923,41 +935,62 @@ def _unterminated(rest: bytes | OversizedLine) -> str:
     )
 
 
+#: Records ``follow`` prints at a time: a large log never sits in memory whole.
+_PRINT_BATCH: Final = 64
+
+_SPACES: Final = (b" ", b"\t", b"\r")
+
 #: Anomaly kinds that are reported loss, not broken protocol (``check`` passes them).
 _LOSS_ONLY: Final = frozenset({"dropped_frames"})
 
 
+def _blank(line: bytes | OversizedLine) -> bool:
+    """An empty line, or one of only JSON whitespace: no record (it holds no
+    value), but it counts in the line numbers."""
+    return not isinstance(line, OversizedLine) and (
+        not line or (line[:1] in _SPACES and not line.strip(b" \t\r"))
+    )
+
+
 def _check(args: argparse.Namespace) -> int:
-    # One fold of the whole log, each call's seq on its own counter (or the
-    # connection's). Empty lines are no records, but they are counted, so an
-    # anomaly names the line an editor shows.
+    # One pass over the log, each call's seq on its own counter (or the
+    # connection's), keeping no text: each record is checked as it lands and
+    # what it says is printed then, so memory does not grow with the log.
+    # Blank lines are no records, but they are counted, so a line number is
+    # the one an editor shows.
     _log_source(args.file, "check")
     splitter = LineSplitter(DEFAULT_MAX_RECORD_BYTES)
-    reassembler = Reassembler(seq_scope=args.seq_scope)
-    absorb = reassembler.absorb_record
-    numbers: list[int] = []  # the line number of each record
-    number = 0
-    with _open_stream(args.file) as source:
-        try:
-            while data := source.read(READ_BLOCK_BYTES):
-                for line in splitter.feed(data):
-                    number += 1
-                    if line != b"":
-                        numbers.append(number)
-                        absorb(line)
-        except OSError as exc:
-            raise _UsageError(f"cannot read {args.file!r}: {exc.strerror}") from None
-    rest = splitter.end()
-    violations = sum(anomaly.kind not in _LOSS_ONLY for anomaly in reassembler.anomalies)
-    violations += rest is not None
+    reassembler = Reassembler(seq_scope=args.seq_scope, keep_text=False)
+    appended = reassembler.appended
     out = sys.stdout
+    violations = 0
+    number = 0
     try:
-        for report in reassembler.reports():
-            out.write(report.summary() + "\n")
-        for anomaly in reassembler.anomalies:
-            out.write(f"line {numbers[anomaly.index]}: {_describe(anomaly)}\n")
+        with _open_stream(args.file) as source:
+            try:
+                while data := source.read(READ_BLOCK_BYTES):
+                    for line in splitter.feed(data):
+                        number += 1
+                        if _blank(line):
+                            continue
+                        item = appended(line)
+                        for anomaly in item.anomalies:
+                            out.write(f"line {number}: {_describe(anomaly)}\n")
+                            violations += anomaly.kind not in _LOSS_ONLY
+                        if item.gap is not None and item.gap.inferred:
+                            out.write(f"line {number}: {_lost_here(item)}\n")
+                            violations += 1
+            except OSError as exc:
+                raise _UsageError(f"cannot read {args.file!r}: {exc.strerror}") from None
+        rest = splitter.end()
         if rest is not None:
             out.write(f"line {number + 1}: {_unterminated(rest)}\n")
+            violations += 1
+        for report in reassembler.reports(ended=True):
+            out.write(report.summary() + "\n")
+            if report.unseen_bytes:
+                # The log has ended: bytes its last total counts never arrived.
+                violations += 1
         verdict = "ok" if not violations else plural(violations, "violation", "violations")
         out.write(
             f"checked {plural(reassembler.records, 'record', 'records')},"
@@ -968,3 +1001,13 @@ def _check(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `check FILE | head`: the reader has seen enough
         return _stdout_closed()
     return 0 if not violations else 1
+
+
+def _lost_here(item: Appended) -> str:
+    assert item.gap is not None
+    key = "" if item.key is None else f" [{item.key.tool_call_id}/{item.key.subkind}]"
+    return (
+        f"lost{key}: total_bytes counts {plural(item.gap.lost_bytes, 'byte', 'bytes')}"
+        if item.gap.exact
+        else f"lost{key}: total_bytes counts {item.gap.describe()} bytes"
+    ) + " that no frame delivered (a frame lost in transport)"

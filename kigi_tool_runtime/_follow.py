@@ -17,8 +17,10 @@ Rule 3. Memory per read is bounded by the line limit plus one block: a line
 Rule 4. The log is append-only. A file shorter than the saved offset was
         replaced or truncated, which is reported as an error, not read. A
         :class:`Follower` also remembers which file it read (device and inode)
-        and reports a log replaced under its path (rotated, or rewritten by a
-        rename) even when the new file is already longer than the offset.
+        and the bytes just before its offset, and reports a log replaced under
+        its path (rotated, or rewritten by a rename) or truncated in place and
+        rewritten (``copytruncate``) even when the new content is already
+        longer than the offset.
 
 Only this module's :meth:`Follower.follow` touches asyncio, to sleep between polls.
 """
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import BinaryIO, Final
 
 from ._lines import OversizedLine
@@ -35,8 +37,10 @@ from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqSc
 
 __all__ = (
     "DEFAULT_POLL_INTERVAL",
+    "FINGERPRINT_BYTES",
     "READ_BLOCK_BYTES",
     "Follower",
+    "iter_lines",
     "read_from",
 )
 
@@ -65,7 +69,9 @@ def read_from(
     Lines come back without their newline; empty lines are skipped (kept as
     ``b""`` with ``keep_empty``, so a caller can number lines as an editor
     does); a line longer than ``max_line_bytes`` comes back as an
-    :class:`OversizedLine` (once it is complete). An absent file has no lines yet.
+    :class:`OversizedLine` (once it is complete). An absent file has no lines
+    yet. The list holds the whole rest of the file: :func:`iter_lines` reads
+    it one line at a time.
 
     Raises:
         ValueError: ``offset`` is negative, ``max_line_bytes`` is less than 1, or
@@ -76,27 +82,76 @@ def read_from(
         raise ValueError(f"offset must not be negative, got {offset}")
     if max_line_bytes < 1:
         raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
-    lines, offset, _ = _read(path, offset, max_line_bytes, keep_empty, None)
+    lines: list[bytes | OversizedLine] = []
+    opened = _open(path, offset, None, None)
+    if opened is None:
+        return lines, offset
+    handle, size = opened
+    with handle:
+        for line, past in _split(handle, offset, max_line_bytes, keep_empty, size - offset):
+            offset = past
+            if line is not None:
+                lines.append(line)
     return lines, offset
+
+
+def iter_lines(
+    path: str | os.PathLike[str],
+    offset: int = 0,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    keep_empty: bool = False,
+) -> Iterator[tuple[bytes | OversizedLine, int]]:
+    """Like :func:`read_from`, one line at a time: each complete line after
+    ``offset`` with the offset just past it. Memory is bounded by the line
+    limit plus one block, whatever the file's size.
+
+    Raises:
+        ValueError: ``offset`` is negative, ``max_line_bytes`` is less than 1, or
+            the file is shorter than ``offset`` (an append-only log never shrinks).
+        OSError: the file exists but cannot be read.
+    """
+    if offset < 0:
+        raise ValueError(f"offset must not be negative, got {offset}")
+    if max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+    opened = _open(path, offset, None, None)
+    if opened is None:
+        return
+    handle, size = opened
+    with handle:
+        for line, past in _split(handle, offset, max_line_bytes, keep_empty, size - offset):
+            if line is not None:
+                yield line, past
 
 
 # A file's identity: (device, inode). A log rotated or replaced under the same
 # path has another one.
 _Identity = tuple[int, int]
 
+#: Bytes just before the saved offset that a :class:`Follower` keeps and
+#: compares on every poll: a log truncated in place and rewritten past the
+#: offset (``copytruncate`` rotation) keeps its device and inode, and only its
+#: content before the offset tells it apart. The end of the last line read
+#: (its ``seq`` and ``total_bytes``) is enough to tell.
+FINGERPRINT_BYTES: Final = 64
 
-def _read(
+
+def _open(
     path: str | os.PathLike[str],
     offset: int,
-    limit: int,
-    keep_empty: bool,
     expected: _Identity | None,
-) -> tuple[list[bytes | OversizedLine], int, _Identity | None]:
+    fingerprint: bytes | None,
+) -> tuple[BinaryIO, int] | None:
+    """``path`` opened and positioned at ``offset``, after checking it is the
+    file read so far, with its size then (a read ends there: a writer
+    appending faster than it reads, or a file that never ends, cannot keep it
+    going); ``None`` when it does not exist (yet)."""
     try:
-        handle = open(path, "rb")  # noqa: SIM115 (closed below; the absent case returns early)
+        handle = open(path, "rb")  # noqa: SIM115 (the caller closes it)
     except FileNotFoundError:
-        return [], offset, expected
-    with handle:
+        return None
+    try:
         info = os.fstat(handle.fileno())
         identity = (info.st_dev, info.st_ino)
         if expected is not None and identity != expected:
@@ -109,19 +164,34 @@ def _read(
                 f"{os.fspath(path)!r} is {info.st_size} bytes, shorter than the saved offset"
                 f" {offset}; an append-only frame log never shrinks (was it replaced?)"
             )
+        if fingerprint:
+            handle.seek(offset - len(fingerprint))
+            if handle.read(len(fingerprint)) != fingerprint:
+                raise ValueError(
+                    f"{os.fspath(path)!r} no longer holds, before offset {offset}, the bytes"
+                    " read there (it was truncated and rewritten, as copytruncate rotation"
+                    " does); follow the new log from offset 0"
+                )
         handle.seek(offset)
-        # Only what the file held when it was opened: a writer appending faster
-        # than this reads (or a file that never ends) cannot keep one read going.
-        lines, offset = _split(handle, offset, limit, keep_empty, info.st_size - offset)
-        return lines, offset, identity
+    except BaseException:
+        handle.close()
+        raise
+    return handle, info.st_size
+
+
+def _bytes_before(handle: BinaryIO, offset: int) -> bytes:
+    """The (up to :data:`FINGERPRINT_BYTES`) bytes before ``offset``."""
+    start = max(offset - FINGERPRINT_BYTES, 0)
+    handle.seek(start)
+    return handle.read(offset - start)
 
 
 def _split(
     handle: BinaryIO, offset: int, limit: int, keep_empty: bool, size: int
-) -> tuple[list[bytes | OversizedLine], int]:
+) -> Iterator[tuple[bytes | OversizedLine | None, int]]:
+    # Each consumed line with the offset past it; None for a skipped empty line.
     # ``size``: the bytes to read from ``offset``; what follows is the next read's.
     read = handle.read
-    lines: list[bytes | OversizedLine] = []
     pending = bytearray()
     skipping = 0  # > 0: bytes of an over-long line discarded so far
     line_start = offset  # the file offset of the first byte not yet returned
@@ -129,15 +199,15 @@ def _split(
         block: bytes = read(min(READ_BLOCK_BYTES, size))
         size -= len(block)
         if not block:
-            return lines, line_start
+            return
         start = 0
         if skipping:
             newline = block.find(_NEWLINE)
             if newline < 0:
                 skipping += len(block)
                 continue
-            lines.append(OversizedLine(skipping + newline, limit))
             line_start += skipping + newline + 1
+            yield OversizedLine(skipping + newline, limit), line_start
             skipping = 0
             start = newline + 1
         while True:
@@ -145,18 +215,21 @@ def _split(
             if newline < 0:
                 break
             length = len(pending) + newline - start
+            line_start += length + 1
             if length > limit:
-                lines.append(OversizedLine(length, limit))
+                pending.clear()
+                yield OversizedLine(length, limit), line_start
             elif length:
                 if pending:
                     pending += block[start:newline]
-                    lines.append(bytes(pending))
+                    line = bytes(pending)
+                    pending.clear()
+                    yield line, line_start
                 else:
-                    lines.append(block[start:newline])
-            elif keep_empty:
-                lines.append(b"")
-            pending.clear()
-            line_start += length + 1
+                    yield block[start:newline], line_start
+            else:
+                pending.clear()
+                yield (b"" if keep_empty else None), line_start
             start = newline + 1
         pending += block[start:]
         if len(pending) > limit:
@@ -170,16 +243,27 @@ class Follower:
     last one and absorbs it into :attr:`reassembler`.
 
     Start from ``offset`` (a saved :attr:`offset` after a reconnect) with the
-    ``reassembler`` that holds the fold of everything before it, or from 0 with
-    a fresh one, made with ``seq_scope`` (``"call"``: the log of this project's
-    server; ``"connection"``: a hub's; ignored when ``reassembler`` is given).
+    ``reassembler`` that holds the fold of everything before it, or with a
+    fresh one, made with ``seq_scope`` (``"call"``: the log of this project's
+    server; ``"connection"``: a hub's) and ``keep_text`` (ignored when
+    ``reassembler`` is given). A fresh reassembler reads from the start of the
+    log only when ``offset`` is 0: from a later offset, what came before is not
+    reported as a missing prefix.
 
     Raises:
         ValueError: ``offset`` is negative, ``max_line_bytes`` is less than 1,
             or ``seq_scope`` is neither ``"call"`` nor ``"connection"``.
     """
 
-    __slots__ = ("_identity", "_limit", "_lines", "_offset", "_path", "_reassembler")
+    __slots__ = (
+        "_fingerprint",
+        "_identity",
+        "_limit",
+        "_lines",
+        "_offset",
+        "_path",
+        "_reassembler",
+    )
 
     def __init__(
         self,
@@ -189,6 +273,7 @@ class Follower:
         reassembler: Reassembler | None = None,
         max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         seq_scope: SeqScope = "call",
+        keep_text: bool = True,
     ) -> None:
         if offset < 0:
             raise ValueError(f"offset must not be negative, got {offset}")
@@ -199,10 +284,17 @@ class Follower:
         self._limit = max_line_bytes
         self._identity: _Identity | None = None  # the file read, once one was
         self._lines = 0  # complete lines read, blank ones included
+        # The bytes just before the offset (Rule 4), once they were read.
+        self._fingerprint: bytes | None = None
         self._reassembler = (
             reassembler
             if reassembler is not None
-            else Reassembler(max_record_bytes=max_line_bytes, seq_scope=seq_scope)
+            else Reassembler(
+                max_record_bytes=max_line_bytes,
+                seq_scope=seq_scope,
+                keep_text=keep_text,
+                from_start=offset == 0,
+            )
         )
 
     @property
@@ -227,15 +319,13 @@ class Follower:
 
         Raises:
             ValueError: the log shrank below :attr:`offset`, or another file
-                took its path (Rule 4).
+                took its path, or it was truncated and rewritten (Rule 4).
             OSError: the log cannot be read.
         """
-        lines = self._read_new()
         fresh = self._reassembler.spawn()
         absorb = fresh.absorb_record
-        for line in lines:
-            if line != b"":
-                absorb(line)
+        for _, line in self._new_lines():
+            absorb(line)
         self._reassembler.absorb(fresh)
         return fresh
 
@@ -245,10 +335,10 @@ class Follower:
 
         Raises:
             ValueError: the log shrank below :attr:`offset`, or another file
-                took its path (Rule 4).
+                took its path, or it was truncated and rewritten (Rule 4).
             OSError: the log cannot be read.
         """
-        return [item for _, item in self.poll_numbered()]
+        return [item for _, item in self.iter_numbered()]
 
     def poll_numbered(self) -> list[tuple[int, Appended]]:
         """:meth:`poll_appended`, each record with its line number counted from
@@ -256,25 +346,59 @@ class Follower:
 
         Raises:
             ValueError: the log shrank below :attr:`offset`, or another file
-                took its path (Rule 4).
+                took its path, or it was truncated and rewritten (Rule 4).
             OSError: the log cannot be read.
         """
-        first = self._lines + 1
-        lines = self._read_new()
-        appended = self._reassembler.appended
-        return [
-            (number, appended(line))
-            for number, line in enumerate(lines, start=first)
-            if line != b""
-        ]
+        return list(self.iter_numbered())
 
-    def _read_new(self) -> list[bytes | OversizedLine]:
-        # Blank lines are kept (and skipped by the callers) so that they count.
-        lines, self._offset, self._identity = _read(
-            self._path, self._offset, self._limit, True, self._identity
-        )
-        self._lines += len(lines)
-        return lines
+    def iter_appended(self) -> Iterator[Appended]:
+        """Like :meth:`poll_appended`, one record at a time, so a printer holds
+        one record whatever was appended; :attr:`offset` moves past each
+        record as it is absorbed.
+
+        Raises:
+            ValueError: the log shrank below :attr:`offset`, or another file
+                took its path, or it was truncated and rewritten (Rule 4).
+            OSError: the log cannot be read.
+        """
+        for _, item in self.iter_numbered():
+            yield item
+
+    def iter_numbered(self) -> Iterator[tuple[int, Appended]]:
+        """:meth:`iter_appended`, each record with its line number (as
+        :meth:`poll_numbered` counts them).
+
+        Raises:
+            ValueError: the log shrank below :attr:`offset`, or another file
+                took its path, or it was truncated and rewritten (Rule 4).
+            OSError: the log cannot be read.
+        """
+        appended = self._reassembler.appended
+        for number, line in self._new_lines():
+            yield number, appended(line)
+
+    def _new_lines(self) -> Iterator[tuple[int, bytes | OversizedLine]]:
+        # Each record with its line number; blank lines count but are no record.
+        opened = _open(self._path, self._offset, self._identity, self._fingerprint)
+        if opened is None:
+            return
+        handle, size = opened
+        with handle:
+            info = os.fstat(handle.fileno())
+            self._identity = (info.st_dev, info.st_ino)
+            if self._fingerprint is None and self._offset:
+                self._fingerprint = _bytes_before(handle, self._offset)
+            try:
+                for line, past in _split(
+                    handle, self._offset, self._limit, False, size - self._offset
+                ):
+                    self._offset = past
+                    self._lines += 1
+                    if line is not None:
+                        yield self._lines, line
+            finally:
+                if self._offset:
+                    self._fingerprint = _bytes_before(handle, self._offset)
 
     async def follow(self, interval: float = DEFAULT_POLL_INTERVAL) -> AsyncIterator[Reassembler]:
         """Poll every ``interval`` seconds, yielding each non-empty fold of new

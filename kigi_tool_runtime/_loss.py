@@ -20,6 +20,7 @@ __all__ = (
     "DEFAULT_GAP_MARKER",
     "MAX_DETAIL_CHARS",
     "MAX_HELD_BYTES",
+    "TRUNCATION_MARKER",
     "Anomaly",
     "AnomalyKind",
     "Gap",
@@ -65,6 +66,11 @@ def cut(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text)} characters)"
+
+
+#: Where a stream's text stops because the producer hit its output limit: what
+#: came after was never counted or sent.
+TRUNCATION_MARKER: Final = "[... output truncated at the limit ...]"
 
 
 AnomalyKind = Literal[

@@ -373,7 +373,7 @@ class StreamState:
             size = low = 0
         if self._notice_index >= 0 and not self._notice_said:
             self._notice_said = True
-            self._anomalies.append(_after_end(self.key, index, self._notice_index))
+            self._anomalies.append(_after_end(self.key, index))
         last = self.total_bytes
         if last is None:
             self.first_total = total
@@ -510,7 +510,7 @@ class StreamState:
         assert last is not None
         first_index = later._first_index + records
         if self._notice_index >= 0 and not self._notice_said:
-            insert_anomaly(anomalies, _after_end(self.key, first_index, self._notice_index))
+            insert_anomaly(anomalies, _after_end(self.key, first_index))
         if first < last:
             insert_anomaly(anomalies, _regressed(self.key, first_index, last, first))
         if later._first_gap:
@@ -611,11 +611,11 @@ class StreamState:
         return fresh
 
 
-def _after_end(key: StreamKey, index: int, notice: int) -> Anomaly:
+def _after_end(key: StreamKey, index: int) -> Anomaly:
     return Anomaly(
         "frame_after_end",
         index,
-        f"a frame after the truncation notice at record {notice}; nothing may follow it",
+        "a frame after the stream's truncation notice; nothing may follow it",
         key,
     )
 
