@@ -23,8 +23,10 @@ from typing import Any
 
 import pytest
 
+from kigi_tool_runtime import TRUNCATION_MARKER
 from kigi_tool_runtime._cli import EXIT_TIMEOUT, EXIT_USAGE, STATUS_AFTER_S
 from kigi_tool_runtime._server import SERVED_METHODS, progress_line
+from kigi_tool_runtime.testing import progress_line as frame_line
 
 CLI = [sys.executable, "-m", "kigi_tool_runtime"]
 
@@ -149,7 +151,8 @@ def test_check_fails_on_an_invalid_frame(tmp_path: Path) -> None:
     assert checked.returncode == 1
     report = checked.stdout.decode()
     assert "line 1: undecodable" in report
-    assert "checked 2 records, 1 stream, 0 other messages: 1 violation\n" in report
+    assert "line 2: seq_gap: seq of call 'run-1' starts at 1: frame 0 never arrived" in report
+    assert "checked 2 records, 1 stream, 0 other messages: 2 violations\n" in report
 
 
 def test_check_numbers_lines_as_the_file_does(tmp_path: Path) -> None:
@@ -345,7 +348,7 @@ def test_cap_and_limit_reach_the_shell_tool() -> None:
     deltas = [json.loads(line)["params"]["body"]["delta"] for line in done.stdout.splitlines()]
     assert deltas == ["a", "€"]
     done = _cli("run", "--limit", "4", "--", "printf abcdefghij")
-    assert done.stdout == b"abcd"
+    assert done.stdout == b"abcd\n" + TRUNCATION_MARKER.encode() + b"\n"
     assert "4 bytes" in done.stderr.decode()
     assert ", truncated," in done.stderr.decode()
 
@@ -355,12 +358,12 @@ def test_a_limit_reached_exactly_at_a_write_still_reads_truncated() -> None:
     still summarised as truncated, with the bytes dropped past the limit."""
     writes = "import os,time; os.write(1, b'abcde'); time.sleep(0.3); os.write(1, b'fgh')"
     done = _cli("run", "--tick", "20", "--limit", "5", "--", sys.executable, "-c", writes)
-    assert (done.returncode, done.stdout) == (0, b"abcde")
+    assert (done.returncode, done.stdout) == (0, b"abcde\n" + TRUNCATION_MARKER.encode() + b"\n")
     summary = done.stderr.decode()
     assert summary.startswith("kigi-stream: 5 bytes, ")
     assert ", truncated, 3 bytes past the limit dropped, exit 0" in summary
     done = _cli("run", "--limit", "0", "--", "printf abc")
-    assert (done.returncode, done.stdout) == (0, b"")
+    assert (done.returncode, done.stdout) == (0, TRUNCATION_MARKER.encode() + b"\n")
     assert ", truncated, 3 bytes past the limit dropped, exit 0" in done.stderr.decode()
 
 
@@ -1230,3 +1233,40 @@ def test_a_second_signal_forces_the_exit_and_still_kills_the_group(
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+
+
+def test_run_cut_by_the_limit_inside_a_character_invents_no_replacement() -> None:
+    """--limit 3 cuts the 3-byte ✓ in half: the output is the whole characters
+    before the cut and the truncation marker, never a U+FFFD the command did
+    not write."""
+    done = _cli("run", "--limit", "3", "--", sys.executable, "-c", "print('a✓😀 hello')")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == "a\n" + TRUNCATION_MARKER + "\n"
+    assert ", truncated," in done.stderr.decode()
+
+
+def test_check_and_follow_say_the_bytes_of_a_lost_line(tmp_path: Path) -> None:
+    """A log missing a middle line (no seq to tell): `check` names the loss the
+    totals prove and exits 1; `follow` marks it in the text; a log missing its
+    first lines fails `check` as a missing prefix."""
+    kind = "bash_output_chunk"
+    lines = [
+        frame_line("c", kind, {"delta": "abc", "total_bytes": 3}) + b"\n",
+        frame_line("c", kind, {"delta": "def", "total_bytes": 6}) + b"\n",
+        frame_line("c", kind, {"delta": "ghi", "total_bytes": 9}) + b"\n",
+        frame_line("c", kind, {"delta": "j", "total_bytes": 10}) + b"\n",
+    ]
+    log = tmp_path / "hole.jsonl"
+    log.write_bytes(lines[0] + lines[2] + lines[3])
+    checked = _cli("check", str(log))
+    report = checked.stdout.decode()
+    assert checked.returncode == 1, report
+    assert "line 3: lost [c/bash_output_chunk]: total_bytes counts 3 bytes" in report
+    assert "1 gap (3 bytes lost, 1 inferred from total_bytes)" in report
+    assert report.rstrip().endswith("1 violations")
+    followed = _cli("follow", "--once", str(log))
+    assert followed.stdout.decode() == "abcghi[... 3 bytes lost ...]j"
+    log.write_bytes(lines[2] + lines[3])
+    checked = _cli("check", str(log))
+    assert checked.returncode == 1
+    assert "1 gap (6 bytes lost, 1 inferred from total_bytes)" in checked.stdout.decode()

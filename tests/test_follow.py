@@ -127,6 +127,51 @@ def test_a_log_replaced_by_a_longer_one_is_refused(tmp_path: Path) -> None:
     assert follower.reassembler.records == 2
 
 
+def test_a_log_truncated_in_place_and_grown_past_the_offset_is_refused(
+    tmp_path: Path,
+) -> None:
+    """copytruncate rotation keeps the file (same device and inode): a log
+    truncated and rewritten past the saved offset before the next poll is
+    told by the bytes before the offset, and refused instead of read from
+    mid-line; a follower resumed at an offset checks from its first read on."""
+    path = tmp_path / "log"
+    path.write_bytes(frame("a", 1, 0) + b"\n" + frame("b", 2, 1) + b"\n")
+    follower = Follower(path)
+    assert follower.poll().records == 2
+    resumed = Follower(path, follower.offset)
+    assert resumed.poll().records == 0
+    append(path, frame("c", 3, 2) + b"\n")
+    assert [item.text for item in follower.iter_appended()] == ["c"]
+    with open(path, "r+b") as handle:  # truncate in place, as copytruncate does
+        handle.truncate(0)
+        handle.write(b"".join(frame(c * 3, 3, 0) + b"\n" for c in "xyzw"))
+    assert path.stat().st_size > follower.offset
+    for reader in (follower, resumed):
+        for read in (reader.poll, reader.poll_appended):
+            with pytest.raises(ValueError, match="truncated and rewritten"):
+                read()
+    assert follower.reassembler.records == 3
+
+
+def test_follow_from_an_offset_reports_no_missing_prefix(tmp_path: Path) -> None:
+    """A follower resumed at an offset with a fresh reassembler did not see the
+    start: the frames before the offset are not reported as a lost prefix; one
+    started at 0 reports a log whose first frames are missing."""
+    path = tmp_path / "log"
+    first = frame("abc", 3, 0) + b"\n"
+    path.write_bytes(first + frame("def", 6, 1) + b"\n" + frame("g", 7, 2) + b"\n")
+    resumed = Follower(path, len(first))
+    resumed.poll()
+    assert resumed.reassembler.anomalies == ()
+    assert resumed.reassembler.stream("c1", KIND).report().complete  # type: ignore[union-attr]
+    path.write_bytes(frame("def", 6, 1) + b"\n" + frame("g", 7, 2) + b"\n")
+    started = Follower(path)
+    started.poll()
+    assert [a.kind for a in started.reassembler.anomalies] == ["seq_gap"]
+    report = started.reassembler.stream("c1", KIND).report()  # type: ignore[union-attr]
+    assert (report.lost_bytes, report.complete) == (3, False)
+
+
 def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     """Negative offsets, empty limits and non-positive intervals are caller errors."""
     with pytest.raises(ValueError, match="offset must not be negative, got -1"):
