@@ -19,6 +19,7 @@ from ._history import (
 from ._lines import LineReader, LineSplitter, OversizedLine, read_lines
 from ._loss import (
     DEFAULT_GAP_MARKER,
+    MAX_ANOMALIES_KEPT,
     MAX_DETAIL_CHARS,
     MAX_HELD_BYTES,
     TRUNCATION_MARKER,
@@ -40,7 +41,14 @@ from ._monitor import (
     ToolFailed,
     ToolStarted,
 )
-from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, Record, SeqScope
+from ._reassembler import (
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_MAX_STREAMS,
+    Appended,
+    Reassembler,
+    Record,
+    SeqScope,
+)
 from ._runner import RunStats, ToolRun, run_tool
 from ._server import Server, ServerStats, serve_stdio
 from ._shell import SHELL_SPEC, ShellArgs, ShellOutcome, ShellTool
@@ -56,8 +64,10 @@ __version__: str = _protocol_version
 __all__: tuple[str, ...] = (
     "DEFAULT_GAP_MARKER",
     "DEFAULT_MAX_RECORD_BYTES",
+    "DEFAULT_MAX_STREAMS",
     "DEFAULT_POLL_INTERVAL",
     "LIMIT_MARKER",
+    "MAX_ANOMALIES_KEPT",
     "MAX_DETAIL_CHARS",
     "MAX_HELD_BYTES",
     "MIN_TAIL_CAPACITY",

@@ -18,6 +18,7 @@ from typing import Final, Literal, NamedTuple
 
 __all__ = (
     "DEFAULT_GAP_MARKER",
+    "MAX_ANOMALIES_KEPT",
     "MAX_DETAIL_CHARS",
     "MAX_HELD_BYTES",
     "TRUNCATION_MARKER",
@@ -41,6 +42,14 @@ MAX_HELD_BYTES: Final = 3
 #: count (``"12"`` when exact, ``"9-12"`` when the wire only bounds it).
 DEFAULT_GAP_MARKER: Final = "[... {lost} bytes lost ...]"
 
+#: The most anomalies a reassembler keeps per stream, and for the connection:
+#: enough to show what went wrong and where it began, while a flood of bad
+#: records costs a fixed amount of memory. The first ones are kept; later ones
+#: are only counted (``LossReport.anomalies_not_kept``), and a printer that
+#: reads each record's anomalies as it lands (``Reassembler.appended``) still
+#: sees every one.
+MAX_ANOMALIES_KEPT: Final = 1000
+
 #: The longest value an anomaly's detail quotes, in characters: enough to
 #: recognise a key, a method or the start of a line, while a hostile record of
 #: megabytes costs a detail of a few hundred bytes. Longer values are cut, and
@@ -62,10 +71,13 @@ def excerpt(value: object, limit: int = MAX_DETAIL_CHARS) -> str:
 
 
 def cut(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
-    """``text`` cut to about ``limit`` characters (the cut names the full length)."""
-    if len(text) <= limit:
+    """``text`` cut to about ``limit`` characters: its start and its end (where
+    a decoder names the path), with the count of characters left out between."""
+    if len(text) <= limit + 40:
         return text
-    return f"{text[:limit]}... ({len(text)} characters)"
+    head = limit * 3 // 4
+    tail = limit - head
+    return f"{text[:head]}[... {len(text) - head - tail} characters ...]{text[-tail:]}"
 
 
 #: Where a stream's text stops because the producer hit its output limit: what
@@ -119,12 +131,19 @@ class StreamKey(NamedTuple):
 class Anomaly:
     """One protocol anomaly: its ``kind``, the 0-based ``index`` of the record
     (line or frame) it was seen at, the stream it belongs to (``None`` when it
-    cannot be attributed to one) and a sentence saying what was wrong."""
+    cannot be attributed to one) and a sentence saying what was wrong, cut to
+    about :data:`MAX_DETAIL_CHARS` characters."""
 
     kind: AnomalyKind
     index: int
     detail: str
     key: StreamKey | None = None
+
+    def __post_init__(self) -> None:
+        # A detail quotes what was wrong, never more than an excerpt of it: a
+        # hostile record of megabytes costs a detail of a few hundred bytes.
+        if len(self.detail) > MAX_DETAIL_CHARS + 40:
+            object.__setattr__(self, "detail", cut(self.detail))
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +271,7 @@ class LossReport:
     never counted or sent (its size is unknown). ``unseen_bytes``: bytes the
     last total counts past what the frames delivered and the producer may
     still hold back; in flight while the stream is live, lost once it ended.
+    ``anomalies_not_kept``: anomalies past :data:`MAX_ANOMALIES_KEPT`, counted only.
     """
 
     key: StreamKey
@@ -262,6 +282,7 @@ class LossReport:
     truncated: bool
     anomalies: tuple[Anomaly, ...]
     unseen_bytes: int = 0
+    anomalies_not_kept: int = 0
 
     @property
     def lost_bytes(self) -> int:
@@ -307,7 +328,7 @@ class LossReport:
             parts.append("truncated at the output limit")
         if self.anomalies:
             kinds = sorted({anomaly.kind for anomaly in self.anomalies})
-            parts.append(
-                f"{plural(len(self.anomalies), 'anomaly', 'anomalies')} ({', '.join(kinds)})"
-            )
+            count = len(self.anomalies) + self.anomalies_not_kept
+            more = f", {self.anomalies_not_kept} not kept" if self.anomalies_not_kept else ""
+            parts.append(f"{plural(count, 'anomaly', 'anomalies')} ({', '.join(kinds)}{more})")
         return ", ".join(parts)

@@ -64,6 +64,7 @@ from kigi_tool_protocol import (
 from ._lines import OversizedLine
 from ._loss import (
     DEFAULT_GAP_MARKER,
+    MAX_ANOMALIES_KEPT,
     Anomaly,
     Gap,
     GapMarker,
@@ -73,15 +74,24 @@ from ._loss import (
     plural,
     render_gap_marker,
 )
-from ._stream import StreamState, anomaly_rank, insert_anomaly, shift_anomaly
+from ._stream import StreamState, anomaly_rank, insert_anomaly, keep_first, shift_anomaly
 
 __all__ = (
     "DEFAULT_MAX_RECORD_BYTES",
+    "DEFAULT_MAX_STREAMS",
     "Appended",
     "Reassembler",
     "Record",
     "SeqScope",
 )
+
+#: The most streams a reassembler tracks at once. A stream costs about a
+#: kilobyte without its text, so this bounds a connection that names a new
+#: ``tool_call_id`` in every frame to about 10 MB; a harness with more calls
+#: in flight at once raises it. Past it, the stream seen first is no longer
+#: tracked: its summary is reported (``streams_evicted``), its figures
+#: dropped; a later frame of it starts a stream afresh.
+DEFAULT_MAX_STREAMS: Final = 10_000
 
 #: The longest record (one JSON line) the reassembler parses. The wire's frame
 #: ceiling: a peer may declare any limit up to it, so a consumer that must read
@@ -168,17 +178,20 @@ class Reassembler:
     ``from_start``: whether the records begin at the start of the connection
     (or log), so a first ``seq`` above 0 and a first run that delivered less
     than its ``total_bytes`` are a missing prefix; false for a fold that
-    resumes mid-stream.
+    resumes mid-stream. ``max_streams``: how many streams (and ``seq``
+    counters) are tracked at once (:data:`DEFAULT_MAX_STREAMS`); the fold
+    contract holds while none was evicted.
 
     A value: two reassemblers are equal when they have folded to the same state.
 
     Raises:
-        ValueError: ``max_record_bytes`` is less than 1, or ``seq_scope`` is
-            neither ``"call"`` nor ``"connection"``.
+        ValueError: ``max_record_bytes`` or ``max_streams`` is less than 1, or
+            ``seq_scope`` is neither ``"call"`` nor ``"connection"``.
     """
 
     __slots__ = (
         "_anomalies",
+        "_anomalies_cut",
         "_from_start",
         "_keep_text",
         "_known",
@@ -186,6 +199,7 @@ class Reassembler:
         "_last_key",
         "_last_note",
         "_max_bytes",
+        "_max_streams",
         "_per_call",
         "_records",
         "_seqs",
@@ -201,9 +215,12 @@ class Reassembler:
         seq_scope: SeqScope = "call",
         keep_text: bool = True,
         from_start: bool = True,
+        max_streams: int = DEFAULT_MAX_STREAMS,
     ) -> None:
         if max_record_bytes < 1:
             raise ValueError(f"max_record_bytes must be at least 1, got {max_record_bytes}")
+        if max_streams < 1:
+            raise ValueError(f"max_streams must be at least 1, got {max_streams}")
         if seq_scope not in _SEQ_SCOPES:
             raise ValueError(f"seq_scope must be 'call' or 'connection', got {seq_scope!r}")
         self._known = None if known_calls is None else frozenset(known_calls)
@@ -211,6 +228,8 @@ class Reassembler:
         self._per_call = seq_scope == "call"
         self._keep_text = keep_text
         self._from_start = from_start
+        self._max_streams = max_streams
+        self._anomalies_cut = 0
         self._streams: dict[StreamKey, StreamState] = {}
         self._anomalies: list[Anomaly] = []
         self._records = 0
@@ -233,6 +252,7 @@ class Reassembler:
         seq_scope: SeqScope = "call",
         keep_text: bool = True,
         from_start: bool = True,
+        max_streams: int = DEFAULT_MAX_STREAMS,
     ) -> Reassembler:
         """A new reassembler that has absorbed ``records`` in order.
 
@@ -247,6 +267,7 @@ class Reassembler:
             seq_scope=seq_scope,
             keep_text=keep_text,
             from_start=from_start,
+            max_streams=max_streams,
         )
         absorb = folded.absorb_record
         for record in records:
@@ -262,6 +283,7 @@ class Reassembler:
             seq_scope=self.seq_scope,
             keep_text=self._keep_text,
             from_start=self._from_start,
+            max_streams=self._max_streams,
         )
 
     # -- reading --------------------------------------------------------------
@@ -288,6 +310,7 @@ class Reassembler:
     @property
     def anomalies(self) -> tuple[Anomaly, ...]:
         """Every anomaly, of the connection and of every stream, in record order."""
+        self._anomalies_cut += keep_first(self._anomalies)
         merged = [*self._anomalies, *self._seq_prefixes()]
         for state in self._streams.values():
             merged.extend(state._anomalies)
@@ -296,11 +319,21 @@ class Reassembler:
 
     @property
     def connection_anomalies(self) -> tuple[Anomaly, ...]:
-        """Anomalies no stream can own: undecodable records and ``seq`` faults."""
+        """Anomalies no stream can own: undecodable records, ``seq`` faults,
+        evicted streams (the first :data:`MAX_ANOMALIES_KEPT`; see
+        :attr:`anomalies_not_kept`)."""
+        self._anomalies_cut += keep_first(self._anomalies)
         prefixes = self._seq_prefixes()
         if not prefixes:
             return tuple(self._anomalies)
         return tuple(sorted([*self._anomalies, *prefixes], key=anomaly_rank))
+
+    @property
+    def anomalies_not_kept(self) -> int:
+        """Connection anomalies past :data:`MAX_ANOMALIES_KEPT`, counted only
+        (each stream's report counts its own)."""
+        self._anomalies_cut += keep_first(self._anomalies)
+        return self._anomalies_cut
 
     def reports(self) -> list[LossReport]:
         """One :class:`LossReport` per stream, in first-seen order."""
@@ -314,7 +347,10 @@ class Reassembler:
             kinds = sorted({anomaly.kind for anomaly in own})
             listed = f" ({', '.join(kinds)})" if kinds else ""
             records = plural(self._records, "record", "records")
-            anomalies = plural(len(own), "anomaly", "anomalies")
+            cut = self.anomalies_not_kept
+            anomalies = plural(len(own) + cut, "anomaly", "anomalies")
+            if cut:
+                anomalies += f" ({cut} not kept)"
             ignored = plural(self.ignored, "other message", "other messages")
             lines.append(f"connection: {records}, {anomalies}{listed}, {ignored} ignored")
         return "\n".join(lines)
@@ -325,8 +361,11 @@ class Reassembler:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Reassembler):
             return NotImplemented
+        self._anomalies_cut += keep_first(self._anomalies)
+        other._anomalies_cut += keep_first(other._anomalies)
         return (
             self._records == other._records
+            and self._anomalies_cut == other._anomalies_cut
             and self.ignored == other.ignored
             and self._per_call == other._per_call
             and self._seqs == other._seqs
@@ -375,6 +414,8 @@ class Reassembler:
         """
         index = self._records
         self._records = index + 1
+        if len(self._anomalies) > MAX_ANOMALIES_KEPT:
+            self._anomalies_cut += keep_first(self._anomalies)
         try:
             fast = _decode(line, _FAST_LINE, max_bytes=self._max_bytes)
         except DecodeError:
@@ -401,6 +442,8 @@ class Reassembler:
         """Report a line that was too long to read (it was skipped unparsed)."""
         index = self._records
         self._records = index + 1
+        if len(self._anomalies) > MAX_ANOMALIES_KEPT:
+            self._anomalies_cut += keep_first(self._anomalies)
         self._anomalies.append(
             Anomaly(
                 "undecodable",
@@ -413,6 +456,8 @@ class Reassembler:
     def absorb_notification(self, notification: JsonRpcNotification[Any]) -> None:
         """Absorb a decoded ``JsonRpcNotification``; one whose method is not
         ``tool_call_progress`` is counted in :attr:`ignored`."""
+        if len(self._anomalies) > MAX_ANOMALIES_KEPT:
+            self._anomalies_cut += keep_first(self._anomalies)
         if notification.method != METHOD_TOOL_CALL_PROGRESS:
             index = self._records
             self._records = index + 1
@@ -442,6 +487,8 @@ class Reassembler:
         """
         index = self._records
         self._records = index + 1
+        if len(self._anomalies) > MAX_ANOMALIES_KEPT:
+            self._anomalies_cut += keep_first(self._anomalies)
         if seq is not None:
             self._check_seq(seq, index, frame.tool_call_id)
         body = frame.body
@@ -483,6 +530,8 @@ class Reassembler:
                 " seq_scope or keep_text"
             )
         shift = self._records
+        later._anomalies_cut += keep_first(later._anomalies)
+        self._anomalies_cut += keep_first(self._anomalies) + later._anomalies_cut
         anomalies = [shift_anomaly(anomaly, shift) for anomaly in later._anomalies]
         for call, (first, first_index, last) in later._seqs.items():
             track = self._seqs.get(call)
@@ -495,9 +544,11 @@ class Reassembler:
                 insert_anomaly(anomalies, seq_fault)
             track[2] = last
         self._anomalies.extend(anomalies)
+        self._anomalies_cut += keep_first(self._anomalies)
         for key, state in later._streams.items():
             mine = self._streams.get(key)
             if mine is None:
+                self._evict_for_one_more(shift + state._first_index)
                 self._streams[key] = state._copy(shift, self._from_start)
             else:
                 mine._absorb_state(state, shift)
@@ -516,6 +567,7 @@ class Reassembler:
         notification carries its own.
         """
         # Only a record that lands in a stream sets these; clear them first.
+        self._anomalies_cut += keep_first(self._anomalies)
         self._last_key = None
         self._last_delta = None
         self._last_note = None
@@ -561,6 +613,7 @@ class Reassembler:
         # without building a named tuple per frame.
         state: StreamState | None = self._streams.get((tool_call_id, kind))  # type: ignore[call-overload]
         if state is None:
+            self._evict_for_one_more(index)
             key = StreamKey(tool_call_id, kind)
             state = self._streams[key] = StreamState(
                 key, keep_text=self._keep_text, from_start=self._from_start
@@ -576,6 +629,23 @@ class Reassembler:
                 )
         self._last_key = state.key
         return state
+
+    def _evict_for_one_more(self, index: int) -> None:
+        """Make room for one more stream: stop tracking the one seen first and
+        report its summary (``streams_evicted``, at record ``index``)."""
+        if len(self._streams) < self._max_streams:
+            return
+        key = next(iter(self._streams))
+        state = self._streams.pop(key)
+        self._anomalies.append(
+            Anomaly(
+                "streams_evicted",
+                index,
+                f"stopped tracking a stream to track a new one (at most {self._max_streams}):"
+                f" {state.report().summary()}",
+                key,
+            )
+        )
 
     def _absorb_decoded(
         self,
@@ -629,6 +699,9 @@ class Reassembler:
             counter = None
         track = self._seqs.get(counter)
         if track is None:
+            if len(self._seqs) >= self._max_streams:
+                # Bounded like the streams: the counter seen first goes.
+                del self._seqs[next(iter(self._seqs))]
             self._seqs[counter] = [seq, index, seq]
             return
         fault = _seq_fault(track[2], seq, index, counter)

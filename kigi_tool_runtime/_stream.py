@@ -39,6 +39,7 @@ from kigi_tool_protocol import PartialResultPayload
 
 from ._loss import (
     DEFAULT_GAP_MARKER,
+    MAX_ANOMALIES_KEPT,
     MAX_HELD_BYTES,
     Anomaly,
     Gap,
@@ -48,7 +49,7 @@ from ._loss import (
     render_gap_marker,
 )
 
-__all__ = ("StreamState", "anomaly_rank", "insert_anomaly", "shift_anomaly")
+__all__ = ("StreamState", "anomaly_rank", "insert_anomaly", "keep_first", "shift_anomaly")
 
 _REPLACEMENT: Final = "\ufffd"
 
@@ -111,6 +112,7 @@ class StreamState:
     __slots__ = (
         "_anchored",
         "_anomalies",
+        "_anomalies_cut",
         "_bytes",
         "_chars",
         "_chunks",
@@ -159,6 +161,8 @@ class StreamState:
         self._replacements = 0
         self._gaps: list[Gap] = []
         self._anomalies: list[Anomaly] = []
+        # Anomalies past MAX_ANOMALIES_KEPT: counted, not kept.
+        self._anomalies_cut = 0
         self._notes: list[Any] = []
         # The producer's cursor as the consumer can bound it: source bytes
         # delivered or lost so far. Relative to where this fold began until the
@@ -229,7 +233,9 @@ class StreamState:
 
     @property
     def anomalies(self) -> tuple[Anomaly, ...]:
-        """Every anomaly attributed to this stream, in record order."""
+        """Every anomaly attributed to this stream, in record order (the first
+        :data:`MAX_ANOMALIES_KEPT`; :meth:`report` counts the others)."""
+        self._anomalies_cut += keep_first(self._anomalies)
         return tuple(self._anomalies)
 
     @property
@@ -252,6 +258,7 @@ class StreamState:
 
     def report(self) -> LossReport:
         """The :class:`LossReport` of this stream."""
+        self._anomalies_cut += keep_first(self._anomalies)
         return LossReport(
             key=self.key,
             frames=self.frames,
@@ -261,6 +268,7 @@ class StreamState:
             truncated=self.truncated,
             anomalies=tuple(self._anomalies),
             unseen_bytes=self.unseen_bytes,
+            anomalies_not_kept=self._anomalies_cut,
         )
 
     def render(self, marker: GapMarker = DEFAULT_GAP_MARKER) -> str:
@@ -291,6 +299,7 @@ class StreamState:
     __hash__ = None  # type: ignore[assignment]  # mutable value: not hashable
 
     def _fields(self) -> tuple[Any, ...]:
+        self._anomalies_cut += keep_first(self._anomalies)
         return (
             self.key,
             self._keep_text,
@@ -307,6 +316,7 @@ class StreamState:
             self._replacements,
             self._gaps,
             self._anomalies,
+            self._anomalies_cut,
             self._notes,
             self._cur_lo,
             self._cur_hi,
@@ -356,6 +366,8 @@ class StreamState:
     def _absorb_payload(
         self, payload: PartialResultPayload, index: int, dropped: int | None
     ) -> None:
+        if len(self._anomalies) > MAX_ANOMALIES_KEPT:
+            self._anomalies_cut += keep_first(self._anomalies)
         total = payload.total_bytes
         delta = payload.delta
         gap = payload.gap
@@ -487,6 +499,8 @@ class StreamState:
     def _absorb_state(self, later: StreamState, records: int) -> None:
         """Absorb the fold of this stream's later records (``records`` = how many
         records this fold's owner had absorbed before them)."""
+        self._anomalies_cut += keep_first(self._anomalies)
+        later._anomalies_cut += keep_first(later._anomalies)
         # Only the first frame after a truncation notice is reported.
         said = self._notice_index >= 0 and (self._notice_said or later.first_total is not None)
         anomalies = [
@@ -497,13 +511,16 @@ class StreamState:
         self.frames += later.frames
         self._notes.extend(later._notes)
         self.truncated = self.truncated or later.truncated
+        self._anomalies_cut += later._anomalies_cut
         if later.first_total is None:
             self._anomalies.extend(anomalies)
+            self._anomalies_cut += keep_first(self._anomalies)
             return
         chars = self._chars
         if self.first_total is None:
             self._adopt(later, records, chars)
             self._anomalies.extend(anomalies)
+            self._anomalies_cut += keep_first(self._anomalies)
             return
         first = later.first_total
         last = self.total_bytes
@@ -571,6 +588,7 @@ class StreamState:
         self._replacements += later._replacements
         self._gaps.extend(gaps)
         self._anomalies.extend(anomalies)
+        self._anomalies_cut += keep_first(self._anomalies)
 
     def _adopt(self, later: StreamState, records: int, chars: int) -> None:
         """Take ``later``'s payload figures whole (this fold had none)."""
@@ -643,6 +661,15 @@ def _overrun(key: StreamKey, index: int, delta: str, total: int) -> Anomaly:
         f" is {total}; a frame never carries more bytes than were produced",
         key,
     )
+
+
+def keep_first(anomalies: list[Anomaly]) -> int:
+    """Drop the anomalies past :data:`MAX_ANOMALIES_KEPT`; return how many."""
+    extra = len(anomalies) - MAX_ANOMALIES_KEPT
+    if extra <= 0:
+        return 0
+    del anomalies[MAX_ANOMALIES_KEPT:]
+    return extra
 
 
 def shift_anomaly(anomaly: Anomaly, records: int) -> Anomaly:

@@ -23,6 +23,8 @@ from kigi_tool_protocol import (
 from kigi_tool_runtime import (
     DEFAULT_GAP_MARKER,
     DEFAULT_MAX_RECORD_BYTES,
+    MAX_ANOMALIES_KEPT,
+    MAX_DETAIL_CHARS,
     MAX_HELD_BYTES,
     DeltaStreamer,
     Gap,
@@ -949,3 +951,72 @@ def test_streams_view_is_read_only_and_ordered() -> None:
     assert len(folded.streams) == 2
     assert not hasattr(folded.streams, "__setitem__")
     assert [report.key.tool_call_id for report in folded.reports()] == ["b", "a"]
+
+
+# -- bounded: details, anomalies, streams ------------------------------------------
+
+
+def test_an_anomaly_quotes_only_an_excerpt_of_a_huge_value() -> None:
+    """A 1 MB unknown key, a 1 MB method and a 1 MB call id: each detail is an
+    excerpt of at most a few hundred characters that still says where."""
+    huge = "k" * 1_000_000
+    records = [
+        line({"delta": "a", "total_bytes": 1, huge: 1}),
+        json.dumps({"jsonrpc": "2.0", "method": 7, "params": huge}).encode(),
+        line(body("a", 1), seq=3, call=huge),
+    ]
+    folded = Reassembler.fold(records, known_calls=["c1"])
+    assert len(folded.anomalies) == 4
+    for anomaly in folded.anomalies:
+        assert len(anomaly.detail) <= MAX_DETAIL_CHARS + 40, anomaly.kind
+    (invalid,) = [a for a in folded.anomalies if a.kind == "payload_invalid"]
+    assert invalid.detail.startswith("body of a 'bash_output_chunk' frame is not a valid")
+    assert invalid.detail.endswith("`$.params.body`")
+    assert "characters ...]" in invalid.detail
+
+
+def test_anomalies_past_the_bound_are_counted_and_each_still_printed() -> None:
+    """A flood of bad records keeps the first MAX_ANOMALIES_KEPT anomalies and
+    counts the rest, whole and split; `appended` still answers each one."""
+    flood = [b" "] * (MAX_ANOMALIES_KEPT + 5)
+    whole = Reassembler.fold(flood)
+    assert len(whole.anomalies) == MAX_ANOMALIES_KEPT
+    assert whole.anomalies_not_kept == 5
+    assert f"{MAX_ANOMALIES_KEPT + 5} anomalies (5 not kept)" in whole.summary()
+    for cut in (0, 3, MAX_ANOMALIES_KEPT, len(flood)):
+        split = Reassembler.fold(flood[:cut]).absorb(Reassembler.fold(flood[cut:]))
+        assert split == whole
+    live = Reassembler()
+    said = sum(len(live.appended(record).anomalies) for record in flood)
+    assert said == len(flood)
+    assert len(live._anomalies) <= MAX_ANOMALIES_KEPT + 1
+    bad_bodies = [line({"delta": 1, "total_bytes": 1})] * (MAX_ANOMALIES_KEPT + 2)
+    report = only(Reassembler.fold(bad_bodies)).report()
+    assert (len(report.anomalies), report.anomalies_not_kept) == (MAX_ANOMALIES_KEPT, 2)
+
+
+def test_the_tracked_streams_are_bounded_and_each_eviction_reported() -> None:
+    """Past max_streams the stream seen first stops being tracked: its summary
+    is reported where that happened, and the seq counters are bounded too."""
+    records = [line(body("ab", 2), seq=0, call=f"call-{n}") for n in range(5)]
+    folded = Reassembler.fold(records, max_streams=2)
+    assert [key.tool_call_id for key in folded.streams] == ["call-3", "call-4"]
+    evicted = [a for a in folded.anomalies if a.kind == "streams_evicted"]
+    assert [(a.index, a.key) for a in evicted] == [
+        (2, StreamKey("call-0", KIND)),
+        (3, StreamKey("call-1", KIND)),
+        (4, StreamKey("call-2", KIND)),
+    ]
+    assert "call-0/bash_output_chunk: 2 bytes in 1 frame" in evicted[0].detail
+    assert len(folded._seqs) == 2
+    with pytest.raises(ValueError, match="max_streams must be at least 1"):
+        Reassembler(max_streams=0)
+
+
+def test_absorb_record_refuses_what_is_no_record_before_counting_it() -> None:
+    """A dict (a decoded JSON object) is no record: TypeError, nothing counted."""
+    folded = Reassembler()
+    with pytest.raises(TypeError, match="not dict"):
+        folded.absorb_record({"jsonrpc": "2.0"})  # type: ignore[arg-type]
+    assert folded == Reassembler()
+    assert folded.records == 0
