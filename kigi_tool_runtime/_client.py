@@ -19,7 +19,11 @@ Rule 3. Memory is bounded: each call buffers at most
         items its consumer has not taken.
         Past that the oldest untaken item is dropped and counted
         (``Call.frames_dropped``); the reassembled view has absorbed it already,
-        so only that item's event is lost, never text. The client never stops
+        so only that item's event is lost, never a figure. A call keeps its
+        text only when asked (``Client.call(keep_text=True)``), and at most
+        :data:`MAX_CALL_TEXT_BYTES` of it; otherwise its reassembler keeps
+        figures and losses, and each item's ``appended`` carries its delta.
+        The client never stops
         reading for one slow consumer, so a consumer that waits on one call
         while another floods cannot deadlock; the terminal is never dropped.
 Rule 4. Leaving a call early (``aclose()``, or leaving ``async with call:``
@@ -38,6 +42,7 @@ import contextlib
 import fcntl
 import itertools
 import os
+import re
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -53,6 +58,7 @@ from kigi_tool_protocol import (
     METHOD_TOOL_CALL,
     METHOD_TOOL_CALL_PROGRESS,
     METHOD_TOOLS_LIST,
+    TOOL_ID_PATTERN,
     CancelledWire,
     ConnectionLostWire,
     DecodeError,
@@ -81,6 +87,7 @@ __all__ = (
     "CALL_BUFFER_FRAMES",
     "CLOSE_GRACE_S",
     "CLOSE_WAIT_S",
+    "MAX_CALL_TEXT_BYTES",
     "PIPE_BYTES",
     "TIMEOUT_GRACE_S",
     "Call",
@@ -94,6 +101,23 @@ __all__ = (
 #: full 16 KiB deltas are 16 MiB: a consumer busy elsewhere for a while loses
 #: nothing, one that never comes back costs a bounded amount.
 CALL_BUFFER_FRAMES: Final = 1024
+
+#: The most text a call asked to keep its text (``keep_text=True``) keeps per
+#: stream: a tool's whole output up to its usual limits, while a flood cannot
+#: take the client's memory with it. Past it the stream stops keeping text
+#: (reading it says so); its figures and the items' deltas go on.
+MAX_CALL_TEXT_BYTES: Final = 64 * 1024 * 1024
+
+
+_TOOL_ID: Final = re.compile(TOOL_ID_PATTERN)
+
+
+def _tool_id_of(method: str) -> str:
+    """The tool id the errors of a request that is no tool call name: its
+    method spelled as a valid tool id (``tools.list`` -> ``tools:list``)."""
+    spelled = method.replace(".", ":", 1).replace(".", "_")
+    return spelled if _TOOL_ID.match(spelled) else "request"
+
 
 #: The pipe size asked for on Linux (``F_SETPIPE_SZ``; the default is 64 KiB): a
 #: wider pipe moves a flood in fewer wake-ups of either process. Best effort: the
@@ -192,12 +216,17 @@ class Call:
         tool_call_id: str,
         tool_id: str,
         timeout: float | None,
+        keep_text: bool = False,
     ) -> None:
         self._client = client
         self.request_id = request_id
         self.tool_call_id = tool_call_id
         self.tool_id = tool_id
-        self.reassembler = Reassembler(known_calls=[tool_call_id])
+        self.reassembler = Reassembler(
+            known_calls=[tool_call_id],
+            keep_text=keep_text,
+            max_text_bytes=MAX_CALL_TEXT_BYTES if keep_text else None,
+        )
         self.outcome: ToolCallResult | RemoteToolError | None = None
         loop = asyncio.get_running_loop()
         self._started = loop.time()
@@ -491,10 +520,13 @@ class Client:
         *,
         timeout: float | None = None,
         tool_call_id: str | None = None,
+        keep_text: bool = False,
     ) -> Call:
         """Start a call of ``tool_id`` with ``arguments`` (any JSON-able value or
         msgspec Struct). ``timeout`` (seconds) is sent as ``deadline_ms`` and
         enforced here too (Rule 2). Iterate the returned :class:`Call`.
+        ``keep_text``: the call's reassembler keeps the text (at most
+        :data:`MAX_CALL_TEXT_BYTES` per stream; Rule 3).
 
         Raises:
             ValueError: ``tool_call_id`` is already in use on this connection, or
@@ -520,7 +552,7 @@ class Client:
         # Encoded before the call is registered: arguments JSON cannot carry
         # must not leave a call that nothing will ever answer.
         line = json_codec.encode(request)
-        call = Call(self, request_id, call_id, tool_id, timeout)
+        call = Call(self, request_id, call_id, tool_id, timeout, keep_text)
         self._made += 1
         if self._lost is not None:
             call._end(self._connection_lost(tool_id))
@@ -682,7 +714,7 @@ class Client:
         self._by_request.clear()
         for method, future in self._requests.values():
             if not future.done():
-                future.set_exception(self._connection_lost(method))
+                future.set_exception(self._connection_lost(_tool_id_of(method)))
         self._requests.clear()
 
     async def _read_loop(self) -> None:
@@ -756,7 +788,7 @@ class Client:
             if future.done():
                 return
             if response.error is not None:
-                future.set_exception(self._error_of(response, method))
+                future.set_exception(self._error_of(response, _tool_id_of(method)))
                 return
             assert response.result is not None
             try:

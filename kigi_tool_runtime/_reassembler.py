@@ -180,7 +180,9 @@ class Reassembler:
     than its ``total_bytes`` are a missing prefix; false for a fold that
     resumes mid-stream. ``max_streams``: how many streams (and ``seq``
     counters) are tracked at once (:data:`DEFAULT_MAX_STREAMS`); the fold
-    contract holds while none was evicted.
+    contract holds while none was evicted. ``max_text_bytes``: the most text
+    bytes a stream keeps (``None``: no bound); past it the stream stops
+    keeping its text (reading it says why) and its figures go on.
 
     A value: two reassemblers are equal when they have folded to the same state.
 
@@ -200,6 +202,7 @@ class Reassembler:
         "_last_note",
         "_max_bytes",
         "_max_streams",
+        "_max_text",
         "_per_call",
         "_records",
         "_seqs",
@@ -216,6 +219,7 @@ class Reassembler:
         keep_text: bool = True,
         from_start: bool = True,
         max_streams: int = DEFAULT_MAX_STREAMS,
+        max_text_bytes: int | None = None,
     ) -> None:
         if max_record_bytes < 1:
             raise ValueError(f"max_record_bytes must be at least 1, got {max_record_bytes}")
@@ -229,6 +233,7 @@ class Reassembler:
         self._keep_text = keep_text
         self._from_start = from_start
         self._max_streams = max_streams
+        self._max_text = max_text_bytes
         self._anomalies_cut = 0
         self._streams: dict[StreamKey, StreamState] = {}
         self._anomalies: list[Anomaly] = []
@@ -284,6 +289,7 @@ class Reassembler:
             keep_text=self._keep_text,
             from_start=self._from_start,
             max_streams=self._max_streams,
+            max_text_bytes=self._max_text,
         )
 
     # -- reading --------------------------------------------------------------
@@ -616,7 +622,10 @@ class Reassembler:
             self._evict_for_one_more(index)
             key = StreamKey(tool_call_id, kind)
             state = self._streams[key] = StreamState(
-                key, keep_text=self._keep_text, from_start=self._from_start
+                key,
+                keep_text=self._keep_text,
+                from_start=self._from_start,
+                max_text_bytes=self._max_text,
             )
             if self._known is not None and tool_call_id not in self._known:
                 state._anomalies.append(

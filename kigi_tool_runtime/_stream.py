@@ -138,6 +138,8 @@ class StreamState:
         "_replacements",
         "_run_open",
         "_run_start",
+        "_text_cut",
+        "_text_limit",
         "first_total",
         "frames",
         "key",
@@ -145,9 +147,19 @@ class StreamState:
         "truncated",
     )
 
-    def __init__(self, key: StreamKey, *, keep_text: bool = True, from_start: bool = True) -> None:
+    def __init__(
+        self,
+        key: StreamKey,
+        *,
+        keep_text: bool = True,
+        from_start: bool = True,
+        max_text_bytes: int | None = None,
+    ) -> None:
         self.key = key
         self._keep_text = keep_text
+        # The most text bytes kept; past it the text is dropped (and said so).
+        self._text_limit = max_text_bytes
+        self._text_cut = False
         self._from_start = from_start
         self.frames = 0
         self.first_total: int | None = None
@@ -207,9 +219,14 @@ class StreamState:
             ValueError: the stream keeps no text (see :attr:`keeps_text`).
         """
         if not self._keep_text:
+            name = f"{self.key.tool_call_id}/{self.key.subkind}"
+            if self._text_cut:
+                raise ValueError(
+                    f"the text of stream {name} passed max_text_bytes={self._text_limit}"
+                    " and was not kept"
+                )
             raise ValueError(
-                f"stream {self.key.tool_call_id}/{self.key.subkind} keeps no text"
-                " (the reassembler was made with keep_text=False)"
+                f"stream {name} keeps no text (the reassembler was made with keep_text=False)"
             )
         if not self._has_text:
             return None
@@ -334,6 +351,7 @@ class StreamState:
             self._run_start,
             self._notice_index,
             self._notice_said,
+            self._text_cut,
         )
 
     def _prefix_gap(self) -> Gap | None:
@@ -380,6 +398,8 @@ class StreamState:
                 self._chunks.append(delta)
             self._chars = chars + len(delta)
             self._bytes += size
+            if self._text_limit is not None and self._bytes > self._text_limit:
+                self._drop_text()
             self._replacements += replaced
         else:
             size = low = 0
@@ -456,6 +476,13 @@ class StreamState:
                     self.key,
                 )
             )
+
+    def _drop_text(self) -> None:
+        # Past max_text_bytes: the figures go on, the text is no longer kept.
+        if self._keep_text:
+            self._keep_text = False
+            self._text_cut = True
+            self._chunks = []
 
     def _end_run(self, held: int, index: int, rising: bool) -> None:
         """The current run (at :attr:`total_bytes`) ended at record ``index``,
@@ -580,11 +607,15 @@ class StreamState:
             self._notice_index = later._notice_index + records
             self._notice_said = later._notice_said
         self.total_bytes = later.total_bytes
+        if later._text_cut:
+            self._drop_text()
         if self._keep_text:
             self._chunks.extend(later._chunks)
         self._has_text = True
         self._chars += later._chars
         self._bytes += later._bytes
+        if self._text_limit is not None and self._bytes > self._text_limit:
+            self._drop_text()
         self._replacements += later._replacements
         self._gaps.extend(gaps)
         self._anomalies.extend(anomalies)
@@ -595,6 +626,8 @@ class StreamState:
         self.first_total = later.first_total
         self.total_bytes = later.total_bytes
         self._first_index = later._first_index + records
+        if later._text_cut:
+            self._drop_text()
         if self._keep_text:
             self._chunks.extend(later._chunks)
         self._has_text = later._has_text
@@ -618,7 +651,12 @@ class StreamState:
         self._notice_said = later._notice_said
 
     def _copy(self, records: int, from_start: bool) -> StreamState:
-        fresh = StreamState(self.key, keep_text=self._keep_text, from_start=from_start)
+        fresh = StreamState(
+            self.key,
+            keep_text=self._keep_text or self._text_cut,
+            from_start=from_start,
+            max_text_bytes=self._text_limit,
+        )
         fresh._absorb_state(self, records)
         # An unknown-call report belongs to whoever first saw the stream.
         fresh._anomalies[:0] = [

@@ -24,10 +24,12 @@ from kigi_tool_protocol import (
     error_code_for,
     json_codec,
 )
+from kigi_tool_runtime import Reassembler
 from kigi_tool_runtime._client import (
     CALL_BUFFER_FRAMES,
     CLOSE_GRACE_S,
     CLOSE_WAIT_S,
+    MAX_CALL_TEXT_BYTES,
     PIPE_BYTES,
     TIMEOUT_GRACE_S,
     CallProgress,
@@ -36,7 +38,7 @@ from kigi_tool_runtime._client import (
 )
 from kigi_tool_runtime._runner import STOP_WAIT_S
 from kigi_tool_runtime._tool import ToolError, ToolErrorKind
-from kigi_tool_runtime.testing import wire_values
+from kigi_tool_runtime.testing import progress_line, wire_values
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]
 
@@ -85,7 +87,9 @@ def test_a_call_streams_and_returns() -> None:
 
     async def body() -> None:
         async with await Client.spawn(SERVE) as client:
-            call = client.call("bash", {"command": "printf 'héllo '; sleep 0.3; printf wörld"})
+            call = client.call(
+                "bash", {"command": "printf 'héllo '; sleep 0.3; printf wörld"}, keep_text=True
+            )
             progress, result = await _collect(call)
             assert [p.seq for p in progress] == list(range(len(progress)))
             assert "".join(p.appended.text or "" for p in progress) == "héllo wörld"
@@ -105,8 +109,12 @@ def test_two_concurrent_calls_each_get_their_own_stream() -> None:
 
     async def body() -> None:
         async with await Client.spawn(SERVE) as client:
-            a = client.call("bash", {"command": "for i in 1 2 3; do echo a$i; sleep 0.2; done"})
-            b = client.call("bash", {"command": "for i in 1 2 3; do echo b$i; sleep 0.2; done"})
+            a = client.call(
+                "bash", {"command": "for i in 1 2 3; do echo a$i; sleep 0.2; done"}, keep_text=True
+            )
+            b = client.call(
+                "bash", {"command": "for i in 1 2 3; do echo b$i; sleep 0.2; done"}, keep_text=True
+            )
             (_, ra), (_, rb) = await asyncio.gather(_collect(a), _collect(b))
             text_a = a.reassembler.stream(a.tool_call_id, "bash_output_chunk")
             text_b = b.reassembler.stream(b.tool_call_id, "bash_output_chunk")
@@ -291,7 +299,7 @@ def test_a_consumer_that_falls_behind_loses_the_oldest_items_visibly() -> None:
         # Ten writes, each after a pause longer than the server's tick: ten frames.
         slow = "import os, time\nfor i in range(10): os.write(1, b'%d;' % i); time.sleep(0.15)\n"
         async with await Client.spawn(SERVE, call_buffer_frames=4) as client:
-            call = client.call("bash", {"command": [sys.executable, "-c", slow]})
+            call = client.call("bash", {"command": [sys.executable, "-c", slow]}, keep_text=True)
             await client._flush()
             while call.outcome is None:  # do not consume until the call has ended
                 await asyncio.sleep(0.05)
@@ -656,5 +664,62 @@ def test_a_result_that_cannot_be_decoded_fails_only_its_request() -> None:
             assert caught.value.wire.code == "internal_error"
             assert "Invalid UTF-8" in caught.value.message
             assert await client.list_tools(timeout=TEST_WAIT_S) == []
+
+
+def test_a_call_keeps_no_text_unless_asked_and_then_within_its_bound() -> None:
+    """By default a call's reassembler keeps figures, not text (each item's
+    delta is still there); asked to keep it, past MAX_CALL_TEXT_BYTES the
+    stream stops keeping it and says why, while its figures go on."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            call = client.call("bash", {"command": "printf abc"})
+            progress, _ = await _collect(call)
+            assert "".join(p.appended.text or "" for p in progress) == "abc"
+            state = call.reassembler.stream(call.tool_call_id, "bash_output_chunk")
+            assert state is not None
+            assert state.report().text_bytes == 3
+            with pytest.raises(ValueError, match="keeps no text"):
+                _ = state.text
+
+    _run(body)
+    bounded = Reassembler(max_text_bytes=4)
+    for delta, total in (("abc", 3), ("de", 5), ("f", 6)):
+        bounded.absorb_line(progress_line("c", "k", {"delta": delta, "total_bytes": total}))
+    state = bounded.stream("c", "k")
+    assert state is not None
+    assert state.report().text_bytes == 6
+    assert state.report().complete
+    assert state._chunks == []
+    with pytest.raises(ValueError, match="passed max_text_bytes=4"):
+        _ = state.text
+    assert MAX_CALL_TEXT_BYTES == 64 * 1024 * 1024
+
+
+def test_a_lost_connection_names_a_valid_tool_id_for_tools_list() -> None:
+    """A tools.list request failed by a lost connection carries an error the
+    SDK's own strict decoder accepts (a valid tool id)."""
+
+    class Sink:
+        def write(self, data: bytes) -> None:
+            pass
+
+        async def drain(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    async def body() -> None:
+        reader = asyncio.StreamReader()
+        client = await Client.connect(reader, Sink())
+        listing = asyncio.ensure_future(client.list_tools())
+        await asyncio.sleep(0)
+        reader.feed_eof()
+        with pytest.raises(RemoteToolError) as caught:
+            await listing
+        wire = caught.value.wire
+        assert json_codec.decode(json_codec.encode(wire), ToolErrorWire) == wire
+        await client.aclose()
 
     _run(body)
