@@ -55,6 +55,15 @@ DEFAULT_POLL_INTERVAL: Final = 0.1
 
 _NEWLINE: Final = b"\n"
 
+# JSON's whitespace (a line of nothing else holds no value: a blank line).
+_JSON_SPACE: Final = b" \t\r"
+_BLANK: Final = frozenset(_JSON_SPACE)
+
+
+def _is_blank(pending: bytearray, block: bytes, start: int, end: int) -> bool:
+    """Whether the line ``pending + block[start:end]`` is only JSON whitespace."""
+    return not pending.strip(_JSON_SPACE) and not block[start:end].strip(_JSON_SPACE)
+
 
 def read_from(
     path: str | os.PathLike[str],
@@ -66,10 +75,11 @@ def read_from(
     """The complete lines of ``path`` after byte ``offset``, and the offset to
     read from next.
 
-    Lines come back without their newline; empty lines are skipped (kept as
-    ``b""`` with ``keep_empty``, so a caller can number lines as an editor
-    does); a line longer than ``max_line_bytes`` comes back as an
-    :class:`OversizedLine` (once it is complete). An absent file has no lines
+    Lines come back without their newline; empty lines, and lines of only
+    JSON whitespace, are skipped (kept as ``b""`` with ``keep_empty``, so a
+    caller can number lines as an editor does); a line longer than
+    ``max_line_bytes`` comes back as an :class:`OversizedLine` (once it is
+    complete). An absent file has no lines
     yet. The list holds the whole rest of the file: :func:`iter_lines` reads
     it one line at a time.
 
@@ -219,7 +229,10 @@ def _split(
             if length > limit:
                 pending.clear()
                 yield OversizedLine(length, limit), line_start
-            elif length:
+            elif length and not (
+                (pending[0] if pending else block[start]) in _BLANK
+                and _is_blank(pending, block, start, newline)
+            ):
                 if pending:
                     pending += block[start:newline]
                     line = bytes(pending)

@@ -392,3 +392,15 @@ def test_a_read_ends_at_the_size_the_file_had() -> None:
     )
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode().splitlines() == ["([], 0)", "0 0", "still polling"]
+
+
+def test_lines_of_only_whitespace_are_blank(tmp_path: Path) -> None:
+    """A line of JSON whitespace holds no value: skipped like an empty line
+    (kept as b"" on request, so line numbers stay right), however long."""
+    path = tmp_path / "log"
+    path.write_bytes(b" \n\t \r\n" + frame("a", 1) + b"\n" + b" " * 200_000 + b"\n x\n")
+    lines, offset = read_from(path)
+    assert lines == [frame("a", 1), b" x"]
+    assert offset == path.stat().st_size
+    kept, _ = read_from(path, keep_empty=True)
+    assert kept == [b"", b"", frame("a", 1), b"", b" x"]
