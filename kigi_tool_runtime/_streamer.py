@@ -19,9 +19,11 @@ Rule 4. A truncation is always said. :meth:`DeltaStreamer.finish` ends with one
         at most once (a second ``finish`` does not repeat it). It is a rule of
         this source layer: :func:`stream_chunk` never makes it.
 Rule 5. A truncated source never ends with a U+FFFD it did not have: bytes of
-        a character the limit cut in half are part of the truncation, so
-        :meth:`DeltaStreamer.finish` leaves them unsent (at most 3 bytes; the
-        stream already says ``truncated``) instead of flushing them.
+        a character the limit cut in half (the refused bytes would have
+        completed it) are part of the truncation, so
+        :meth:`DeltaStreamer.finish_buffer` leaves them unsent (at most 3
+        bytes; the stream says ``truncated``) instead of flushing them. Bytes
+        that no refused byte completes are invalid and flushed as U+FFFD.
 """
 
 from __future__ import annotations
@@ -109,8 +111,7 @@ class DeltaStreamer:
 
     def finish(self, tail: Tail, total: int, truncated: bool = False) -> list[CustomProgress]:
         """Like :meth:`drain`, for a source that has ended: a trailing incomplete
-        character is flushed as U+FFFD, and the cursor ends at ``total``; when
-        ``truncated``, the limit cut that character and it is left unsent (Rule 5).
+        character is flushed as U+FFFD, and the cursor ends at ``total``.
 
         When ``truncated`` is true and no frame of this streamer has said so
         yet, the last frame returned is the truncation notice (Rule 4):
@@ -131,7 +132,8 @@ class DeltaStreamer:
     def finish_buffer(self, buffer: TailBuffer) -> list[CustomProgress]:
         """:meth:`finish` over ``buffer``'s tail, total and truncated flag: when
         the buffer refused bytes at its limit and no frame has said
-        ``truncated``, the frames end with the truncation notice (Rule 4)."""
+        ``truncated``, the frames end with the truncation notice (Rule 4); a
+        character the limit cut in half is left unsent (Rule 5)."""
         return self._run_buffer(buffer, True)
 
     def _run_buffer(self, buffer: TailBuffer, final: bool) -> list[CustomProgress]:
@@ -142,7 +144,9 @@ class DeltaStreamer:
         if total <= self._last_total:
             frames: list[CustomProgress] = []
         else:
-            frames = self._loop(buffer._view[buffer._start : buffer._end], total, truncated, final)
+            # Rule 5: a character the limit cut in half is held, never flushed.
+            flush = final and not buffer._cut_character
+            frames = self._loop(buffer._view[buffer._start : buffer._end], total, truncated, flush)
         if final and truncated and not self._said_truncated:
             frames.append(self._notice(total))
         return frames
@@ -171,10 +175,6 @@ class DeltaStreamer:
     def _loop(
         self, tail: memoryview, total: int, truncated: bool, final: bool
     ) -> list[CustomProgress]:
-        # A character the output limit cut in half is part of the truncation,
-        # not an invalid sequence: a truncated source's trailing incomplete
-        # character is never flushed as U+FFFD (Rule 5).
-        final = final and not truncated
         cursor = self._last_total
         subkind = self._subkind
         cap = self._cap

@@ -23,6 +23,7 @@ overlap), so each retained byte moves at most once per slack's worth of writes.
 
 from __future__ import annotations
 
+from codecs import utf_8_decode
 from typing import Final, NamedTuple
 
 __all__ = (
@@ -77,6 +78,7 @@ class TailBuffer:
     __slots__ = (
         "_buf",
         "_capacity",
+        "_cut_character",
         "_dropped",
         "_end",
         "_limit",
@@ -110,6 +112,9 @@ class TailBuffer:
         self._end = 0
         self._total = 0
         self._dropped = 0
+        # Whether the limit cut a character in half: the accepted bytes end
+        # with its start and the first refused bytes would have completed it.
+        self._cut_character = False
 
     def __repr__(self) -> str:
         retained, dropped, total = self.statistics()
@@ -177,6 +182,8 @@ class TailBuffer:
         limit = self._limit
         if limit is not None and self._total + size > limit:
             accepted = max(limit - self._total, 0)
+            if not self._dropped:
+                self._cut_character = self._cuts_a_character(data, accepted)
             self._dropped += size - accepted
             data = memoryview(data)[:accepted]
             size = accepted
@@ -200,6 +207,24 @@ class TailBuffer:
         if end - self._start > capacity:
             self._start = end - capacity
         return size
+
+    def _cuts_a_character(self, data: bytes | bytearray | memoryview, accepted: int) -> bool:
+        """Whether accepting only ``accepted`` bytes of ``data`` ends the output
+        inside a character the rest of ``data`` completes."""
+        before = bytes(self._view[max(self._end - 3, self._start) : self._end])
+        before = (before + bytes(data[max(accepted - 3, 0) : accepted]))[-3:]
+        _, used = utf_8_decode(before, "replace", False)
+        pending = before[used:]
+        if not pending:
+            return False
+        after = bytes(data[accepted : accepted + 3])
+        lead = pending[0]
+        length = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+        try:
+            (pending + after)[:length].decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return len(pending + after) >= length
 
     def _plain(self, data: object) -> bytes | memoryview:
         """``data`` as flat unsigned bytes that no write of ours can overwrite.

@@ -306,7 +306,8 @@ def test_core_passes_the_kit(
     """TailBuffer and DeltaStreamer keep every invariant over any source, cap, tail,
     limit and schedule (gaps placed with or without knowing the tail), say
     ``truncated`` exactly when the limit refused a byte, and a lossless stream is
-    exactly the lossy decode."""
+    exactly the lossy decode, but for a character the limit cut in half: that
+    is left unsent, never a U+FFFD the source did not have."""
     steps = data.draw(schedules(source))
     frames, buffer = stream_core(source, steps, cap, capacity, limit)
     tail = capacity if known else None
@@ -317,15 +318,20 @@ def test_core_passes_the_kit(
     assert checked.frames == len(frames)
     assert checked.total_bytes == (buffer.total if frames else 0)
     if not checked.lost:
-        assert checked.text == source[: buffer.total].decode("utf-8", "replace")
+        whole = source[: buffer.total].decode("utf-8", "replace")
+        if buffer._cut_character:
+            # The cut character's start decodes alone to one U+FFFD, unsent.
+            assert whole.endswith("\ufffd")
+            assert source[: buffer.total + 4].decode("utf-8", "replace") != whole
+            whole = whole[:-1]
+        assert checked.text == whole
 
 
 @given(run=producer_runs())
 def test_producer_runs_pass_the_kit(run: kit.ProducerRun) -> None:
     """Every consumer-side producer run is a valid stream, and the kit counts the
     same lost bytes the run recorded for valid text."""
-    # A run does not record its cap, so the cap is not judged here.
-    checked = check_stream(run.frames, run.source, cap=2**32 - 1, tail_capacity=run.capacity)
+    checked = check_stream(run.frames, run.source, cap=run.cap, tail_capacity=run.capacity)
     if all(loss is not None for loss in run.losses):
         assert checked.lost_bytes == sum(loss or 0 for loss in run.losses)
 
@@ -604,7 +610,12 @@ def test_lossy_text_is_the_replace_decode() -> None:
     expected = source.decode("utf-8", "replace")
     for cut in range(len(expected) + 1):
         head, tail = expected[:cut], expected[cut:]
-        frames = [frame(part, len(source)) for part in (head, tail) if part]
+        # The head is a frame of its own write: at the total its bytes reach.
+        reach = max(
+            k for k in range(len(source) + 1) if source[:k].decode("utf-8", "replace") == head
+        )
+        frames = [frame(head, reach)] if head else []
+        frames += [frame(tail, len(source))] if tail else []
         assert check_stream(frames, source, cap=len(source)).text == expected
     # Two U+FFFD for one maximal subpart is a different text.
     fails(
@@ -764,7 +775,7 @@ def test_total_bytes_rules() -> None:
         [frame("ab", 1)],
         b"ab",
     )
-    assert check_stream([frame("a", 2), frame("b", 2)], b"ab").total_bytes == 2
+    assert check_stream([frame("a", 2), frame("b", 2)], b"ab", cap=1).total_bytes == 2
 
 
 def test_truncation_rules() -> None:
@@ -901,18 +912,26 @@ def test_gap_survivors_skip_orphans() -> None:
 def test_gap_followed_by_more_frames() -> None:
     """Frames after a gap continue from its survivors; the last run must reach the end."""
     source = b"abcdefghijklmnop"
-    frames = [frame("ab", 2), frame("jk", 12, gap=True), frame("l", 12), frame("mnop", 16)]
-    checked = check_stream(frames, source)
+    frames = [
+        frame("ab", 2),
+        frame("jk", 12, gap=True),
+        frame("l", 12),
+        frame("mn", 16),
+        frame("op", 16),
+    ]
+    checked = check_stream(frames, source, cap=2)
     assert checked.lost == (LostSpan(1, 2, 9),)
     fails(
-        r"^frame 3: the stream ends after this frame at source byte 15 of 16",
-        [*frames[:3], frame("mno", 16)],
+        r"^frame 3: the stream ends after this frame at source byte 14 of 16",
+        frames[:4],
         source,
+        cap=2,
     )
     fails(
         r"^frame 2: delta differs from the source at character 0",
         [frame("ab", 2), frame("jk", 12, gap=True), frame("x", 12)],
         source,
+        cap=2,
         complete=False,
     )
 
@@ -1194,3 +1213,81 @@ def test_all_is_complete() -> None:
         assert set(module.__all__) <= exported, module.__name__
     order = sorted(exported, key=lambda name: (not name.isupper(), not name[0].isupper(), name))
     assert list(kit.__all__) == order
+
+
+def test_a_limit_inside_a_character_leaves_it_unsent() -> None:
+    """The limit cuts ✓ in half: the stream stops before it, says truncated,
+    and has no U+FFFD; bytes that nothing completes are flushed as U+FFFD."""
+    source = "a✓😀 hello".encode()
+    frames, buffer = stream_core(source, [source], None, 64, 3)
+    assert buffer._cut_character
+    assert [f.payload.delta for f in frames] == ["a"]
+    checked = check_stream(frames, source, total=3, truncated=True)
+    assert (checked.text, checked.truncated) == ("a", True)
+    invalid = b"a\xe2\x9cZ"
+    frames, buffer = stream_core(invalid, [invalid], None, 64, 3)
+    assert not buffer._cut_character
+    checked = check_stream(frames, invalid, total=3, truncated=True)
+    assert checked.text == "a\ufffd"
+
+
+def test_a_lone_surrogate_in_a_delta_is_refused() -> None:
+    """No JSON encoder can send a lone surrogate, and no source decodes to one."""
+    fails(
+        r"^frame 1: its delta holds a lone surrogate U\+D800 at character 1",
+        [frame("ab", 2), frame("c\ud800", 4)],
+        b"abcd",
+    )
+
+
+def test_a_frame_shorter_than_the_pending_bytes_allow_is_refused() -> None:
+    """Eleven one-byte frames at one total under a 16 KiB cap: the producer
+    takes the longest prefix, so the first is refused; at a cap of 1 they pass."""
+    frames = [frame(c, 11) for c in "abcdefghijk"]
+    fails(
+        r"^frame 0: consumes 1 source bytes where 11 were pending within the cap of 16384",
+        frames,
+        b"abcdefghijk",
+    )
+    assert check_stream(frames, b"abcdefghijk", cap=1).frames == 11
+    # A trailing incomplete character may stay pending.
+    assert check_stream([frame("a", 2), frame("é", 3)], "aé".encode()).text == "aé"
+
+
+def test_lost_spans_say_when_they_are_only_the_earliest_fit() -> None:
+    """Without the tail's size a gap in the middle is placed where a start
+    fits and says it is approximate; a known tail or the end of the stream
+    pins it."""
+    source = b"abcabcabcXYZ"
+    frames = [frame("ab", 2), frame("abc", 9, gap=True), frame("XYZ", 12)]
+    later = [*frames, frame("Q", 20, gap=True)]
+    free = check_stream(later, source + b"1234567Q", cap=3)
+    assert free.lost == (LostSpan(1, 2, 6, exact=False), LostSpan(3, 12, 19))
+    assert not free.lost_exact
+    pinned = check_stream(frames, source, cap=3, tail_capacity=3)
+    assert pinned.lost == (LostSpan(1, 2, 6),)
+    assert pinned.lost_exact
+    end = check_stream(frames[:2], b"abcabcabc", cap=3)
+    assert end.lost == (LostSpan(1, 2, 6),)
+    assert end.lost_exact
+
+
+def test_a_broken_stream_is_judged_in_linear_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gap whose survivors fit nowhere in a source that repeats itself (and
+    is not valid UTF-8, so each start is decoded): the search gives up after
+    MAX_FAILED_STARTS starts instead of trying each one (source length times
+    delta length)."""
+    source = b"\xff" + b"a" * 100_000
+    frames = [frame("\ufffd", 1), frame("a" * 16384, 60_000, gap=True), frame("b", 60_001)]
+    tried = 0
+    place = _check._Checker.place
+
+    def counting(self: Any, *args: Any) -> Any:
+        nonlocal tried
+        tried += 1
+        return place(self, *args)
+
+    monkeypatch.setattr(_check._Checker, "place", counting)
+    with pytest.raises(StreamCheckError, match=r"^frame 2: delta differs"):
+        check_stream(frames, source, complete=False)
+    assert tried <= _check.MAX_FAILED_STARTS + 3

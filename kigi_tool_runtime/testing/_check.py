@@ -9,32 +9,45 @@ Rule 1. Deltas continue the source: every frame that is not a gap frame starts
         U+FFFD per maximal subpart). So without a gap the concatenated deltas
         equal ``source.decode("utf-8", "replace")``, and valid text comes back
         exactly, with no U+FFFD the source does not contain.
-Rule 2. Every frame consumes at most ``cap`` source bytes, or is a single
-        character; no frame is empty except a gap frame and the truncation
+Rule 2. Every frame consumes the longest prefix of the bytes pending at its
+        ``total_bytes`` that holds at most ``cap`` source bytes and does not
+        end inside a character more bytes could complete, or is a single
+        character longer than the cap; no frame is empty except a gap frame and the truncation
         notice: the last frame, ``truncated``, at the same ``total_bytes`` as
         the frame before it (0 when it is the only one), when no earlier frame
         said ``truncated``. It says a refusal no delta frame could carry.
 Rule 3. ``total_bytes`` never decreases, never exceeds what the source produced,
         and the last frame's equals the source's count; by then every byte has
-        been delivered or reported lost.
+        been delivered or reported lost, except the start of a character the
+        limit cut in half, which a truncated stream leaves unsent.
 Rule 4. Every loss is reported: bytes are skipped only right before a gap
         frame, whose text must be the source's bytes somewhere after the
         previous position (at least one byte lost, leading orphaned
         continuation bytes skipped, never decoded). Lost bytes are counted.
+        Where a gap's survivors begin is pinned by a known ``tail_capacity``
+        or by the end of a complete stream; otherwise a start that fits is
+        taken (the one a drained run implies, else the earliest), and the
+        span says it is approximate.
 Rule 5. ``truncated`` is cumulative, is set only when bytes were refused at a
         limit, and once it is set ``total_bytes`` stops growing. A stream whose
         refused bytes no delta frame carried says it with the truncation notice
         (rule 2), so a refusal can always be said; it is required when the
         caller asks (``truncated=True``).
 
+Deltas are text a JSON encoder can send: a lone surrogate is refused.
+
 The checker knows nothing of how the stream was made: it judges only frames
-and source bytes, so it can judge any tool. The first broken frame is named in
+and source bytes, so it can judge any tool. Its time is linear in the source
+and the frames, on broken streams too: a gap's start is searched among a
+bounded number of failing candidates (:data:`MAX_FAILED_STARTS`). The first broken frame is named in
 a :class:`StreamCheckError` with the rule it broke and a short excerpt.
 """
 
 from __future__ import annotations
 
 import codecs
+import itertools
+import re
 import threading
 from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
@@ -64,6 +77,14 @@ MAX_CHAR_BYTES: Final = 4
 #: place, short enough to read in a test report.
 EXCERPT_CHARS: Final = 40
 
+#: How many candidate starts of a gap's survivors may fail before the search
+#: gives up and reports the closest miss: a source that repeats itself offers
+#: a start at nearly every byte, and trying them all is quadratic. A real
+#: stream's survivors fit at one of the first few.
+MAX_FAILED_STARTS: Final = 64
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
 #: Kinds of ``tool_call_progress`` frames that never carry a partial result.
 _NON_DELTA_KINDS: Final = frozenset({"text", "content"})
 
@@ -89,11 +110,17 @@ class StreamCheckError(AssertionError):
 
 
 class LostSpan(NamedTuple):
-    """Source bytes ``[start, end)`` lost just before gap frame ``frame``."""
+    """Source bytes ``[start, end)`` lost just before gap frame ``frame``.
+
+    ``exact``: the span is pinned (a known ``tail_capacity``, or the end of a
+    complete stream); when false it is a placement that fits, and the truth
+    may lie elsewhere between the previous position and the gap's total.
+    """
 
     frame: int
     start: int
     end: int
+    exact: bool = True
 
     @property
     def lost_bytes(self) -> int:
@@ -114,6 +141,11 @@ class CheckedStream(NamedTuple):
     total_bytes: int
     lost: tuple[LostSpan, ...]
     truncated: bool
+
+    @property
+    def lost_exact(self) -> bool:
+        """Whether every lost span is pinned, not only a placement that fits."""
+        return all(span.exact for span in self.lost)
 
     @property
     def lost_bytes(self) -> int:
@@ -319,6 +351,19 @@ class _Checker:
                 _describe(payload),
             )
         consumed = end - start
+        if consumed < self.cap and end < payload.total_bytes:
+            # Rule 2: the longest prefix within the cap; only a trailing
+            # incomplete character may be left pending.
+            window = memoryview(data)[start : min(start + self.cap, payload.total_bytes)]
+            _, longest = codecs.utf_8_decode(window, "replace", False)
+            if longest > consumed:
+                return _Mismatch(
+                    index,
+                    f"consumes {consumed} source bytes where {longest} were pending within"
+                    f" the cap of {self.cap} (rule 2: a frame takes the longest prefix of"
+                    " the pending bytes)",
+                    _describe(payload),
+                )
         if consumed > self.cap and len(delta) > 1:
             return _Mismatch(
                 index,
@@ -441,6 +486,25 @@ class _Checker:
             skipped < MAX_ORPHAN_BYTES and start < len(data) and 0x80 <= data[start] <= 0xBF
         )
 
+    def drained_starts(
+        self, frames: list[tuple[int, PartialResultPayload]], after: int
+    ) -> Iterable[int]:
+        """Where a gap frame's survivors begin if its run (the frames that share
+        its total) drained the tail, as ``DeltaStreamer.drain`` does: the run
+        ends at that total less at most 3 held bytes. Tried first: a source
+        that repeats itself fits at many earlier starts that only a later
+        frame rules out."""
+        total = frames[0][1].total_bytes
+        low = high = 0  # the source bytes the run consumed, as bounds
+        for _, payload in frames:
+            if payload.total_bytes != total:
+                break
+            size = len(payload.delta.encode("utf-8", "surrogatepass"))
+            high += size
+            # One U+FFFD (3 bytes) of a lossy source stands for 1 to 3 bytes.
+            low += size if self.valid else size - 2 * payload.delta.count(_REPLACEMENT)
+        return range(max(total - high - MAX_ORPHAN_BYTES, after + 1), total - low + 1)
+
     def candidates(self, after: int, payload: PartialResultPayload) -> Iterable[int]:
         """Where a gap frame's survivors might begin, earliest first."""
         data, total, delta = self.data, payload.total_bytes, payload.delta
@@ -558,9 +622,10 @@ def _check_stream(
     # Truncation is required only when the caller says it must show.
     may_truncate = end_total < len(data) if truncated is None else truncated
     every = _payloads(frames, subkind)
+    _check_text(every)
     _check_counters(every, end_total, len(data), may_truncate, must_truncate=bool(truncated))
     # The truncation notice carries no bytes: it is judged here, not placed.
-    items = every[:-1] if _is_notice(every) else every
+    items = every[:-1] if _is_notice(every, data, end_total) else every
     checker = _Checker(items, data[:end_total], limit, tail_capacity)
 
     position = 0
@@ -581,14 +646,20 @@ def _check_stream(
                 index, "gap frame in a stream that must be lossless", _describe(payload)
             )
         last = following == len(items) and complete
-        start, placed = _place_gap(
+        start, placed, pinned = _place_gap(
             checker, items[k:following], position, end_total if last else None
         )
-        lost.append(LostSpan(index, position, start))
+        lost.append(LostSpan(index, position, start, pinned or tail_capacity is not None))
         position = placed[-1]
         k = following
 
-    if complete and position != end_total:
+    cut = (
+        complete
+        and bool(every)
+        and every[-1][1].truncated
+        and _cut_in_half(data, position, end_total)
+    )
+    if complete and position != end_total and not cut:
         if not every:
             raise StreamCheckError(
                 None,
@@ -613,8 +684,45 @@ def _check_stream(
     )
 
 
-def _is_notice(items: list[tuple[int, PartialResultPayload]]) -> bool:
-    """Whether the last frame is the truncation notice (rule 2).
+def _cut_in_half(data: bytes, position: int, end: int) -> bool:
+    """Whether the bytes from ``position`` to ``end`` (where the limit cut the
+    source) are the start of a character the bytes after ``end`` complete:
+    part of the truncation, left unsent rather than flushed as U+FFFD."""
+    if not 0 < end - position <= MAX_ORPHAN_BYTES or end >= len(data):
+        return False
+    lead = data[position]
+    if lead < 0xC2:
+        return False  # not the lead byte of a multi-byte character
+    length = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    try:
+        data[position : position + length].decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return position + length > end
+
+
+def _check_text(items: list[tuple[int, PartialResultPayload]]) -> None:
+    """Every delta is text a JSON encoder can send.
+
+    Raises:
+        StreamCheckError: a delta holds a lone surrogate.
+    """
+    for index, payload in items:
+        found = _SURROGATE.search(payload.delta)
+        if found is not None:
+            raise StreamCheckError(
+                index,
+                f"its delta holds a lone surrogate U+{ord(found.group()):04X} at character"
+                f" {found.start()}, which no JSON encoder can send and no UTF-8 source"
+                " decodes to (rule 1: deltas are the decode of the source)",
+                _describe(payload),
+            )
+
+
+def _is_notice(items: list[tuple[int, PartialResultPayload]], data: bytes, end: int) -> bool:
+    """Whether the last frame is the truncation notice (rule 2): at the total
+    of the frame before it, or of the stream when what came after that frame
+    is only the start of a character the limit cut in half.
 
     Raises:
         StreamCheckError: the last frame is empty and says truncated, but breaks
@@ -629,7 +737,10 @@ def _is_notice(items: list[tuple[int, PartialResultPayload]]) -> bool:
     expected = before.total_bytes if before is not None else 0
     if before is not None and before.truncated:
         why = "an earlier frame already said truncated"
-    elif payload.total_bytes != expected:
+    elif payload.total_bytes != expected and not (
+        payload.total_bytes == end
+        and any(_cut_in_half(data, end - k, end) for k in range(1, MAX_ORPHAN_BYTES + 1))
+    ):
         why = (
             f"its total_bytes {payload.total_bytes} is not the {expected} of the frame before it"
             if before is not None
@@ -651,13 +762,15 @@ def _place_gap(
     frames: list[tuple[int, PartialResultPayload]],
     after: int,
     must_end: int | None,
-) -> tuple[int, list[int]]:
+) -> tuple[int, list[int], bool]:
     """Place a gap frame and the frames up to the next gap: the earliest start
     that fits (the least a later gap is then constrained by), or, for the last
-    run of a complete stream, the start that ends it at ``must_end``.
+    run of a complete stream, the start that ends it at ``must_end``; and
+    whether that start is pinned (by ``must_end``) rather than the earliest fit.
 
     Raises:
-        StreamCheckError: no start fits.
+        StreamCheckError: no start fits (among the first
+            :data:`MAX_FAILED_STARTS` that fail).
     """
     index, payload = frames[0]
     if must_end is not None:
@@ -665,21 +778,28 @@ def _place_gap(
         if start is not None and checker.orphans_ok(start, after, payload.total_bytes):
             placed = checker.place(frames, start)
             if isinstance(placed, list) and placed[-1] == must_end:
-                return start, placed
-    first_fit: tuple[int, list[int]] | None = None
+                return start, placed, True
+    first_fit: tuple[int, list[int], bool] | None = None
     closest: _Mismatch | _Miss | None = None
-    for start in checker.candidates(after, payload):
+    failed = 0
+    preferred = checker.drained_starts(frames, after)
+    tried = set(preferred)
+    searched = (start for start in checker.candidates(after, payload) if start not in tried)
+    for start in itertools.chain(preferred, searched):
         if not checker.orphans_ok(start, after, payload.total_bytes):
             continue
         placed = checker.place(frames, start)
         if not isinstance(placed, list):
             if closest is None or placed.frame > closest.frame:
                 closest = placed
+            failed += 1
+            if failed >= MAX_FAILED_STARTS:
+                break
             continue
         if must_end is None or placed[-1] == must_end:
-            return start, placed
+            return start, placed, must_end is not None
         if first_fit is None:
-            first_fit = (start, placed)
+            first_fit = (start, placed, False)
     if first_fit is not None:
         return first_fit  # the end-of-stream check names what is missing
     if closest is not None and closest.frame != index:

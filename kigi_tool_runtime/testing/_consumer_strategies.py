@@ -61,7 +61,8 @@ class ProducerRun:
 
     ``frames`` are the payloads in order; ``losses[i]`` is how many source bytes
     were lost just before frame ``i`` (0 for a frame that is not a gap; ``None``
-    when the source is not valid UTF-8, where the wire cannot say).
+    when the source is not valid UTF-8, where the wire cannot say); ``cap`` the
+    spec's ``max_delta_bytes`` it was streamed with.
     """
 
     tool_call_id: str
@@ -70,6 +71,7 @@ class ProducerRun:
     capacity: int
     frames: tuple[PartialResultPayload, ...]
     losses: tuple[int | None, ...]
+    cap: int | None = None
 
     @property
     def lost(self) -> bool:
@@ -135,7 +137,9 @@ def producer_runs(
     capacity = draw(st.one_of(tail_sizes(), st.integers(4, 64)))
     steps = draw(schedules(source))
     frames, losses = _run(source, steps, spec, capacity)
-    return ProducerRun(tool_call_id, subkind, source, capacity, tuple(frames), tuple(losses))
+    return ProducerRun(
+        tool_call_id, subkind, source, capacity, tuple(frames), tuple(losses), spec.max_delta_bytes
+    )
 
 
 def progress_line(
