@@ -95,6 +95,7 @@ from kigi_tool_protocol import (
 )
 
 from ._lines import OversizedLine, read_lines
+from ._loss import MAX_DETAIL_CHARS, cut, excerpt
 from ._runner import STOP_WAIT_S, run_tool
 from ._tool import Tool, ToolContext, ToolError, ToolResult
 
@@ -102,6 +103,7 @@ __all__ = (
     "CALL_QUEUE_BYTES",
     "FINAL_FLUSH_S",
     "MAX_CALLS_IN_FLIGHT",
+    "MAX_CONTROL_BYTES",
     "MAX_CONTROL_LINES",
     "SERVED_METHODS",
     "SERVER_CANCEL_MESSAGE",
@@ -139,6 +141,11 @@ MAX_CALLS_IN_FLIGHT: Final = 64
 #: wait to be written. Past it the server stops reading input until the peer
 #: reads its output, so a peer that floods garbage and never reads cannot grow it.
 MAX_CONTROL_LINES: Final = 1024
+
+#: Bytes of such replies that may wait to be written, for the same reason: an
+#: error reply quotes at most an excerpt of what it answers, so this is dozens
+#: of replies at least, and a peer that never reads cannot grow it past here.
+MAX_CONTROL_BYTES: Final = 1024 * 1024
 
 #: Bytes taken from one call's queue per writer turn before the next call gets
 #: its turn: fairness between calls, and a bound on what sits in the transport.
@@ -366,6 +373,7 @@ class _Writer:
         self._sink = sink
         self._budget = budget
         self._control: deque[bytes] = deque()
+        self._control_bytes = 0
         self._ready: deque[_Outbox] = deque()
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
@@ -411,7 +419,8 @@ class _Writer:
         if self.broken:
             return
         self._control.append(line)
-        if len(self._control) >= MAX_CONTROL_LINES:
+        self._control_bytes += len(line)
+        if len(self._control) >= MAX_CONTROL_LINES or self._control_bytes >= MAX_CONTROL_BYTES:
             self._space.clear()
         self._wake.set()
 
@@ -470,6 +479,7 @@ class _Writer:
                 batch = bytearray()
                 while control:
                     batch += control.popleft()
+                self._control_bytes = 0
                 self._space.set()
                 for _ in range(len(ready)):
                     outbox = ready.popleft()
@@ -491,6 +501,7 @@ class _Writer:
         except (ConnectionError, OSError):
             self.broken = True
             self._control.clear()
+            self._control_bytes = 0
             self._ready.clear()
             self._space.set()
             self._moved.set()
@@ -630,19 +641,24 @@ class Server:
             )
             return
         except msgspec.DecodeError as exc:
-            self._reject(_null_id_error(_PARSE_ERROR, f"parse error: {exc}"))
+            self._reject(_null_id_error(_PARSE_ERROR, f"parse error: {cut(str(exc))}"))
             return
         except RecursionError:
             self._reject(_null_id_error(_PARSE_ERROR, "parse error: nested too deeply"))
             return
         request_id = _echo_id(probe.id)
-        session_id = probe.session_id if isinstance(probe.session_id, str) else None
+        # Only a session id the strict decoder accepts is echoed (a non-empty string).
+        session_id = (
+            probe.session_id if isinstance(probe.session_id, str) and probe.session_id else None
+        )
         if probe.result is not msgspec.UNSET or probe.error is not msgspec.UNSET:
             return  # a response: we sent no requests, so there is nobody to give it to
         has_id = probe.id is not msgspec.UNSET
         problem = None
         if probe.jsonrpc != "2.0":
-            problem = f'`jsonrpc` must be "2.0", got {msgspec.json.encode(probe.jsonrpc).decode()}'
+            problem = (
+                f'`jsonrpc` must be "2.0", got {cut(msgspec.json.encode(probe.jsonrpc).decode())}'
+            )
             if probe.jsonrpc is msgspec.UNSET:
                 problem = '`jsonrpc` is missing; it must be "2.0"'
         elif has_id and request_id is None:
@@ -679,7 +695,7 @@ class Server:
                     request_id,
                     session_id,
                     _METHOD_NOT_FOUND,
-                    f"method not found: {method!r} (methods: {', '.join(SERVED_METHODS)})",
+                    f"method not found: {excerpt(method)} (methods: {', '.join(SERVED_METHODS)})",
                 )
             )
 
@@ -689,8 +705,10 @@ class Server:
         if request_id is None:
             self._lines_rejected += 1
             return  # a notification gets no reply
-        message = f"invalid params for {what}: {exc}"
-        wire = InvalidParamsWire(message=message, details={"path": exc.path, "reason": exc.reason})
+        message = f"invalid params for {what}: {cut(str(exc))}"
+        wire = InvalidParamsWire(
+            message=message, details={"path": cut(exc.path), "reason": cut(exc.reason)}
+        )
         self._reject(_wire_error_line(request_id, session_id, message, wire))
 
     def _describe(self) -> list[dict[str, Any]]:
@@ -758,7 +776,7 @@ class Server:
             self._reject(
                 _null_id_error(
                     _INVALID_REQUEST,
-                    f"invalid request: id {msgspec.json.encode(request_id).decode()} is"
+                    f"invalid request: id {cut(msgspec.json.encode(request_id).decode())} is"
                     " already used by a call in flight",
                 )
             )
@@ -771,12 +789,17 @@ class Server:
         call_id = params.tool_call_id
         tool = self._tools.get(params.tool_id)
         if tool is None:
-            wire: ToolErrorWire = ToolNotFoundWire(tool_id=params.tool_id)
-            message = f"no tool {params.tool_id!r} here (tools: {', '.join(sorted(self._tools))})"
+            # The id it names is cut like any echo (still a valid tool id).
+            named = params.tool_id[:MAX_DETAIL_CHARS].rstrip(":")
+            wire: ToolErrorWire = ToolNotFoundWire(tool_id=named)
+            message = (
+                f"no tool {excerpt(params.tool_id)} here"
+                f" (tools: {cut(', '.join(sorted(self._tools)))})"
+            )
             self._reject(_wire_error_line(request_id, session_id, message, wire))
             return
         if call_id in self._calls:
-            message = f"tool_call_id {call_id!r} is already in flight"
+            message = f"tool_call_id {excerpt(call_id)} is already in flight"
             wire = InvalidParamsWire(message=message, details={"path": "$.tool_call_id"})
             self._reject(_wire_error_line(request_id, session_id, message, wire))
             return

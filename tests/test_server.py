@@ -20,16 +20,24 @@ from typing import Any
 import msgspec
 import pytest
 
-from kigi_tool_protocol import CustomProgress, TextProgress, ToolCallResult
+from kigi_tool_protocol import (
+    CustomProgress,
+    JsonRpcResponse,
+    TextProgress,
+    ToolCallResult,
+    json_codec,
+)
 from kigi_tool_runtime._client import CallProgress, Client, RemoteToolError
 from kigi_tool_runtime._server import (
     CALL_QUEUE_BYTES,
     MAX_CALLS_IN_FLIGHT,
+    MAX_CONTROL_BYTES,
     MAX_CONTROL_LINES,
     SERVER_CANCEL_MESSAGE,
     WRITER_STALL_S,
     Server,
     _Outbox,
+    _Writer,
     progress_line,
 )
 from kigi_tool_runtime._shell import ShellTool
@@ -666,3 +674,53 @@ def test_every_depth_around_the_recursion_limit_is_answered() -> None:
     replies = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(replies) == len(lines)
     assert all("error" in reply or "result" in reply for reply in replies)
+
+
+def test_error_replies_quote_only_an_excerpt_and_decode_strictly(server: ServeProcess) -> None:
+    """A 2 M-character method of DEL characters, a 4 MB unknown tool id and a huge
+    unknown params key: each error reply is a few hundred bytes, not the
+    input echoed; an empty session_id is refused and not echoed back, so the
+    SDK's own strict decoder reads every reply."""
+    huge = "\x7f" * 2_000_000  # 12 MB escaped, under the frame limit
+    server.send({"jsonrpc": "2.0", "id": 1, "method": huge, "params": {}})
+    server.send(
+        _call("c1", "true", request_id=2)
+        | {"params": {"tool_call_id": "c1", "tool_id": "a" * 4_000_000, "arguments": {}}}
+    )
+    server.send(
+        _call("c2", "true", request_id=3)
+        | {"params": {"tool_call_id": "c2", "tool_id": "bash", "arguments": {}, huge: 1}}
+    )
+    server.send({"jsonrpc": "2.0", "id": 4, "method": "tools.list", "params": {}, "session_id": ""})
+    for request_id in (1, 2, 3, 4):
+        raw = json.dumps(server.line()).encode()
+        assert len(raw) < 2000, raw[:300]
+        reply = json_codec.decode_message(raw, params=msgspec.Raw, result=msgspec.Raw)
+        assert isinstance(reply, JsonRpcResponse)
+        assert reply.id == request_id
+        assert reply.error is not None
+        assert reply.session_id is None
+
+
+def test_queued_error_replies_are_bounded_in_bytes() -> None:
+    """The control queue stops the reader on bytes as well as on lines: a few
+    replies that add up to MAX_CONTROL_BYTES pause reading until written."""
+
+    class Stalled:
+        def write(self, data: bytes) -> None:
+            pass
+
+        async def drain(self) -> None:
+            await asyncio.sleep(3600)
+
+    async def body() -> None:
+        writer = _Writer(Stalled(), CALL_QUEUE_BYTES)  # type: ignore[arg-type]
+        reply = b"x" * (MAX_CONTROL_BYTES // 4)
+        for _ in range(3):
+            writer.control(reply)
+        assert writer._space.is_set()
+        writer.control(reply)
+        assert not writer._space.is_set()
+        assert MAX_CONTROL_LINES > 4
+
+    asyncio.run(body())
