@@ -628,6 +628,14 @@ def _check_stream(
     items = every[:-1] if _is_notice(every, data, end_total) else every
     checker = _Checker(items, data[:end_total], limit, tail_capacity)
 
+    # Where a complete stream ends: at its total, or before the start of a
+    # character the limit cut in half, which a truncated stream leaves unsent.
+    stream_end = end_total
+    if every and every[-1][1].truncated:
+        for k in range(1, MAX_ORPHAN_BYTES + 1):
+            if _cut_in_half(data, end_total - k, end_total):
+                stream_end = end_total - k
+                break
     position = 0
     lost: list[LostSpan] = []
     k = 0
@@ -647,19 +655,22 @@ def _check_stream(
             )
         last = following == len(items) and complete
         start, placed, pinned = _place_gap(
-            checker, items[k:following], position, end_total if last else None
+            checker, items[k:following], position, stream_end if last else None
         )
         lost.append(LostSpan(index, position, start, pinned or tail_capacity is not None))
         position = placed[-1]
         k = following
 
-    cut = (
-        complete
-        and bool(every)
-        and every[-1][1].truncated
-        and _cut_in_half(data, position, end_total)
-    )
-    if complete and position != end_total and not cut:
+    if complete and position == end_total > stream_end:
+        index, payload = every[-1]
+        raise StreamCheckError(
+            index,
+            f"the stream delivered source bytes {stream_end}..{end_total}, the start of a"
+            " character the limit cut in half (rule 3: a truncated stream leaves them"
+            " unsent; flushed, they become a U+FFFD the source does not have)",
+            _describe(payload),
+        )
+    if complete and position != stream_end:
         if not every:
             raise StreamCheckError(
                 None,
@@ -670,10 +681,10 @@ def _check_stream(
         index, payload = every[-1]
         raise StreamCheckError(
             index,
-            f"the stream ends after this frame at source byte {position} of {end_total}:"
-            f" {end_total - position} bytes were neither delivered nor reported as lost"
+            f"the stream ends after this frame at source byte {position} of {stream_end}:"
+            f" {stream_end - position} bytes were neither delivered nor reported as lost"
             " (rule 3: was the backlog drained with final=True when the source ended?)",
-            f"{_describe(payload)}\n  never delivered: {_clip_bytes(data[position:end_total])}",
+            f"{_describe(payload)}\n  never delivered: {_clip_bytes(data[position:stream_end])}",
         )
     return CheckedStream(
         text="".join(payload.delta for _, payload in items),
@@ -688,7 +699,7 @@ def _cut_in_half(data: bytes, position: int, end: int) -> bool:
     """Whether the bytes from ``position`` to ``end`` (where the limit cut the
     source) are the start of a character the bytes after ``end`` complete:
     part of the truncation, left unsent rather than flushed as U+FFFD."""
-    if not 0 < end - position <= MAX_ORPHAN_BYTES or end >= len(data):
+    if position < 0 or not 0 < end - position <= MAX_ORPHAN_BYTES or end >= len(data):
         return False
     lead = data[position]
     if lead < 0xC2:
