@@ -824,7 +824,7 @@ def test_counts_are_singular_when_one() -> None:
     """1 byte, 1 frame, 1 gap, 1 record, 1 stream, 1 violation: no `1 frames`."""
     done = _kigi("run", "--", "printf a")
     assert done.stderr.decode().startswith("kigi-stream: 1 byte, 1 frame, 0 gaps, ")
-    frame = progress_line("c", 0, "bash_output_chunk", {"delta": "ab", "total_bytes": 9})
+    frame = progress_line("c", 0, "bash_output_chunk", {"delta": "ab", "total_bytes": 2})
     checked = _kigi("check", "-", stdin=frame + b"junk\n")
     report = checked.stdout.decode()
     assert "checked 2 records, 1 stream, 0 other messages: 1 violation\n" in report
@@ -1263,7 +1263,7 @@ def test_check_and_follow_say_the_bytes_of_a_lost_line(tmp_path: Path) -> None:
     assert checked.returncode == 1, report
     assert "line 3: lost [c/bash_output_chunk]: total_bytes counts 3 bytes" in report
     assert "1 gap (3 bytes lost, 1 inferred from total_bytes)" in report
-    assert report.rstrip().endswith("1 violations")
+    assert report.rstrip().endswith("1 violation")
     followed = _cli("follow", "--once", str(log))
     assert followed.stdout.decode() == "abcghi[... 3 bytes lost ...]j"
     log.write_bytes(lines[2] + lines[3])
