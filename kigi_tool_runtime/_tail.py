@@ -14,6 +14,10 @@ Rule 4. A write costs amortized O(len(data)), however large the capacity; a
 Rule 5. A view handed out by :meth:`TailBuffer.tail` never blocks a write: the
         storage is never resized in place (a ``bytearray`` with an exported view
         cannot be), only overwritten or replaced by a fresh object.
+Rule 6. The buffer knows when its limit cut a character in half (the accepted
+        bytes end with the start of a character the refused bytes complete), so
+        the stream can leave that start unsent instead of flushing a U+FFFD the
+        source did not have (``DeltaStreamer`` Rule 5).
 
 Storage: one ``bytearray`` of up to ``capacity + max(capacity, 256 KiB)``
 bytes, filled front to back. When the next write does not fit, the newest bytes
@@ -79,6 +83,7 @@ class TailBuffer:
         "_buf",
         "_capacity",
         "_cut_character",
+        "_cut_probe",
         "_dropped",
         "_end",
         "_limit",
@@ -115,6 +120,9 @@ class TailBuffer:
         # Whether the limit cut a character in half: the accepted bytes end
         # with its start and the first refused bytes would have completed it.
         self._cut_character = False
+        # While undecided: the start of that character and the refused bytes
+        # seen after it (None once decided, or before the limit is reached).
+        self._cut_probe: bytes | None = b""
 
     def __repr__(self) -> str:
         retained, dropped, total = self.statistics()
@@ -182,8 +190,8 @@ class TailBuffer:
         limit = self._limit
         if limit is not None and self._total + size > limit:
             accepted = max(limit - self._total, 0)
-            if not self._dropped:
-                self._cut_character = self._cuts_a_character(data, accepted)
+            if self._cut_probe is not None:
+                self._judge_cut(data, accepted)
             self._dropped += size - accepted
             data = memoryview(data)[:accepted]
             size = accepted
@@ -208,23 +216,35 @@ class TailBuffer:
             self._start = end - capacity
         return size
 
-    def _cuts_a_character(self, data: bytes | bytearray | memoryview, accepted: int) -> bool:
-        """Whether accepting only ``accepted`` bytes of ``data`` ends the output
-        inside a character the rest of ``data`` completes."""
-        before = bytes(self._view[max(self._end - 3, self._start) : self._end])
-        before = (before + bytes(data[max(accepted - 3, 0) : accepted]))[-3:]
-        _, used = utf_8_decode(before, "replace", False)
-        pending = before[used:]
-        if not pending:
-            return False
-        after = bytes(data[accepted : accepted + 3])
-        lead = pending[0]
+    def _judge_cut(self, data: bytes | bytearray | memoryview, accepted: int) -> None:
+        """Decide, from the bytes refused so far, whether the limit cut a
+        character in half: the accepted output ends with the start of a
+        character that the refused bytes complete (Rule 6)."""
+        probe = self._cut_probe
+        assert probe is not None
+        if not self._dropped:
+            # The first refusal: the accepted output's trailing incomplete
+            # character, if any, is what the refused bytes may complete.
+            before = bytes(self._view[max(self._end - 3, self._start) : self._end])
+            before = (before + bytes(data[max(accepted - 3, 0) : accepted]))[-3:]
+            _, used = utf_8_decode(before, "replace", False)
+            probe = before[used:]
+            if not probe:
+                self._cut_probe = None
+                return
+        probe += bytes(data[accepted : accepted + 3])
+        lead = probe[0]
         length = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
         try:
-            (pending + after)[:length].decode("utf-8")
+            utf_8_decode(probe[:length], "strict", len(probe) >= length)
         except UnicodeDecodeError:
-            return False
-        return len(pending + after) >= length
+            self._cut_probe = None  # invalid whatever follows: not a cut character
+            return
+        if len(probe) >= length:
+            self._cut_character = True
+            self._cut_probe = None
+        else:
+            self._cut_probe = probe  # undecided until more refused bytes come
 
     def _plain(self, data: object) -> bytes | memoryview:
         """``data`` as flat unsigned bytes that no write of ours can overwrite.

@@ -282,3 +282,24 @@ class TailBufferMachine(RuleBasedStateMachine):
 
 
 TestTailBufferMachine = TailBufferMachine.TestCase
+
+
+def test_the_buffer_knows_when_its_limit_cut_a_character_in_half() -> None:
+    """The limit lands inside ✓ (split over writes or not): a cut character;
+    bytes no refused byte completes are invalid, not cut; a limit between
+    characters cuts none."""
+    cases = [
+        ([b"a\xe2\x9c\x93"], 2, True),
+        ([b"a\xe2", b"\x9c\x93"], 2, True),
+        ([b"a\xe2\x9c", b"\x93"], 2, True),
+        ([b"a\xe2\x9c", b"", b"\x93"], 3, True),
+        ([b"a\xe2", b"Z"], 2, False),
+        ([b"a\xe2\x9cZ"], 3, False),
+        ([b"ab", b"c"], 2, False),
+        ([b"a\xe2\x9c"], 2, False),  # too few refused bytes to tell
+    ]
+    for writes, limit, cut in cases:
+        buffer = TailBuffer(16, limit)
+        for data in writes:
+            buffer.write(data)
+        assert buffer._cut_character is cut, (writes, limit)
