@@ -272,6 +272,10 @@ class LossReport:
     last total counts past what the frames delivered and the producer may
     still hold back; in flight while the stream is live, lost once it ended.
     ``anomalies_not_kept``: anomalies past :data:`MAX_ANOMALIES_KEPT`, counted only.
+    ``lost_range``: the bytes lost in all gaps together, when the stream's
+    totals bound that sum more tightly than its gaps do one by one (a gap can
+    be a range because bytes held back at its end may belong to the next one;
+    the sum does not depend on where they belong). ``None``: the gaps' sums.
     """
 
     key: StreamKey
@@ -283,15 +287,20 @@ class LossReport:
     anomalies: tuple[Anomaly, ...]
     unseen_bytes: int = 0
     anomalies_not_kept: int = 0
+    lost_range: tuple[int, int] | None = None
 
     @property
     def lost_bytes(self) -> int:
         """Upper bound on the bytes lost in gaps."""
+        if self.lost_range is not None:
+            return self.lost_range[1]
         return sum(gap.lost_bytes for gap in self.gaps)
 
     @property
     def lost_bytes_min(self) -> int:
         """Lower bound on the bytes lost in gaps."""
+        if self.lost_range is not None:
+            return self.lost_range[0]
         return sum(gap.lost_bytes_min for gap in self.gaps)
 
     @property

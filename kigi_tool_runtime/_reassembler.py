@@ -341,13 +341,14 @@ class Reassembler:
         self._anomalies_cut += keep_first(self._anomalies)
         return self._anomalies_cut
 
-    def reports(self) -> list[LossReport]:
-        """One :class:`LossReport` per stream, in first-seen order."""
-        return [state.report() for state in self._streams.values()]
+    def reports(self, *, ended: bool = False) -> list[LossReport]:
+        """One :class:`LossReport` per stream, in first-seen order; ``ended``:
+        the streams have ended (see :meth:`StreamState.report`)."""
+        return [state.report(ended=ended) for state in self._streams.values()]
 
-    def summary(self) -> str:
+    def summary(self, *, ended: bool = False) -> str:
         """One line per stream, then one for the connection's own anomalies."""
-        lines = [state.report().summary() for state in self._streams.values()]
+        lines = [state.report(ended=ended).summary() for state in self._streams.values()]
         own = self.connection_anomalies
         if own or self.ignored:
             kinds = sorted({anomaly.kind for anomaly in own})

@@ -266,26 +266,48 @@ class StreamState:
         """Bytes the last ``total_bytes`` counts beyond what the frames delivered
         and the producer may still hold back: still in flight on a live stream,
         lost on one that has ended (0 when there are none)."""
+        return self._unseen(MAX_HELD_BYTES)
+
+    def _unseen(self, held: int) -> int:
         last = self.total_bytes
         if last is None or self._run_open:
             return 0
         if not self._anchored and not self._from_start:
             return 0  # the lead of a fold that began mid-stream: no base
-        return max(last - MAX_HELD_BYTES - self._cur_hi, 0)
+        return max(last - held - self._cur_hi, 0)
 
-    def report(self) -> LossReport:
-        """The :class:`LossReport` of this stream."""
+    def report(self, *, ended: bool = False) -> LossReport:
+        """The :class:`LossReport` of this stream. ``ended``: the stream has
+        ended (its call returned, its log is whole), so the producer holds
+        nothing back: every byte its total counts was delivered or lost, which
+        makes the lost count exact when no delta holds a U+FFFD."""
         self._anomalies_cut += keep_first(self._anomalies)
+        # A truncated stream may end before a character the limit cut in half.
+        held = MAX_HELD_BYTES if not ended or self.truncated else 0
+        unseen = self._unseen(held)
+        gaps = self._all_gaps()
+        lost_range = None
+        last = self.total_bytes
+        if gaps and not unseen and self._anchored and self._from_start and last is not None:
+            # Every byte counted was delivered, lost in a gap, or held at the
+            # end: the gaps' sum, whatever each one's own bounds.
+            low = max(sum(gap.lost_bytes_min for gap in gaps), last - self._bytes - held)
+            high = min(
+                sum(gap.lost_bytes for gap in gaps), last - self._bytes + 2 * self._replacements
+            )
+            if low <= high:
+                lost_range = (low, high)
         return LossReport(
             key=self.key,
             frames=self.frames,
             text_bytes=self._bytes,
-            total_bytes=self.total_bytes,
-            gaps=tuple(self._all_gaps()),
+            total_bytes=last,
+            gaps=tuple(gaps),
             truncated=self.truncated,
             anomalies=tuple(self._anomalies),
-            unseen_bytes=self.unseen_bytes,
+            unseen_bytes=unseen,
             anomalies_not_kept=self._anomalies_cut,
+            lost_range=lost_range,
         )
 
     def render(self, marker: GapMarker = DEFAULT_GAP_MARKER) -> str:

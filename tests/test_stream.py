@@ -9,7 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from kigi_tool_runtime import MAX_HELD_BYTES, OversizedLine, Reassembler, StreamState
-from kigi_tool_runtime.testing import producer_runs, progress_line
+from kigi_tool_runtime.testing import producer_runs, progress_line, utf8_text_sources
 
 KIND = "bash_output_chunk"
 
@@ -261,3 +261,42 @@ def test_a_lost_frame_of_ascii_output_never_leaves_the_stream_complete(run: Any,
     truth = len(run.source) - delivered
     assert report.lost_bytes_min + report.unseen_bytes <= truth
     assert truth <= report.lost_bytes + report.unseen_bytes + MAX_HELD_BYTES
+
+
+@given(run=producer_runs(utf8_text_sources()))
+def test_an_ended_stream_counts_its_gaps_together_exactly_when_the_wire_allows(
+    run: Any,
+) -> None:
+    """Once a stream has ended, its report's lost count holds the truth (the
+    source less what was delivered), and is exact, however
+    uncertain each gap is alone (held bytes at a gap's end belong to the next)
+    and no delivered U+FFFD leaves it open."""
+    lines = [progress_line("c", KIND, frame) for frame in run.frames]
+    state = Reassembler.fold(lines).stream("c", KIND)
+    assume(state is not None and state.gaps)
+    assert state is not None
+    report = state.report(ended=True)
+    delivered = sum(len(frame.delta.encode()) for frame in run.frames)
+    truth = len(run.source) - delivered
+    assert report.lost_bytes_min <= truth <= report.lost_bytes
+    if "\ufffd" not in "".join(frame.delta for frame in run.frames):
+        # No U+FFFD to stand for 1 to 3 bytes: nothing is left to bound.
+        assert report.lost_bytes_min == report.lost_bytes == truth
+    live = state.report()
+    assert live.lost_bytes_min <= truth <= live.lost_bytes
+
+
+def test_consecutive_ascii_gaps_sum_exactly_once_ended() -> None:
+    """Two gap frames in a row, all ASCII: each gap alone is a range (the
+    first one's held bytes may belong to the second), their sum is exact."""
+    state = fold(
+        {"delta": "ab", "total_bytes": 2},
+        {"delta": "xy", "total_bytes": 10, "gap": True},
+        {"delta": "zw", "total_bytes": 20, "gap": True},
+    )
+    assert [gap.exact for gap in state.gaps] == [False, False]
+    ended = state.report(ended=True)
+    assert ended.lost_bytes_min == ended.lost_bytes == 20 - 6
+    assert "2 gaps (14 bytes lost)" in ended.summary()
+    live = state.report()
+    assert (live.lost_bytes_min, live.lost_bytes) == (11, 14)
