@@ -374,6 +374,9 @@ class ShellTool(Tool[ShellArgs]):
     streamed per call: bytes past it are read and counted but dropped, the
     stream says ``truncated`` (its last frame is the truncation notice when no
     delta frame could carry the flag), and the result says how many were dropped.
+    ``tail_capacity`` is the output kept between drains, exactly as given (a
+    reader further behind sees a gap); the result's excerpt keeps the first
+    half of its ``output_limit`` and at most this much of the output's end.
 
     Raises:
         TypeError: an argument has the wrong type (``tick="fast"``), named in
@@ -490,7 +493,9 @@ class ShellTool(Tool[ShellArgs]):
         head = limit // 2
         stream = OutputStream(
             self.spec,
-            capacity=max(self.tail_capacity, limit - head),
+            # Exactly the tail asked for: a larger one would hide the gaps a
+            # caller sized it to show (the excerpt's end is then shorter).
+            capacity=self.tail_capacity,
             limit=self.limit,
             head_bytes=head,
             progress=ctx.wants_progress,

@@ -885,3 +885,25 @@ def test_no_default_deadline_and_no_call_deadline_let_a_command_run_on() -> None
     outcome = terminal.value
     assert isinstance(outcome, ShellOutcome)
     assert (outcome.exit_code, outcome.timed_out, outcome.output) == (0, False, "done\n")
+
+
+def test_the_tail_capacity_asked_for_is_the_tail_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ShellTool(tail_capacity=N) (kigi-stream run --tail N) streams through a
+    tail of exactly N bytes, even below the excerpt's half of the output limit;
+    the result's excerpt then keeps less of the output's end, and says so."""
+    import kigi_tool_runtime._shell as shell
+
+    made: list[int] = []
+    real = shell.OutputStream
+
+    def recording(spec: Any, *, capacity: int, **kw: Any) -> Any:
+        made.append(capacity)
+        return real(spec, capacity=capacity, **kw)
+
+    monkeypatch.setattr(shell, "OutputStream", recording)
+    tool = ShellTool(tail_capacity=4096, max_delta_bytes=1024)
+    got = run(py("import sys; sys.stdout.write('x' * 100000)"), tool)
+    assert made == [4096]
+    outcome = shell_outcome(got)
+    assert outcome.total_bytes == 100_000
+    assert "bytes of output omitted" in outcome.output
