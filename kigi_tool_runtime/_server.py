@@ -89,6 +89,7 @@ from kigi_tool_protocol import (
     ToolErrorWire,
     ToolNotFoundWire,
     WireError,
+    effective_max_frame_bytes,
     error_code_for,
     json_codec,
     progress_to_frame,
@@ -173,6 +174,10 @@ SERVED_METHODS: Final = (
 # (tools.list takes none, and an unknown method is answered as unknown).
 _METHODS_WITH_PARAMS: Final = frozenset(SERVED_METHODS) - {METHOD_TOOLS_LIST}
 _NULL_PARAMS: Final = msgspec.Raw(b"null")
+
+# The widest envelope seq and drop count (u64): a frame measured with them fits
+# with any.
+_MAX_SEQ: Final = 2**64 - 1
 
 # An id we may echo: a str, or an int in the i64 range (never a bool).
 _I64_MIN: Final = -(2**63)
@@ -831,6 +836,10 @@ class Server:
     ) -> None:
         session_id = outbox.session_id
         final: bytes | None = None
+        # A tool's declared max_frame_bytes bounds every line sent for it: a
+        # frame past it ends the call with frame_too_large, never goes out.
+        declared = tool.capabilities.max_frame_bytes
+        frame_limit = None if declared is None else effective_max_frame_bytes(tool.capabilities)
         try:
             run = run_tool(
                 tool,
@@ -863,6 +872,18 @@ class Server:
                             )
                             final = self._tool_error_line(request_id, session_id, error, tool.id)
                             break
+                        if frame_limit is not None:
+                            # Measured as sent with the widest seq and drop count.
+                            line = progress_line(
+                                outbox.call_id, _MAX_SEQ, frame.kind, body, session_id, _MAX_SEQ
+                            )
+                            size = len(line) - 1  # the newline ends a frame; it is not in it
+                            if size > frame_limit:
+                                error = ToolError.frame_too_large(size, frame_limit)
+                                final = self._tool_error_line(
+                                    request_id, session_id, error, tool.id
+                                )
+                                break
                         if outbox.queued_bytes + len(body) > self._call_queue_bytes:
                             await out.wait_for_room(outbox, len(body))
                         out.progress(outbox, frame.kind, body)

@@ -23,8 +23,10 @@ import pytest
 from kigi_tool_protocol import (
     CustomProgress,
     JsonRpcResponse,
+    PartialResultPayload,
     TextProgress,
     ToolCallResult,
+    ToolCapabilities,
     json_codec,
 )
 from kigi_tool_runtime._client import CallProgress, Client, RemoteToolError
@@ -722,5 +724,58 @@ def test_queued_error_replies_are_bounded_in_bytes() -> None:
         writer.control(reply)
         assert not writer._space.is_set()
         assert MAX_CONTROL_LINES > 4
+
+    asyncio.run(body())
+
+
+class _Size(msgspec.Struct, forbid_unknown_fields=True):
+    size: int
+
+
+class _BoundedTool(Tool[_Size]):
+    """Declares max_frame_bytes 400 and sends one delta of ``size`` characters."""
+
+    id = "bounded"
+    args_type = _Size
+    capabilities = ToolCapabilities(max_frame_bytes=400)
+
+    async def execute(self, ctx: ToolContext, args: _Size) -> AsyncIterator[ToolEvent]:
+        payload = PartialResultPayload(delta="x" * args.size, total_bytes=args.size)
+        yield CustomProgress(subkind="chunk", payload=payload)
+        yield ToolResult(value="sent")
+
+
+def test_a_tools_declared_max_frame_bytes_bounds_its_frames() -> None:
+    """A frame over the tool's declared max_frame_bytes never goes out: the
+    call ends with frame_too_large naming the size and the limit; a frame
+    within it is sent."""
+
+    async def body() -> None:
+        ours, theirs = socket.socketpair()
+        server = Server([_BoundedTool()])
+        server_reader, server_writer = await asyncio.open_connection(sock=theirs)
+        serving = asyncio.create_task(server.serve(server_reader, server_writer))
+        reader, writer = await asyncio.open_connection(sock=ours)
+        client = await Client.connect(reader, writer)
+        try:
+            *progress, result = [item async for item in client.call("bounded", {"size": 10})]
+            assert isinstance(result, ToolCallResult)
+            assert len(progress) == 1
+            large = client.call("bounded", {"size": 1000})
+
+            async def take_all() -> None:
+                async for item in large:
+                    raise AssertionError(f"a frame over the limit was sent: {item!r}")
+
+            with pytest.raises(RemoteToolError) as caught:
+                await take_all()
+            assert caught.value.wire.code == "frame_too_large"
+            assert caught.value.wire.limit == 400  # type: ignore[union-attr]
+            assert caught.value.wire.bytes > 1000  # type: ignore[union-attr]
+        finally:
+            await client.aclose()
+            await serving
+            server_writer.close()
+            await server_writer.wait_closed()
 
     asyncio.run(body())
