@@ -409,6 +409,8 @@ class Client:
         self._by_request: dict[int, Call] = {}
         # Pending requests other than calls: the method and its answer.
         self._requests: dict[int, tuple[str, asyncio.Future[Any]]] = {}
+        # The max_frame_bytes each listed tool declared (list_tools learns them).
+        self._frame_limits: dict[str, int] = {}
         self._lost: str | None = None
         self._closed = False
         self._unflushed = False
@@ -580,6 +582,11 @@ class Client:
                 InternalErrorWire(detail="tools.list result has no `tools` list"),
                 "tools.list result has no `tools` list",
             )
+        for tool in tools:
+            caps = tool.get("capabilities") if isinstance(tool, dict) else None
+            declared = caps.get("max_frame_bytes") if isinstance(caps, dict) else None
+            if isinstance(tool, dict) and isinstance(declared, int) and declared > 0:
+                self._frame_limits[str(tool.get("id"))] = min(declared, self._max_frame_bytes)
         return tools
 
     async def aclose(self, *, wait: float = CLOSE_WAIT_S, grace: float = CLOSE_GRACE_S) -> None:
@@ -747,7 +754,7 @@ class Client:
         except DecodeError:
             pass
         else:
-            await self._route_progress(fast.params, fast.seq)
+            await self._route_progress(fast.params, fast.seq, len(line))
             return
         try:
             message = json_codec.decode_message(
@@ -766,14 +773,23 @@ class Client:
             except DecodeError:
                 self._unused += 1
                 return
-            await self._route_progress(frame, message.seq)
+            await self._route_progress(frame, message.seq, len(line))
         else:
             self._unused += 1
 
-    async def _route_progress(self, frame: ToolCallProgressFrame[Any], seq: int | None) -> None:
+    async def _route_progress(
+        self, frame: ToolCallProgressFrame[Any], seq: int | None, size: int
+    ) -> None:
         call = self._calls.get(frame.tool_call_id)
         if call is None:
             self._unused += 1
+            return
+        limit = self._frame_limits.get(call.tool_id)
+        if limit is not None and size > limit:
+            # Past the tool's declared max_frame_bytes: refused, and said in the
+            # call's report (its bytes show as lost where the totals prove it).
+            self._unused += 1
+            call.reassembler.absorb_oversized(OversizedLine(size, limit))
             return
         call._put_progress(frame, seq)
 

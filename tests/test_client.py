@@ -723,3 +723,52 @@ def test_a_lost_connection_names_a_valid_tool_id_for_tools_list() -> None:
         await client.aclose()
 
     _run(body)
+
+
+def test_the_client_refuses_frames_past_a_tools_declared_max_frame_bytes() -> None:
+    """Once list_tools has said a tool declares max_frame_bytes, a frame for a
+    call of it past that size is refused and said in the call's report (an
+    undecodable record, then the bytes its totals prove lost); one within it
+    is taken."""
+
+    class Sink:
+        def write(self, data: bytes) -> None:
+            pass
+
+        async def drain(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    def reply(request_id: int, result: Any) -> bytes:
+        return json_codec.encode({"jsonrpc": "2.0", "id": request_id, "result": result}) + b"\n"
+
+    async def body() -> None:
+        reader = asyncio.StreamReader()
+        client = await Client.connect(reader, Sink())
+        listing = asyncio.ensure_future(client.list_tools())
+        await asyncio.sleep(0)
+        tool = {"id": "t", "capabilities": {"max_frame_bytes": 300}}
+        reader.feed_data(reply(1, {"tools": [tool]}))
+        await listing
+        call = client.call("t", {}, tool_call_id="c")
+        small = {"delta": "ab", "total_bytes": 2}
+        large = {"delta": "x" * 1000, "total_bytes": 1002}
+        after = {"delta": "z", "total_bytes": 1003}
+        last = {"delta": "w", "total_bytes": 1004}
+        for seq, frame in enumerate((small, large, after, last)):
+            reader.feed_data(progress_line("c", "k", frame, seq) + b"\n")
+        result = {"tool_call_id": "c", "output": {"kind": "json", "value": None}}
+        reader.feed_data(reply(2, result))
+        items = [item async for item in call]
+        texts = [item.appended.text for item in items if isinstance(item, CallProgress)]
+        assert texts == ["ab", "z", "w"]
+        report = call.reassembler.stream("c", "k").report()  # type: ignore[union-attr]
+        assert [gap.lost_bytes for gap in report.gaps] == [1000]
+        assert [a.kind for a in call.reassembler.anomalies] == ["undecodable", "seq_gap"]
+        assert "exceeds the frame limit of 300 bytes" in call.reassembler.anomalies[0].detail
+        reader.feed_eof()
+        await client.aclose()
+
+    _run(body)
