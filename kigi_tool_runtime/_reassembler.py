@@ -35,6 +35,15 @@ Rule 6. Decoding is strict and layered: the common line (a progress
         any other line is decoded envelope, then frame, then body, so the
         report names the layer that is wrong, and a bad body still counts
         against its stream.
+Rule 7. Memory is bounded by what the caller asks for: without ``keep_text``
+        a stream keeps counters and losses only; at most ``max_streams``
+        streams (and ``seq`` counters) are tracked, the one seen first evicted
+        and reported; at most :data:`MAX_ANOMALIES_KEPT` anomalies are kept per
+        list (the rest counted), each detail an excerpt. The fold contract
+        holds while nothing was evicted or cut.
+Rule 8. A fold that begins at the start of the records (``from_start``) knows
+        each counter starts at 0 and each stream at byte 0: a first ``seq``
+        above 0 and a first run short of its total are a missing prefix.
 
 Sans-IO: records come in as bytes, strings or decoded frames; nothing here
 reads a file or a socket.
@@ -144,7 +153,10 @@ class Appended:
     ``key`` is the stream it belonged to (``None`` for an undecodable or ignored
     record); ``text`` the delta it appended (``None`` if it carried none);
     ``gap`` the gap it opened, its byte count as known at that frame (later
-    frames can only narrow the bounds); ``truncated`` whether the
+    frames can only narrow the bounds), or the loss it proved (an inferred
+    gap: the run before this frame delivered less than its total; the render
+    places it where that run began, a printer here, before this frame's
+    text); ``truncated`` whether the
     stream is now known to be truncated; ``anomalies`` what it was reported for;
     ``note`` a non-delta progress body.
     """
