@@ -368,8 +368,13 @@ class CallLedger:
             raise ValueError(f"stream sequences start at 1, got {position.stream_seq}")
         self.call_id = call_id
         self.tool_id = tool_id
+        # A fresh ledger that resumes mid-call did not see the call's start, so
+        # what came before is no missing prefix (this ledger says its own losses).
+        at_start = position.stream_seq == 1 and not position.call_seq
         self.reassembler = (
-            reassembler if reassembler is not None else Reassembler(known_calls=[call_id])
+            reassembler
+            if reassembler is not None
+            else Reassembler(known_calls=[call_id], from_start=at_start)
         )
         self._next_stream = position.stream_seq
         self._next_call = position.call_seq
