@@ -14,8 +14,9 @@ reports the peak RSS (``VmHWM``) the large input added over the baseline:
   log with a million distinct ``tool_call_id`` values.
 
 Every figure should stay under the budget (64 MiB) whatever the size: memory
-that grows with the output fails it. ``--quick`` uses 128 MiB of output
-instead of 1 GiB (and smaller floods). Needs Linux (``/proc/self/status``).
+that grows with the output fails it (each case is a goal; ``--check`` exits 1
+on a miss). ``--quick`` uses 128 MiB of output instead of 1 GiB (and smaller
+floods). Needs Linux (``/proc/self/status``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _goals import Goals, add_check_flag
 
 MIB = 1024 * 1024
 BUDGET_MIB = 64
@@ -130,9 +133,10 @@ def _write_many_calls(path: Path, calls: int) -> None:
             out.write(progress_line(f"call-{n}", 0, "bash_output_chunk", body))
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="128 MiB of output, not 1 GiB")
+    add_check_flag(parser)
     args = parser.parse_args()
     size = (128 if args.quick else 1024) * MIB
     small = 1 * MIB
@@ -191,10 +195,11 @@ def main() -> None:
             _CLI.format(argv=["check", str(base_log)]),
             _CLI.format(argv=["check", str(log)]),
         )
-    worst = max(peak - base for _, _, base, peak, _ in rows)
-    verdict = "within" if worst < BUDGET_MIB else "OVER"
-    print(f"largest RSS added: {worst:.1f} MiB, {verdict} the {BUDGET_MIB} MiB budget")
+    goals = Goals()
+    for name, amount, base, peak, _ in rows:
+        goals.record(f"{name} ({amount}): MiB of RSS added", peak - base, BUDGET_MIB, at_most=True)
+    return goals.finish(args.check)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

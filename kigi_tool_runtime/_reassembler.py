@@ -567,7 +567,7 @@ class Reassembler:
         for key, state in later._streams.items():
             mine = self._streams.get(key)
             if mine is None:
-                self._evict_for_one_more(shift + state._first_index)
+                self._evict_for_one_more(shift + max(state._first_index, 0))
                 self._streams[key] = state._copy(shift, self._from_start)
             else:
                 mine._absorb_state(state, shift)
