@@ -411,6 +411,57 @@ class StreamState:
         total = payload.total_bytes
         delta = payload.delta
         gap = payload.gap
+        last = self.total_bytes
+        if (
+            delta
+            and not gap
+            and not dropped
+            and not payload.truncated
+            and not self._run_open
+            and self._lead_end != "open"
+            and self._notice_index < 0
+            and last is not None
+            and total >= last
+            and len(delta) * 4 <= total
+        ):
+            # The steady path: a frame that only appends, in the same run or
+            # the next (the general path below does the same, step by step).
+            chars = self._chars
+            if delta.isascii():
+                size = low = len(delta)
+                held = 0
+            else:
+                size, low, replaced = _sizes(delta)
+                self._replacements += replaced
+                held = _hold_bound(delta)
+            if self._keep_text:
+                self._chunks.append(delta)
+            self._chars = chars + len(delta)
+            self._bytes += size
+            if self._text_limit is not None and self._bytes > self._text_limit:
+                self._drop_text()
+            if total != last:
+                if last - held - self._cur_hi > 0:
+                    self._gaps.append(
+                        Gap(
+                            offset=self._run_start,
+                            index=index,
+                            total_bytes=last,
+                            upper=last - self._cur_lo,
+                            lower=last - self._cur_hi,
+                            held=held,
+                            inferred=True,
+                        )
+                    )
+                self._cur_lo = last - held + low
+                self._cur_hi = last + size
+                self._run_start = chars
+            else:
+                self._cur_lo += low
+                self._cur_hi += size
+            self.frames += 1
+            self.total_bytes = total
+            return
         self.frames += 1
         self._has_text = True
         chars = self._chars
@@ -428,7 +479,6 @@ class StreamState:
         if self._notice_index >= 0 and not self._notice_said:
             self._notice_said = True
             self._anomalies.append(_after_end(self.key, index))
-        last = self.total_bytes
         if last is None:
             self.first_total = total
             self._first_index = index
