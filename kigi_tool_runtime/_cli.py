@@ -980,6 +980,8 @@ def _check(args: argparse.Namespace) -> int:
                         if item.gap is not None and item.gap.inferred:
                             out.write(f"line {number}: {_lost_here(item)}\n")
                             violations += 1
+            except BrokenPipeError:
+                raise  # our stdout, not the log: handled below
             except OSError as exc:
                 raise _UsageError(f"cannot read {args.file!r}: {exc.strerror}") from None
         rest = splitter.end()
