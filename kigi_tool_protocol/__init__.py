@@ -115,6 +115,12 @@ from ._progress import (
     TextProgress,
     ToolProgress,
 )
+from ._progress_line import (
+    ProgressLine,
+    append_progress_line,
+    decode_progress_line,
+    encode_progress_line,
+)
 from ._streaming import (
     PartialResultPayload,
     StreamingSpec,
@@ -240,6 +246,7 @@ __all__ = (
     "McpTextBlock",
     "MsgpackCodec",
     "PartialResultPayload",
+    "ProgressLine",
     "RenderLimitedWire",
     "RequestId",
     "ResourceBlock",
@@ -266,10 +273,13 @@ __all__ = (
     "ToolScope",
     "UnsupportedProtocolVersionWire",
     "WireError",
+    "append_progress_line",
     "convert",
     "decode_message",
+    "decode_progress_line",
     "effective_max_frame_bytes",
     "effective_timeout_ms",
+    "encode_progress_line",
     "error_code",
     "error_code_for",
     "frame_to_progress",

@@ -75,6 +75,7 @@ from kigi_tool_protocol import (
     DEFAULT_MAX_DELTA_BYTES,
     MAX_FRAME_BYTES_CEILING,
     __version__,
+    encode_progress_line,
     progress_to_frame,
 )
 
@@ -91,7 +92,7 @@ from ._nats_cli import (
 )
 from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
 from ._runner import run_tool
-from ._server import SERVED_METHODS, Server, open_stdio, progress_line
+from ._server import SERVED_METHODS, Server, open_stdio
 from ._shell import (
     DEFAULT_TAIL_CAPACITY,
     DEFAULT_TICK_S,
@@ -639,7 +640,7 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
                 appended = reassembler.appended(frame, seq)
                 text = ""
                 if json_mode:
-                    data = progress_line(_CALL_ID, seq, frame.kind, frame.body)
+                    data = encode_progress_line(_CALL_ID, frame.kind, frame.body, seq=seq)
                 else:
                     text = appended.render(DEFAULT_GAP_MARKER)
                     data = text.encode("utf-8", "surrogateescape")

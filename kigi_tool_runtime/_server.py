@@ -70,7 +70,6 @@ from kigi_tool_protocol import (
     MAX_FRAME_BYTES_CEILING,
     METHOD_HOOK,
     METHOD_TOOL_CALL,
-    METHOD_TOOL_CALL_PROGRESS,
     METHOD_TOOL_CALL_REQUEST,
     METHOD_TOOL_CANCEL,
     METHOD_TOOLS_LIST,
@@ -82,14 +81,14 @@ from kigi_tool_protocol import (
     HookSessionEnded,
     InvalidParamsWire,
     JsonRpcError,
-    JsonRpcNotification,
     JsonRpcResponse,
     ToolCallParams,
-    ToolCallProgressFrame,
     ToolErrorWire,
     ToolNotFoundWire,
     WireError,
+    append_progress_line,
     effective_max_frame_bytes,
+    encode_progress_line,
     error_code_for,
     json_codec,
     progress_to_frame,
@@ -264,22 +263,6 @@ def _result_line(request_id: str | int, session_id: str | None, result: Any) -> 
     return json_codec.encode(response) + b"\n"
 
 
-def _progress_note(
-    call_id: str,
-    seq: int,
-    kind: str,
-    body: Any,
-    session_id: str | None,
-    dropped_count: int | None,
-) -> JsonRpcNotification[Any]:
-    frame: ToolCallProgressFrame[Any] = ToolCallProgressFrame(
-        tool_call_id=call_id, kind=kind, body=body, dropped_count=dropped_count
-    )
-    return JsonRpcNotification(
-        session_id=session_id, seq=seq, method=METHOD_TOOL_CALL_PROGRESS, params=frame
-    )
-
-
 def progress_line(
     call_id: str,
     seq: int,
@@ -289,19 +272,15 @@ def progress_line(
     dropped_count: int | None = None,
 ) -> bytes:
     """One ``tool_call_progress`` notification line, newline included, exactly as
-    the server writes it (``body`` may be a pre-encoded ``msgspec.Raw``).
+    the server writes it (``body`` may be a pre-encoded ``msgspec.Raw``): the
+    protocol's :func:`encode_progress_line`.
 
     Raises:
         WireError: ``body`` (or an id) holds a value JSON cannot carry.
     """
-    note = _progress_note(call_id, seq, kind, body, session_id, dropped_count)
-    return json_codec.encode(note) + b"\n"
-
-
-# The writer encodes a batch's notifications straight into one buffer
-# (``encode_into``), saving two copies of every delta. A plain msgspec encoder
-# writes the same bytes as the protocol codec (a test pins that).
-_batch_encoder: Final = msgspec.json.Encoder()
+    return encode_progress_line(
+        call_id, kind, body, seq=seq, session_id=session_id, dropped_count=dropped_count
+    )
 
 
 class _Sink(Protocol):
@@ -353,15 +332,18 @@ class _Outbox:
         taken = 0
         limit = len(out) + max_bytes
         frames = self.frames
-        encode_into = _batch_encoder.encode_into
         while frames and len(out) < limit:
             kind, body = frames.popleft()
             self.queued_bytes -= len(body)
-            note = _progress_note(
-                self.call_id, self.seq, kind, body, self.session_id, self.dropped or None
+            append_progress_line(
+                out,
+                self.call_id,
+                kind,
+                body,
+                seq=self.seq,
+                session_id=self.session_id,
+                dropped_count=self.dropped or None,
             )
-            encode_into(note, out, len(out))
-            out.append(10)  # b"\n"
             self.seq += 1
             self.dropped = 0
             taken += 1

@@ -63,6 +63,7 @@ from kigi_tool_protocol import (
     ToolCallResult,
     ToolErrorWire,
     convert,
+    decode_progress_line,
     json_codec,
 )
 
@@ -319,9 +320,6 @@ class FollowPosition(NamedTuple):
     call_seq: int | None
 
 
-_PROGRESS: Final = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
-
-
 @dataclass(frozen=True, slots=True)
 class LedgerEvent:
     """What one message added: the progress it fed the reassembler (synthesised
@@ -498,8 +496,12 @@ class CallLedger:
 
     def _progress(self, data: bytes) -> tuple[CallProgress, ...]:
         try:
-            note = json_codec.decode(data, _PROGRESS)
+            note = decode_progress_line(data)
         except DecodeError:
+            note = None
+        if not isinstance(note, JsonRpcNotification) or not isinstance(
+            note.params, ToolCallProgressFrame
+        ):
             # Not the common shape: the reassembler says what is wrong (an
             # anomaly, or a text/content note).
             appended = self.reassembler.appended(data)

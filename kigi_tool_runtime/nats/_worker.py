@@ -58,11 +58,12 @@ from kigi_tool_protocol import (
     DecodeError,
     PartialResultPayload,
     WireError,
+    encode_progress_line,
     progress_to_frame,
 )
 
 from .._runner import run_tool
-from .._server import SERVER_CANCEL_MESSAGE, _result_line, _wire_error_line, progress_line
+from .._server import SERVER_CANCEL_MESSAGE, _result_line, _wire_error_line
 from .._tool import Tool, ToolContext, ToolError, ToolResult
 from ._protocol import (
     DEFAULT_PREFIX,
@@ -474,8 +475,12 @@ class Worker:
                     else:
                         frame = progress_to_frame(call_id, event)
                         try:
-                            line = progress_line(
-                                call_id, running.frames, frame.kind, frame.body, session_id
+                            line = encode_progress_line(
+                                call_id,
+                                frame.kind,
+                                frame.body,
+                                seq=running.frames,
+                                session_id=session_id,
                             )
                         except (WireError, UnicodeEncodeError) as exc:
                             error = ToolError(

@@ -17,12 +17,9 @@ from typing import Final
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import (
-    METHOD_TOOL_CALL_PROGRESS,
-    JsonRpcNotification,
     PartialResultPayload,
     StreamingSpec,
-    ToolCallProgressFrame,
-    json_codec,
+    encode_progress_line,
 )
 
 from .._chunk import stream_chunk
@@ -150,12 +147,10 @@ def progress_line(
     *,
     dropped_count: int | None = None,
 ) -> bytes:
-    """One ``tool_call_progress`` notification as a JSON line (no newline)."""
-    frame = ToolCallProgressFrame(
-        tool_call_id=tool_call_id, kind=kind, body=body, dropped_count=dropped_count
-    )
-    return json_codec.encode(
-        JsonRpcNotification(seq=seq, method=METHOD_TOOL_CALL_PROGRESS, params=frame)
+    """One ``tool_call_progress`` notification as a JSON line (no newline): the
+    protocol's :func:`encode_progress_line` with ``newline=False``."""
+    return encode_progress_line(
+        tool_call_id, kind, body, seq=seq, dropped_count=dropped_count, newline=False
     )
 
 

@@ -1,0 +1,189 @@
+"""The ``tool_call_progress`` line: its one encoder and its one decoder.
+
+A progress line is the hot path of every transport: one per streamed delta.
+:func:`encode_progress_line` writes it as the JSON codec would write the
+``JsonRpcNotification[ToolCallProgressFrame]`` (same keys, same order, same
+escaping: a test pins the two byte for byte) without building either struct,
+and takes a body that is already encoded (``msgspec.Raw``) as it is.
+:func:`decode_progress_line` reads any JSON-RPC line, with the common case (a
+progress notification whose body is a ``PartialResultPayload``) decoded strictly
+in one pass and everything else as :func:`decode_message` reads it.
+
+The bounds are the wire types' own, on both sides: ``seq`` is a u64 and
+``dropped_count`` a u32 (a decoded line out of range is a ``DecodeError``; an
+encoded one a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from ._base import check_u64
+from ._codec import Buffer, json_codec
+from ._errors import DecodeError, WireError
+from ._jsonrpc import JsonRpcMessage, JsonRpcNotification
+from ._limits import MAX_FRAME_BYTES_CEILING, U32_MAX
+from ._methods import METHOD_TOOL_CALL_PROGRESS
+from ._streaming import PartialResultPayload
+from ._tool_call import ToolCallProgressFrame
+
+__all__ = ("ProgressLine", "append_progress_line", "decode_progress_line", "encode_progress_line")
+
+#: A progress line as the fast path decodes it: a ``tool_call_progress``
+#: notification whose body is a ``PartialResultPayload``.
+ProgressLine = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
+
+# A plain msgspec encoder writes what the protocol codec writes (its errors are
+# translated below); called directly it saves a frame the codec's wrapper.
+_encode: Final = msgspec.json.Encoder().encode
+_decode: Final = json_codec.decode
+_decode_message: Final = json_codec.decode_message
+
+_OPEN: Final = b'{"jsonrpc":"2.0"'
+_SESSION: Final = b',"session_id":'
+_METHOD: Final = b',"method":' + _encode(METHOD_TOOL_CALL_PROGRESS) + b',"params":{"tool_call_id":'
+_KIND: Final = b',"kind":'
+_BODY: Final = b',"body":'
+_CLOSE: Final = b"}}"
+_CLOSE_LINE: Final = b"}}\n"
+
+#: Encoded line heads, keyed by (call id, kind, session id): a call sends many
+#: frames under one key, and the head is most of the fixed cost of a line. Past
+#: this many keys the cache starts over.
+_HEAD_CACHE_ENTRIES: Final = 1024
+_heads: dict[tuple[str, str, str | None], tuple[bytes, bytes]] = {}
+
+
+def _head(tool_call_id: str, kind: str, session_id: str | None) -> tuple[bytes, bytes]:
+    """The bytes before ``seq`` and those between ``seq`` and the body."""
+    key = (tool_call_id, kind, session_id)
+    head = _heads.get(key)
+    if head is not None:
+        return head
+    for name, value in (("tool_call_id", tool_call_id), ("kind", kind)):
+        if not isinstance(value, str):
+            raise TypeError(f"`{name}` must be a str, not {type(value).__name__}")
+    if session_id is not None and not isinstance(session_id, str):
+        raise TypeError(f"`session_id` must be a str or None, not {type(session_id).__name__}")
+    try:
+        opening = _OPEN if session_id is None else _OPEN + _SESSION + _encode(session_id)
+        middle = _METHOD + _encode(tool_call_id) + _KIND + _encode(kind) + _BODY
+    except (msgspec.EncodeError, UnicodeEncodeError) as exc:
+        raise WireError(f"cannot encode ToolCallProgressFrame: {exc}") from exc
+    if len(_heads) >= _HEAD_CACHE_ENTRIES:
+        _heads.clear()
+    head = _heads[key] = (opening, middle)
+    return head
+
+
+def _counters(seq: int | None, dropped_count: int | None) -> tuple[bytes, bytes]:
+    """``,"seq":N`` and the closing bytes with ``,"dropped_count":N`` (each empty
+    or plain when unset)."""
+    if seq is None:
+        seq_part = b""
+    else:
+        if type(seq) is not int:
+            raise TypeError(f"`seq` must be an int or None, not {type(seq).__name__}")
+        check_u64("seq", seq)
+        seq_part = b',"seq":%d' % seq
+    if dropped_count is None:
+        return seq_part, b""
+    if type(dropped_count) is not int:
+        raise TypeError(
+            f"`dropped_count` must be an int or None, not {type(dropped_count).__name__}"
+        )
+    if not 0 <= dropped_count <= U32_MAX:
+        raise ValueError(
+            f"`dropped_count` = {dropped_count} is outside the u32 range 0..={U32_MAX}"
+        )
+    return seq_part, b',"dropped_count":%d' % dropped_count
+
+
+def _body(body: Any) -> bytes | msgspec.Raw:
+    if type(body) is msgspec.Raw:
+        return body
+    try:
+        return _encode(body)
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise WireError(f"cannot encode ToolCallProgressFrame: {exc}") from exc
+
+
+def encode_progress_line(
+    tool_call_id: str,
+    kind: str,
+    body: Any,
+    *,
+    seq: int | None = None,
+    session_id: str | None = None,
+    dropped_count: int | None = None,
+    newline: bool = True,
+) -> bytes:
+    """One ``tool_call_progress`` notification as JSON bytes, with its newline
+    unless ``newline`` is false: the bytes ``json_codec.encode`` writes for the
+    ``JsonRpcNotification`` of that ``ToolCallProgressFrame``. ``body`` is any
+    wire value, or a ``msgspec.Raw`` written as it is.
+
+    Raises:
+        WireError: ``body`` or an id holds a value JSON cannot carry.
+        ValueError: ``seq`` is outside the u64 range, ``dropped_count`` outside
+            the u32 range.
+        TypeError: an id or kind is not a str, a counter not an int.
+    """
+    opening, middle = _head(tool_call_id, kind, session_id)
+    seq_part, dropped = _counters(seq, dropped_count)
+    close = _CLOSE_LINE if newline else _CLOSE
+    return b"".join((opening, seq_part, middle, _body(body), dropped, close))
+
+
+def append_progress_line(
+    out: bytearray,
+    tool_call_id: str,
+    kind: str,
+    body: Any,
+    *,
+    seq: int | None = None,
+    session_id: str | None = None,
+    dropped_count: int | None = None,
+) -> None:
+    """:func:`encode_progress_line` (newline included) written onto the end of
+    ``out``, without a copy of the line of its own. On an error ``out`` is left
+    as it was.
+
+    Raises:
+        WireError, ValueError, TypeError: as :func:`encode_progress_line`.
+    """
+    opening, middle = _head(tool_call_id, kind, session_id)
+    seq_part, dropped = _counters(seq, dropped_count)
+    encoded = _body(body)
+    out += opening
+    out += seq_part
+    out += middle
+    out += encoded
+    out += dropped
+    out += _CLOSE_LINE
+
+
+def decode_progress_line(
+    line: Buffer, *, max_bytes: int = MAX_FRAME_BYTES_CEILING
+) -> ProgressLine | JsonRpcMessage:
+    """Decode one JSON-RPC line (without its newline).
+
+    A ``tool_call_progress`` notification whose body is a valid
+    ``PartialResultPayload`` comes back as a :data:`ProgressLine`, decoded
+    strictly in one pass (its ``params`` is a ``ToolCallProgressFrame``). Any
+    other message comes back as :func:`decode_message` gives it with ``params``
+    and ``result`` left as ``msgspec.Raw``, for the caller to decode as far as
+    it needs.
+
+    Raises:
+        FrameTooLargeError: ``line`` is longer than ``max_bytes``; it is not parsed.
+        DecodeError: ``line`` is not a JSON-RPC message.
+        TypeError: ``line`` is neither bytes-like nor a ``str``.
+    """
+    try:
+        return _decode(line, ProgressLine, max_bytes=max_bytes)
+    except DecodeError:  # a too-long line too: decode_message says so again
+        pass
+    return _decode_message(line, max_bytes=max_bytes, params=msgspec.Raw, result=msgspec.Raw)
