@@ -67,13 +67,13 @@ from kigi_tool_protocol import (
     JsonRpcNotification,
     JsonRpcRequest,
     JsonRpcResponse,
-    PartialResultPayload,
     TimeoutWire,
     ToolCallParams,
     ToolCallProgressFrame,
     ToolCallResult,
     ToolErrorWire,
     convert,
+    decode_progress_line,
     error_code_for,
     json_codec,
 )
@@ -145,7 +145,6 @@ CLOSE_GRACE_S: Final = STOP_WAIT_S + 2.0
 #: reach a server that is not reading its input before going on without it.
 _NOTICE_FLUSH_S: Final = TIMEOUT_GRACE_S
 
-_FAST_LINE: Final = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
 _ANY_FRAME: Final = ToolCallProgressFrame[Any]
 
 
@@ -750,16 +749,7 @@ class Client:
 
     async def _handle(self, line: bytes) -> None:
         try:
-            fast = json_codec.decode(line, _FAST_LINE, max_bytes=self._max_frame_bytes)
-        except DecodeError:
-            pass
-        else:
-            await self._route_progress(fast.params, fast.seq, len(line))
-            return
-        try:
-            message = json_codec.decode_message(
-                line, max_bytes=self._max_frame_bytes, params=msgspec.Raw, result=msgspec.Raw
-            )
+            message = decode_progress_line(line, max_bytes=self._max_frame_bytes)
         except DecodeError:
             self._unused += 1
             return
@@ -768,11 +758,13 @@ class Client:
         elif isinstance(message, JsonRpcNotification) and message.method == (
             METHOD_TOOL_CALL_PROGRESS
         ):
-            try:
-                frame = json_codec.decode(message.params, _ANY_FRAME)
-            except DecodeError:
-                self._unused += 1
-                return
+            frame = message.params
+            if not isinstance(frame, ToolCallProgressFrame):
+                try:
+                    frame = json_codec.decode(frame, _ANY_FRAME)
+                except DecodeError:
+                    self._unused += 1
+                    return
             await self._route_progress(frame, message.seq, len(line))
         else:
             self._unused += 1

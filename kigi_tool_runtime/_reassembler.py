@@ -62,11 +62,13 @@ from kigi_tool_protocol import (
     METHOD_TOOL_CALL_PROGRESS,
     DecodeError,
     FrameTooLargeError,
+    JsonRpcMessage,
     JsonRpcNotification,
     JsonRpcResponse,
     PartialResultPayload,
     ToolCallProgressFrame,
     convert,
+    decode_progress_line,
     json_codec,
 )
 
@@ -122,12 +124,11 @@ _SEQ_SCOPES: Final = get_args(SeqScope)
 
 # -- strict line decoding ---------------------------------------------------
 
-# The common case in one strict decode: a progress notification whose body is a
-# partial result. Anything else takes the careful path, which says what is wrong.
-_FAST_LINE: Final = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
+# The common case (a progress notification whose body is a partial result) comes
+# from decode_progress_line typed in one strict pass. Anything else takes the
+# careful path, which says what is wrong.
 _RAW_FRAME: Final = ToolCallProgressFrame[msgspec.Raw]
 _ANY_FRAME: Final = ToolCallProgressFrame[Any]
-_decode: Final = json_codec.decode
 
 
 def _where(error: DecodeError, prefix: str) -> str:
@@ -436,13 +437,23 @@ class Reassembler:
         if len(self._anomalies) > MAX_ANOMALIES_KEPT:
             self._anomalies_cut += keep_first(self._anomalies)
         try:
-            fast = _decode(line, _FAST_LINE, max_bytes=self._max_bytes)
-        except DecodeError:
-            self._careful_line(line, index)
+            message = decode_progress_line(line, max_bytes=self._max_bytes)
+        except FrameTooLargeError as error:
+            self._anomalies.append(Anomaly("undecodable", index, str(error)))
+            return
+        except DecodeError as error:
+            self._anomalies.append(
+                Anomaly("undecodable", index, f"not a JSON-RPC message: {error}")
+            )
+            return
+        if not isinstance(message, JsonRpcNotification) or not isinstance(
+            message.params, ToolCallProgressFrame
+        ):
+            self._careful_message(message, index)
             return
         # The hot path, inlined: the next seq in order, a stream already seen.
-        seq = fast.seq
-        frame = fast.params
+        seq = message.seq
+        frame = message.params
         if seq is not None:
             track = self._seqs.get(frame.tool_call_id if self._per_call else None)
             if track is not None and seq == track[2] + 1:
@@ -731,19 +742,10 @@ class Reassembler:
             self._anomalies.append(fault)
         track[2] = seq
 
-    def _careful_line(self, line: bytes | bytearray | memoryview | str, index: int) -> None:
-        # Decode layer by layer, so the report names the layer that is wrong and
-        # a frame whose body alone is bad still counts against its stream.
-        try:
-            message = json_codec.decode_message(line, max_bytes=self._max_bytes, params=msgspec.Raw)
-        except FrameTooLargeError as error:
-            self._anomalies.append(Anomaly("undecodable", index, str(error)))
-            return
-        except DecodeError as error:
-            self._anomalies.append(
-                Anomaly("undecodable", index, f"not a JSON-RPC message: {error}")
-            )
-            return
+    def _careful_message(self, message: JsonRpcMessage, index: int) -> None:
+        # A line the fast path did not take, its params still undecoded: decode
+        # layer by layer, so the report names the layer that is wrong and a frame
+        # whose body alone is bad still counts against its stream.
         seq = message.seq if isinstance(message, JsonRpcNotification) else None
         if seq is not None and not self._per_call:
             # seq counts every notification on the connection, not only progress.

@@ -1,0 +1,240 @@
+"""The one progress-line codec: ``encode_progress_line`` writes what the JSON codec
+writes for the notification, ``decode_progress_line`` reads it back, one set of
+bounds on both sides."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kigi_tool_protocol import (
+    METHOD_TOOL_CALL_PROGRESS,
+    DecodeError,
+    FrameTooLargeError,
+    JsonRpcNotification,
+    JsonRpcResponse,
+    PartialResultPayload,
+    ToolCallProgressFrame,
+    WireError,
+    append_progress_line,
+    decode_progress_line,
+    encode_progress_line,
+    json_codec,
+)
+
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), U64_MAX) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+payloads = st.builds(
+    PartialResultPayload,
+    delta=st.text(),
+    total_bytes=st.integers(0, U64_MAX),
+    truncated=st.booleans(),
+    gap=st.booleans(),
+)
+bodies = st.one_of(
+    payloads,
+    json_values,
+    payloads.map(lambda p: msgspec.Raw(json_codec.encode(p))),
+)
+
+
+def _by_the_codec(
+    call_id: str,
+    kind: str,
+    body: Any,
+    seq: int | None,
+    session_id: str | None,
+    dropped_count: int | None,
+) -> bytes:
+    frame: ToolCallProgressFrame[Any] = ToolCallProgressFrame(
+        tool_call_id=call_id, kind=kind, body=body, dropped_count=dropped_count
+    )
+    note = JsonRpcNotification(
+        session_id=session_id, seq=seq, method=METHOD_TOOL_CALL_PROGRESS, params=frame
+    )
+    return json_codec.encode(note)
+
+
+@given(
+    call_id=st.text(min_size=1),
+    kind=st.text(),
+    body=bodies,
+    seq=st.none() | st.integers(0, U64_MAX),
+    session_id=st.none() | st.text(min_size=1),
+    dropped_count=st.none() | st.integers(0, U32_MAX),
+)
+def test_encode_writes_the_codecs_bytes(
+    call_id: str,
+    kind: str,
+    body: Any,
+    seq: int | None,
+    session_id: str | None,
+    dropped_count: int | None,
+) -> None:
+    """Byte for byte what json_codec writes for the notification, newline last;
+    newline=False leaves it off; append_progress_line appends the same bytes."""
+    expected = _by_the_codec(call_id, kind, body, seq, session_id, dropped_count)
+    options: dict[str, Any] = {
+        "seq": seq,
+        "session_id": session_id,
+        "dropped_count": dropped_count,
+    }
+    assert encode_progress_line(call_id, kind, body, **options) == expected + b"\n"
+    assert encode_progress_line(call_id, kind, body, newline=False, **options) == expected
+    out = bytearray(b"before\n")
+    append_progress_line(out, call_id, kind, body, **options)
+    assert bytes(out) == b"before\n" + expected + b"\n"
+
+
+@given(
+    call_id=st.text(min_size=1),
+    kind=st.text(),
+    payload=payloads,
+    seq=st.none() | st.integers(0, U64_MAX),
+    session_id=st.none() | st.text(min_size=1),
+    dropped_count=st.none() | st.integers(0, U32_MAX),
+)
+def test_a_partial_result_line_decodes_back_typed(
+    call_id: str,
+    kind: str,
+    payload: PartialResultPayload,
+    seq: int | None,
+    session_id: str | None,
+    dropped_count: int | None,
+) -> None:
+    """Every line the encoder writes with a partial result, at any bound, decodes
+    to the same notification with a typed frame."""
+    line = encode_progress_line(
+        call_id,
+        kind,
+        payload,
+        seq=seq,
+        session_id=session_id,
+        dropped_count=dropped_count,
+        newline=False,
+    )
+    for form in (line, bytearray(line), memoryview(line), line.decode("utf-8")):
+        note = decode_progress_line(form)
+        assert isinstance(note, JsonRpcNotification)
+        assert note.seq == seq
+        assert note.session_id == session_id
+        assert note.params == ToolCallProgressFrame(
+            tool_call_id=call_id, kind=kind, body=payload, dropped_count=dropped_count
+        )
+
+
+def test_bounds_are_the_wires_on_both_sides() -> None:
+    """seq is a u64 and dropped_count a u32: out of range, encoding is a
+    ValueError, and a line carrying it is not taken as a progress line."""
+    body = PartialResultPayload(delta="x", total_bytes=1)
+    for seq in (-1, U64_MAX + 1):
+        with pytest.raises(ValueError, match="outside the u64 range"):
+            encode_progress_line("c", "k", body, seq=seq)
+    for dropped in (-1, U32_MAX + 1):
+        with pytest.raises(ValueError, match="outside the u32 range"):
+            encode_progress_line("c", "k", body, dropped_count=dropped)
+    out = bytearray(b"kept")
+    with pytest.raises(ValueError, match="u64"):
+        append_progress_line(out, "c", "k", body, seq=-1)
+    assert out == b"kept"
+    good = encode_progress_line("c", "k", body, seq=U64_MAX, dropped_count=U32_MAX)
+    assert isinstance(decode_progress_line(good).params, ToolCallProgressFrame)
+    past_seq = good.replace(b'"seq":%d' % U64_MAX, b'"seq":%d' % (U64_MAX + 1))
+    with pytest.raises(DecodeError, match="u64"):
+        decode_progress_line(past_seq)
+    past_dropped = good.replace(b":%d}" % U32_MAX, b":%d}" % (U32_MAX + 1))
+    assert past_dropped != good
+    message = decode_progress_line(past_dropped)
+    assert isinstance(message, JsonRpcNotification)
+    assert isinstance(message.params, msgspec.Raw)  # not taken as a frame
+
+
+def test_values_json_cannot_carry_are_wire_errors() -> None:
+    """A lone surrogate in an id, kind or body, or a body msgspec cannot encode,
+    is a WireError; a wrong type is a TypeError naming the argument."""
+    with pytest.raises(WireError):
+        encode_progress_line("c", "k\ud800", {})
+    with pytest.raises(WireError):
+        encode_progress_line("c\ud800", "k", {})
+    with pytest.raises(WireError):
+        encode_progress_line("c", "k", {}, session_id="s\ud800")
+    with pytest.raises(WireError):
+        encode_progress_line("c", "k", {"delta": "\udfff"})
+    with pytest.raises(WireError):
+        encode_progress_line("c", "k", object())
+    with pytest.raises(TypeError, match="`kind` must be a str"):
+        encode_progress_line("c", 3, {})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`seq` must be an int"):
+        encode_progress_line("c", "k", {}, seq=True)
+    with pytest.raises(TypeError, match="`dropped_count` must be an int"):
+        encode_progress_line("c", "k", {}, dropped_count=1.0)  # type: ignore[arg-type]
+
+
+def test_a_raw_body_is_written_as_it_is() -> None:
+    raw = msgspec.Raw(b'{"delta":"\xc3\xa9","total_bytes":2,"truncated":false,"gap":false}')
+    line = encode_progress_line("c", "k", raw, seq=0)
+    assert line == (
+        b'{"jsonrpc":"2.0","seq":0,"method":"tool_call_progress","params":{"tool_call_id":"c",'
+        b'"kind":"k","body":' + bytes(raw) + b"}}\n"
+    )
+
+
+def test_other_messages_decode_with_raw_parts() -> None:
+    """Any other JSON-RPC message comes back as decode_message gives it, params
+    and result left Raw; a text note is a notification with Raw params."""
+    text = encode_progress_line("c", "text", {"text": "hi"}, seq=4, newline=False)
+    note = decode_progress_line(text)
+    assert isinstance(note, JsonRpcNotification)
+    assert note.seq == 4
+    assert isinstance(note.params, msgspec.Raw)
+    assert json_codec.decode(note.params) == {
+        "tool_call_id": "c",
+        "kind": "text",
+        "body": {"text": "hi"},
+    }
+    response = decode_progress_line(b'{"jsonrpc":"2.0","id":7,"result":{"a":1}}')
+    assert isinstance(response, JsonRpcResponse)
+    assert isinstance(response.result, msgspec.Raw)
+    assert bytes(response.result) == b'{"a":1}'
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"",
+        b"not json",
+        b'{"id":1,"result":1}',  # no jsonrpc tag
+        b'{"jsonrpc":"1.0","method":"tool_call_progress","params":{}}',
+        b'{"jsonrpc":"2.0","seq":-1,"method":"tool_call_progress","params":{}}',
+    ],
+)
+def test_lines_that_are_no_message_are_decode_errors(line: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode_progress_line(line)
+
+
+def test_a_line_past_the_limit_is_not_parsed() -> None:
+    line = encode_progress_line("c", "k", PartialResultPayload(delta="x" * 100, total_bytes=100))
+    with pytest.raises(FrameTooLargeError):
+        decode_progress_line(line[:-1], max_bytes=50)
+    with pytest.raises(FrameTooLargeError):
+        decode_progress_line(line[:-1].decode(), max_bytes=50)
+
+
+def test_many_distinct_heads_stay_correct() -> None:
+    """More (call, kind, session) keys than the head cache holds still encode right."""
+    body = PartialResultPayload(delta="d", total_bytes=1)
+    for n in range(3000):
+        call, kind, session = f"c{n}", f"k{n % 7}", None if n % 2 else f"s{n}"
+        line = encode_progress_line(call, kind, body, seq=n, session_id=session)
+        assert line == _by_the_codec(call, kind, body, n, session, None) + b"\n"
