@@ -24,7 +24,7 @@ from ._base import check_u64
 from ._codec import Buffer, json_codec
 from ._errors import DecodeError, WireError
 from ._jsonrpc import JsonRpcMessage, JsonRpcNotification
-from ._limits import MAX_FRAME_BYTES_CEILING, U32_MAX
+from ._limits import MAX_FRAME_BYTES_CEILING, U32_MAX, U64_MAX
 from ._methods import METHOD_TOOL_CALL_PROGRESS
 from ._streaming import PartialResultPayload
 from ._tool_call import ToolCallProgressFrame
@@ -40,6 +40,8 @@ ProgressLine = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
 _encode: Final = msgspec.json.Encoder().encode
 _decode: Final = json_codec.decode
 _decode_message: Final = json_codec.decode_message
+
+_ENCODE_ERRORS: Final = (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError)
 
 _OPEN: Final = b'{"jsonrpc":"2.0"'
 _SESSION: Final = b',"session_id":'
@@ -106,7 +108,7 @@ def _body(body: Any) -> bytes | msgspec.Raw:
         return body
     try:
         return _encode(body)
-    except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+    except _ENCODE_ERRORS as exc:
         raise WireError(f"cannot encode ToolCallProgressFrame: {exc}") from exc
 
 
@@ -131,10 +133,20 @@ def encode_progress_line(
             the u32 range.
         TypeError: an id or kind is not a str, a counter not an int.
     """
-    opening, middle = _head(tool_call_id, kind, session_id)
+    head = _heads.get((tool_call_id, kind, session_id))
+    if head is None:
+        head = _head(tool_call_id, kind, session_id)
+    # The hot path, inlined: a frame numbered in range, no drops, a line.
+    if seq.__class__ is int and dropped_count is None and newline and 0 <= seq <= U64_MAX:
+        if body.__class__ is msgspec.Raw:
+            return b'%s,"seq":%d%s%s}}\n' % (head[0], seq, head[1], body)
+        try:
+            return b'%s,"seq":%d%s%s}}\n' % (head[0], seq, head[1], _encode(body))
+        except _ENCODE_ERRORS as exc:
+            raise WireError(f"cannot encode ToolCallProgressFrame: {exc}") from exc
     seq_part, dropped = _counters(seq, dropped_count)
     close = _CLOSE_LINE if newline else _CLOSE
-    return b"".join((opening, seq_part, middle, _body(body), dropped, close))
+    return b"".join((head[0], seq_part, head[1], _body(body), dropped, close))
 
 
 def append_progress_line(
