@@ -36,7 +36,7 @@ Rule 4. A bad line never stops the server: unparseable JSON (nested too deeply
         limit -32018 (``frame_too_large`` data, without the line ever being held
         whole). The ``id`` is echoed when it could be read, else ``null``.
         :class:`JsonRpcResponse` cannot carry a ``null`` id, so those replies are
-        written by :func:`_null_id_error` by hand. Unknown notifications are ignored.
+        written by hand (``null_id_error``). Unknown notifications are ignored.
         A call whose ``id`` is that of a call still in flight is refused with
         -32600 and a ``null`` id.
 Rule 5. Cancellation: a ``hook`` (notification or request) whose event is
@@ -66,36 +66,27 @@ from typing import Any, Final, NamedTuple, Protocol
 import msgspec
 
 from kigi_tool_protocol import (
-    ERROR_CODES,
     MAX_FRAME_BYTES_CEILING,
-    METHOD_HOOK,
-    METHOD_TOOL_CALL,
-    METHOD_TOOL_CALL_REQUEST,
-    METHOD_TOOL_CANCEL,
-    METHOD_TOOLS_LIST,
-    CustomErrorWire,
-    DecodeError,
-    FrameTooLargeWire,
-    HookCancel,
-    HookFrame,
-    HookSessionEnded,
-    InvalidParamsWire,
-    JsonRpcError,
-    JsonRpcResponse,
     ToolCallParams,
-    ToolErrorWire,
-    ToolNotFoundWire,
     WireError,
     append_progress_line,
     effective_max_frame_bytes,
     encode_progress_line,
-    error_code_for,
     json_codec,
     progress_to_frame,
 )
+from kigi_tool_protocol._limits import U32_MAX, U64_MAX
 
-from ._lines import OversizedLine, read_lines
-from ._loss import MAX_DETAIL_CHARS, cut, excerpt
+from ._lines import read_lines
+from ._rpc_server import (
+    MAX_CALLS_IN_FLIGHT,
+    SERVED_METHODS,
+    Reply,
+    ServerProtocol,
+    StartCall,
+)
+from ._rpc_server import result_line as _result_line
+from ._rpc_server import wire_error_line as _wire_error_line
 from ._runner import STOP_WAIT_S, run_tool
 from ._tool import Tool, ToolContext, ToolError, ToolResult
 
@@ -132,11 +123,6 @@ WRITER_STALL_S: Final = 1.0
 #: in far less, and a server asked to stop must stop.
 FINAL_FLUSH_S: Final = 10.0
 
-#: Calls one connection may run at once. With :data:`CALL_QUEUE_BYTES` this bounds
-#: a stalled connection's queued progress to 64 MiB; a call past it is refused
-#: with a ``custom`` error of subcode ``tool_busy``.
-MAX_CALLS_IN_FLIGHT: Final = 64
-
 #: Replies not tied to a running call (errors for bad lines, cancel acks) that may
 #: wait to be written. Past it the server stops reading input until the peer
 #: reads its output, so a peer that floods garbage and never reads cannot grow it.
@@ -155,32 +141,10 @@ WRITE_BATCH_BYTES: Final = 256 * 1024
 #: input, broken output), as the Rust servers word it.
 SERVER_CANCEL_MESSAGE: Final = "tool call cancelled by server"
 
-_PARSE_ERROR: Final = ERROR_CODES["parse_error"]
-_INVALID_REQUEST: Final = ERROR_CODES["invalid_request"]
-_METHOD_NOT_FOUND: Final = ERROR_CODES["method_not_found"]
-_INVALID_PARAMS: Final = ERROR_CODES["invalid_params"]
-
-_CALL_METHODS: Final = frozenset({METHOD_TOOL_CALL, METHOD_TOOL_CALL_REQUEST})
-#: The methods this server answers, in the order its errors list them.
-SERVED_METHODS: Final = (
-    METHOD_TOOLS_LIST,
-    METHOD_TOOL_CALL,
-    METHOD_TOOL_CALL_REQUEST,
-    METHOD_TOOL_CANCEL,
-    METHOD_HOOK,
-)
-# JSON-RPC 2.0 lets a request leave out `params`; these methods need them
-# (tools.list takes none, and an unknown method is answered as unknown).
-_METHODS_WITH_PARAMS: Final = frozenset(SERVED_METHODS) - {METHOD_TOOLS_LIST}
-_NULL_PARAMS: Final = msgspec.Raw(b"null")
-
-# The widest envelope seq and drop count (u64): a frame measured with them fits
-# with any.
-_MAX_SEQ: Final = 2**64 - 1
-
-# An id we may echo: a str, or an int in the i64 range (never a bool).
-_I64_MIN: Final = -(2**63)
-_I64_MAX: Final = 2**63 - 1
+# The widest envelope seq (u64) and drop count (u32): a frame measured with them
+# fits with any.
+_MAX_SEQ: Final = U64_MAX
+_MAX_DROPPED: Final = U32_MAX
 
 
 class ServerStats(NamedTuple):
@@ -195,72 +159,6 @@ class ServerStats(NamedTuple):
     frames_dropped: int
     lines_rejected: int
     lines_abandoned: int = 0
-
-
-class _Probe(msgspec.Struct):
-    """The envelope keys of any incoming line, values left unparsed."""
-
-    jsonrpc: Any = msgspec.UNSET
-    id: Any = msgspec.UNSET
-    session_id: Any = msgspec.UNSET
-    method: Any = msgspec.UNSET
-    params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-    error: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-
-
-_probe_decoder: Final = msgspec.json.Decoder(_Probe)
-
-
-class _CancelParams(msgspec.Struct, frozen=True):
-    """The params of ``tool.cancel``."""
-
-    tool_call_id: str
-
-
-def _echo_id(value: Any) -> str | int | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool) and _I64_MIN <= value <= _I64_MAX:
-        return value
-    return None
-
-
-def _null_id_error(code: int, message: str, data: Any = None) -> bytes:
-    """An error response with ``"id": null`` (Rule 4), which JSON-RPC 2.0 requires
-    when the request's id could not be read and :class:`JsonRpcResponse` cannot
-    express; the same key order as a typed response."""
-    error = JsonRpcError(code=code, message=message, data=data)
-    return b'{"jsonrpc":"2.0","id":null,"error":' + json_codec.encode(error) + b"}\n"
-
-
-def _error_line(
-    request_id: str | int | None,
-    session_id: str | None,
-    code: int,
-    message: str,
-    data: Any = None,
-) -> bytes:
-    if request_id is None:
-        return _null_id_error(code, message, data)
-    error = JsonRpcError(code=code, message=message, data=data)
-    response: JsonRpcResponse[Any] = JsonRpcResponse(
-        id=request_id, session_id=session_id, error=error
-    )
-    return json_codec.encode(response) + b"\n"
-
-
-def _wire_error_line(
-    request_id: str | int | None, session_id: str | None, message: str, wire: ToolErrorWire
-) -> bytes:
-    return _error_line(request_id, session_id, error_code_for(wire), message, wire)
-
-
-def _result_line(request_id: str | int, session_id: str | None, result: Any) -> bytes:
-    response: JsonRpcResponse[Any] = JsonRpcResponse(
-        id=request_id, session_id=session_id, result=result
-    )
-    return json_codec.encode(response) + b"\n"
 
 
 def progress_line(
@@ -534,8 +432,7 @@ class Server:
         self._stop_wait = stop_wait
         self._calls: dict[str, _Call] = {}
         self._writer: _Writer | None = None
-        self._calls_started = 0
-        self._lines_rejected = 0
+        self._protocol = ServerProtocol(self._tools, self._describe)
         self._shutting_down = False
 
     @property
@@ -547,11 +444,11 @@ class Server:
         """The server's counters (see :class:`ServerStats`)."""
         writer = self._writer
         return ServerStats(
-            self._calls_started,
+            self._protocol.calls_started,
             len(self._calls),
             0 if writer is None else writer.frames_written,
             0 if writer is None else writer.frames_dropped,
-            self._lines_rejected,
+            self._protocol.lines_rejected,
             0 if writer is None else writer.abandoned,
         )
 
@@ -598,105 +495,16 @@ class Server:
             out.abandon()
 
     async def _read_loop(self, reader: asyncio.StreamReader, out: _Writer) -> None:
+        protocol = self._protocol
         async for line in read_lines(reader, self._max_frame_bytes):
             await out.wait_for_space()
-            self._dispatch(line, out)
-
-    # -- dispatch ------------------------------------------------------------------
-
-    def _reject(self, line: bytes) -> None:
-        self._lines_rejected += 1
-        assert self._writer is not None
-        self._writer.control(line)
-
-    def _dispatch(self, line: bytes | OversizedLine, out: _Writer) -> None:
-        if isinstance(line, OversizedLine):
-            wire = FrameTooLargeWire(bytes=line.size, limit=line.limit)
-            message = (
-                f"line of {line.size} bytes exceeds the frame limit of {line.limit} bytes;"
-                " it was discarded unread"
-            )
-            self._reject(_wire_error_line(None, None, message, wire))
-            return
-        if not line.strip():
-            return  # blank lines between messages are harmless
-        try:
-            probe = _probe_decoder.decode(line)
-        except msgspec.ValidationError:
-            self._reject(
-                _null_id_error(_INVALID_REQUEST, "invalid request: a message must be a JSON object")
-            )
-            return
-        except msgspec.DecodeError as exc:
-            self._reject(_null_id_error(_PARSE_ERROR, f"parse error: {cut(str(exc))}"))
-            return
-        except RecursionError:
-            self._reject(_null_id_error(_PARSE_ERROR, "parse error: nested too deeply"))
-            return
-        request_id = _echo_id(probe.id)
-        # Only a session id the strict decoder accepts is echoed (a non-empty string).
-        session_id = (
-            probe.session_id if isinstance(probe.session_id, str) and probe.session_id else None
-        )
-        if probe.result is not msgspec.UNSET or probe.error is not msgspec.UNSET:
-            return  # a response: we sent no requests, so there is nobody to give it to
-        has_id = probe.id is not msgspec.UNSET
-        problem = None
-        if probe.jsonrpc != "2.0":
-            problem = (
-                f'`jsonrpc` must be "2.0", got {cut(msgspec.json.encode(probe.jsonrpc).decode())}'
-            )
-            if probe.jsonrpc is msgspec.UNSET:
-                problem = '`jsonrpc` is missing; it must be "2.0"'
-        elif has_id and request_id is None:
-            problem = "`id` must be a string or an integer in the i64 range"
-        elif not isinstance(probe.method, str):
-            problem = "`method` is missing or not a string"
-        elif probe.params is msgspec.UNSET and probe.method in _METHODS_WITH_PARAMS:
-            problem = f"`params` is missing; {probe.method!r} takes an object of params"
-        elif probe.session_id is not msgspec.UNSET and not (
-            isinstance(probe.session_id, str) and probe.session_id
-        ):
-            problem = "`session_id` must be a non-empty string"
-        if problem is not None:
-            self._reject(
-                _error_line(request_id, session_id, _INVALID_REQUEST, f"invalid request: {problem}")
-            )
-            return
-        method: str = probe.method
-        params = probe.params if isinstance(probe.params, msgspec.Raw) else _NULL_PARAMS
-        if method in _CALL_METHODS:
-            if request_id is None:
-                self._lines_rejected += 1  # a call without an id has nowhere to reply
-                return
-            self._start_call(request_id, session_id, params, out)
-        elif method == METHOD_HOOK:
-            self._hook(request_id, session_id, params, out)
-        elif method == METHOD_TOOL_CANCEL:
-            self._cancel_request(request_id, session_id, params, out)
-        elif method == METHOD_TOOLS_LIST and request_id is not None:
-            out.control(_result_line(request_id, session_id, {"tools": self._describe()}))
-        elif request_id is not None:
-            self._reject(
-                _error_line(
-                    request_id,
-                    session_id,
-                    _METHOD_NOT_FOUND,
-                    f"method not found: {excerpt(method)} (methods: {', '.join(SERVED_METHODS)})",
-                )
-            )
-
-    def _bad_params(
-        self, request_id: str | int | None, session_id: str | None, exc: DecodeError, what: str
-    ) -> None:
-        if request_id is None:
-            self._lines_rejected += 1
-            return  # a notification gets no reply
-        message = f"invalid params for {what}: {cut(str(exc))}"
-        wire = InvalidParamsWire(
-            message=message, details={"path": cut(exc.path), "reason": cut(exc.reason)}
-        )
-        self._reject(_wire_error_line(request_id, session_id, message, wire))
+            for event in protocol.receive_line(line):
+                if isinstance(event, Reply):
+                    out.control(event.line)
+                elif isinstance(event, StartCall):
+                    self._start_call(event, out)
+                else:
+                    self._calls[event.call_id].ctx.cancel()
 
     def _describe(self) -> list[dict[str, Any]]:
         return [
@@ -709,103 +517,16 @@ class Server:
             for tool in self._tools.values()
         ]
 
-    def _hook(
-        self,
-        request_id: str | int | None,
-        session_id: str | None,
-        params: msgspec.Raw,
-        out: _Writer,
-    ) -> None:
-        try:
-            frame = json_codec.decode(params, HookFrame)
-        except DecodeError as exc:
-            self._bad_params(request_id, session_id, exc, "hook")
-            return
-        cancelled = 0
-        if isinstance(frame.event, HookCancel) and frame.call_id is not None:
-            cancelled = self._cancel(frame.call_id)
-        elif isinstance(frame.event, HookSessionEnded):
-            for call_id in list(self._calls):
-                cancelled += self._cancel(call_id)
-        if request_id is not None:
-            out.control(_result_line(request_id, session_id, {"cancelled": cancelled}))
-
-    def _cancel_request(
-        self,
-        request_id: str | int | None,
-        session_id: str | None,
-        params: msgspec.Raw,
-        out: _Writer,
-    ) -> None:
-        try:
-            body = json_codec.decode(params, _CancelParams)
-        except DecodeError as exc:
-            self._bad_params(request_id, session_id, exc, "tool.cancel")
-            return
-        cancelled = self._cancel(body.tool_call_id)
-        if request_id is not None:
-            out.control(_result_line(request_id, session_id, {"cancelled": cancelled}))
-
-    def _cancel(self, call_id: str) -> int:
-        call = self._calls.get(call_id)
-        if call is None:
-            return 0
-        call.ctx.cancel()
-        return 1
-
-    def _start_call(
-        self, request_id: str | int, session_id: str | None, raw: msgspec.Raw, out: _Writer
-    ) -> None:
-        if any(call.request_id == request_id for call in self._calls.values()):
-            # Two replies with one id would hand the first caller whichever call
-            # ends first. The refusal goes out with a null id (Rule 4), so it
-            # cannot be taken for the running call's reply either.
-            self._reject(
-                _null_id_error(
-                    _INVALID_REQUEST,
-                    f"invalid request: id {cut(msgspec.json.encode(request_id).decode())} is"
-                    " already used by a call in flight",
-                )
-            )
-            return
-        try:
-            params = json_codec.decode(raw, ToolCallParams[msgspec.Raw])
-        except DecodeError as exc:
-            self._bad_params(request_id, session_id, exc, "tool.call")
-            return
+    def _start_call(self, event: StartCall, out: _Writer) -> None:
+        params = event.params
         call_id = params.tool_call_id
-        tool = self._tools.get(params.tool_id)
-        if tool is None:
-            # The id it names is cut like any echo (still a valid tool id).
-            named = params.tool_id[:MAX_DETAIL_CHARS].rstrip(":")
-            wire: ToolErrorWire = ToolNotFoundWire(tool_id=named)
-            message = (
-                f"no tool {excerpt(params.tool_id)} here"
-                f" (tools: {cut(', '.join(sorted(self._tools)))})"
-            )
-            self._reject(_wire_error_line(request_id, session_id, message, wire))
-            return
-        if call_id in self._calls:
-            message = f"tool_call_id {excerpt(call_id)} is already in flight"
-            wire = InvalidParamsWire(message=message, details={"path": "$.tool_call_id"})
-            self._reject(_wire_error_line(request_id, session_id, message, wire))
-            return
-        if len(self._calls) >= MAX_CALLS_IN_FLIGHT:
-            message = (
-                f"{MAX_CALLS_IN_FLIGHT} calls are already in flight on this connection;"
-                " retry when one has finished"
-            )
-            wire = CustomErrorWire(subcode="tool_busy", message=message)
-            self._reject(_wire_error_line(request_id, session_id, message, wire))
-            return
         ctx = ToolContext(call_id)
-        outbox = _Outbox(call_id, session_id)
+        outbox = _Outbox(call_id, event.session_id)
         task = asyncio.create_task(
-            self._run_call(tool, params, ctx, request_id, outbox, out),
+            self._run_call(self._tools[params.tool_id], params, ctx, event.request_id, outbox, out),
             name=f"kigi call {call_id}",
         )
-        self._calls[call_id] = _Call(ctx, task, request_id)
-        self._calls_started += 1
+        self._calls[call_id] = _Call(ctx, task, event.request_id)
 
     async def _run_call(
         self,
@@ -857,7 +578,7 @@ class Server:
                         if frame_limit is not None:
                             # Measured as sent with the widest seq and drop count.
                             line = progress_line(
-                                outbox.call_id, _MAX_SEQ, frame.kind, body, session_id, _MAX_SEQ
+                                outbox.call_id, _MAX_SEQ, frame.kind, body, session_id, _MAX_DROPPED
                             )
                             size = len(line) - 1  # the newline ends a frame; it is not in it
                             if size > frame_limit:
@@ -874,6 +595,7 @@ class Server:
             final = self._tool_error_line(request_id, session_id, error, tool.id)
         finally:
             del self._calls[ctx.call_id]
+            self._protocol.call_ended(ctx.call_id)
         if final is None:  # run_tool always ends with a terminal; never leave a caller hanging
             error = ToolError("internal_error", "the tool run ended without a terminal")
             final = self._tool_error_line(request_id, session_id, error, tool.id)

@@ -53,7 +53,7 @@ from kigi_tool_protocol import (
 
 from .._client import TIMEOUT_GRACE_S, CallProgress, RemoteToolError
 from .._reassembler import Reassembler
-from .._server import _wire_error_line
+from .._rpc_server import wire_error_line as _wire_error_line
 from ._protocol import (
     DEFAULT_PREFIX,
     CallLedger,

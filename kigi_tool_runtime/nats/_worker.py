@@ -62,8 +62,10 @@ from kigi_tool_protocol import (
     progress_to_frame,
 )
 
+from .._rpc_server import result_line as _result_line
+from .._rpc_server import wire_error_line as _wire_error_line
 from .._runner import run_tool
-from .._server import SERVER_CANCEL_MESSAGE, _result_line, _wire_error_line
+from .._server import SERVER_CANCEL_MESSAGE
 from .._tool import Tool, ToolContext, ToolError, ToolResult
 from ._protocol import (
     DEFAULT_PREFIX,

@@ -1,0 +1,411 @@
+"""``ServerProtocol``: the server's JSON-RPC input rules, without I/O.
+
+Lines in, events out (as h11 does it for HTTP): :meth:`ServerProtocol.receive_line`
+takes one input line and returns what the driver must do, as events: a
+:class:`Reply` to write now, a :class:`StartCall` to run, a :class:`CancelCall`
+to stop. The driver tells it when a call has ended (:meth:`ServerProtocol.call_ended`),
+which frees the call's ids. Nothing here awaits, reads or writes.
+
+Rules (numbered as the server's module states them):
+
+Rule 4. A bad line never stops the server: unparseable JSON gets -32700, a
+        message that is not a valid request -32600, an unknown method -32601,
+        bad params -32602 (``invalid_params`` data), a line longer than the
+        frame limit -32018 (``frame_too_large`` data). The ``id`` is echoed when
+        it could be read (a str, or an int in the i64 range), else ``null``.
+        Unknown notifications, and responses, are ignored. A call whose ``id``
+        is that of a call still in flight is refused with -32600 and a ``null``
+        id, so the refusal cannot be taken for the running call's reply.
+Rule 5. Cancellation: a ``hook`` (notification or request) whose event is
+        ``Cancel`` and whose ``call_id`` names a call in flight, or
+        ``tool.cancel`` with ``{"tool_call_id": ...}``, cancels that call;
+        ``SessionEnded`` cancels every call. A request is answered with
+        ``{"cancelled": n}``, the number of calls it cancelled.
+
+What follows from them, and what the state-machine tests check: every request
+whose id can be read gets exactly one reply (a :class:`Reply` at once, or, for
+a call that starts, the call's own final response, written by the driver); a
+well-formed notification never gets one; a :class:`CancelCall` only ever names
+a call in flight; no two calls in flight share a request id or a call id, and
+at most ``max_calls`` are in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Final, NamedTuple
+
+import msgspec
+
+from kigi_tool_protocol import (
+    ERROR_CODES,
+    METHOD_HOOK,
+    METHOD_TOOL_CALL,
+    METHOD_TOOL_CALL_REQUEST,
+    METHOD_TOOL_CANCEL,
+    METHOD_TOOLS_LIST,
+    CustomErrorWire,
+    DecodeError,
+    FrameTooLargeWire,
+    HookCancel,
+    HookFrame,
+    HookSessionEnded,
+    InvalidParamsWire,
+    JsonRpcError,
+    JsonRpcResponse,
+    ToolCallParams,
+    ToolErrorWire,
+    ToolNotFoundWire,
+    error_code_for,
+    json_codec,
+)
+from kigi_tool_protocol._limits import I64_MAX, I64_MIN
+
+from ._lines import OversizedLine
+from ._loss import MAX_DETAIL_CHARS, cut, excerpt
+
+__all__ = ()
+
+#: Calls one connection may run at once; a call past it is refused with a
+#: ``custom`` error of subcode ``tool_busy``.
+MAX_CALLS_IN_FLIGHT: Final = 64
+
+#: The methods the server answers, in the order its errors list them.
+SERVED_METHODS: Final = (
+    METHOD_TOOLS_LIST,
+    METHOD_TOOL_CALL,
+    METHOD_TOOL_CALL_REQUEST,
+    METHOD_TOOL_CANCEL,
+    METHOD_HOOK,
+)
+
+_PARSE_ERROR: Final = ERROR_CODES["parse_error"]
+_INVALID_REQUEST: Final = ERROR_CODES["invalid_request"]
+_METHOD_NOT_FOUND: Final = ERROR_CODES["method_not_found"]
+
+_CALL_METHODS: Final = frozenset({METHOD_TOOL_CALL, METHOD_TOOL_CALL_REQUEST})
+# JSON-RPC 2.0 lets a request leave out `params`; these methods need them
+# (tools.list takes none, and an unknown method is answered as unknown).
+_METHODS_WITH_PARAMS: Final = frozenset(SERVED_METHODS) - {METHOD_TOOLS_LIST}
+_NULL_PARAMS: Final = msgspec.Raw(b"null")
+
+
+# -- Reply lines ------------------------------------------------------------------
+
+
+def null_id_error(code: int, message: str, data: Any = None) -> bytes:
+    """An error response with ``"id": null`` (Rule 4), which JSON-RPC 2.0 requires
+    when the request's id could not be read and :class:`JsonRpcResponse` cannot
+    express; the same key order as a typed response."""
+    error = JsonRpcError(code=code, message=message, data=data)
+    return b'{"jsonrpc":"2.0","id":null,"error":' + json_codec.encode(error) + b"}\n"
+
+
+def error_line(
+    request_id: str | int | None,
+    session_id: str | None,
+    code: int,
+    message: str,
+    data: Any = None,
+) -> bytes:
+    """An error response line; ``request_id`` None writes ``"id": null``."""
+    if request_id is None:
+        return null_id_error(code, message, data)
+    error = JsonRpcError(code=code, message=message, data=data)
+    response: JsonRpcResponse[Any] = JsonRpcResponse(
+        id=request_id, session_id=session_id, error=error
+    )
+    return json_codec.encode(response) + b"\n"
+
+
+def wire_error_line(
+    request_id: str | int | None, session_id: str | None, message: str, wire: ToolErrorWire
+) -> bytes:
+    """An error response line carrying ``wire`` as its data, numbered by its code."""
+    return error_line(request_id, session_id, error_code_for(wire), message, wire)
+
+
+def result_line(request_id: str | int, session_id: str | None, result: Any) -> bytes:
+    """A result response line."""
+    response: JsonRpcResponse[Any] = JsonRpcResponse(
+        id=request_id, session_id=session_id, result=result
+    )
+    return json_codec.encode(response) + b"\n"
+
+
+# -- Events -----------------------------------------------------------------------
+
+
+class Reply(NamedTuple):
+    """Write ``line`` (a whole response, newline included) now.
+
+    ``request_id`` is the id the reply answers (None: a ``null``-id reply).
+    ``rejected`` says the line answers input the server refused (Rule 4)."""
+
+    line: bytes
+    request_id: str | int | None
+    rejected: bool
+
+
+class StartCall(NamedTuple):
+    """Run ``params.tool_id`` as call ``params.tool_call_id``; its final response
+    answers ``request_id``. The call is in flight until :meth:`ServerProtocol.call_ended`."""
+
+    request_id: str | int
+    session_id: str | None
+    params: ToolCallParams[msgspec.Raw]
+
+
+class CancelCall(NamedTuple):
+    """Cancel call ``call_id`` (in flight when the event was made)."""
+
+    call_id: str
+
+
+Event = Reply | StartCall | CancelCall
+
+
+class _Probe(msgspec.Struct):
+    """The envelope keys of any incoming line, values left unparsed."""
+
+    jsonrpc: Any = msgspec.UNSET
+    id: Any = msgspec.UNSET
+    session_id: Any = msgspec.UNSET
+    method: Any = msgspec.UNSET
+    params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    error: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+_probe_decoder: Final = msgspec.json.Decoder(_Probe)
+
+
+class _CancelParams(msgspec.Struct, frozen=True):
+    """The params of ``tool.cancel``."""
+
+    tool_call_id: str
+
+
+def echo_id(value: Any) -> str | int | None:
+    """``value`` when it is an id the server may echo (a str, or an int in the
+    i64 range, never a bool), else None."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and I64_MIN <= value <= I64_MAX:
+        return value
+    return None
+
+
+class ServerProtocol:
+    """The input side of one server connection, sans I/O (Rules 4 and 5).
+
+    ``tool_ids`` are the served tools; ``describe`` gives the ``tools`` list a
+    ``tools.list`` request is answered with; ``max_calls`` bounds the calls in
+    flight.
+    """
+
+    def __init__(
+        self,
+        tool_ids: Iterable[str],
+        describe: Callable[[], list[dict[str, Any]]],
+        *,
+        max_calls: int = MAX_CALLS_IN_FLIGHT,
+    ) -> None:
+        self._tool_ids = frozenset(tool_ids)
+        self._describe = describe
+        self._max_calls = max_calls
+        # call id -> the request id its final response answers
+        self._in_flight: dict[str, str | int] = {}
+        self._request_ids: set[str | int] = set()
+        self.calls_started = 0
+        self.lines_rejected = 0
+
+    @property
+    def calls_in_flight(self) -> int:
+        """How many calls have started and not ended."""
+        return len(self._in_flight)
+
+    def in_flight(self) -> dict[str, str | int]:
+        """The calls in flight: call id to the request id they answer (a copy)."""
+        return dict(self._in_flight)
+
+    def call_ended(self, call_id: str) -> None:
+        """Call ``call_id`` has ended (its final response is the driver's to write):
+        its call id and request id are free again. An unknown id is ignored."""
+        request_id = self._in_flight.pop(call_id, None)
+        if request_id is not None:
+            self._request_ids.discard(request_id)
+
+    def cancel_all(self) -> list[CancelCall]:
+        """A :class:`CancelCall` for every call in flight (end of input, Rule 6)."""
+        return [CancelCall(call_id) for call_id in self._in_flight]
+
+    # -- input -------------------------------------------------------------------
+
+    def receive_line(self, line: bytes | OversizedLine) -> list[Event]:
+        """What to do about one input line (without its newline).
+
+        Never raises for bad input: a bad line is answered (Rule 4)."""
+        if isinstance(line, OversizedLine):
+            wire = FrameTooLargeWire(bytes=line.size, limit=line.limit)
+            message = (
+                f"line of {line.size} bytes exceeds the frame limit of {line.limit} bytes;"
+                " it was discarded unread"
+            )
+            return [self._reject(wire_error_line(None, None, message, wire), None)]
+        if not line.strip():
+            return []  # blank lines between messages are harmless
+        try:
+            probe = _probe_decoder.decode(line)
+        except msgspec.ValidationError:
+            message = "invalid request: a message must be a JSON object"
+            return [self._reject(null_id_error(_INVALID_REQUEST, message), None)]
+        except msgspec.DecodeError as exc:
+            message = f"parse error: {cut(str(exc))}"
+            return [self._reject(null_id_error(_PARSE_ERROR, message), None)]
+        except RecursionError:
+            message = "parse error: nested too deeply"
+            return [self._reject(null_id_error(_PARSE_ERROR, message), None)]
+        request_id = echo_id(probe.id)
+        # Only a session id the strict decoder accepts is echoed (a non-empty string).
+        session_id = (
+            probe.session_id if isinstance(probe.session_id, str) and probe.session_id else None
+        )
+        if probe.result is not msgspec.UNSET or probe.error is not msgspec.UNSET:
+            return []  # a response: the server sends no requests, nobody to give it to
+        problem = _problem(probe, request_id)
+        if problem is not None:
+            line = error_line(
+                request_id, session_id, _INVALID_REQUEST, f"invalid request: {problem}"
+            )
+            return [self._reject(line, request_id)]
+        method: str = probe.method
+        params = probe.params if isinstance(probe.params, msgspec.Raw) else _NULL_PARAMS
+        if method in _CALL_METHODS:
+            if request_id is None:
+                self.lines_rejected += 1  # a call without an id has nowhere to reply
+                return []
+            return [self._start_call(request_id, session_id, params)]
+        if method == METHOD_HOOK:
+            return self._hook(request_id, session_id, params)
+        if method == METHOD_TOOL_CANCEL:
+            return self._cancel_request(request_id, session_id, params)
+        if request_id is None:
+            return []  # an unknown notification, or tools.list as one
+        if method == METHOD_TOOLS_LIST:
+            line = result_line(request_id, session_id, {"tools": self._describe()})
+            return [Reply(line, request_id, False)]
+        message = f"method not found: {excerpt(method)} (methods: {', '.join(SERVED_METHODS)})"
+        return [
+            self._reject(error_line(request_id, session_id, _METHOD_NOT_FOUND, message), request_id)
+        ]
+
+    def _reject(self, line: bytes, request_id: str | int | None) -> Reply:
+        self.lines_rejected += 1
+        return Reply(line, request_id, True)
+
+    def _bad_params(
+        self, request_id: str | int | None, session_id: str | None, exc: DecodeError, what: str
+    ) -> list[Event]:
+        if request_id is None:
+            self.lines_rejected += 1
+            return []  # a notification gets no reply
+        message = f"invalid params for {what}: {cut(str(exc))}"
+        wire = InvalidParamsWire(
+            message=message, details={"path": cut(exc.path), "reason": cut(exc.reason)}
+        )
+        return [self._reject(wire_error_line(request_id, session_id, message, wire), request_id)]
+
+    def _hook(
+        self, request_id: str | int | None, session_id: str | None, params: msgspec.Raw
+    ) -> list[Event]:
+        try:
+            frame = json_codec.decode(params, HookFrame)
+        except DecodeError as exc:
+            return self._bad_params(request_id, session_id, exc, "hook")
+        events: list[Event] = []
+        if isinstance(frame.event, HookCancel) and frame.call_id is not None:
+            if frame.call_id in self._in_flight:
+                events.append(CancelCall(frame.call_id))
+        elif isinstance(frame.event, HookSessionEnded):
+            events.extend(self.cancel_all())
+        if request_id is not None:
+            line = result_line(request_id, session_id, {"cancelled": len(events)})
+            events.append(Reply(line, request_id, False))
+        return events
+
+    def _cancel_request(
+        self, request_id: str | int | None, session_id: str | None, params: msgspec.Raw
+    ) -> list[Event]:
+        try:
+            body = json_codec.decode(params, _CancelParams)
+        except DecodeError as exc:
+            return self._bad_params(request_id, session_id, exc, "tool.cancel")
+        events: list[Event] = []
+        if body.tool_call_id in self._in_flight:
+            events.append(CancelCall(body.tool_call_id))
+        if request_id is not None:
+            line = result_line(request_id, session_id, {"cancelled": len(events)})
+            events.append(Reply(line, request_id, False))
+        return events
+
+    def _start_call(self, request_id: str | int, session_id: str | None, raw: msgspec.Raw) -> Event:
+        if request_id in self._request_ids:
+            # Two replies with one id would hand the first caller whichever call
+            # ends first. The refusal goes out with a null id (Rule 4), so it
+            # cannot be taken for the running call's reply either.
+            message = (
+                f"invalid request: id {cut(msgspec.json.encode(request_id).decode())} is"
+                " already used by a call in flight"
+            )
+            return self._reject(null_id_error(_INVALID_REQUEST, message), None)
+        try:
+            params = json_codec.decode(raw, ToolCallParams[msgspec.Raw])
+        except DecodeError as exc:
+            events = self._bad_params(request_id, session_id, exc, "tool.call")
+            return events[0]
+        call_id = params.tool_call_id
+        wire: ToolErrorWire
+        if params.tool_id not in self._tool_ids:
+            # The id it names is cut like any echo (still a valid tool id).
+            named = params.tool_id[:MAX_DETAIL_CHARS].rstrip(":")
+            wire = ToolNotFoundWire(tool_id=named)
+            message = (
+                f"no tool {excerpt(params.tool_id)} here"
+                f" (tools: {cut(', '.join(sorted(self._tool_ids)))})"
+            )
+            return self._reject(wire_error_line(request_id, session_id, message, wire), request_id)
+        if call_id in self._in_flight:
+            message = f"tool_call_id {excerpt(call_id)} is already in flight"
+            wire = InvalidParamsWire(message=message, details={"path": "$.tool_call_id"})
+            return self._reject(wire_error_line(request_id, session_id, message, wire), request_id)
+        if len(self._in_flight) >= self._max_calls:
+            message = (
+                f"{self._max_calls} calls are already in flight on this connection;"
+                " retry when one has finished"
+            )
+            wire = CustomErrorWire(subcode="tool_busy", message=message)
+            return self._reject(wire_error_line(request_id, session_id, message, wire), request_id)
+        self._in_flight[call_id] = request_id
+        self._request_ids.add(request_id)
+        self.calls_started += 1
+        return StartCall(request_id, session_id, params)
+
+
+def _problem(probe: _Probe, request_id: str | int | None) -> str | None:
+    """Why ``probe`` is not a valid request or notification (Rule 4), or None."""
+    if probe.jsonrpc != "2.0":
+        if probe.jsonrpc is msgspec.UNSET:
+            return '`jsonrpc` is missing; it must be "2.0"'
+        return f'`jsonrpc` must be "2.0", got {cut(msgspec.json.encode(probe.jsonrpc).decode())}'
+    if probe.id is not msgspec.UNSET and request_id is None:
+        return "`id` must be a string or an integer in the i64 range"
+    if not isinstance(probe.method, str):
+        return "`method` is missing or not a string"
+    if probe.params is msgspec.UNSET and probe.method in _METHODS_WITH_PARAMS:
+        return f"`params` is missing; {probe.method!r} takes an object of params"
+    if probe.session_id is not msgspec.UNSET and not (
+        isinstance(probe.session_id, str) and probe.session_id
+    ):
+        return "`session_id` must be a non-empty string"
+    return None
