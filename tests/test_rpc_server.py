@@ -1,0 +1,367 @@
+"""ServerProtocol, the server's JSON-RPC input rules without I/O: plain function
+tests of each rule, and a state machine over any mix of requests, cancels,
+hooks, garbage and call ends."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from kigi_tool_runtime._lines import OversizedLine
+from kigi_tool_runtime._rpc_server import (
+    MAX_CALLS_IN_FLIGHT,
+    CancelCall,
+    Event,
+    Reply,
+    ServerProtocol,
+    StartCall,
+)
+
+TOOLS = [{"id": "bash"}]
+
+
+def _protocol(max_calls: int = MAX_CALLS_IN_FLIGHT) -> ServerProtocol:
+    return ServerProtocol(["bash"], lambda: TOOLS, max_calls=max_calls)
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).encode()
+
+
+def _call(call_id: str, request_id: Any = 1, **extra: Any) -> bytes:
+    params = {"tool_call_id": call_id, "tool_id": "bash", "arguments": {"command": "true"}}
+    return _line(
+        {"jsonrpc": "2.0", "id": request_id, "method": "tool.call", "params": params} | extra
+    )
+
+
+def _reply(events: list[Event]) -> dict[str, Any]:
+    """The one event, a Reply, parsed."""
+    assert len(events) == 1, events
+    event = events[0]
+    assert isinstance(event, Reply), event
+    assert event.line.endswith(b"\n")
+    decoded: dict[str, Any] = json.loads(event.line)
+    assert decoded["id"] == event.request_id
+    return decoded
+
+
+def test_garbage_gets_its_error_with_a_null_id() -> None:
+    """Unparseable JSON is -32700, a non-object -32600, a line nested too deeply
+    -32700, an oversized line -32018; all with a null id, all counted."""
+    protocol = _protocol()
+    reply = _reply(protocol.receive_line(b"this is not json"))
+    assert (reply["id"], reply["error"]["code"]) == (None, -32700)
+    assert reply["error"]["message"].startswith("parse error: ")
+    reply = _reply(protocol.receive_line(b"[1, 2]"))
+    assert (reply["id"], reply["error"]["code"]) == (None, -32600)
+    assert "must be a JSON object" in reply["error"]["message"]
+    deep = b"[" * 100_000 + b"]" * 100_000
+    reply = _reply(protocol.receive_line(b'{"jsonrpc": "2.0", "id": 1, "params": ' + deep))
+    assert (reply["id"], reply["error"]["code"]) == (None, -32700)
+    assert reply["error"]["message"] == "parse error: nested too deeply"
+    reply = _reply(protocol.receive_line(OversizedLine(size=5000, limit=100)))
+    assert (reply["id"], reply["error"]["code"]) == (None, -32018)
+    assert reply["error"]["data"] == {"code": "frame_too_large", "bytes": 5000, "limit": 100}
+    assert protocol.receive_line(b"   ") == []  # a blank line is no message
+    assert protocol.lines_rejected == 4
+
+
+def test_bad_envelopes_are_invalid_requests_echoing_a_readable_id() -> None:
+    protocol = _protocol()
+    cases = [
+        ({"jsonrpc": "1.0", "id": 7, "method": "tool.call", "params": {}}, 7,
+         '`jsonrpc` must be "2.0", got "1.0"'),
+        ({"id": 6, "method": "tool.call", "params": {}}, 6, '`jsonrpc` is missing'),
+        ({"jsonrpc": "2.0", "id": 8, "method": "tool.call"}, 8,
+         "`params` is missing; 'tool.call' takes an object of params"),
+        ({"jsonrpc": "2.0", "id": True, "method": "tool.call", "params": {}}, None,
+         "`id` must be a string or an integer"),
+        ({"jsonrpc": "2.0", "id": 2**63, "method": "tool.call", "params": {}}, None,
+         "`id` must be a string or an integer in the i64 range"),
+        ({"jsonrpc": "2.0", "id": 9, "params": {}}, 9, "`method` is missing or not a string"),
+        ({"jsonrpc": "2.0", "id": 10, "session_id": "", "method": "tools.list"}, 10,
+         "`session_id` must be a non-empty string"),
+    ]  # fmt: skip
+    for message, echoed, problem in cases:
+        reply = _reply(protocol.receive_line(_line(message)))
+        assert (reply["id"], reply["error"]["code"]) == (echoed, -32600), message
+        assert problem in reply["error"]["message"], reply
+    assert protocol.lines_rejected == len(cases)
+
+
+def test_methods_are_answered_or_named_unknown() -> None:
+    protocol = _protocol()
+    reply = _reply(protocol.receive_line(_line({"jsonrpc": "2.0", "id": "m", "method": "x.y"})))
+    assert (reply["id"], reply["error"]["code"]) == ("m", -32601)
+    assert reply["error"]["message"] == (
+        "method not found: 'x.y'"
+        " (methods: tools.list, tool.call, tool_call_request, tool.cancel, hook)"
+    )
+    listed = _reply(
+        protocol.receive_line(_line({"jsonrpc": "2.0", "id": "l", "method": "tools.list"}))
+    )
+    assert listed["result"] == {"tools": TOOLS}
+    # Notifications of unknown methods, tools.list as a notification and
+    # responses are ignored; none is rejected.
+    for message in (
+        {"jsonrpc": "2.0", "method": "no.such.notification", "params": {}},
+        {"jsonrpc": "2.0", "method": "tools.list"},
+        {"jsonrpc": "2.0", "id": 3, "result": {}},
+        {"jsonrpc": "2.0", "id": 3, "error": {"code": 1, "message": "m"}},
+    ):
+        assert protocol.receive_line(_line(message)) == []
+    assert protocol.lines_rejected == 1
+
+
+def test_a_call_starts_then_its_ids_are_free_once_it_ends() -> None:
+    protocol = _protocol()
+    (start,) = protocol.receive_line(_call("c1", request_id=7, session_id="sess"))
+    assert isinstance(start, StartCall)
+    assert (start.request_id, start.session_id) == (7, "sess")
+    assert start.params.tool_call_id == "c1"
+    assert json.loads(bytes(start.params.arguments)) == {"command": "true"}
+    assert protocol.in_flight() == {"c1": 7}
+    # The same request id while it runs: refused with a null id.
+    refusal = _reply(protocol.receive_line(_call("c2", request_id=7)))
+    assert (refusal["id"], refusal["error"]["code"]) == (None, -32600)
+    assert (
+        refusal["error"]["message"] == "invalid request: id 7 is already used by a call in flight"
+    )
+    # The same call id under another request id: invalid_params naming it.
+    again = _reply(protocol.receive_line(_call("c1", request_id=8)))
+    assert again["id"] == 8
+    assert again["error"]["message"] == "tool_call_id 'c1' is already in flight"
+    assert again["error"]["data"]["details"] == {"path": "$.tool_call_id"}
+    protocol.call_ended("c1")
+    assert protocol.in_flight() == {}
+    (restart,) = protocol.receive_line(_call("c1", request_id=7))
+    assert isinstance(restart, StartCall)
+    assert (protocol.calls_started, protocol.lines_rejected) == (2, 2)
+
+
+def test_bad_calls_are_answered_and_never_start() -> None:
+    protocol = _protocol()
+    unknown = _line(
+        {"jsonrpc": "2.0", "id": 11, "method": "tool.call",
+         "params": {"tool_call_id": "c", "tool_id": "nope", "arguments": {}}}
+    )  # fmt: skip
+    reply = _reply(protocol.receive_line(unknown))
+    assert reply["error"]["code"] == -32011
+    assert reply["error"]["data"] == {"code": "tool_not_found", "tool_id": "nope"}
+    assert reply["error"]["message"] == "no tool 'nope' here (tools: bash)"
+    missing = _line(
+        {"jsonrpc": "2.0", "id": 9, "method": "tool.call", "params": {"tool_id": "bash"}}
+    )
+    reply = _reply(protocol.receive_line(missing))
+    assert reply["error"]["code"] == -32602
+    assert reply["error"]["data"]["code"] == "invalid_params"
+    assert "tool_call_id" in reply["error"]["message"]
+    # A call without an id has nowhere to reply: counted, not answered.
+    no_id = _line({"jsonrpc": "2.0", "method": "tool.call", "params": {}})
+    assert protocol.receive_line(no_id) == []
+    assert (protocol.calls_started, protocol.lines_rejected) == (0, 3)
+
+
+def test_calls_past_the_in_flight_bound_are_refused() -> None:
+    protocol = _protocol()
+    for n in range(MAX_CALLS_IN_FLIGHT):
+        assert isinstance(protocol.receive_line(_call(f"c{n}", request_id=n))[0], StartCall)
+    reply = _reply(protocol.receive_line(_call("one-too-many", request_id="x")))
+    assert reply["id"] == "x"
+    assert reply["error"]["data"]["code"] == "custom"
+    assert reply["error"]["data"]["subcode"] == "tool_busy"
+    assert f"{MAX_CALLS_IN_FLIGHT} calls are already in flight" in reply["error"]["message"]
+    protocol.call_ended("c0")
+    assert isinstance(protocol.receive_line(_call("now-fits", request_id="y"))[0], StartCall)
+
+
+def _hook(event: dict[str, Any], request_id: Any = None, call_id: str | None = None) -> bytes:
+    params: dict[str, Any] = {"session_id": "sess_a", "event": event}
+    if call_id is not None:
+        params["call_id"] = call_id
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": "hook", "params": params}
+    if request_id is not None:
+        message["id"] = request_id
+    return _line(message)
+
+
+def test_cancels_name_only_calls_in_flight_and_requests_are_acknowledged() -> None:
+    protocol = _protocol()
+    for n in (1, 2):
+        protocol.receive_line(_call(f"c{n}", request_id=n))
+    # A Cancel hook notification: cancels that call, no reply.
+    assert protocol.receive_line(_hook({"type": "Cancel"}, call_id="c1")) == [CancelCall("c1")]
+    assert protocol.receive_line(_hook({"type": "Cancel"}, call_id="gone")) == []
+    # tool.cancel as a request: the cancel, then the count.
+    cancel = _line(
+        {"jsonrpc": "2.0", "id": 5, "method": "tool.cancel", "params": {"tool_call_id": "c2"}}
+    )
+    first, ack = protocol.receive_line(cancel)
+    assert first == CancelCall("c2")
+    assert _reply([ack])["result"] == {"cancelled": 1}
+    gone = _line(
+        {"jsonrpc": "2.0", "id": 6, "method": "tool.cancel", "params": {"tool_call_id": "x"}}
+    )
+    assert _reply(protocol.receive_line(gone))["result"] == {"cancelled": 0}
+    # SessionEnded cancels every call in flight.
+    *cancels, ack = protocol.receive_line(_hook({"type": "SessionEnded"}, request_id="h"))
+    assert set(cancels) == {CancelCall("c1"), CancelCall("c2")}
+    assert _reply([ack])["result"] == {"cancelled": 2}
+    assert protocol.cancel_all() == [CancelCall("c1"), CancelCall("c2")]
+
+
+def test_bad_cancel_params_are_answered_only_for_requests() -> None:
+    protocol = _protocol()
+    reply = _reply(
+        protocol.receive_line(
+            _line({"jsonrpc": "2.0", "id": 4, "method": "hook", "params": {"event": {}}})
+        )
+    )
+    assert reply["error"]["code"] == -32602
+    assert reply["error"]["message"].startswith("invalid params for hook: ")
+    reply = _reply(
+        protocol.receive_line(
+            _line({"jsonrpc": "2.0", "id": 5, "method": "tool.cancel", "params": {}})
+        )
+    )
+    assert reply["error"]["message"].startswith("invalid params for tool.cancel: ")
+    assert protocol.receive_line(_line({"jsonrpc": "2.0", "method": "hook", "params": 3})) == []
+    assert protocol.lines_rejected == 3
+
+
+# -- The state machine ----------------------------------------------------------
+
+REQUEST_IDS = st.one_of(st.integers(0, 5), st.sampled_from(["a", "b"]))
+CALL_IDS = st.sampled_from(["c0", "c1", "c2", "c3"])
+GARBAGE = st.sampled_from(
+    [
+        b"not json",
+        b"[]",
+        b"{",
+        b'{"jsonrpc": "2.0"}',
+        b'{"jsonrpc": "1.0", "method": "tool.call", "params": {}}',
+        b'{"jsonrpc": "2.0", "id": null, "method": "tool.call", "params": {}}',
+        b'{"jsonrpc": "2.0", "id": 1.5, "method": "tools.list"}',
+        b'{"jsonrpc": "2.0", "id": 1, "result": 3}',
+        b"\xff\xfe",
+    ]
+)
+
+
+class ServerProtocolMachine(RuleBasedStateMachine):
+    """Any sequence of requests, cancels, hooks, garbage lines and call ends:
+    exactly one reply per request (a Reply, or a started call's final response,
+    which the driver writes when the call ends), none for a well-formed
+    notification, a CancelCall only for a call in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.protocol = ServerProtocol(["bash"], lambda: TOOLS, max_calls=3)
+        self.running: dict[str, Any] = {}  # call id -> the request id it answers
+        self.answered = 0  # requests answered, calls that ended included
+        self.requests = 0  # requests sent
+
+    def _feed(self, line: bytes | OversizedLine, sender: str, request_id: Any = None) -> None:
+        """``sender``: "request" (with a readable ``request_id``), "notification"
+        (well formed) or "garbage"."""
+        events = self.protocol.receive_line(line)
+        replies = [e for e in events if isinstance(e, Reply)]
+        starts = [e for e in events if isinstance(e, StartCall)]
+        for event in events:
+            if isinstance(event, CancelCall):
+                assert event.call_id in self.running
+        for reply in replies:
+            assert json.loads(reply.line)["id"] == reply.request_id
+        if sender == "request":
+            self.requests += 1
+            # Exactly one answer: a reply now, or a call whose final response
+            # answers it when it ends.
+            assert len(replies) + len(starts) == 1, events
+            for reply in replies:
+                if reply.request_id is None:  # only a duplicate of a running call's id
+                    assert request_id in self.running.values()
+                else:
+                    assert reply.request_id == request_id
+                self.answered += 1
+        elif sender == "notification":
+            assert not replies
+            assert not starts
+        else:
+            assert not starts
+            assert all(reply.rejected and reply.request_id is None for reply in replies)
+        for start in starts:
+            call_id = start.params.tool_call_id
+            assert call_id not in self.running
+            assert start.request_id not in self.running.values()
+            self.running[call_id] = start.request_id
+
+    @rule(call_id=CALL_IDS, request_id=REQUEST_IDS, known=st.booleans())
+    def call(self, call_id: str, request_id: Any, known: bool) -> None:
+        params = {"tool_call_id": call_id, "tool_id": "bash" if known else "zsh", "arguments": {}}
+        line = _line({"jsonrpc": "2.0", "id": request_id, "method": "tool.call", "params": params})
+        self._feed(line, "request", request_id)
+
+    @rule(call_id=CALL_IDS, request_id=st.none() | REQUEST_IDS)
+    def cancel(self, call_id: str, request_id: Any) -> None:
+        message: dict[str, Any] = {
+            "jsonrpc": "2.0", "method": "tool.cancel", "params": {"tool_call_id": call_id}
+        }  # fmt: skip
+        if request_id is not None:
+            message["id"] = request_id
+        self._feed(_line(message), "notification" if request_id is None else "request", request_id)
+
+    @rule(
+        call_id=CALL_IDS,
+        request_id=st.none() | REQUEST_IDS,
+        kind=st.sampled_from(["Cancel", "SessionEnded", "Bogus"]),
+    )
+    def hook(self, call_id: str, request_id: Any, kind: str) -> None:
+        line = _hook({"type": kind}, request_id=request_id, call_id=call_id)
+        self._feed(line, "notification" if request_id is None else "request", request_id)
+
+    @rule(request_id=REQUEST_IDS, method=st.sampled_from(["tools.list", "nope"]))
+    def other_request(self, request_id: Any, method: str) -> None:
+        line = _line({"jsonrpc": "2.0", "id": request_id, "method": method})
+        self._feed(line, "request", request_id)
+
+    @rule(method=st.sampled_from(["tools.list", "nope", "tool_call_progress"]))
+    def notification(self, method: str) -> None:
+        self._feed(_line({"jsonrpc": "2.0", "method": method, "params": {}}), "notification")
+
+    @rule(line=GARBAGE)
+    def garbage(self, line: bytes) -> None:
+        self._feed(line, "garbage")
+
+    @rule()
+    def oversized(self) -> None:
+        self._feed(OversizedLine(size=10**6, limit=10), "garbage")
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def call_ends(self, data: st.DataObject) -> None:
+        call_id = data.draw(st.sampled_from(sorted(self.running)))
+        del self.running[call_id]
+        self.protocol.call_ended(call_id)
+        self.answered += 1  # the driver writes the call's final response
+
+    @invariant()
+    def every_request_is_answered_or_running(self) -> None:
+        assert self.answered + len(self.running) == self.requests
+        assert self.protocol.in_flight() == self.running
+        assert self.protocol.calls_in_flight <= 3
+
+
+TestServerProtocol = ServerProtocolMachine.TestCase
+
+
+def test_events_are_plain_values() -> None:
+    """Events compare by value and a Reply's line is bytes ready to write."""
+    protocol = _protocol()
+    (start,) = protocol.receive_line(_call("c", request_id="r"))
+    assert start == StartCall("r", None, start.params)
+    assert isinstance(start.params.arguments, msgspec.Raw)
