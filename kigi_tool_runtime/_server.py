@@ -69,7 +69,6 @@ from kigi_tool_protocol import (
     MAX_FRAME_BYTES_CEILING,
     ToolCallParams,
     WireError,
-    append_progress_line,
     effective_max_frame_bytes,
     encode_progress_line,
     json_codec,
@@ -84,6 +83,9 @@ from ._rpc_server import (
     Reply,
     ServerProtocol,
     StartCall,
+)
+from ._rpc_server import (
+    CallOutbox as _Outbox,
 )
 from ._rpc_server import result_line as _result_line
 from ._rpc_server import wire_error_line as _wire_error_line
@@ -184,71 +186,6 @@ def progress_line(
 class _Sink(Protocol):
     def write(self, data: bytes | bytearray) -> None: ...
     async def drain(self) -> None: ...
-
-
-class _Outbox:
-    """One call's queue of encoded progress waiting to be written (Rules 2, 3)."""
-
-    __slots__ = (
-        "call_id",
-        "dropped",
-        "final",
-        "frames",
-        "queued_bytes",
-        "scheduled",
-        "seq",
-        "session_id",
-    )
-
-    def __init__(self, call_id: str, session_id: str | None) -> None:
-        self.call_id = call_id
-        self.session_id = session_id
-        self.frames: deque[tuple[str, msgspec.Raw]] = deque()
-        self.queued_bytes = 0
-        self.seq = 0
-        self.dropped = 0  # dropped since the last frame written
-        self.final: bytes | None = None
-        self.scheduled = False
-
-    def push(self, kind: str, body: msgspec.Raw, budget: int) -> int:
-        """Queue a frame; drop the oldest while over ``budget``. Returns how many
-        were dropped."""
-        size = len(body)
-        dropped = 0
-        while self.frames and self.queued_bytes + size > budget:
-            _, old = self.frames.popleft()
-            self.queued_bytes -= len(old)
-            dropped += 1
-        self.frames.append((kind, body))
-        self.queued_bytes += size
-        self.dropped += dropped
-        return dropped
-
-    def take(self, max_bytes: int, out: bytearray) -> tuple[int, bool]:
-        """Encode queued frames (then the final response, once they are all out)
-        onto ``out``, up to about ``max_bytes``. Returns (frames taken, finished)."""
-        taken = 0
-        limit = len(out) + max_bytes
-        frames = self.frames
-        while frames and len(out) < limit:
-            kind, body = frames.popleft()
-            self.queued_bytes -= len(body)
-            append_progress_line(
-                out,
-                self.call_id,
-                kind,
-                body,
-                seq=self.seq,
-                session_id=self.session_id,
-                dropped_count=self.dropped or None,
-            )
-            self.seq += 1
-            self.dropped = 0
-            taken += 1
-        if not frames and self.final is not None:
-            out += self.final
-            return taken, True
-        return taken, False
 
 
 class _Writer:

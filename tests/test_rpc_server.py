@@ -11,9 +11,11 @@ import msgspec
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from kigi_tool_protocol import JsonRpcNotification, decode_progress_line
 from kigi_tool_runtime._lines import OversizedLine
 from kigi_tool_runtime._rpc_server import (
     MAX_CALLS_IN_FLIGHT,
+    CallOutbox,
     CancelCall,
     Event,
     Reply,
@@ -365,3 +367,84 @@ def test_events_are_plain_values() -> None:
     (start,) = protocol.receive_line(_call("c", request_id="r"))
     assert start == StartCall("r", None, start.params)
     assert isinstance(start.params.arguments, msgspec.Raw)
+
+
+# -- A call's outbox ------------------------------------------------------------
+
+
+class CallOutboxMachine(RuleBasedStateMachine):
+    """Any mix of pushes (under any budget), takes (of any size) and the final
+    response: seq without holes, every drop reported on the next frame taken,
+    the newest frame always kept, the final response last and once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outbox = CallOutbox("c", "sess")
+        self.pushed = 0  # frames pushed, numbered in their bodies
+        self.next_seq = 0
+        self.last_taken = -1  # number of the last frame taken
+        self.dropped = 0
+        self.reported = 0
+        self.finished = False
+
+    @precondition(lambda self: self.outbox.final is None)
+    @rule(size=st.integers(0, 40), budget=st.integers(1, 120))
+    def push(self, size: int, budget: int) -> None:
+        body = msgspec.Raw(json.dumps([self.pushed, "x" * size]).encode())
+        before = len(self.outbox.frames)
+        dropped = self.outbox.push("k", body, budget)
+        self.pushed += 1
+        self.dropped += dropped
+        assert len(self.outbox.frames) == before + 1 - dropped
+        # Over budget only when the newest frame alone is.
+        assert self.outbox.queued_bytes <= budget or len(self.outbox.frames) == 1
+        assert self.outbox.frames[-1] == ("k", body)
+
+    @precondition(lambda self: self.outbox.final is None)
+    @rule()
+    def finish(self) -> None:
+        self.outbox.final = b'{"final":true}\n'
+
+    @precondition(lambda self: not self.finished)
+    @rule(max_bytes=st.integers(1, 400))
+    def take(self, max_bytes: int) -> None:
+        out = bytearray(b"")
+        queued = len(self.outbox.frames)
+        taken, finished = self.outbox.take(max_bytes, out)
+        lines = bytes(out).splitlines()
+        if finished:
+            assert lines[-1] == b'{"final":true}'
+            lines = lines[:-1]
+            self.finished = True
+            assert not self.outbox.frames
+        assert len(lines) == taken <= queued
+        if queued:
+            assert taken >= 1  # every turn moves at least one frame
+        for line in lines:
+            note = decode_progress_line(line)
+            assert isinstance(note, JsonRpcNotification)
+            assert note.seq == self.next_seq
+            assert note.session_id == "sess"
+            self.next_seq += 1
+            frame = json.loads(line)["params"]
+            number = frame["body"][0]
+            assert number > self.last_taken
+            skipped = number - self.last_taken - 1
+            assert frame.get("dropped_count", 0) == skipped
+            self.reported += skipped
+            self.last_taken = number
+
+    @precondition(lambda self: self.finished)
+    @rule()
+    def ended(self) -> None:
+        # The driver takes nothing more from a finished outbox.
+        assert not self.outbox.frames
+
+    @invariant()
+    def drops_are_accounted(self) -> None:
+        queued = len(self.outbox.frames)
+        assert self.dropped == self.reported + self.outbox.dropped
+        assert self.next_seq + self.dropped + queued == self.pushed
+
+
+TestCallOutbox = CallOutboxMachine.TestCase
