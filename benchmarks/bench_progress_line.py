@@ -360,7 +360,9 @@ def run_seed_port(source: bytes) -> tuple[int, int]:
             )
             if item is None:
                 break
-            frame = ToolCallProgressFrame(tool_call_id=CALL_ID, kind=item.subkind, body=item.payload)
+            frame = ToolCallProgressFrame(
+                tool_call_id=CALL_ID, kind=item.subkind, body=item.payload
+            )
             note = JsonRpcNotification(seq=seq, method=METHOD_TOOL_CALL_PROGRESS, params=frame)
             size += len(encode(note)) + 1
             seq += 1
@@ -396,7 +398,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed: not built ({why}); its Python port stands in as the baseline")
         else:
             print("seed: the Rust stream_chunk + serde_json, built with cargo --release")
-        print(f"{size // MIB} MiB per source, {WRITE_BYTES} B writes, cap {CAP} B, best of {repeats}")
+        print(
+            f"{size // MIB} MiB per source, {WRITE_BYTES} B writes, cap {CAP} B, best of {repeats}"
+        )
         for name, make in (("ascii", ascii_source), ("mixed", mixed_source)):
             source = make(size)
             if binary is not None:

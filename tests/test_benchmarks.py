@@ -88,3 +88,20 @@ def test_check_stream_benchmark_prints_no_nan() -> None:
     assert "nan" not in done.stdout
     assert " n/a " in done.stdout
     assert "\ngoals: " in done.stdout
+
+
+def test_progress_line_benchmark_falls_back_to_the_seed_port_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without cargo the seed is not built and the reason is given; the Python
+    producers the benchmark times write the same lines, and on ASCII cut the
+    same frames as the seed's port (on mixed text the seed splits a character
+    that straddles two writes, its known defect, and cuts more)."""
+    bench = _load("bench_progress_line")
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None)
+    assert bench.build_seed(tmp_path / "seed") == (None, "cargo is not installed")
+    for source in (bench.ascii_source(20_000), bench.mixed_source(20_000)):
+        ours = bench.run_output_stream(source)
+        assert bench.run_two_structs(source) == ours
+    ascii_text = bench.ascii_source(20_000)
+    assert bench.run_seed_port(ascii_text)[0] == bench.run_output_stream(ascii_text)[0]
