@@ -40,46 +40,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import itertools
 import os
-import re
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any, Final, NamedTuple, Protocol
 
-import msgspec
-
 from kigi_tool_protocol import (
     MAX_FRAME_BYTES_CEILING,
-    METHOD_HOOK,
-    METHOD_TOOL_CALL,
-    METHOD_TOOL_CALL_PROGRESS,
     METHOD_TOOLS_LIST,
-    TOOL_ID_PATTERN,
     CancelledWire,
-    ConnectionLostWire,
-    DecodeError,
-    HookFrame,
     InternalErrorWire,
-    JsonRpcNotification,
-    JsonRpcRequest,
-    JsonRpcResponse,
     TimeoutWire,
-    ToolCallParams,
     ToolCallProgressFrame,
     ToolCallResult,
     ToolErrorWire,
-    convert,
-    decode_progress_line,
     error_code_for,
-    json_codec,
 )
 
 from ._lines import LineReader, OversizedLine, read_lines
 from ._reassembler import Appended, Reassembler
+from ._rpc_client import (
+    CallEnded,
+    ClientEvent,
+    ClientProtocol,
+    Failure,
+    ProgressReceived,
+    ProgressRefused,
+)
 from ._runner import STOP_WAIT_S
 from ._tool import ToolError
 
@@ -109,16 +99,6 @@ CALL_BUFFER_FRAMES: Final = 1024
 MAX_CALL_TEXT_BYTES: Final = 64 * 1024 * 1024
 
 
-_TOOL_ID: Final = re.compile(TOOL_ID_PATTERN)
-
-
-def _tool_id_of(method: str) -> str:
-    """The tool id the errors of a request that is no tool call name: its
-    method spelled as a valid tool id (``tools.list`` -> ``tools:list``)."""
-    spelled = method.replace(".", ":", 1).replace(".", "_")
-    return spelled if _TOOL_ID.match(spelled) else "request"
-
-
 #: The pipe size asked for on Linux (``F_SETPIPE_SZ``; the default is 64 KiB): a
 #: wider pipe moves a flood in fewer wake-ups of either process. Best effort: the
 #: system limit (``/proc/sys/fs/pipe-max-size``, 1 MiB by default) may refuse it.
@@ -144,8 +124,6 @@ CLOSE_GRACE_S: Final = STOP_WAIT_S + 2.0
 #: Seconds ``Call.cancel`` and ``Call.aclose`` wait for their notification to
 #: reach a server that is not reading its input before going on without it.
 _NOTICE_FLUSH_S: Final = TIMEOUT_GRACE_S
-
-_ANY_FRAME: Final = ToolCallProgressFrame[Any]
 
 
 class RemoteToolError(ToolError):
@@ -198,6 +176,31 @@ class _Writer(Protocol):
 _END: Final = object()
 
 
+class _CallLink:
+    """What a :class:`Call` may ask of the connection it runs on: its item bound,
+    flushing what was sent, and giving the call up (sending its cancel)."""
+
+    __slots__ = ("abandon", "buffer_frames", "cancel", "flush", "flush_notice")
+
+    def __init__(
+        self,
+        buffer_frames: int,
+        flush: Callable[[], Awaitable[None]],
+        flush_notice: Callable[[], Awaitable[None]],
+        cancel: Callable[[Call], None],
+        abandon: Callable[[Call], None],
+    ) -> None:
+        self.buffer_frames = buffer_frames
+        #: Flush what was sent.
+        self.flush = flush
+        #: Flush a notification, waiting a bounded time for a server not reading.
+        self.flush_notice = flush_notice
+        #: Send the call's cancel notification.
+        self.cancel = cancel
+        #: Stop waiting for the call and send its cancel, if it was still pending.
+        self.abandon = abandon
+
+
 class Call:
     """One tool call in progress. Iterate it (``async for``) for
     :class:`CallProgress` items and, last, the ``ToolCallResult``; or
@@ -210,14 +213,14 @@ class Call:
 
     def __init__(
         self,
-        client: Client,
+        link: _CallLink,
         request_id: int,
         tool_call_id: str,
         tool_id: str,
         timeout: float | None,
         keep_text: bool = False,
     ) -> None:
-        self._client = client
+        self._link = link
         self.request_id = request_id
         self.tool_call_id = tool_call_id
         self.tool_id = tool_id
@@ -252,7 +255,7 @@ class Call:
         if self._done:
             return
         appended = self.reassembler.appended(frame, seq)
-        if len(self._items) >= self._client._call_buffer_frames:
+        if len(self._items) >= self._link.buffer_frames:
             self._items.popleft()  # Rule 3: the oldest untaken item
             self.frames_dropped += 1
         self._items.append(CallProgress(frame, seq, appended))
@@ -279,7 +282,7 @@ class Call:
             # A server that stopped reading its input blocks the flush: the
             # call's deadline bounds that wait too (Rule 2).
             async with asyncio.timeout(self._remaining(loop)):
-                await self._client._flush()
+                await self._link.flush()
         except TimeoutError:
             self._time_out()
         while not self._items:
@@ -315,7 +318,7 @@ class Call:
             f"tool {self.tool_id!r} call {self.tool_call_id!r} timed out after {elapsed_ms} ms"
             f" (timeout {self._timeout} s; the server did not answer in time)"
         )
-        self._client._abandon(self, send_cancel=True)
+        self._link.abandon(self)
         self._end(RemoteToolError(wire, message))
 
     async def result(self) -> ToolCallResult:
@@ -333,8 +336,8 @@ class Call:
         """Ask the server to cancel the call (hook ``Cancel``). Iterating goes on to
         the server's reply, normally a ``cancelled`` error."""
         if not self._done:
-            self._client._send_cancel(self)
-            await self._client._flush_notice()
+            self._link.cancel(self)
+            await self._link.flush_notice()
 
     async def __aenter__(self) -> Call:
         return self
@@ -350,10 +353,10 @@ class Call:
     async def aclose(self) -> None:
         """Stop caring about the call: cancel it if it is still running (Rule 4)."""
         if not self._done:
-            self._client._abandon(self, send_cancel=True)
+            self._link.abandon(self)
             wire = CancelledWire(tool_id=self.tool_id)
             self._end(RemoteToolError(wire, f"call {self.tool_call_id!r} was abandoned"))
-            await self._client._flush_notice()
+            await self._link.flush_notice()
         self._finished = True
 
 
@@ -403,20 +406,15 @@ class Client:
         self.process = process
         self.session_id = session_id or f"sess_{uuid.uuid4().hex}"
         self._max_frame_bytes = max_frame_bytes
-        self._ids = itertools.count(1)
-        self._calls: dict[str, Call] = {}
-        self._by_request: dict[int, Call] = {}
-        # Pending requests other than calls: the method and its answer.
-        self._requests: dict[int, tuple[str, asyncio.Future[Any]]] = {}
-        # The max_frame_bytes each listed tool declared (list_tools learns them).
-        self._frame_limits: dict[str, int] = {}
-        self._lost: str | None = None
+        self._protocol = ClientProtocol(self.session_id, max_frame_bytes=max_frame_bytes)
+        self._link = _CallLink(
+            call_buffer_frames, self._flush, self._flush_notice, self._send_cancel, self._abandon
+        )
+        self._calls: dict[str, Call] = {}  # the pending calls' handles
+        self._requests: dict[int, asyncio.Future[Any]] = {}  # requests other than calls
         self._closed = False
         self._unflushed = False
         self._pipe: asyncio.BaseTransport | None = None  # the read end made by spawn()
-        self._lines = 0
-        self._unused = 0
-        self._made = 0
         self._read_task = asyncio.get_running_loop().create_task(
             self._read_loop(), name="kigi client reader"
         )
@@ -499,7 +497,8 @@ class Client:
 
     def statistics(self) -> ClientStats:
         """The client's counters (see :class:`ClientStats`)."""
-        return ClientStats(self._lines, self._unused, self._made)
+        protocol = self._protocol
+        return ClientStats(protocol.lines, protocol.lines_unused, protocol.calls_made)
 
     async def __aenter__(self) -> Client:
         return self
@@ -538,28 +537,17 @@ class Client:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         call_id = tool_call_id or str(uuid.uuid4())
-        if call_id in self._calls:
-            raise ValueError(f"tool_call_id {call_id!r} is already in flight")
-        request_id = next(self._ids)
-        params: ToolCallParams[Any] = ToolCallParams(
+        request_id, line = self._protocol.start_call(
+            tool_id,
+            arguments,
             tool_call_id=call_id,
-            tool_id=tool_id,
-            arguments=arguments,
             deadline_ms=None if timeout is None else max(int(timeout * 1000), 1),
         )
-        request: JsonRpcRequest[Any] = JsonRpcRequest(
-            id=request_id, session_id=self.session_id, method=METHOD_TOOL_CALL, params=params
-        )
-        # Encoded before the call is registered: arguments JSON cannot carry
-        # must not leave a call that nothing will ever answer.
-        line = json_codec.encode(request)
-        call = Call(self, request_id, call_id, tool_id, timeout, keep_text)
-        self._made += 1
-        if self._lost is not None:
+        call = Call(self._link, request_id, call_id, tool_id, timeout, keep_text)
+        if self._protocol.lost is not None:
             call._end(self._connection_lost(tool_id))
             return call
         self._calls[call_id] = call
-        self._by_request[request_id] = call
         self._send(line)
         return call
 
@@ -585,7 +573,7 @@ class Client:
             caps = tool.get("capabilities") if isinstance(tool, dict) else None
             declared = caps.get("max_frame_bytes") if isinstance(caps, dict) else None
             if isinstance(tool, dict) and isinstance(declared, int) and declared > 0:
-                self._frame_limits[str(tool.get("id"))] = min(declared, self._max_frame_bytes)
+                self._protocol.limit_frames(str(tool.get("id")), declared)
         return tools
 
     async def aclose(self, *, wait: float = CLOSE_WAIT_S, grace: float = CLOSE_GRACE_S) -> None:
@@ -622,19 +610,15 @@ class Client:
         fails it at once, ``timeout`` bounds the whole wait)."""
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
-        if self._lost is not None or self._closed:
+        if self._protocol.lost is not None or self._closed:
             raise self._connection_lost(method)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        request_id = next(self._ids)
-        request: JsonRpcRequest[Any] = JsonRpcRequest(
-            id=request_id, session_id=self.session_id, method=method, params=params
-        )
-        line = json_codec.encode(request)
+        request_id, line = self._protocol.start_request(method, params)
         future: asyncio.Future[Any] = loop.create_future()
         # Registered before it is sent: a send that finds the connection gone
         # fails it through _lose like every other pending request.
-        self._requests[request_id] = (method, future)
+        self._requests[request_id] = future
         try:
             async with asyncio.timeout(timeout):
                 self._send(line)
@@ -647,6 +631,7 @@ class Client:
             raise RemoteToolError(wire, message) from None
         finally:
             self._requests.pop(request_id, None)
+            self._protocol.forget_request(request_id)
 
     async def _stop_server(self, process: asyncio.subprocess.Process, grace: float) -> None:
         # SIGTERM first: a SIGKILL cannot be handled, so the server could not stop
@@ -665,16 +650,16 @@ class Client:
             await process.wait()
 
     def _send(self, line: bytes) -> None:
-        if self._lost is not None:
+        if self._protocol.lost is not None:
             return
         try:
-            self._writer.write(line + b"\n")
+            self._writer.write(line)
         except (ConnectionError, OSError, RuntimeError):
             self._lose("the server's input is closed")
         self._unflushed = True
 
     async def _flush(self) -> None:
-        if self._lost is not None or self._closed or not self._unflushed:
+        if self._protocol.lost is not None or self._closed or not self._unflushed:
             return
         self._unflushed = False
         try:
@@ -690,38 +675,49 @@ class Client:
                 await self._flush()
 
     def _send_cancel(self, call: Call) -> None:
-        hook = HookFrame.cancel(self.session_id, call.tool_id, call.tool_call_id)
-        note: JsonRpcNotification[Any] = JsonRpcNotification(
-            session_id=self.session_id, method=METHOD_HOOK, params=hook
-        )
-        self._send(json_codec.encode(note))
+        self._send(self._protocol.cancel_line(call.tool_id, call.tool_call_id))
 
-    def _abandon(self, call: Call, *, send_cancel: bool) -> None:
+    def _abandon(self, call: Call) -> None:
         if self._calls.get(call.tool_call_id) is call:
             del self._calls[call.tool_call_id]
-            self._by_request.pop(call.request_id, None)
-            if send_cancel:
-                self._send_cancel(call)
+            self._protocol.forget_call(call.tool_call_id)
+            self._send_cancel(call)
 
-    def _connection_lost(self, tool_id: str) -> RemoteToolError:
-        wire = ConnectionLostWire(tool_id=tool_id)
-        why = self._lost or "the client was closed"
-        return RemoteToolError(wire, f"connection to the tool server lost: {why}")
+    def _connection_lost(self, what: str) -> RemoteToolError:
+        return _error(self._protocol.lost_failure(what))
 
     def _lose(self, why: str) -> None:
-        if self._lost is not None:
+        if self._protocol.lost is not None:
             return
         if self.process is not None and self.process.returncode is not None:
             why = f"{why} (server exited with code {self.process.returncode})"
-        self._lost = why
-        for call in list(self._calls.values()):
-            call._end(self._connection_lost(call.tool_id))
-        self._calls.clear()
-        self._by_request.clear()
-        for method, future in self._requests.values():
-            if not future.done():
-                future.set_exception(self._connection_lost(_tool_id_of(method)))
-        self._requests.clear()
+        self._act(self._protocol.connection_lost(why))
+
+    def _act(self, events: list[ClientEvent]) -> None:
+        for event in events:
+            if isinstance(event, ProgressReceived):
+                call = self._calls.get(event.call_id)
+                if call is not None:
+                    call._put_progress(event.frame, event.seq)
+            elif isinstance(event, ProgressRefused):
+                call = self._calls.get(event.call_id)
+                if call is not None:
+                    # Past the tool's declared max_frame_bytes: said in the call's
+                    # report (its bytes show as lost where the totals prove it).
+                    call.reassembler.absorb_oversized(OversizedLine(event.size, event.limit))
+            elif isinstance(event, CallEnded):
+                call = self._calls.pop(event.call_id, None)
+                if call is not None:
+                    outcome = event.outcome
+                    call._end(_error(outcome) if isinstance(outcome, Failure) else outcome)
+            else:
+                future = self._requests.get(event.request_id)
+                if future is None or future.done():
+                    continue
+                if event.failure is not None:
+                    future.set_exception(_error(event.failure))
+                else:
+                    future.set_result(event.result)
 
     async def _read_loop(self) -> None:
         why = "the server closed its output"
@@ -731,12 +727,9 @@ class Client:
                 if isinstance(self._reader, LineReader)
                 else read_lines(self._reader, self._max_frame_bytes)
             )
+            receive = self._protocol.receive_line
             async for line in lines:
-                self._lines += 1
-                if isinstance(line, OversizedLine):
-                    self._unused += 1
-                    continue
-                await self._handle(line)
+                self._act(receive(line))
         except (ConnectionError, OSError) as exc:
             why = f"reading from the server failed: {exc}"
         finally:
@@ -747,87 +740,6 @@ class Client:
                         await self.process.wait()
             self._lose(why)
 
-    async def _handle(self, line: bytes) -> None:
-        try:
-            message = decode_progress_line(line, max_bytes=self._max_frame_bytes)
-        except DecodeError:
-            self._unused += 1
-            return
-        if isinstance(message, JsonRpcResponse):
-            self._route_response(message)
-        elif isinstance(message, JsonRpcNotification) and message.method == (
-            METHOD_TOOL_CALL_PROGRESS
-        ):
-            frame = message.params
-            if not isinstance(frame, ToolCallProgressFrame):
-                try:
-                    frame = json_codec.decode(frame, _ANY_FRAME)
-                except DecodeError:
-                    self._unused += 1
-                    return
-            await self._route_progress(frame, message.seq, len(line))
-        else:
-            self._unused += 1
 
-    async def _route_progress(
-        self, frame: ToolCallProgressFrame[Any], seq: int | None, size: int
-    ) -> None:
-        call = self._calls.get(frame.tool_call_id)
-        if call is None:
-            self._unused += 1
-            return
-        limit = self._frame_limits.get(call.tool_id)
-        if limit is not None and size > limit:
-            # Past the tool's declared max_frame_bytes: refused, and said in the
-            # call's report (its bytes show as lost where the totals prove it).
-            self._unused += 1
-            call.reassembler.absorb_oversized(OversizedLine(size, limit))
-            return
-        call._put_progress(frame, seq)
-
-    def _route_response(self, response: JsonRpcResponse[msgspec.Raw]) -> None:
-        request_id = response.id
-        if not isinstance(request_id, int):
-            self._unused += 1
-            return
-        pending = self._requests.pop(request_id, None)
-        if pending is not None:
-            method, future = pending
-            if future.done():
-                return
-            if response.error is not None:
-                future.set_exception(self._error_of(response, _tool_id_of(method)))
-                return
-            assert response.result is not None
-            try:
-                future.set_result(json_codec.decode(response.result))
-            except DecodeError as exc:
-                wire = InternalErrorWire(detail=f"the server's {method} result: {exc}")
-                future.set_exception(RemoteToolError(wire, wire.detail or ""))
-            return
-        call = self._by_request.pop(request_id, None)
-        if call is None:
-            self._unused += 1
-            return
-        self._calls.pop(call.tool_call_id, None)
-        if response.error is not None:
-            call._end(self._error_of(response, call.tool_id))
-            return
-        assert response.result is not None
-        try:
-            result = json_codec.decode(response.result, ToolCallResult)
-        except DecodeError as exc:
-            wire = InternalErrorWire(detail=f"the server's result is not a ToolCallResult: {exc}")
-            call._end(RemoteToolError(wire, wire.detail or ""))
-            return
-        call._end(result)
-
-    @staticmethod
-    def _error_of(response: JsonRpcResponse[Any], tool_id: str) -> RemoteToolError:
-        error = response.error
-        assert error is not None
-        try:
-            wire: ToolErrorWire = convert(error.data, ToolErrorWire)
-        except DecodeError:
-            wire = InternalErrorWire(detail=error.message)
-        return RemoteToolError(wire, error.message, number=error.code)
+def _error(failure: Failure) -> RemoteToolError:
+    return RemoteToolError(failure.wire, failure.message, number=failure.number)

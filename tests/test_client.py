@@ -36,6 +36,7 @@ from kigi_tool_runtime._client import (
     Client,
     RemoteToolError,
 )
+from kigi_tool_runtime._rpc_client import failure_of
 from kigi_tool_runtime._runner import STOP_WAIT_S
 from kigi_tool_runtime._tool import ToolError, ToolErrorKind
 from kigi_tool_runtime.testing import progress_line, wire_values
@@ -74,7 +75,8 @@ def test_a_received_error_is_a_tool_error_of_its_kind(wire: ToolErrorWire) -> No
     line = json_codec.encode(
         JsonRpcResponse[Any](id=1, error=JsonRpcError(code=number, message="m", data=wire))
     )
-    error = Client._error_of(json_codec.decode(line, JsonRpcResponse[Any]), "t")
+    failure = failure_of(json_codec.decode(line, JsonRpcResponse[Any]))
+    error = RemoteToolError(failure.wire, failure.message, number=failure.number)
     assert isinstance(error, ToolError)
     assert error.kind is ToolErrorKind(wire.code)
     assert json_codec.encode(error.to_wire()) == json_codec.encode(wire)

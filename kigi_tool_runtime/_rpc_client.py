@@ -1,0 +1,334 @@
+"""``ClientProtocol``: the client's side of the JSON-RPC rules, without I/O.
+
+Requests out as line bytes, lines in as events (as h11 does it for HTTP): the
+driver (``Client``) asks :meth:`ClientProtocol.start_call` or
+:meth:`ClientProtocol.start_request` for the line to write, feeds every line it
+reads to :meth:`ClientProtocol.receive_line`, and acts on the events that come
+back: :class:`ProgressReceived` for a call, :class:`CallEnded` with its outcome,
+:class:`RequestEnded` for any other request. Nothing here awaits, reads or
+writes.
+
+Rules:
+
+Rule 1. Each request gets its own id (1, 2, 3, ...). A response ends the call
+        or request with that id exactly once; a response for no pending id, a
+        progress frame for no pending call, and any line that is not a JSON-RPC
+        message are counted as unused and change nothing.
+Rule 2. :meth:`ClientProtocol.connection_lost` ends everything pending at once,
+        each with a ``connection_lost`` failure, and anything started after it
+        is not registered (the driver fails it at once).
+Rule 3. A call id names one pending call: starting a second call under it is a
+        ``ValueError``. A call the driver gives up on
+        (:meth:`ClientProtocol.forget_call`) is no longer pending: its later
+        frames and its response are unused.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from typing import Any, Final, NamedTuple
+
+import msgspec
+
+from kigi_tool_protocol import (
+    MAX_FRAME_BYTES_CEILING,
+    METHOD_HOOK,
+    METHOD_TOOL_CALL,
+    METHOD_TOOL_CALL_PROGRESS,
+    TOOL_ID_PATTERN,
+    ConnectionLostWire,
+    DecodeError,
+    HookFrame,
+    InternalErrorWire,
+    JsonRpcNotification,
+    JsonRpcRequest,
+    JsonRpcResponse,
+    ToolCallParams,
+    ToolCallProgressFrame,
+    ToolCallResult,
+    ToolErrorWire,
+    convert,
+    decode_progress_line,
+    json_codec,
+)
+
+from ._lines import OversizedLine
+
+__all__ = ()
+
+_ANY_FRAME: Final = ToolCallProgressFrame[Any]
+_TOOL_ID: Final = re.compile(TOOL_ID_PATTERN)
+
+
+def tool_id_of(method: str) -> str:
+    """The tool id the errors of a request that is no tool call name: its
+    method spelled as a valid tool id (``tools.list`` -> ``tools:list``)."""
+    spelled = method.replace(".", ":", 1).replace(".", "_")
+    return spelled if _TOOL_ID.match(spelled) else "request"
+
+
+class Failure(NamedTuple):
+    """How a call or request failed: the error wire, the message, and the
+    JSON-RPC ``error.code`` (None: the wire's own number)."""
+
+    wire: ToolErrorWire
+    message: str
+    number: int | None = None
+
+
+class ProgressReceived(NamedTuple):
+    """A progress frame for pending call ``call_id``, with its envelope ``seq``."""
+
+    call_id: str
+    frame: ToolCallProgressFrame[Any]
+    seq: int | None
+
+
+class ProgressRefused(NamedTuple):
+    """A progress line of ``size`` bytes for pending call ``call_id`` was past
+    the ``limit`` its tool declared (``max_frame_bytes``): not taken, and the
+    call's report should say so."""
+
+    call_id: str
+    size: int
+    limit: int
+
+
+class CallEnded(NamedTuple):
+    """Pending call ``call_id`` ended: its result, or how it failed."""
+
+    call_id: str
+    outcome: ToolCallResult | Failure
+
+
+class RequestEnded(NamedTuple):
+    """Request ``request_id`` (not a call) was answered: ``result`` (a plain JSON
+    value), unless ``failure`` says how it failed."""
+
+    request_id: int
+    result: Any
+    failure: Failure | None
+
+
+ClientEvent = ProgressReceived | ProgressRefused | CallEnded | RequestEnded
+
+
+def failure_of(response: JsonRpcResponse[Any]) -> Failure:
+    """The failure an error response carries: its ``ToolErrorWire`` (an
+    ``internal_error`` with the message when ``data`` is none), message and code."""
+    error = response.error
+    assert error is not None
+    try:
+        wire: ToolErrorWire = convert(error.data, ToolErrorWire)
+    except DecodeError:
+        wire = InternalErrorWire(detail=error.message)
+    return Failure(wire, error.message, error.code)
+
+
+class _Pending(NamedTuple):
+    request_id: int
+    tool_id: str
+
+
+class ClientProtocol:
+    """The client's side of one connection, sans I/O (Rules 1-3).
+
+    ``session_id`` goes on every message; ``max_frame_bytes`` bounds a line
+    taken from the server.
+    """
+
+    def __init__(self, session_id: str, *, max_frame_bytes: int = MAX_FRAME_BYTES_CEILING) -> None:
+        self.session_id = session_id
+        self._max_frame_bytes = max_frame_bytes
+        self._ids: Iterator[int] = itertools.count(1)
+        self._calls: dict[str, _Pending] = {}
+        self._by_request: dict[int, str] = {}  # request id -> call id
+        self._requests: dict[int, str] = {}  # request id -> method
+        self._frame_limits: dict[str, int] = {}  # tool id -> its declared max_frame_bytes
+        #: Why the connection was lost (None while it is up).
+        self.lost: str | None = None
+        #: Lines received, lines that were of no use, calls started.
+        self.lines = 0
+        self.lines_unused = 0
+        self.calls_made = 0
+
+    def is_pending(self, call_id: str) -> bool:
+        """Whether call ``call_id`` waits for its response."""
+        return call_id in self._calls
+
+    def limit_frames(self, tool_id: str, limit: int) -> None:
+        """Refuse progress lines longer than ``limit`` bytes for calls of
+        ``tool_id`` (the ``max_frame_bytes`` it declared; at most the client's own)."""
+        self._frame_limits[tool_id] = min(limit, self._max_frame_bytes)
+
+    @property
+    def pending_requests(self) -> int:
+        """How many calls and other requests wait for their response."""
+        return len(self._calls) + len(self._requests)
+
+    # -- out ------------------------------------------------------------------------
+
+    def start_call(
+        self, tool_id: str, arguments: Any, *, tool_call_id: str, deadline_ms: int | None
+    ) -> tuple[int, bytes]:
+        """The request id and line (newline included) of a new call. It is pending
+        from now on, unless the connection is lost (the driver then fails it).
+
+        Raises:
+            ValueError: ``tool_call_id`` is pending already.
+            WireError: ``arguments`` hold a value JSON cannot carry (nothing is
+                registered).
+        """
+        if tool_call_id in self._calls:
+            raise ValueError(f"tool_call_id {tool_call_id!r} is already in flight")
+        request_id = next(self._ids)
+        params: ToolCallParams[Any] = ToolCallParams(
+            tool_call_id=tool_call_id, tool_id=tool_id, arguments=arguments, deadline_ms=deadline_ms
+        )
+        request: JsonRpcRequest[Any] = JsonRpcRequest(
+            id=request_id, session_id=self.session_id, method=METHOD_TOOL_CALL, params=params
+        )
+        # Encoded before the call is registered: arguments JSON cannot carry
+        # must not leave a call that nothing will ever answer.
+        line = json_codec.encode(request) + b"\n"
+        self.calls_made += 1
+        if self.lost is None:
+            self._calls[tool_call_id] = _Pending(request_id, tool_id)
+            self._by_request[request_id] = tool_call_id
+        return request_id, line
+
+    def start_request(self, method: str, params: Any) -> tuple[int, bytes]:
+        """The request id and line of a request that is not a call; pending
+        until answered, :meth:`forget_request` or the connection is lost.
+
+        Raises:
+            WireError: ``params`` hold a value JSON cannot carry.
+        """
+        request_id = next(self._ids)
+        request: JsonRpcRequest[Any] = JsonRpcRequest(
+            id=request_id, session_id=self.session_id, method=method, params=params
+        )
+        line = json_codec.encode(request) + b"\n"
+        if self.lost is None:
+            self._requests[request_id] = method
+        return request_id, line
+
+    def forget_request(self, request_id: int) -> None:
+        """Stop waiting for request ``request_id`` (its answer will be unused)."""
+        self._requests.pop(request_id, None)
+
+    def forget_call(self, call_id: str) -> bool:
+        """Stop waiting for call ``call_id``; True when it was pending."""
+        pending = self._calls.pop(call_id, None)
+        if pending is None:
+            return False
+        del self._by_request[pending.request_id]
+        return True
+
+    def cancel_line(self, tool_id: str, call_id: str) -> bytes:
+        """The hook ``Cancel`` notification line for a call."""
+        hook = HookFrame.cancel(self.session_id, tool_id, call_id)
+        note: JsonRpcNotification[Any] = JsonRpcNotification(
+            session_id=self.session_id, method=METHOD_HOOK, params=hook
+        )
+        return json_codec.encode(note) + b"\n"
+
+    # -- in -------------------------------------------------------------------------
+
+    def receive_line(self, line: bytes | OversizedLine) -> list[ClientEvent]:
+        """What one line from the server (without its newline) means. Never raises
+        for bad input: a line of no use is counted (Rule 1)."""
+        self.lines += 1
+        if isinstance(line, OversizedLine):
+            self.lines_unused += 1
+            return []
+        try:
+            message = decode_progress_line(line, max_bytes=self._max_frame_bytes)
+        except DecodeError:
+            self.lines_unused += 1
+            return []
+        if isinstance(message, JsonRpcResponse):
+            event = self._response(message)
+        elif (
+            isinstance(message, JsonRpcNotification) and message.method == METHOD_TOOL_CALL_PROGRESS
+        ):
+            event = self._progress(message.params, message.seq, len(line))
+        else:
+            event = None
+        if event is None:
+            self.lines_unused += 1
+            return []
+        return [event]
+
+    def _progress(self, frame: Any, seq: int | None, size: int) -> ClientEvent | None:
+        if not isinstance(frame, ToolCallProgressFrame):
+            try:
+                frame = json_codec.decode(frame, _ANY_FRAME)
+            except DecodeError:
+                return None
+        pending = self._calls.get(frame.tool_call_id)
+        if pending is None:
+            return None
+        limit = self._frame_limits.get(pending.tool_id)
+        if limit is not None and size > limit:
+            self.lines_unused += 1  # refused, yet the call hears of it
+            return ProgressRefused(frame.tool_call_id, size, limit)
+        return ProgressReceived(frame.tool_call_id, frame, seq)
+
+    def _response(self, response: JsonRpcResponse[msgspec.Raw]) -> ClientEvent | None:
+        request_id = response.id
+        if not isinstance(request_id, int):
+            return None
+        method = self._requests.pop(request_id, None)
+        if method is not None:
+            if response.error is not None:
+                return RequestEnded(request_id, None, failure_of(response))
+            assert response.result is not None
+            try:
+                return RequestEnded(request_id, json_codec.decode(response.result), None)
+            except DecodeError as exc:
+                wire = InternalErrorWire(detail=f"the server's {method} result: {exc}")
+                return RequestEnded(request_id, None, Failure(wire, wire.detail or ""))
+        call_id = self._by_request.pop(request_id, None)
+        if call_id is None:
+            return None
+        del self._calls[call_id]
+        if response.error is not None:
+            return CallEnded(call_id, failure_of(response))
+        assert response.result is not None
+        try:
+            result = json_codec.decode(response.result, ToolCallResult)
+        except DecodeError as exc:
+            wire = InternalErrorWire(detail=f"the server's result is not a ToolCallResult: {exc}")
+            return CallEnded(call_id, Failure(wire, wire.detail or ""))
+        return CallEnded(call_id, result)
+
+    # -- the end ----------------------------------------------------------------------
+
+    def lost_failure(self, what: str) -> Failure:
+        """The ``connection_lost`` failure of ``what`` (a tool id or a method)."""
+        why = self.lost or "the client was closed"
+        return Failure(
+            ConnectionLostWire(tool_id=what), f"connection to the tool server lost: {why}"
+        )
+
+    def connection_lost(self, why: str) -> list[ClientEvent]:
+        """The connection is gone: every pending call and request ends with a
+        ``connection_lost`` failure, at once (Rule 2). Only the first call counts."""
+        if self.lost is not None:
+            return []
+        self.lost = why
+        events: list[ClientEvent] = [
+            CallEnded(call_id, self.lost_failure(pending.tool_id))
+            for call_id, pending in self._calls.items()
+        ]
+        events.extend(
+            RequestEnded(request_id, None, self.lost_failure(tool_id_of(method)))
+            for request_id, method in self._requests.items()
+        )
+        self._calls.clear()
+        self._by_request.clear()
+        self._requests.clear()
+        return events
