@@ -27,7 +27,9 @@ from kigi_tool_runtime._rpc_client import (
     ClientProtocol,
     Failure,
     ProgressReceived,
+    ProgressRefused,
     RequestEnded,
+    tool_id_of,
 )
 
 RESULT = {"tool_call_id": "c", "output": {"kind": "text", "value": "ok"}}
@@ -164,7 +166,7 @@ def test_a_lost_connection_ends_everything_pending_at_once() -> None:
     assert events == [
         CallEnded("c1", Failure(ConnectionLostWire(tool_id="bash"), message)),
         CallEnded("c2", Failure(ConnectionLostWire(tool_id="fetch"), message)),
-        RequestEnded(request_id, None, Failure(ConnectionLostWire(tool_id="tools.list"), message)),
+        RequestEnded(request_id, None, Failure(ConnectionLostWire(tool_id="tools:list"), message)),
     ]
     assert protocol.connection_lost("again") == []
     assert protocol.pending_requests == 0
@@ -188,6 +190,32 @@ def test_a_forgotten_call_gets_nothing_more() -> None:
     assert "id" not in cancel
 
 
+def test_a_line_past_the_tools_declared_frame_limit_is_refused_and_said() -> None:
+    """limit_frames (from a tool's declared max_frame_bytes, never above the
+    client's own) refuses longer progress lines of that tool's calls only."""
+    protocol = ClientProtocol("s", max_frame_bytes=1000)
+    protocol.limit_frames("bash", 200)
+    protocol.limit_frames("wide", 10**9)
+    protocol.start_call("bash", {}, tool_call_id="b", deadline_ms=None)
+    protocol.start_call("other", {}, tool_call_id="o", deadline_ms=None)
+    protocol.start_call("wide", {}, tool_call_id="w", deadline_ms=None)
+    short, long = _progress("b", delta="x"), _progress("b", delta="x" * 100)
+    assert len(short) <= 200 < len(long)
+    assert isinstance(protocol.receive_line(short)[0], ProgressReceived)
+    assert protocol.receive_line(long) == [ProgressRefused("b", len(long), 200)]
+    assert isinstance(protocol.receive_line(_progress("o", delta="x" * 100))[0], ProgressReceived)
+    too_long = _progress("w", delta="x" * 1000)
+    assert len(too_long) > 1000
+    assert protocol.receive_line(too_long) == []  # past the client's own bound: unread
+    assert protocol.lines_unused == 2
+
+
+def test_requests_name_their_method_as_a_tool_id() -> None:
+    assert tool_id_of("tools.list") == "tools:list"
+    assert tool_id_of("a.b.c") == "a:b_c"
+    assert tool_id_of("no good!") == "request"
+
+
 # -- The state machine ----------------------------------------------------------
 
 CALL_IDS = st.sampled_from(["a", "b", "c"])
@@ -209,7 +237,7 @@ class ClientProtocolMachine(RuleBasedStateMachine):
 
     def _act(self, events: list[ClientEvent]) -> None:
         for event in events:
-            if isinstance(event, ProgressReceived):
+            if isinstance(event, ProgressReceived | ProgressRefused):
                 assert event.call_id in self.calls
             elif isinstance(event, CallEnded):
                 request_id = self.calls.pop(event.call_id)
