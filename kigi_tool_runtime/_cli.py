@@ -43,9 +43,11 @@ Exit status:
 
 - ``run``: the command's exit code; 128 + N when signal N killed it; 124 when
   it timed out (``--timeout``); 127 when it could not be started; 128 + N when
-  signal N (SIGINT: 130 on Ctrl-C, SIGTERM, SIGHUP) stopped kigi-stream, which
-  first stops the command's whole process group; 141 when stdout was closed
-  early; 1 for any other failure of the call.
+  signal N stopped kigi-stream (130 on Ctrl-C, 143 on SIGTERM, 129 on SIGHUP),
+  which first stops the command's whole process group; 141 when stdout was
+  closed early; 1 for any other failure of the call.
+- Every command: 1, with a one-line message, when a standard stream it needs
+  (stdout; stdin for ``serve`` and ``FILE`` ``-``) was closed from the start.
 - ``check``: 0 when every record is a valid frame, the protocol was kept and
   the last line is terminated (gaps, truncation and sender-reported drops are
   loss, not violations), 1 otherwise; 141 when stdout was closed early
@@ -250,8 +252,9 @@ def _parser() -> argparse.ArgumentParser:
         " arrival order; its stdin is /dev/null (it cannot read kigi-stream's input).",
         epilog="exit status: the command's own; 128+N when signal N killed it; 124 when"
         " --timeout stopped it; 127 when it could not be started; 128+N when signal N"
-        " (130 on Ctrl-C, SIGTERM, SIGHUP) stopped kigi-stream, which stops the command"
-        " first; 141 when stdout closed early; 1 for any other failure; 2 for bad usage.",
+        " stopped kigi-stream (130 on Ctrl-C, 143 on SIGTERM, 129 on SIGHUP), which stops"
+        " the command first; 141 when stdout closed early; 1 for any other failure"
+        " (stdout closed from the start); 2 for bad usage.",
     )
     run.add_argument(
         "--cap",
@@ -385,6 +388,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    closed = _reopen_closed_stdio()
+    needed = _needed_stdio(args)
+    refused = [name for name in ("input", "output") if name in needed and name in closed]
+    if refused:
+        # Nothing could be read or written: refuse before anything runs.
+        what = " and ".join(refused)
+        sys.stderr.write(f"kigi-stream {args.command}: standard {what} is closed\n")
+        sys.stderr.flush()
+        return EXIT_FAILED
     try:
         if args.command == "run":
             return _run(args)
@@ -405,6 +417,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check(args)
     except (_UsageError, NatsUsageError) as exc:
         parser.exit(EXIT_USAGE, f"kigi-stream {args.command}: error: {exc}\n")
+
+
+#: The standard streams: their names in messages, in :mod:`sys`, and their descriptors.
+_STDIO: Final = (("input", "stdin", 0), ("output", "stdout", 1), ("error", "stderr", 2))
+
+
+def _reopen_closed_stdio() -> set[str]:
+    """Put /dev/null where a standard stream was closed when the process
+    started (``kigi-stream run >&-``), so that no file opened later takes its
+    descriptor and using it raises no traceback; answer which were closed."""
+    closed: set[str] = set()
+    for name, attribute, fd in _STDIO:
+        try:
+            os.fstat(fd)
+        except OSError:
+            devnull = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+            mode = "r" if fd == 0 else "w"
+            # A standard stream, open for the life of the process: no `with`.
+            stream = open(fd, mode, encoding="utf-8", closefd=False)  # noqa: SIM115
+            setattr(sys, attribute, stream)
+            closed.add(name)
+    return closed
+
+
+def _needed_stdio(args: argparse.Namespace) -> set[str]:
+    """The standard streams ``args``'s command cannot work without."""
+    if args.command == "serve":
+        if args.nats or args.mcp_http is not None:
+            return set()
+        return {"input", "output"}
+    if args.command == "follow" and args.nats:
+        return {"output"}
+    if args.command in ("follow", "check") and args.file == "-":
+        return {"input", "output"}
+    return {"output"}
 
 
 def _signal_name(number: int) -> str:

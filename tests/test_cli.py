@@ -1273,3 +1273,54 @@ def test_check_and_follow_say_the_bytes_of_a_lost_line(tmp_path: Path) -> None:
     checked = _cli("check", str(log))
     assert checked.returncode == 1
     assert "1 gap (6 bytes lost, 1 inferred from total_bytes)" in checked.stdout.decode()
+
+
+def _with_closed(redirect: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """`kigi-stream ARGS` started with a standard stream closed (`>&-`, `<&-`, `2>&-`)."""
+    return subprocess.run(
+        ["bash", "-c", f'"$@" {redirect}', "bash", KIGI_STREAM, *args],
+        capture_output=redirect != "2>&-",
+        stdout=subprocess.PIPE if redirect == "2>&-" else None,
+        timeout=RUN_WAIT_S,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("redirect", "args", "closed"),
+    [
+        (">&-", ("run", "--", "echo", "hi"), "output"),
+        (">&-", ("run", "--json", "--", "echo", "hi"), "output"),
+        (">&-", ("check", __file__), "output"),
+        (">&-", ("follow", "--once", __file__), "output"),
+        (">&-", ("serve",), "output"),
+        ("<&-", ("serve",), "input"),
+        ("<&-", ("check", "-"), "input"),
+        ("<&-", ("follow", "-"), "input"),
+    ],
+)
+def test_a_closed_standard_stream_is_refused_in_one_line(
+    redirect: str, args: tuple[str, ...], closed: str
+) -> None:
+    """Started with the stdout (or the stdin) it needs closed, a command says so
+    in one line and exits 1, before running anything."""
+    done = _with_closed(redirect, *args)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.decode() == f"kigi-stream {args[0]}: standard {closed} is closed\n"
+
+
+def test_run_with_stderr_or_stdin_closed_still_prints_the_output() -> None:
+    """`run` needs neither stdin (the command's is /dev/null) nor stderr (only the
+    summary goes there): with either closed it prints the output and exits 0."""
+    for redirect in ("2>&-", "<&-"):
+        done = _with_closed(redirect, "run", "--", "echo", "hi")
+        assert (done.returncode, done.stdout) == (0, b"hi\n"), done.stderr
+
+
+def test_run_help_gives_each_stopping_signals_exit_status() -> None:
+    """`run --help` names the status of each signal that stops kigi-stream, as
+    the tests above observe it: 128 + N, one number per signal."""
+    shown = " ".join(_kigi("run", "--help").stdout.decode().split())
+    expected = {"Ctrl-C": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP}
+    for name, number in expected.items():
+        assert f"{128 + number} on {name}" in shown, shown
