@@ -66,14 +66,24 @@ _EXPECTED_OUTPUT = {
 }
 
 
+def _inactive_env() -> dict[str, str]:
+    """The environment of `.venv/bin/python example.py` typed in a shell where
+    the venv is not active: its `kigi-stream` is not on PATH."""
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    kept = [entry for entry in path if entry and Path(entry).resolve() != Path(_SCRIPTS).resolve()]
+    return {**os.environ, "PATH": os.pathsep.join(kept)}
+
+
 def _run_block(body: str) -> str:
+    """Run a README Python block with this interpreter, as the reader would run
+    it, venv active or not."""
     done = subprocess.run(
         [sys.executable, "-c", body],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
-        env=_env(),
+        env=_inactive_env(),
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -179,6 +189,17 @@ def test_readme_main_job_command_streams_whole_characters() -> None:
     assert "341 bytes" in summary
     assert "0 gaps" in summary
     assert "exit 0" in summary
+    # The summary the README shows is the one printed, frames and time aside;
+    # the frames are at least the count it shows.
+    shown = re.search(r"`(kigi-stream: 341 bytes, .*? s)`", README.read_text(encoding="utf-8"))
+    assert shown is not None
+    shape = r"(\d+) frames, (.*), \d+\.\d\d s"
+    printed = re.fullmatch(r"kigi-stream: 341 bytes, " + shape, summary.strip())
+    promised = re.fullmatch(r"kigi-stream: 341 bytes, " + shape, shown[1])
+    assert printed is not None, summary
+    assert promised is not None, shown[1]
+    assert printed[2] == promised[2]
+    assert int(printed[1]) >= int(promised[1]) == -(-341 // 64)
 
 
 def test_readme_cli_example_reports_the_loss(tmp_path: Path) -> None:
