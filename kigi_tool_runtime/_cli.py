@@ -84,7 +84,14 @@ from kigi_tool_protocol import (
 from ._fdwriter import FdWriter, OutputStalled
 from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower
 from ._lines import LineSplitter, OversizedLine
-from ._loss import DEFAULT_GAP_MARKER, TRUNCATION_MARKER, Anomaly, StreamKey, plural
+from ._loss import (
+    DEFAULT_GAP_MARKER,
+    TRUNCATION_MARKER,
+    Anomaly,
+    LossReport,
+    StreamKey,
+    plural,
+)
 from ._nats_cli import (
     NatsUsageError,
     add_follow_options,
@@ -857,6 +864,22 @@ class _Printer:
         self._out.flush()
         self._err.flush()
 
+    def ended(self, reports: Sequence[LossReport]) -> None:
+        """The log has ended: mark, at the end of each stream's text, the bytes
+        its last total counts that no frame delivered (they are lost now)."""
+        labelled = len(self._streams) > 1
+        for report in reports:
+            if not report.unseen_bytes:
+                continue
+            key = report.key
+            marker = DEFAULT_GAP_MARKER.format(lost=report.unseen_bytes)
+            if labelled and key != self._last:
+                start = "" if self._ends_line else "\n"
+                marker = f"{start}==> {key.tool_call_id}/{key.subkind} <==\n{marker}"
+            self._out.write(marker.encode("utf-8", "surrogateescape"))
+            self._last, self._ends_line = key, False
+        self._out.flush()
+
 
 class _Stopped(Exception):
     """Raised by the SIGTERM and SIGHUP handlers of ``follow``: stop as Ctrl-C does."""
@@ -942,6 +965,10 @@ def _follow_stream(args: argparse.Namespace, printer: _Printer) -> int:
             return 0
         except BrokenPipeError:
             return EXIT_PIPE_CLOSED
+    try:
+        printer.ended(reassembler.reports(ended=True))
+    except BrokenPipeError:
+        return EXIT_PIPE_CLOSED
     rest = splitter.end()
     if rest is not None:
         sys.stderr.write(f"kigi-stream follow: line {number + 1}: {_unterminated(rest)}\n")

@@ -1324,3 +1324,25 @@ def test_run_help_gives_each_stopping_signals_exit_status() -> None:
     expected = {"Ctrl-C": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP}
     for name, number in expected.items():
         assert f"{128 + number} on {name}" in shown, shown
+
+
+def test_follow_of_standard_input_marks_the_bytes_missing_at_its_end() -> None:
+    """`follow -` reads its input to the end, so the log has ended: bytes a
+    stream's last total counts that no frame delivered (here a dropped middle
+    line of the last run) are lost, and marked at the end of that stream's text,
+    under its label when the log holds several."""
+    kind = "bash_output_chunk"
+    abc = frame_line("c", kind, {"delta": "abc", "total_bytes": 3}) + b"\n"
+    ghi = frame_line("c", kind, {"delta": "ghi", "total_bytes": 9}) + b"\n"
+    whole = frame_line("d", kind, {"delta": "xy\n", "total_bytes": 3}) + b"\n"
+    followed = _kigi("follow", "-", stdin=abc + ghi)
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.decode() == "abcghi[... 3 bytes lost ...]"
+    followed = _kigi("follow", "-", stdin=abc + ghi + whole)
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.decode() == (
+        "==> c/bash_output_chunk <==\nabcghi\n==> d/bash_output_chunk <==\nxy\n"
+        "==> c/bash_output_chunk <==\n[... 3 bytes lost ...]"
+    )
+    complete = _kigi("follow", "-", stdin=abc)
+    assert complete.stdout.decode() == "abc"
