@@ -189,7 +189,7 @@ def decode_args(tool: Tool[Any], raw_args: Any) -> Any:
         reason, path = (match["reason"], match["path"]) if match else (str(exc), "$")
         where = "" if path == "$" else f" at `{path}`"
         raise ToolError.invalid_params(
-            f"invalid arguments for tool {tool.id!r}: {reason}{where}",
+            f"invalid arguments for tool {tool.id!r}: {reason}{where}{_accepted(args_type, path)}",
             details={"path": path, "reason": reason},
         ) from exc
     except msgspec.DecodeError as exc:
@@ -203,6 +203,19 @@ def decode_args(tool: Tool[Any], raw_args: Any) -> Any:
             f"arguments for tool {tool.id!r} are {reason}",
             details={"path": "$", "reason": reason},
         ) from exc
+
+
+def _accepted(args_type: Any, path: str) -> str:
+    """What arguments object ``args_type`` takes, said after an error in the
+    object itself (an unknown or a missing field): ``"; it takes {command
+    (required), cwd}"``; empty for other types and other places."""
+    if path != "$" or not (isinstance(args_type, type) and issubclass(args_type, msgspec.Struct)):
+        return ""
+    fields = msgspec.structs.fields(args_type)
+    if not fields:
+        return "; it takes an empty object"
+    names = [f"{f.encode_name} (required)" if f.required else f.encode_name for f in fields]
+    return f"; it takes {{{', '.join(names)}}}"
 
 
 class ToolRun:

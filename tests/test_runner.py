@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from kigi_tool_protocol import CustomProgress, TextProgress, ToolCapabilities
 from kigi_tool_runtime import (
     RunStats,
+    ShellTool,
     Tool,
     ToolContext,
     ToolError,
@@ -129,6 +130,9 @@ def test_arguments_that_do_not_fit_name_the_field(raw: Any, path: str, reason: s
     assert reason in error.details["reason"]
     if path != "$":
         assert f"at `{path}`" in error.message
+        assert "it takes" not in error.message
+    else:  # the object itself is wrong: the error says what it takes
+        assert error.message.endswith("; it takes {count, word}")
     assert error.tool_id == "counter"
 
 
@@ -810,3 +814,16 @@ def test_any_tool_behaviour_becomes_progress_then_one_terminal(
     assert stats.suppressed == suppressed
     assert stats.after_terminal == after
     assert stats.progress == len(items) - 1
+
+
+def test_an_object_missing_a_required_field_is_told_what_it_takes() -> None:
+    """A missing required field: the error lists the fields, the required ones
+    said so, as the shell tool's arguments show it."""
+    error = error_of(run_all(ShellTool(), {"cmd": "echo hi"})[0])
+    assert error.kind is ToolErrorKind.INVALID_PARAMS
+    assert error.message == (
+        "invalid arguments for tool 'bash': Object contains unknown field `cmd`;"
+        " it takes {command (required), cwd, env, timeout_ms, output_limit}"
+    )
+    error = error_of(run_all(ShellTool(), {})[0])
+    assert "missing required field `command`; it takes {command (required), " in error.message
