@@ -1067,10 +1067,15 @@ def _check(args: argparse.Namespace) -> int:
             out.write(f"line {number + 1}: {_unterminated(rest)}\n")
             violations += 1
         for report in reassembler.reports(ended=True):
-            out.write(report.summary() + "\n")
             if report.unseen_bytes:
                 # The log has ended: bytes its last total counts never arrived.
+                call, subkind = report.key
+                out.write(
+                    f"end of log: lost [{call}/{subkind}]: its last total_bytes counts"
+                    f" {plural(report.unseen_bytes, 'byte', 'bytes')} that no frame delivered\n"
+                )
                 violations += 1
+            out.write(report.summary() + "\n")
         verdict = "ok" if not violations else plural(violations, "violation", "violations")
         out.write(
             f"checked {plural(reassembler.records, 'record', 'records')},"

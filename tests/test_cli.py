@@ -1346,3 +1346,26 @@ def test_follow_of_standard_input_marks_the_bytes_missing_at_its_end() -> None:
     )
     complete = _kigi("follow", "-", stdin=abc)
     assert complete.stdout.decode() == "abc"
+
+
+def test_check_names_the_bytes_missing_at_the_end_of_the_log(tmp_path: Path) -> None:
+    """A log whose last run lacks a line (no later total proves it mid-log):
+    `check` says on a line of its own what its violation is, the bytes the last
+    total counts that no frame delivered, then the summary, and exits 1."""
+    kind = "bash_output_chunk"
+    log = tmp_path / "short.jsonl"
+    log.write_bytes(
+        frame_line("c", kind, {"delta": "abc", "total_bytes": 3})
+        + b"\n"
+        + frame_line("c", kind, {"delta": "ghi", "total_bytes": 9})
+        + b"\n"
+    )
+    checked = _kigi("check", str(log))
+    assert checked.returncode == 1, checked.stderr
+    assert checked.stdout.decode().splitlines() == [
+        "end of log: lost [c/bash_output_chunk]: its last total_bytes counts 3 bytes"
+        " that no frame delivered",
+        "c/bash_output_chunk: 6 bytes in 2 frames (total 9), no gaps,"
+        " 3 bytes counted but not delivered",
+        "checked 2 records, 1 stream, 0 other messages: 1 violation",
+    ]
