@@ -329,9 +329,11 @@ class LossReport:
             inferred = sum(gap.inferred for gap in self.gaps)
             why = f", {inferred} inferred from total_bytes" if inferred else ""
             parts.append(f"{plural(len(self.gaps), 'gap', 'gaps')} ({lost} lost{why})")
-        else:
+        elif not self.unseen_bytes:
             parts.append("no gaps")
         if self.unseen_bytes:
+            # Bytes the last total counts and no frame delivered (in flight, or
+            # lost once the stream has ended): never "no gaps" beside them.
             parts.append(f"{plural(self.unseen_bytes, 'byte', 'bytes')} counted but not delivered")
         if self.truncated:
             parts.append("truncated at the output limit")

@@ -175,6 +175,7 @@ def test_a_lost_last_frame_leaves_bytes_unseen() -> None:
     assert report.unseen_bytes == 20 - 3 - 1 - 3
     assert not report.complete
     assert "13 bytes counted but not delivered" in report.summary()
+    assert "no gaps" not in report.summary()
 
 
 def test_a_paced_drain_is_no_loss() -> None:
