@@ -1075,6 +1075,15 @@ def _check(args: argparse.Namespace) -> int:
                     f" {plural(report.unseen_bytes, 'byte', 'bytes')} that no frame delivered\n"
                 )
                 violations += 1
+            if report.overrun_bytes:
+                # Its last frames delivered more than their total counts.
+                call, subkind = report.key
+                out.write(
+                    f"end of log: total_overrun [{call}/{subkind}]: its last frames delivered"
+                    f" {plural(report.overrun_bytes, 'byte', 'bytes')} more than their"
+                    " total_bytes counts\n"
+                )
+                violations += 1
             out.write(report.summary() + "\n")
         verdict = "ok" if not violations else plural(violations, "violation", "violations")
         out.write(

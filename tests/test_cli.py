@@ -1369,3 +1369,24 @@ def test_check_names_the_bytes_missing_at_the_end_of_the_log(tmp_path: Path) -> 
         " 3 bytes counted but not delivered",
         "checked 2 records, 1 stream, 0 other messages: 1 violation",
     ]
+
+
+def test_check_fails_on_a_repeated_frame_without_seq(tmp_path: Path) -> None:
+    """A frame repeated on a wire without seq delivers more than total_bytes
+    counts: `check` says so and exits 1, and follow's stream is not complete."""
+    frames = [("hello wo", 27), ("rld \u00e9", 27), ("rld \u00e9", 27), ("\u2713\U0001f600 ", 27)]
+    log = tmp_path / "repeated.jsonl"
+    log.write_bytes(
+        b"".join(
+            frame_line("run-1", "bash_output_chunk", {"delta": d, "total_bytes": t}) + b"\n"
+            for d, t in frames
+        )
+    )
+    checked = _cli("check", str(log))
+    report = checked.stdout.decode()
+    assert checked.returncode == 1, report
+    assert "1 byte delivered past total_bytes (total_overrun)" in report
+    assert (
+        "end of log: total_overrun [run-1/bash_output_chunk]: its last frames delivered" in report
+    )
+    assert report.endswith(": 1 violation\n")
