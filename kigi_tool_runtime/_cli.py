@@ -935,6 +935,9 @@ def _follow(args: argparse.Namespace) -> int:
     printer = _Printer(sys.stdout.buffer, sys.stderr)
     stops = (signal.SIGTERM, signal.SIGHUP)
     previous = {number: signal.signal(number, _raise_stopped) for number in stops}
+    # Ctrl-C stops it even when started with SIGINT ignored (a job a
+    # non-interactive shell put in the background), as it stops run and serve.
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if path is None:
             return _follow_stream(args, printer)

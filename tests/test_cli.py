@@ -1390,3 +1390,34 @@ def test_check_fails_on_a_repeated_frame_without_seq(tmp_path: Path) -> None:
         "end of log: total_overrun [run-1/bash_output_chunk]: its last frames delivered" in report
     )
     assert report.endswith(": 1 violation\n")
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_follow_stops_on_sigint_even_when_started_with_it_ignored(tmp_path: Path) -> None:
+    """A follow started as a background job of a non-interactive shell (SIGINT
+    ignored) still stops cleanly on SIGINT, as run and serve do."""
+    log = tmp_path / "live.jsonl"
+    log.write_bytes(b"")
+    proc = subprocess.Popen(
+        [*CLI, "follow", "--interval", "0.05", str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_ignore_sigint,  # the test sets a disposition only
+    )
+    try:
+        log.write_bytes(_cli("run", "--json", "--", "echo live").stdout)
+        assert proc.stdout is not None
+        assert proc.stdout.read(5) == b"live\n"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("follow ignored SIGINT")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0
+    assert "stopped at offset" in err.decode()
