@@ -143,6 +143,8 @@ EXIT_FAILED: Final = 1
 #: nothing (leave the option out for none), and its milliseconds stay far inside
 #: the u64 range a tool's deadline is carried in.
 MAX_RUN_TIMEOUT_S: Final = 100 * 365 * 24 * 3600
+#: The longest ``follow --interval`` (a longer sleep overflows the clock).
+MAX_POLL_INTERVAL_S: Final = 24 * 3600
 
 #: Seconds `run` still writes the command's output after a stop signal: a live
 #: reader gets the end of it; past that, a reader that stopped reading no longer
@@ -236,6 +238,15 @@ def _timeout_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"must be at most {MAX_RUN_TIMEOUT_S} seconds (100 years), got {text};"
             " leave --timeout out for no deadline"
+        )
+    return value
+
+
+def _interval_seconds(text: str) -> float:
+    value = _positive_float(text)
+    if value > MAX_POLL_INTERVAL_S:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_POLL_INTERVAL_S} seconds (a day), got {text}"
         )
     return value
 
@@ -358,10 +369,11 @@ def _parser() -> argparse.ArgumentParser:
     follow.add_argument("--once", action="store_true", help="read what is there and exit")
     follow.add_argument(
         "--interval",
-        type=_positive_float,
+        type=_interval_seconds,
         default=DEFAULT_POLL_INTERVAL,
         metavar="SECONDS",
-        help=f"seconds between polls of the file (default {DEFAULT_POLL_INTERVAL:g})",
+        help=f"seconds between polls of the file (default {DEFAULT_POLL_INTERVAL:g},"
+        " at most a day)",
     )
 
     add_serve_options(serve)

@@ -296,6 +296,7 @@ def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
         (["check", str(tmp_path / "absent.jsonl")], "no such file"),
         (["follow", "--once", str(tmp_path / "absent.jsonl")], "no such file"),
         (["follow", "--from-offset", "-1", "x"], "must not be negative, got -1"),
+        (["follow", "--interval", "1e10", "x"], "must be at most 86400 seconds (a day)"),
         (["follow", "--seq-scope", "hub", "x"], "invalid choice: 'hub'"),
         (["check", "--seq-scope", "stream", "x"], "invalid choice: 'stream'"),
         (["frobnicate"], "invalid choice"),
