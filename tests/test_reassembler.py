@@ -1057,3 +1057,13 @@ def test_frames_that_fill_their_total_exactly_are_no_overrun() -> None:
     ]
     (report,) = Reassembler.fold(records).reports(ended=True)
     assert report.complete, report.summary()
+
+
+@pytest.mark.parametrize("what", [{"jsonrpc": "2.0"}, None, 123, [b"{}"]])
+def test_absorb_line_refuses_what_is_no_line_before_counting_it(what: Any) -> None:
+    """absorb_line of something that is no line at all: TypeError, nothing counted."""
+    folded = Reassembler()
+    with pytest.raises(TypeError):
+        folded.absorb_line(what)
+    assert folded == Reassembler()
+    assert folded.records == 0
