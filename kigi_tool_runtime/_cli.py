@@ -64,6 +64,7 @@ import contextlib
 import itertools
 import math
 import os
+import shlex
 import signal
 import stat
 import sys
@@ -642,7 +643,17 @@ def _run(args: argparse.Namespace) -> int:
     if not cmd:
         raise _UsageError("no command given; usage: kigi-stream run [options] -- CMD ...")
     tool = _shell_tool(args)
-    shell_args = ShellArgs(command=cmd[0] if len(cmd) == 1 else cmd)
+    if not cmd[0]:
+        raise _UsageError("the command is empty; usage: kigi-stream run [options] -- CMD ...")
+    command: str | list[str] = cmd[0] if len(cmd) == 1 else cmd
+    if len(cmd) > 1 and not all(cmd):
+        # The tool's argv form refuses empty arguments; the shell passes them
+        # on when quoted (`printf '%s' ''`, `grep '' FILE`).
+        command = shlex.join(cmd)
+    try:
+        shell_args = ShellArgs(command=command)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
     try:
         return asyncio.run(_run_async(tool, shell_args, json_mode=args.json))
     except KeyboardInterrupt:

@@ -293,6 +293,8 @@ def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
         (["run", "--tail", "10", "--", "true"], "--tail 10 is below --cap (16384 bytes"),
         (["run", "--cap", "-1", "--", "true"], "must not be negative, got -1"),
         (["run", "--limit", "x", "--", "true"], "expected a whole number, got 'x'"),
+        (["run", "--", ""], "the command is empty"),
+        (["run", "--", "", "x"], "the command is empty"),
         (["check", str(tmp_path / "absent.jsonl")], "no such file"),
         (["follow", "--once", str(tmp_path / "absent.jsonl")], "no such file"),
         (["follow", "--from-offset", "-1", "x"], "must not be negative, got -1"),
@@ -1422,3 +1424,11 @@ def test_follow_stops_on_sigint_even_when_started_with_it_ignored(tmp_path: Path
             proc.communicate()
     assert proc.returncode == 0
     assert "stopped at offset" in err.decode()
+
+
+def test_run_passes_an_empty_argument_through() -> None:
+    """`run -- printf '[%s]' '' "a b"` runs the command with its empty argument
+    (and the others whole)."""
+    done = _cli("run", "--", "printf", "[%s]", "", "a b", "$HOME")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"[][a b][$HOME]"
