@@ -64,6 +64,7 @@ import contextlib
 import itertools
 import math
 import os
+import shlex
 import signal
 import stat
 import sys
@@ -143,6 +144,8 @@ EXIT_FAILED: Final = 1
 #: nothing (leave the option out for none), and its milliseconds stay far inside
 #: the u64 range a tool's deadline is carried in.
 MAX_RUN_TIMEOUT_S: Final = 100 * 365 * 24 * 3600
+#: The longest ``follow --interval`` (a longer sleep overflows the clock).
+MAX_POLL_INTERVAL_S: Final = 24 * 3600
 
 #: Seconds `run` still writes the command's output after a stop signal: a live
 #: reader gets the end of it; past that, a reader that stopped reading no longer
@@ -236,6 +239,15 @@ def _timeout_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"must be at most {MAX_RUN_TIMEOUT_S} seconds (100 years), got {text};"
             " leave --timeout out for no deadline"
+        )
+    return value
+
+
+def _interval_seconds(text: str) -> float:
+    value = _positive_float(text)
+    if value > MAX_POLL_INTERVAL_S:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_POLL_INTERVAL_S} seconds (a day), got {text}"
         )
     return value
 
@@ -358,10 +370,11 @@ def _parser() -> argparse.ArgumentParser:
     follow.add_argument("--once", action="store_true", help="read what is there and exit")
     follow.add_argument(
         "--interval",
-        type=_positive_float,
+        type=_interval_seconds,
         default=DEFAULT_POLL_INTERVAL,
         metavar="SECONDS",
-        help=f"seconds between polls of the file (default {DEFAULT_POLL_INTERVAL:g})",
+        help=f"seconds between polls of the file (default {DEFAULT_POLL_INTERVAL:g},"
+        " at most a day)",
     )
 
     add_serve_options(serve)
@@ -630,7 +643,17 @@ def _run(args: argparse.Namespace) -> int:
     if not cmd:
         raise _UsageError("no command given; usage: kigi-stream run [options] -- CMD ...")
     tool = _shell_tool(args)
-    shell_args = ShellArgs(command=cmd[0] if len(cmd) == 1 else cmd)
+    if not cmd[0]:
+        raise _UsageError("the command is empty; usage: kigi-stream run [options] -- CMD ...")
+    command: str | list[str] = cmd[0] if len(cmd) == 1 else cmd
+    if len(cmd) > 1 and not all(cmd):
+        # The tool's argv form refuses empty arguments; the shell passes them
+        # on when quoted (`printf '%s' ''`, `grep '' FILE`).
+        command = shlex.join(cmd)
+    try:
+        shell_args = ShellArgs(command=command)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
     try:
         return asyncio.run(_run_async(tool, shell_args, json_mode=args.json))
     except KeyboardInterrupt:
@@ -935,6 +958,9 @@ def _follow(args: argparse.Namespace) -> int:
     printer = _Printer(sys.stdout.buffer, sys.stderr)
     stops = (signal.SIGTERM, signal.SIGHUP)
     previous = {number: signal.signal(number, _raise_stopped) for number in stops}
+    # Ctrl-C stops it even when started with SIGINT ignored (a job a
+    # non-interactive shell put in the background), as it stops run and serve.
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if path is None:
             return _follow_stream(args, printer)
@@ -1073,6 +1099,15 @@ def _check(args: argparse.Namespace) -> int:
                 out.write(
                     f"end of log: lost [{call}/{subkind}]: its last total_bytes counts"
                     f" {plural(report.unseen_bytes, 'byte', 'bytes')} that no frame delivered\n"
+                )
+                violations += 1
+            if report.overrun_bytes:
+                # Its last frames delivered more than their total counts.
+                call, subkind = report.key
+                out.write(
+                    f"end of log: total_overrun [{call}/{subkind}]: its last frames delivered"
+                    f" {plural(report.overrun_bytes, 'byte', 'bytes')} more than their"
+                    " total_bytes counts\n"
                 )
                 violations += 1
             out.write(report.summary() + "\n")

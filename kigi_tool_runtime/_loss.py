@@ -276,6 +276,9 @@ class LossReport:
     totals bound that sum more tightly than its gaps do one by one (a gap can
     be a range because bytes held back at its end may belong to the next one;
     the sum does not depend on where they belong). ``None``: the gaps' sums.
+    ``overrun_bytes``: source bytes the frames at the last total delivered
+    beyond what it counts (a repeated frame, or a producer that miscounts);
+    earlier runs that did so are ``total_overrun`` anomalies.
     """
 
     key: StreamKey
@@ -288,6 +291,7 @@ class LossReport:
     unseen_bytes: int = 0
     anomalies_not_kept: int = 0
     lost_range: tuple[int, int] | None = None
+    overrun_bytes: int = 0
 
     @property
     def lost_bytes(self) -> int:
@@ -314,7 +318,13 @@ class LossReport:
     def complete(self) -> bool:
         """No gap, no truncation, no anomaly, nothing unseen: the text is all
         there was so far."""
-        return not self.gaps and not self.truncated and not self.anomalies and not self.unseen_bytes
+        return (
+            not self.gaps
+            and not self.truncated
+            and not self.anomalies
+            and not self.unseen_bytes
+            and not self.overrun_bytes
+        )
 
     def summary(self) -> str:
         """One line: bytes, frames, gaps, truncation, anomalies."""
@@ -335,6 +345,11 @@ class LossReport:
             # Bytes the last total counts and no frame delivered (in flight, or
             # lost once the stream has ended): never "no gaps" beside them.
             parts.append(f"{plural(self.unseen_bytes, 'byte', 'bytes')} counted but not delivered")
+        if self.overrun_bytes:
+            parts.append(
+                f"{plural(self.overrun_bytes, 'byte', 'bytes')} delivered past total_bytes"
+                " (total_overrun)"
+            )
         if self.truncated:
             parts.append("truncated at the output limit")
         if self.anomalies:

@@ -430,21 +430,23 @@ class Reassembler:
 
         A line that is not a valid ``tool_call_progress`` notification is
         reported ``undecodable``; other valid JSON-RPC messages are counted in
-        :attr:`ignored`. Never raises for bad input.
+        :attr:`ignored`. Never raises for bad input; what is not a line at all
+        (a dict, ``None``) is a ``TypeError``, raised before anything is counted.
         """
         index = self._records
-        self._records = index + 1
-        if len(self._anomalies) > MAX_ANOMALIES_KEPT:
-            self._anomalies_cut += keep_first(self._anomalies)
+        refused: Anomaly | None = None
         try:
             message = decode_progress_line(line, max_bytes=self._max_bytes)
         except FrameTooLargeError as error:
-            self._anomalies.append(Anomaly("undecodable", index, str(error)))
-            return
+            refused = Anomaly("undecodable", index, str(error))
         except DecodeError as error:
-            self._anomalies.append(
-                Anomaly("undecodable", index, f"not a JSON-RPC message: {error}")
-            )
+            refused = Anomaly("undecodable", index, f"not a JSON-RPC message: {error}")
+        # Counted only now: what is no line at all raised TypeError above.
+        self._records = index + 1
+        if len(self._anomalies) > MAX_ANOMALIES_KEPT:
+            self._anomalies_cut += keep_first(self._anomalies)
+        if refused is not None:
+            self._anomalies.append(refused)
             return
         if not isinstance(message, JsonRpcNotification) or not isinstance(
             message.params, ToolCallProgressFrame

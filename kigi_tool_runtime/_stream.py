@@ -297,6 +297,14 @@ class StreamState:
             )
             if low <= high:
                 lost_range = (low, high)
+        overrun = 0
+        if (
+            last is not None
+            and not self._run_open
+            and (self._from_start or self._anchored)
+            and self._cur_lo > last
+        ):
+            overrun = self._cur_lo - last
         return LossReport(
             key=self.key,
             frames=self.frames,
@@ -308,6 +316,7 @@ class StreamState:
             unseen_bytes=unseen,
             anomalies_not_kept=self._anomalies_cut,
             lost_range=lost_range,
+            overrun_bytes=overrun,
         )
 
     def render(self, marker: GapMarker = DEFAULT_GAP_MARKER) -> str:
@@ -441,6 +450,8 @@ class StreamState:
             if self._text_limit is not None and self._bytes > self._text_limit:
                 self._drop_text()
             if total != last:
+                if self._cur_lo > last:
+                    self._anomalies.append(_run_overrun(self.key, index, self._cur_lo, last))
                 if last - held - self._cur_hi > 0:
                     self._gaps.append(
                         Gap(
@@ -510,7 +521,13 @@ class StreamState:
                 self._cur_lo += low
                 self._cur_hi += size
             else:
-                self._end_run(_hold_bound(delta), index, total > last)
+                overrun = self._end_run(_hold_bound(delta), index, total > last)
+                if overrun is not None:
+                    self._anomalies.append(overrun)
+                if total < last:
+                    # After a regression (reported on its own) the producer's
+                    # cursor is known only to be at least 0.
+                    self._cur_lo = 0
                 self._run_start = chars
                 self._cur_lo += low
                 self._cur_hi += size
@@ -556,17 +573,22 @@ class StreamState:
             self._text_cut = True
             self._chunks = []
 
-    def _end_run(self, held: int, index: int, rising: bool) -> None:
+    def _end_run(self, held: int, index: int, rising: bool) -> Anomaly | None:
         """The current run (at :attr:`total_bytes`) ended at record ``index``,
         whose frame shows the producer held back at most ``held`` bytes;
         ``rising``: that frame's total is higher (a lower one is a regression,
-        reported on its own)."""
+        reported on its own). Returns the run's overrun, for the caller to
+        report where a whole fold would: its frames together delivered more
+        source bytes than its total counts."""
         last = self.total_bytes
         assert last is not None
         if self._run_open:
             self._run_open = False
             self._refine_hold(held)
-            return
+            return None
+        overrun = None
+        if (self._from_start or self._anchored) and self._cur_lo > last:
+            overrun = _run_overrun(self.key, index, self._cur_lo, last)
         if self._lead_end == "open":
             self._lead_end = "rise" if rising else "fall"
             self._lead_end_hold = held
@@ -586,6 +608,7 @@ class StreamState:
         self._cur_lo = last - held
         self._cur_hi = last
         self._anchored = True
+        return overrun
 
     def _refine_hold(self, held: int) -> None:
         # The frame after a gap's run shows how much the producer can have held
@@ -647,16 +670,22 @@ class StreamState:
             elif first == last:
                 base_lo, base_hi = self._cur_lo, self._cur_hi
             else:
-                self._end_run(later._first_hold, first_index, first > last)
+                overrun = self._end_run(later._first_hold, first_index, first > last)
+                if overrun is not None:
+                    insert_anomaly(anomalies, overrun)
+                if first < last:
+                    self._cur_lo = 0
                 self._run_start = chars
                 base_lo, base_hi = self._cur_lo, self._cur_hi
             if later._lead_end in ("rise", "fall"):
                 # The run holding the lead ends where the lead ended.
                 self.total_bytes = first
                 self._cur_lo, self._cur_hi = base_lo + lead_lo, base_hi + lead_hi
-                self._end_run(
+                overrun = self._end_run(
                     later._lead_end_hold, later._lead_end_index + records, later._lead_end == "rise"
                 )
+                if overrun is not None:
+                    insert_anomaly(anomalies, overrun)
             elif later._lead_end == "gap" and self._lead_end == "open":
                 self._lead_end = "gap"
         gaps = [gap._shifted(chars, records) for gap in later._gaps]
@@ -753,6 +782,16 @@ def _regressed(key: StreamKey, index: int, last: int, total: int) -> Anomaly:
         "total_regressed",
         index,
         f"total_bytes went back from {last} to {total}; it never decreases",
+        key,
+    )
+
+
+def _run_overrun(key: StreamKey, index: int, least: int, total: int) -> Anomaly:
+    return Anomaly(
+        "total_overrun",
+        index,
+        f"the frames up to total_bytes {total} delivered at least {least} source bytes;"
+        " a frame was repeated, or the producer miscounts",
         key,
     )
 

@@ -293,9 +293,12 @@ def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
         (["run", "--tail", "10", "--", "true"], "--tail 10 is below --cap (16384 bytes"),
         (["run", "--cap", "-1", "--", "true"], "must not be negative, got -1"),
         (["run", "--limit", "x", "--", "true"], "expected a whole number, got 'x'"),
+        (["run", "--", ""], "the command is empty"),
+        (["run", "--", "", "x"], "the command is empty"),
         (["check", str(tmp_path / "absent.jsonl")], "no such file"),
         (["follow", "--once", str(tmp_path / "absent.jsonl")], "no such file"),
         (["follow", "--from-offset", "-1", "x"], "must not be negative, got -1"),
+        (["follow", "--interval", "1e10", "x"], "must be at most 86400 seconds (a day)"),
         (["follow", "--seq-scope", "hub", "x"], "invalid choice: 'hub'"),
         (["check", "--seq-scope", "stream", "x"], "invalid choice: 'stream'"),
         (["frobnicate"], "invalid choice"),
@@ -1368,3 +1371,63 @@ def test_check_names_the_bytes_missing_at_the_end_of_the_log(tmp_path: Path) -> 
         "c/bash_output_chunk: 6 bytes in 2 frames (total 9), 3 bytes counted but not delivered",
         "checked 2 records, 1 stream, 0 other messages: 1 violation",
     ]
+
+
+def test_check_fails_on_a_repeated_frame_without_seq(tmp_path: Path) -> None:
+    """A frame repeated on a wire without seq delivers more than total_bytes
+    counts: `check` says so and exits 1, and follow's stream is not complete."""
+    frames = [("hello wo", 27), ("rld \u00e9", 27), ("rld \u00e9", 27), ("\u2713\U0001f600 ", 27)]
+    log = tmp_path / "repeated.jsonl"
+    log.write_bytes(
+        b"".join(
+            frame_line("run-1", "bash_output_chunk", {"delta": d, "total_bytes": t}) + b"\n"
+            for d, t in frames
+        )
+    )
+    checked = _cli("check", str(log))
+    report = checked.stdout.decode()
+    assert checked.returncode == 1, report
+    assert "1 byte delivered past total_bytes (total_overrun)" in report
+    assert (
+        "end of log: total_overrun [run-1/bash_output_chunk]: its last frames delivered" in report
+    )
+    assert report.endswith(": 1 violation\n")
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_follow_stops_on_sigint_even_when_started_with_it_ignored(tmp_path: Path) -> None:
+    """A follow started as a background job of a non-interactive shell (SIGINT
+    ignored) still stops cleanly on SIGINT, as run and serve do."""
+    log = tmp_path / "live.jsonl"
+    log.write_bytes(b"")
+    proc = subprocess.Popen(
+        [*CLI, "follow", "--interval", "0.05", str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_ignore_sigint,  # the test sets a disposition only
+    )
+    try:
+        log.write_bytes(_cli("run", "--json", "--", "echo live").stdout)
+        assert proc.stdout is not None
+        assert proc.stdout.read(5) == b"live\n"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("follow ignored SIGINT")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0
+    assert "stopped at offset" in err.decode()
+
+
+def test_run_passes_an_empty_argument_through() -> None:
+    """`run -- printf '[%s]' '' "a b"` runs the command with its empty argument
+    (and the others whole)."""
+    done = _cli("run", "--", "printf", "[%s]", "", "a b", "$HOME")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"[][a b][$HOME]"

@@ -1020,3 +1020,50 @@ def test_absorb_record_refuses_what_is_no_record_before_counting_it() -> None:
         folded.absorb_record({"jsonrpc": "2.0"})  # type: ignore[arg-type]
     assert folded == Reassembler()
     assert folded.records == 0
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        # A frame repeated in a run at one total (a wire without seq).
+        [("hello wo", 27), ("rld \u00e9", 27), ("rld \u00e9", 27), ("\u2713\U0001f600 ", 27)],
+        # The same, in a run that a later total then ends.
+        [("abcd", 6), ("ef", 6), ("ef", 6), ("gh", 8)],
+        # On the steady path: a run after the first one.
+        [("ab", 2), ("cd", 4), ("cd", 4), ("ef", 6)],
+    ],
+)
+def test_frames_delivering_more_than_their_total_are_an_overrun(
+    deltas: list[tuple[str, int]],
+) -> None:
+    """Frames at one total_bytes that together deliver more source bytes than
+    it counts (each under it alone) are a total_overrun, never a complete
+    stream: in whole and split folds alike."""
+    records = [line(body(delta, total)) for delta, total in deltas]
+    whole = Reassembler.fold(records)
+    (report,) = whole.reports(ended=True)
+    assert not report.complete
+    assert "total_overrun" in report.summary()
+    for cut in range(len(records) + 1):
+        split = Reassembler.fold(records[:cut]).absorb(Reassembler.fold(records[cut:]))
+        assert split == whole
+
+
+def test_frames_that_fill_their_total_exactly_are_no_overrun() -> None:
+    """Deltas summing to exactly each run's total, U+FFFD as one byte each."""
+    records = [
+        line(body(delta, total))
+        for delta, total in [("ab", 6), ("cd", 6), ("ef", 6), ("\ufffd\ufffd", 8), ("g", 9)]
+    ]
+    (report,) = Reassembler.fold(records).reports(ended=True)
+    assert report.complete, report.summary()
+
+
+@pytest.mark.parametrize("what", [{"jsonrpc": "2.0"}, None, 123, [b"{}"]])
+def test_absorb_line_refuses_what_is_no_line_before_counting_it(what: Any) -> None:
+    """absorb_line of something that is no line at all: TypeError, nothing counted."""
+    folded = Reassembler()
+    with pytest.raises(TypeError):
+        folded.absorb_line(what)
+    assert folded == Reassembler()
+    assert folded.records == 0
