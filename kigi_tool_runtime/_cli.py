@@ -99,6 +99,7 @@ from ._nats_cli import (
     follow_nats,
     serve_nats,
 )
+from ._process import signal_name
 from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
 from ._runner import run_tool
 from ._server import SERVED_METHODS, Server, open_stdio
@@ -464,13 +465,6 @@ def _needed_stdio(args: argparse.Namespace) -> set[str]:
     return {"output"}
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def _stdout_closed() -> int:
     """Point stdout at /dev/null, so the flush at exit cannot fail again (nor
     print a traceback), and return the closed-pipe exit status."""
@@ -811,7 +805,7 @@ def _finish(
         parts.append(f"{terminal.kind.value}: {terminal.message}")
     elif signalled is not None:  # a second signal: no waiting for the terminal
         code = 128 + signalled
-        parts.append(f"stopped by {_signal_name(signalled)} before the call ended")
+        parts.append(f"stopped by {signal_name(signalled)} before the call ended")
     else:  # pragma: no cover - run_tool always ends with a terminal
         code = EXIT_FAILED
         parts.append("no result")
