@@ -401,11 +401,47 @@ class StreamState:
             return self._gaps
         return [prefix, *self._gaps]
 
+    # -- package-internal: what the reassembler reads and adds -------------------
+
+    @property
+    def first_index(self) -> int:
+        """The record index of this stream's first delta (-1: none yet)."""
+        return self._first_index
+
+    def recorded_anomalies(self) -> list[Anomaly]:
+        """The anomalies recorded so far, as held (not yet cut to
+        :data:`MAX_ANOMALIES_KEPT`); the caller must not change the list."""
+        return self._anomalies
+
+    def add_anomaly(self, anomaly: Anomaly) -> None:
+        """Report ``anomaly`` against this stream."""
+        self._anomalies.append(anomaly)
+
+    def add_note(self, body: Any) -> None:
+        """Keep ``body``, a progress body that is not a delta, as a note."""
+        self._notes.append(body)
+
+    def added_at(self, index: int) -> tuple[list[Anomaly], Gap | None]:
+        """What record ``index``, the last absorbed, added to this stream: the
+        anomalies reported at it (in record order) and the gap it opened or
+        proved, if any."""
+        own = self._anomalies
+        first = len(own)
+        while first and own[first - 1].index == index:
+            first -= 1
+        gaps = self._gaps
+        gap = gaps[-1] if gaps and gaps[-1].index == index else None
+        if gap is None and self._lead_end_index == index:
+            gap = self._prefix_gap()
+        return own[first:], gap
+
     # -- absorbing ------------------------------------------------------------
 
-    def _absorb_payload(
+    def absorb_payload(
         self, payload: PartialResultPayload, index: int, dropped: int | None
     ) -> None:
+        """Absorb the delta of record ``index`` (``dropped``: its frame's
+        ``dropped_count``). Package-internal: the reassembler's step."""
         if len(self._anomalies) > MAX_ANOMALIES_KEPT:
             self._anomalies_cut += keep_first(self._anomalies)
         total = payload.total_bytes
@@ -595,8 +631,8 @@ class StreamState:
             self._cur_lo += gap.held - held
             self._gaps[-1] = gap._with_held(held)
 
-    def _absorb_state(self, later: StreamState, records: int) -> None:
-        """Absorb the fold of this stream's later records (``records`` = how many
+    def absorb_state(self, later: StreamState, records: int) -> None:
+        """Package-internal. Absorb the fold of this stream's later records (``records`` = how many
         records this fold's owner had absorbed before them)."""
         self._anomalies_cut += keep_first(self._anomalies)
         later._anomalies_cut += keep_first(later._anomalies)
@@ -722,14 +758,16 @@ class StreamState:
         self._notice_index = later._notice_index + records if later._notice_index >= 0 else -1
         self._notice_said = later._notice_said
 
-    def _copy(self, records: int, from_start: bool) -> StreamState:
+    def shifted_copy(self, records: int, from_start: bool) -> StreamState:
+        """Package-internal. A copy whose record indexes are ``records`` later, for
+        a fold that began at the start or not (``from_start``)."""
         fresh = StreamState(
             self.key,
             keep_text=self._keep_text or self._text_cut,
             from_start=from_start,
             max_text_bytes=self._text_limit,
         )
-        fresh._absorb_state(self, records)
+        fresh.absorb_state(self, records)
         # An unknown-call report belongs to whoever first saw the stream.
         fresh._anomalies[:0] = [
             shift_anomaly(anomaly, records)
