@@ -165,7 +165,7 @@ def stream_chunk(
         raise ValueError(f"last_total must be >= 0, got {last_total}")
     return _new_chunk(
         Chunk,
-        _advance(spec.subkind, cap_of(spec), bytes_tail(tail), total, last_total, truncated, final),
+        advance(spec.subkind, cap_of(spec), bytes_tail(tail), total, last_total, truncated, final),
     )
 
 
@@ -226,7 +226,7 @@ def bytes_tail(tail: Tail) -> memoryview:
     raise TypeError(f"tail must be bytes, bytearray or memoryview, not {type(tail).__name__}")
 
 
-def _advance(
+def advance(
     subkind: str,
     cap: int,
     tail: memoryview,
@@ -235,7 +235,7 @@ def _advance(
     truncated: bool,
     final: bool,
 ) -> tuple[CustomProgress | None, int]:
-    """The body of :func:`stream_chunk`, for arguments already checked:
+    """Package-internal. The body of :func:`stream_chunk`, for arguments already checked:
     ``0 <= last_total < total``, ``cap >= 0``, ``tail`` from :func:`bytes_tail`."""
     size = len(tail)
     new = total - last_total
