@@ -194,7 +194,9 @@ class Gap:
             return str(self.lost_bytes)
         return f"{self.lost_bytes_min}-{self.lost_bytes}"
 
-    def _shifted(self, chars: int, records: int) -> Gap:
+    def shifted(self, chars: int, records: int) -> Gap:
+        """Package-internal. This gap, ``chars`` text characters and ``records``
+        records later (for a fold absorbed after others)."""
         return Gap(
             self.offset + chars,
             self.index + records,
@@ -205,8 +207,9 @@ class Gap:
             self.inferred,
         )
 
-    def _narrowed(self, low: int, size: int) -> Gap:
-        # A paced frame delivered ``low``..``size`` more source bytes of the run.
+    def narrowed(self, low: int, size: int) -> Gap:
+        """Package-internal. This gap, once a paced frame delivered ``low`` to
+        ``size`` more source bytes of its run."""
         return Gap(
             self.offset,
             self.index,
@@ -217,8 +220,9 @@ class Gap:
             self.inferred,
         )
 
-    def _rebased(self, cursor_lo: int, cursor_hi: int) -> Gap:
-        # Figures counted from a fold's start, now that its cursor is known.
+    def rebased(self, cursor_lo: int, cursor_hi: int) -> Gap:
+        """Package-internal. This gap's figures, counted from a fold's start,
+        once that fold's cursor bounds are known."""
         return Gap(
             self.offset,
             self.index,
@@ -229,7 +233,8 @@ class Gap:
             self.inferred,
         )
 
-    def _with_held(self, held: int) -> Gap:
+    def with_held(self, held: int) -> Gap:
+        """Package-internal. This gap with ``held`` bytes held back at its edge."""
         return Gap(
             self.offset,
             self.index,

@@ -535,7 +535,7 @@ class StreamState:
                     self._lead_end = "gap"
             elif self._run_open and total == self._gaps[-1].total_bytes:
                 # The paced remainder of the last gap's surviving tail.
-                self._gaps[-1] = self._gaps[-1]._narrowed(low, size)
+                self._gaps[-1] = self._gaps[-1].narrowed(low, size)
             elif self._lead_end == "open" and total == self.first_total:
                 self._lead_lo += low
                 self._lead_hi += size
@@ -629,7 +629,7 @@ class StreamState:
         gap = self._gaps[-1]
         if held < gap.held:
             self._cur_lo += gap.held - held
-            self._gaps[-1] = gap._with_held(held)
+            self._gaps[-1] = gap.with_held(held)
 
     def absorb_state(self, later: StreamState, records: int) -> None:
         """Package-internal. Absorb the fold of this stream's later records (``records`` = how many
@@ -673,7 +673,7 @@ class StreamState:
             lead_lo, lead_hi = later._lead_lo, later._lead_hi
             if self._run_open and first == self._gaps[-1].total_bytes:
                 # The lead is the paced remainder of this fold's last gap.
-                self._gaps[-1] = self._gaps[-1]._narrowed(lead_lo, lead_hi)
+                self._gaps[-1] = self._gaps[-1].narrowed(lead_lo, lead_hi)
                 base_lo, base_hi = self._cur_lo - lead_lo, self._cur_hi - lead_hi
             elif self._lead_end == "open" and first == self.first_total:
                 self._lead_lo += lead_lo
@@ -695,9 +695,9 @@ class StreamState:
                 )
             elif later._lead_end == "gap" and self._lead_end == "open":
                 self._lead_end = "gap"
-        gaps = [gap._shifted(chars, records) for gap in later._gaps]
+        gaps = [gap.shifted(chars, records) for gap in later._gaps]
         if later._rel_gap:
-            gaps[0] = gaps[0]._rebased(base_lo, base_hi)
+            gaps[0] = gaps[0].rebased(base_lo, base_hi)
             # Still relative when this fold had no anchor either.
             self._rel_gap = self._rel_gap or not self._anchored
         if later._anchored:
@@ -742,7 +742,7 @@ class StreamState:
         self._chars = chars + later._chars
         self._bytes += later._bytes
         self._replacements += later._replacements
-        self._gaps.extend(gap._shifted(chars, records) for gap in later._gaps)
+        self._gaps.extend(gap.shifted(chars, records) for gap in later._gaps)
         self._cur_lo, self._cur_hi = later._cur_lo, later._cur_hi
         self._anchored = later._anchored
         self._first_gap = later._first_gap
