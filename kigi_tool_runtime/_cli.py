@@ -81,6 +81,7 @@ from kigi_tool_protocol import (
     progress_to_frame,
 )
 
+from ._chunk import cap_of
 from ._fdwriter import FdWriter, OutputStalled
 from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower
 from ._lines import LineSplitter, OversizedLine
@@ -597,7 +598,7 @@ def _size(count: float) -> str:
 
 
 def _shell_tool(args: argparse.Namespace) -> ShellTool:
-    cap = DEFAULT_MAX_DELTA_BYTES if args.cap is None else args.cap
+    cap = cap_of(args.cap, "--cap")
     if args.tail < max(cap, MIN_TAIL_CAPACITY):
         default = " by default" if args.cap is None else ""
         raise _UsageError(

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
+from ._chunk import MAX_CONTINUATION_BYTES
+
 __all__ = (
     "DEFAULT_GAP_MARKER",
     "MAX_ANOMALIES_KEPT",
@@ -36,7 +38,7 @@ __all__ = (
 #: UTF-8 character whose last byte has not arrived (a 4-byte character missing
 #: its last byte). A consumer cannot see them, so a gap's figures are bounds
 #: that are this much apart until a later frame shows nothing was held.
-MAX_HELD_BYTES: Final = 3
+MAX_HELD_BYTES: Final = MAX_CONTINUATION_BYTES
 
 #: The text inserted where bytes were lost. ``{lost}`` becomes the lost byte
 #: count (``"12"`` when exact, ``"9-12"`` when the wire only bounds it).

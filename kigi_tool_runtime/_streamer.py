@@ -32,7 +32,7 @@ from codecs import utf_8_decode
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
 
-from ._chunk import Tail, advance, bytes_tail, cap_of, check_count, truncated_type_error
+from ._chunk import Tail, advance, bytes_tail, cap_of, check_step
 from ._tail import TailBuffer
 
 __all__ = ("DeltaStreamer",)
@@ -51,7 +51,7 @@ class DeltaStreamer:
     __slots__ = ("_cap", "_last_total", "_said_truncated", "_spec", "_subkind")
 
     def __init__(self, spec: StreamingSpec) -> None:
-        self._cap = cap_of(spec)
+        self._cap = cap_of(spec.max_delta_bytes)
         self._subkind = spec.subkind
         self._spec = spec
         self._last_total = 0
@@ -81,14 +81,8 @@ class DeltaStreamer:
             TypeError: ``tail`` is not a bytes-like object, ``total`` is not an
                 ``int``, or ``truncated`` is not a ``bool``.
         """
-        if truncated is not False and truncated is not True:
-            raise truncated_type_error(truncated)
-        if type(total) is not int:
-            check_count("total", total)
         last_total = self._last_total
-        if total <= last_total:
-            if total < 0:
-                raise ValueError(f"total must be >= 0, got {total}")
+        if not check_step(total, last_total, truncated):
             return None
         progress, self._last_total = advance(
             self._subkind, self._cap, bytes_tail(tail), total, last_total, truncated, final
@@ -152,13 +146,7 @@ class DeltaStreamer:
         return frames
 
     def _run(self, tail: Tail, total: int, truncated: bool, final: bool) -> list[CustomProgress]:
-        if truncated is not False and truncated is not True:
-            raise truncated_type_error(truncated)
-        if type(total) is not int:
-            check_count("total", total)
-        if total <= self._last_total:
-            if total < 0:
-                raise ValueError(f"total must be >= 0, got {total}")
+        if not check_step(total, self._last_total, truncated):
             frames: list[CustomProgress] = []
         else:
             frames = self._loop(bytes_tail(tail), total, truncated, final)
