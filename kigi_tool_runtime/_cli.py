@@ -107,6 +107,7 @@ from ._server import SERVED_METHODS, Server, open_stdio
 from ._shell import (
     DEFAULT_TAIL_CAPACITY,
     DEFAULT_TICK_S,
+    CommandNotStarted,
     ShellArgs,
     ShellOutcome,
     ShellTool,
@@ -797,7 +798,7 @@ def _finish(
     elif isinstance(terminal, ToolError):
         if signalled is not None:
             code = 128 + signalled
-        elif terminal.kind == "execution" and "cannot start" in terminal.message:
+        elif isinstance(terminal, CommandNotStarted):
             code = EXIT_CANNOT_START
         elif terminal.kind == "timeout":
             code = EXIT_TIMEOUT

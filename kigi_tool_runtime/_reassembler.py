@@ -337,11 +337,9 @@ class Reassembler:
         merged.sort(key=anomaly_rank)
         return tuple(merged)
 
-    @property
-    def connection_anomalies(self) -> tuple[Anomaly, ...]:
+    def _own_anomalies(self) -> tuple[Anomaly, ...]:
         """Anomalies no stream can own: undecodable records, ``seq`` faults,
-        evicted streams (the first :data:`MAX_ANOMALIES_KEPT`; see
-        :attr:`anomalies_not_kept`)."""
+        evicted streams (the first :data:`MAX_ANOMALIES_KEPT`)."""
         self._anomalies_cut += keep_first(self._anomalies)
         prefixes = self._seq_prefixes()
         if not prefixes:
@@ -363,7 +361,7 @@ class Reassembler:
     def summary(self, *, ended: bool = False) -> str:
         """One line per stream, then one for the connection's own anomalies."""
         lines = [state.report(ended=ended).summary() for state in self._streams.values()]
-        own = self.connection_anomalies
+        own = self._own_anomalies()
         if own or self.ignored:
             kinds = sorted({anomaly.kind for anomaly in own})
             listed = f" ({', '.join(kinds)})" if kinds else ""

@@ -40,7 +40,7 @@ from kigi_tool_protocol import StreamingSpec, ToolCapabilities
 
 from ._emit import OutputStream
 from ._process import group_alive, signal_name, spawn_in_group, stop_group
-from ._tool import Tool, ToolContext, ToolError, ToolEvent, ToolResult
+from ._tool import Tool, ToolContext, ToolError, ToolErrorKind, ToolEvent, ToolResult
 
 __all__ = (
     "DEFAULT_COMMAND_TIMEOUT_MS",
@@ -262,6 +262,16 @@ class ShellOutcome(msgspec.Struct, frozen=True, kw_only=True):
     truncated: bool
     omitted_bytes: int
     output: str
+
+
+class CommandNotStarted(ToolError):
+    """Raised by :class:`ShellTool` when the system refused to start the command
+    (no such program, not executable, no such working directory): an
+    ``execution`` error that a caller can tell apart by type, e.g. for the
+    shell's exit code 127."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ToolErrorKind.EXECUTION, message)
 
 
 class _PipeReader:
@@ -560,7 +570,7 @@ class ShellTool(Tool[ShellArgs]):
                 os.close(write_fd)  # the child holds the only write end now
         except OSError as exc:
             os.close(read_fd)
-            raise ToolError.execution(f"cannot start {argv[0]!r}: {exc}") from exc
+            raise CommandNotStarted(f"cannot start {argv[0]!r}: {exc}") from exc
         except ValueError as exc:  # a NUL byte, a '=' in a variable name
             os.close(read_fd)
             raise ToolError.invalid_params(
