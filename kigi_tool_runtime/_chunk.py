@@ -46,13 +46,14 @@ from kigi_tool_protocol import (
     StreamingSpec,
 )
 
-__all__ = ("MAX_ORPHAN_BYTES", "Chunk", "stream_chunk")
+__all__ = ("Chunk", "stream_chunk")
 
-#: The most leading continuation bytes a gap tail can start with that belong to
-#: a character whose lead byte was lost: a UTF-8 character is at most 4 bytes, so
-#: at most 3 of its continuation bytes can survive without their lead. A fourth
-#: continuation byte was invalid in the source itself and decodes to U+FFFD.
-MAX_ORPHAN_BYTES: Final = 3
+#: A UTF-8 character is at most 4 bytes, so at most 3 bytes follow its lead or
+#: precede its end. Hence: a gap tail starts with at most 3 continuation bytes
+#: whose lead byte was lost (a fourth was invalid in the source itself and
+#: decodes to U+FFFD); a cut splits at most 3 bytes off a character; a producer
+#: holds back at most 3 bytes of an incomplete one (``MAX_HELD_BYTES``).
+MAX_CONTINUATION_BYTES: Final = 3
 
 Tail = bytes | bytearray | memoryview
 
@@ -152,20 +153,19 @@ def stream_chunk(
             ``total`` or ``last_total`` is not an ``int``, or ``truncated`` is
             not a ``bool``.
     """
-    if truncated is not False and truncated is not True:
-        raise truncated_type_error(truncated)
-    if type(total) is not int or type(last_total) is not int:
-        check_count("total", total)
-        check_count("last_total", last_total)
-    if total <= last_total:
-        if total < 0:
-            raise ValueError(f"total must be >= 0, got {total}")
+    if not check_step(total, last_total, truncated):
         return _new_chunk(Chunk, (None, last_total))
-    if last_total < 0:
-        raise ValueError(f"last_total must be >= 0, got {last_total}")
     return _new_chunk(
         Chunk,
-        _advance(spec.subkind, cap_of(spec), bytes_tail(tail), total, last_total, truncated, final),
+        advance(
+            spec.subkind,
+            cap_of(spec.max_delta_bytes),
+            bytes_tail(tail),
+            total,
+            last_total,
+            truncated,
+            final,
+        ),
     )
 
 
@@ -173,11 +173,32 @@ def stream_chunk(
 _new_chunk = tuple.__new__
 
 
-def truncated_type_error(truncated: object) -> TypeError:
-    """The error for a ``truncated`` flag that is not a ``bool``: the wire field
-    is a JSON boolean, and a ``1`` or ``None`` copied verbatim into a frame
-    would make every strict decoder reject it."""
-    return TypeError(f"truncated must be a bool, not {type(truncated).__name__}")
+def check_step(total: int, last_total: int, truncated: bool) -> bool:
+    """Check the arguments of one step of a source and say whether it has
+    anything new (``total > last_total``); the one check of :func:`stream_chunk`
+    and :class:`DeltaStreamer`.
+
+    ``truncated`` must be a ``bool``: the wire field is a JSON boolean, and a
+    ``1`` or ``None`` copied verbatim into a frame would make every strict
+    decoder reject it. ``last_total > total`` is not an error (nothing new).
+
+    Raises:
+        TypeError: ``truncated`` is not a ``bool``, or a count is not an ``int``.
+        ValueError: ``total`` is negative, or ``last_total`` is negative while
+            below ``total``.
+    """
+    if truncated is not False and truncated is not True:
+        raise TypeError(f"truncated must be a bool, not {type(truncated).__name__}")
+    if type(total) is not int or type(last_total) is not int:
+        check_count("total", total)
+        check_count("last_total", last_total)
+    if total <= last_total:
+        if total < 0:
+            raise ValueError(f"total must be >= 0, got {total}")
+        return False
+    if last_total < 0:
+        raise ValueError(f"last_total must be >= 0, got {last_total}")
+    return True
 
 
 def check_count(name: str, value: object) -> None:
@@ -191,18 +212,18 @@ def check_count(name: str, value: object) -> None:
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
 
 
-def cap_of(spec: StreamingSpec) -> int:
-    """The source bytes one frame of ``spec`` may consume.
+def cap_of(max_delta_bytes: int | None, name: str = "spec.max_delta_bytes") -> int:
+    """The source bytes one frame may consume under a spec's ``max_delta_bytes``
+    (``None``: :data:`DEFAULT_MAX_DELTA_BYTES`; 0: one character a frame).
 
     Raises:
-        ValueError: ``spec.max_delta_bytes`` is negative.
+        ValueError: ``max_delta_bytes`` is negative (the message calls it ``name``).
     """
-    cap = spec.max_delta_bytes
-    if cap is None:
+    if max_delta_bytes is None:
         return DEFAULT_MAX_DELTA_BYTES
-    if cap < 0:
-        raise ValueError(f"spec.max_delta_bytes must be >= 0 or None, got {cap}")
-    return cap
+    if max_delta_bytes < 0:
+        raise ValueError(f"{name} must be >= 0 or None, got {max_delta_bytes}")
+    return max_delta_bytes
 
 
 def bytes_tail(tail: Tail) -> memoryview:
@@ -226,7 +247,7 @@ def bytes_tail(tail: Tail) -> memoryview:
     raise TypeError(f"tail must be bytes, bytearray or memoryview, not {type(tail).__name__}")
 
 
-def _advance(
+def advance(
     subkind: str,
     cap: int,
     tail: memoryview,
@@ -235,7 +256,7 @@ def _advance(
     truncated: bool,
     final: bool,
 ) -> tuple[CustomProgress | None, int]:
-    """The body of :func:`stream_chunk`, for arguments already checked:
+    """Package-internal. The body of :func:`stream_chunk`, for arguments already checked:
     ``0 <= last_total < total``, ``cap >= 0``, ``tail`` from :func:`bytes_tail`."""
     size = len(tail)
     new = total - last_total
@@ -247,7 +268,7 @@ def _advance(
         # whose lead byte is gone: skip them (they are consumed, never decoded).
         gap = True
         start = 0
-        limit = min(size, MAX_ORPHAN_BYTES)
+        limit = min(size, MAX_CONTINUATION_BYTES)
         while start < limit and 0x80 <= tail[start] <= 0xBF:
             start += 1
 

@@ -82,6 +82,7 @@ from kigi_tool_protocol import (
     progress_to_frame,
 )
 
+from ._chunk import cap_of
 from ._fdwriter import FdWriter, OutputStalled
 from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower
 from ._lines import LineSplitter, OversizedLine
@@ -100,12 +101,14 @@ from ._nats_cli import (
     follow_nats,
     serve_nats,
 )
+from ._process import signal_name
 from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
 from ._runner import run_tool
 from ._server import SERVED_METHODS, Server, open_stdio
 from ._shell import (
     DEFAULT_TAIL_CAPACITY,
     DEFAULT_TICK_S,
+    CommandNotStarted,
     ShellArgs,
     ShellOutcome,
     ShellTool,
@@ -477,13 +480,6 @@ def _needed_stdio(args: argparse.Namespace) -> set[str]:
     return {"output"}
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def _stdout_closed() -> int:
     """Point stdout at /dev/null, so the flush at exit cannot fail again (nor
     print a traceback), and return the closed-pipe exit status."""
@@ -616,7 +612,7 @@ def _size(count: float) -> str:
 
 
 def _shell_tool(args: argparse.Namespace) -> ShellTool:
-    cap = DEFAULT_MAX_DELTA_BYTES if args.cap is None else args.cap
+    cap = cap_of(args.cap, "--cap")
     if args.tail < max(cap, MIN_TAIL_CAPACITY):
         default = " by default" if args.cap is None else ""
         raise _UsageError(
@@ -825,7 +821,7 @@ def _finish(
     elif isinstance(terminal, ToolError):
         if signalled is not None:
             code = 128 + signalled
-        elif terminal.kind == "execution" and "cannot start" in terminal.message:
+        elif isinstance(terminal, CommandNotStarted):
             code = EXIT_CANNOT_START
         elif terminal.kind == "timeout":
             code = EXIT_TIMEOUT
@@ -834,7 +830,7 @@ def _finish(
         parts.append(f"{terminal.kind.value}: {terminal.message}")
     elif signalled is not None:  # a second signal: no waiting for the terminal
         code = 128 + signalled
-        parts.append(f"stopped by {_signal_name(signalled)} before the call ended")
+        parts.append(f"stopped by {signal_name(signalled)} before the call ended")
     else:  # pragma: no cover - run_tool always ends with a terminal
         code = EXIT_FAILED
         parts.append("no result")

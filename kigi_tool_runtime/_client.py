@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import uuid
 from collections import deque
@@ -61,6 +60,7 @@ from kigi_tool_protocol import (
 )
 
 from ._lines import LineReader, OversizedLine, read_lines
+from ._process import PIPE_BYTES, widen_pipe
 from ._reassembler import Appended, Reassembler
 from ._rpc_client import (
     CallEnded,
@@ -98,11 +98,6 @@ CALL_BUFFER_FRAMES: Final = 1024
 #: (reading it says so); its figures and the items' deltas go on.
 MAX_CALL_TEXT_BYTES: Final = 64 * 1024 * 1024
 
-
-#: The pipe size asked for on Linux (``F_SETPIPE_SZ``; the default is 64 KiB): a
-#: wider pipe moves a flood in fewer wake-ups of either process. Best effort: the
-#: system limit (``/proc/sys/fs/pipe-max-size``, 1 MiB by default) may refuse it.
-PIPE_BYTES: Final = 1024 * 1024
 
 #: Seconds after a call's ``timeout`` that the client waits for the server's own
 #: ``timeout`` reply (the server enforces ``deadline_ms`` and kills the tool)
@@ -360,13 +355,6 @@ class Call:
         self._finished = True
 
 
-def _widen_pipe(fd: int) -> None:
-    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
-    if set_size is not None:
-        with contextlib.suppress(OSError):  # past the system's pipe-max-size
-            fcntl.fcntl(fd, set_size, PIPE_BYTES)
-
-
 def _check_bounds(max_frame_bytes: int, call_buffer_frames: int) -> None:
     if max_frame_bytes < 1 or call_buffer_frames < 1:
         raise ValueError(
@@ -441,7 +429,7 @@ class Client:
         _check_bounds(max_frame_bytes, call_buffer_frames)
         # The server's stdout is a pipe made here, so it can be widened first.
         read_fd, write_fd = os.pipe()
-        _widen_pipe(read_fd)
+        widen_pipe(read_fd)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,

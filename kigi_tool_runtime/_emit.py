@@ -34,8 +34,9 @@ from __future__ import annotations
 from codecs import utf_8_decode
 from typing import Final, NamedTuple
 
-from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, CustomProgress, StreamingSpec
+from kigi_tool_protocol import CustomProgress, StreamingSpec
 
+from ._chunk import MAX_CONTINUATION_BYTES, cap_of
 from ._streamer import DeltaStreamer
 from ._tail import TailBuffer
 
@@ -49,9 +50,6 @@ OMISSION_MARKER: Final = "\n\n[... {omitted} bytes of output omitted ...]\n\n"
 #: Appended to an excerpt when bytes were refused at the stream's hard limit:
 #: they are gone for good, and the reader is told how many.
 LIMIT_MARKER: Final = "\n\n[... {dropped} more bytes of output dropped at the output limit ...]\n"
-
-# A UTF-8 character is at most 4 bytes: a cut can split at most 3 of them off.
-_MAX_SPLIT_BYTES: Final = 3
 
 Data = bytes | bytearray | memoryview
 
@@ -72,7 +70,7 @@ class Excerpt(NamedTuple):
 
 def _complete_prefix(data: bytes) -> bytes:
     """``data`` without a trailing incomplete UTF-8 sequence (at most 3 bytes)."""
-    for back in range(1, min(_MAX_SPLIT_BYTES, len(data)) + 1):
+    for back in range(1, min(MAX_CONTINUATION_BYTES, len(data)) + 1):
         byte = data[-back]
         if byte < 0x80:
             return data
@@ -86,7 +84,7 @@ def _complete_prefix(data: bytes) -> bytes:
 def _complete_suffix(data: bytes) -> bytes:
     """``data`` without leading continuation bytes whose lead byte was cut off."""
     skip = 0
-    while skip < min(_MAX_SPLIT_BYTES, len(data)) and 0x80 <= data[skip] < 0xC0:
+    while skip < min(MAX_CONTINUATION_BYTES, len(data)) and 0x80 <= data[skip] < 0xC0:
         skip += 1
     return data[skip:]
 
@@ -147,7 +145,7 @@ class OutputStream:
                 raise TypeError(f"{name} must be an int, not {type(value).__name__}")
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
             raise TypeError(f"limit must be an int or None, not {type(limit).__name__}")
-        cap = DEFAULT_MAX_DELTA_BYTES if spec.max_delta_bytes is None else spec.max_delta_bytes
+        cap = cap_of(spec.max_delta_bytes)
         if capacity < cap:
             raise ValueError(
                 f"capacity {capacity} is below the spec's max_delta_bytes {cap}:"
@@ -205,7 +203,7 @@ class OutputStream:
         if not self._progress or self._tail.total - self._drained_total < self._cap:
             return False
         pending = self._tail.total - self._streamer.last_total
-        if pending > _MAX_SPLIT_BYTES:
+        if pending > MAX_CONTINUATION_BYTES:
             # Some byte lies before the longest sequence that could be held:
             # it is emitted whole or as U+FFFD.
             return True

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
+from ._chunk import MAX_CONTINUATION_BYTES
+
 __all__ = (
     "DEFAULT_GAP_MARKER",
     "MAX_ANOMALIES_KEPT",
@@ -36,7 +38,7 @@ __all__ = (
 #: UTF-8 character whose last byte has not arrived (a 4-byte character missing
 #: its last byte). A consumer cannot see them, so a gap's figures are bounds
 #: that are this much apart until a later frame shows nothing was held.
-MAX_HELD_BYTES: Final = 3
+MAX_HELD_BYTES: Final = MAX_CONTINUATION_BYTES
 
 #: The text inserted where bytes were lost. ``{lost}`` becomes the lost byte
 #: count (``"12"`` when exact, ``"9-12"`` when the wire only bounds it).
@@ -194,7 +196,9 @@ class Gap:
             return str(self.lost_bytes)
         return f"{self.lost_bytes_min}-{self.lost_bytes}"
 
-    def _shifted(self, chars: int, records: int) -> Gap:
+    def shifted(self, chars: int, records: int) -> Gap:
+        """Package-internal. This gap, ``chars`` text characters and ``records``
+        records later (for a fold absorbed after others)."""
         return Gap(
             self.offset + chars,
             self.index + records,
@@ -205,8 +209,9 @@ class Gap:
             self.inferred,
         )
 
-    def _narrowed(self, low: int, size: int) -> Gap:
-        # A paced frame delivered ``low``..``size`` more source bytes of the run.
+    def narrowed(self, low: int, size: int) -> Gap:
+        """Package-internal. This gap, once a paced frame delivered ``low`` to
+        ``size`` more source bytes of its run."""
         return Gap(
             self.offset,
             self.index,
@@ -217,8 +222,9 @@ class Gap:
             self.inferred,
         )
 
-    def _rebased(self, cursor_lo: int, cursor_hi: int) -> Gap:
-        # Figures counted from a fold's start, now that its cursor is known.
+    def rebased(self, cursor_lo: int, cursor_hi: int) -> Gap:
+        """Package-internal. This gap's figures, counted from a fold's start,
+        once that fold's cursor bounds are known."""
         return Gap(
             self.offset,
             self.index,
@@ -229,7 +235,8 @@ class Gap:
             self.inferred,
         )
 
-    def _with_held(self, held: int) -> Gap:
+    def with_held(self, held: int) -> Gap:
+        """Package-internal. This gap with ``held`` bytes held back at its edge."""
         return Gap(
             self.offset,
             self.index,

@@ -175,6 +175,13 @@ class Appended:
         return head + (self.text or "")
 
 
+#: What one absorbed record added to the stream it landed in: the stream's key,
+#: the delta text it appended (``None`` if it carried none) and the non-delta
+#: progress body it kept as a note (``None`` if none). A plain tuple: the
+#: absorbing hot path builds one per record.
+Added = tuple[StreamKey, str | None, Any]
+
+
 # -- the connection ------------------------------------------------------------
 
 
@@ -210,9 +217,6 @@ class Reassembler:
         "_from_start",
         "_keep_text",
         "_known",
-        "_last_delta",
-        "_last_key",
-        "_last_note",
         "_max_bytes",
         "_max_streams",
         "_max_text",
@@ -256,9 +260,6 @@ class Reassembler:
         # [first seq, the record index it came at, last seq]. The first seq is
         # what a fold absorbed before this one checks its own last seq against.
         self._seqs: dict[str | None, list[int]] = {}
-        self._last_key: StreamKey | None = None
-        self._last_delta: str | None = None
-        self._last_note: Any = None
 
     @classmethod
     def fold(
@@ -332,15 +333,13 @@ class Reassembler:
         self._anomalies_cut += keep_first(self._anomalies)
         merged = [*self._anomalies, *self._seq_prefixes()]
         for state in self._streams.values():
-            merged.extend(state._anomalies)
+            merged.extend(state.recorded_anomalies())
         merged.sort(key=anomaly_rank)
         return tuple(merged)
 
-    @property
-    def connection_anomalies(self) -> tuple[Anomaly, ...]:
+    def _own_anomalies(self) -> tuple[Anomaly, ...]:
         """Anomalies no stream can own: undecodable records, ``seq`` faults,
-        evicted streams (the first :data:`MAX_ANOMALIES_KEPT`; see
-        :attr:`anomalies_not_kept`)."""
+        evicted streams (the first :data:`MAX_ANOMALIES_KEPT`)."""
         self._anomalies_cut += keep_first(self._anomalies)
         prefixes = self._seq_prefixes()
         if not prefixes:
@@ -362,7 +361,7 @@ class Reassembler:
     def summary(self, *, ended: bool = False) -> str:
         """One line per stream, then one for the connection's own anomalies."""
         lines = [state.report(ended=ended).summary() for state in self._streams.values()]
-        own = self.connection_anomalies
+        own = self._own_anomalies()
         if own or self.ignored:
             kinds = sorted({anomaly.kind for anomaly in own})
             listed = f" ({', '.join(kinds)})" if kinds else ""
@@ -403,35 +402,37 @@ class Reassembler:
 
     def absorb_record(
         self, record: Record | ToolCallProgressFrame[Any] | JsonRpcNotification[Any]
-    ) -> None:
+    ) -> Added | None:
         """Absorb one record of any kind: a JSON line (bytes or str), an
         ``OversizedLine`` (a line the reader skipped), a decoded notification or a
-        decoded frame.
+        decoded frame. Returns what it added to a stream (see :data:`Added`),
+        ``None`` when it landed in none.
 
         Raises:
             TypeError: ``record`` is none of these (nothing is counted).
         """
         if isinstance(record, bytes | bytearray | memoryview | str):
-            self.absorb_line(record)
-        elif isinstance(record, OversizedLine):
+            return self.absorb_line(record)
+        if isinstance(record, OversizedLine):
             self.absorb_oversized(record)
-        elif isinstance(record, JsonRpcNotification):
-            self.absorb_notification(record)
-        elif isinstance(record, ToolCallProgressFrame):
-            self.absorb_frame(record)
-        else:
-            raise TypeError(
-                "a record is a JSON line (bytes or str), an OversizedLine, a"
-                f" JsonRpcNotification or a ToolCallProgressFrame, not {type(record).__name__}"
-            )
+            return None
+        if isinstance(record, JsonRpcNotification):
+            return self.absorb_notification(record)
+        if isinstance(record, ToolCallProgressFrame):
+            return self.absorb_frame(record)
+        raise TypeError(
+            "a record is a JSON line (bytes or str), an OversizedLine, a"
+            f" JsonRpcNotification or a ToolCallProgressFrame, not {type(record).__name__}"
+        )
 
-    def absorb_line(self, line: bytes | bytearray | memoryview | str) -> None:
+    def absorb_line(self, line: bytes | bytearray | memoryview | str) -> Added | None:
         """Absorb one JSON-RPC line (without its newline), decoded strictly.
 
         A line that is not a valid ``tool_call_progress`` notification is
         reported ``undecodable``; other valid JSON-RPC messages are counted in
         :attr:`ignored`. Never raises for bad input; what is not a line at all
         (a dict, ``None``) is a ``TypeError``, raised before anything is counted.
+        Returns what the line added to a stream, ``None`` when it landed in none.
         """
         index = self._records
         refused: Anomaly | None = None
@@ -447,12 +448,11 @@ class Reassembler:
             self._anomalies_cut += keep_first(self._anomalies)
         if refused is not None:
             self._anomalies.append(refused)
-            return
+            return None
         if not isinstance(message, JsonRpcNotification) or not isinstance(
             message.params, ToolCallProgressFrame
         ):
-            self._careful_message(message, index)
-            return
+            return self._careful_message(message, index)
         # The hot path, inlined: the next seq in order, a stream already seen.
         seq = message.seq
         frame = message.params
@@ -466,9 +466,8 @@ class Reassembler:
         state: StreamState | None = self._streams.get((frame.tool_call_id, frame.kind))  # type: ignore[call-overload]
         if state is None:
             state = self._state(frame.tool_call_id, frame.kind, index)
-        self._last_key = state.key
-        self._last_delta = payload.delta
-        state._absorb_payload(payload, index, frame.dropped_count)
+        state.absorb_payload(payload, index, frame.dropped_count)
+        return (state.key, payload.delta, None)
 
     def absorb_oversized(self, line: OversizedLine) -> None:
         """Report a line that was too long to read (it was skipped unparsed)."""
@@ -485,9 +484,10 @@ class Reassembler:
             )
         )
 
-    def absorb_notification(self, notification: JsonRpcNotification[Any]) -> None:
+    def absorb_notification(self, notification: JsonRpcNotification[Any]) -> Added | None:
         """Absorb a decoded ``JsonRpcNotification``; one whose method is not
-        ``tool_call_progress`` is counted in :attr:`ignored`."""
+        ``tool_call_progress`` is counted in :attr:`ignored`. Returns what it
+        added to a stream, ``None`` when it landed in none."""
         if len(self._anomalies) > MAX_ANOMALIES_KEPT:
             self._anomalies_cut += keep_first(self._anomalies)
         if notification.method != METHOD_TOOL_CALL_PROGRESS:
@@ -496,7 +496,7 @@ class Reassembler:
             if notification.seq is not None:
                 self._check_seq(notification.seq, index, None)
             self.ignored += 1
-            return
+            return None
         params = notification.params
         if not isinstance(params, ToolCallProgressFrame):
             try:
@@ -507,15 +507,18 @@ class Reassembler:
                 if notification.seq is not None:
                     self._check_seq(notification.seq, index, None)
                 self._anomalies.append(_not_a_frame(error, index))
-                return
-        self.absorb_frame(params, notification.seq)
+                return None
+        return self.absorb_frame(params, notification.seq)
 
-    def absorb_frame(self, frame: ToolCallProgressFrame[Any], seq: int | None = None) -> None:
+    def absorb_frame(
+        self, frame: ToolCallProgressFrame[Any], seq: int | None = None
+    ) -> Added | None:
         """Absorb one decoded progress frame, with its envelope ``seq`` if known.
 
         The body is decoded strictly as a ``PartialResultPayload``; a body that
         is not one is kept as a note when it is ordinary text/content progress,
-        and reported ``payload_invalid`` otherwise.
+        and reported ``payload_invalid`` otherwise. Returns what it added to
+        its stream (a frame always lands in one).
         """
         index = self._records
         self._records = index + 1
@@ -535,11 +538,10 @@ class Reassembler:
                 payload = None
                 reason = _where(error, "$.body")
         if payload is not None:
-            self._absorb_decoded(
+            return self._absorb_decoded(
                 frame.tool_call_id, frame.kind, payload, frame.dropped_count, index
             )
-        else:
-            self._absorb_other(frame.tool_call_id, frame.kind, body, reason, index)
+        return self._absorb_other(frame.tool_call_id, frame.kind, body, reason, index)
 
     def absorb(self, later: Reassembler) -> Reassembler:
         """Absorb the fold of the records that came after this one's, and
@@ -580,10 +582,10 @@ class Reassembler:
         for key, state in later._streams.items():
             mine = self._streams.get(key)
             if mine is None:
-                self._evict_for_one_more(shift + max(state._first_index, 0))
-                self._streams[key] = state._copy(shift, self._from_start)
+                self._evict_for_one_more(shift + max(state.first_index, 0))
+                self._streams[key] = state.shifted_copy(shift, self._from_start)
             else:
-                mine._absorb_state(state, shift)
+                mine.absorb_state(state, shift)
         self._records += later._records
         self.ignored += later.ignored
         return self
@@ -598,44 +600,33 @@ class Reassembler:
         ``seq`` applies when ``record`` is a bare frame; a line or a
         notification carries its own.
         """
-        # Only a record that lands in a stream sets these; clear them first.
         self._anomalies_cut += keep_first(self._anomalies)
-        self._last_key = None
-        self._last_delta = None
-        self._last_note = None
         before = len(self._anomalies)
         counters = len(self._seqs)
         if isinstance(record, ToolCallProgressFrame):
-            self.absorb_frame(record, seq)
+            added = self.absorb_frame(record, seq)
         else:
-            self.absorb_record(record)
+            added = self.absorb_record(record)
         index = self._records - 1
         anomalies = list(self._anomalies[before:])
         if len(self._seqs) > counters and self._from_start:
             counter, (first, _, _) = next(reversed(self._seqs.items()))
             if first > 0:
                 anomalies.insert(0, _seq_prefix(first, index, counter))
-        key = self._last_key
-        if key is None:
+        if added is None:
             return Appended(None, anomalies=tuple(anomalies))
+        key, text, note = added
         state = self._streams[key]
-        # The stream's anomalies are in record order: this record's are at the end.
-        own = state._anomalies
-        first = len(own)
-        while first and own[first - 1].index == index:
-            first -= 1
-        anomalies.extend(own[first:])
+        own, gap = state.added_at(index)
+        anomalies.extend(own)
         anomalies.sort(key=anomaly_rank)
-        gap = state._gaps[-1] if state._gaps and state._gaps[-1].index == index else None
-        if gap is None and state._lead_end_index == index:
-            gap = state._prefix_gap()
         return Appended(
             key,
-            text=self._last_delta,
+            text=text,
             gap=gap,
             truncated=state.truncated,
             anomalies=tuple(anomalies),
-            note=self._last_note,
+            note=note,
         )
 
     # -- internals ------------------------------------------------------------
@@ -654,7 +645,7 @@ class Reassembler:
                 max_text_bytes=self._max_text,
             )
             if self._known is not None and tool_call_id not in self._known:
-                state._anomalies.append(
+                state.add_anomaly(
                     Anomaly(
                         "unknown_call",
                         index,
@@ -662,7 +653,6 @@ class Reassembler:
                         key,
                     )
                 )
-        self._last_key = state.key
         return state
 
     def _evict_for_one_more(self, index: int) -> None:
@@ -689,22 +679,22 @@ class Reassembler:
         payload: PartialResultPayload,
         dropped: int | None,
         index: int,
-    ) -> None:
-        self._state(tool_call_id, kind, index)._absorb_payload(payload, index, dropped)
-        self._last_delta = payload.delta
+    ) -> Added:
+        state = self._state(tool_call_id, kind, index)
+        state.absorb_payload(payload, index, dropped)
+        return (state.key, payload.delta, None)
 
     def _absorb_other(
         self, tool_call_id: str, kind: str, body: Any, reason: str, index: int
-    ) -> None:
+    ) -> Added:
         state = self._state(tool_call_id, kind, index)
         state.frames += 1
         if (kind == "text" and isinstance(body, dict) and isinstance(body.get("text"), str)) or (
             kind == "content" and isinstance(body, list)
         ):
-            state._notes.append(body)
-            self._last_note = body
-            return
-        state._anomalies.append(
+            state.add_note(body)
+            return (state.key, None, body)
+        state.add_anomaly(
             Anomaly(
                 "payload_invalid",
                 index,
@@ -712,6 +702,7 @@ class Reassembler:
                 state.key,
             )
         )
+        return (state.key, None, None)
 
     def _seq_prefixes(self) -> list[Anomaly]:
         """A counter whose first ``seq`` is above 0 lost its first frames, when
@@ -744,7 +735,7 @@ class Reassembler:
             self._anomalies.append(fault)
         track[2] = seq
 
-    def _careful_message(self, message: JsonRpcMessage, index: int) -> None:
+    def _careful_message(self, message: JsonRpcMessage, index: int) -> Added | None:
         # A line the fast path did not take, its params still undecoded: decode
         # layer by layer, so the report names the layer that is wrong and a frame
         # whose body alone is bad still counts against its stream.
@@ -754,12 +745,12 @@ class Reassembler:
             self._check_seq(seq, index, None)
         if isinstance(message, JsonRpcResponse) or message.method != METHOD_TOOL_CALL_PROGRESS:
             self.ignored += 1
-            return
+            return None
         try:
             frame = json_codec.decode(message.params, _RAW_FRAME)
         except DecodeError as error:
             self._anomalies.append(_not_a_frame(error, index))
-            return
+            return None
         if seq is not None and self._per_call:
             self._check_seq(seq, index, frame.tool_call_id)
         try:
@@ -770,11 +761,12 @@ class Reassembler:
             except DecodeError:
                 # Not even JSON text (invalid UTF-8 in a key): not a note either.
                 body = None
-            self._absorb_other(
+            return self._absorb_other(
                 frame.tool_call_id, frame.kind, body, _where(error, "$.params.body"), index
             )
-            return
-        self._absorb_decoded(frame.tool_call_id, frame.kind, payload, frame.dropped_count, index)
+        return self._absorb_decoded(
+            frame.tool_call_id, frame.kind, payload, frame.dropped_count, index
+        )
 
 
 def _seq_fault(last: int, seq: int, index: int, call: str | None) -> Anomaly | None:

@@ -27,11 +27,9 @@ event loop (``add_reader``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import os
 import shutil
-import signal
 import subprocess
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
@@ -41,7 +39,8 @@ import msgspec
 from kigi_tool_protocol import StreamingSpec, ToolCapabilities
 
 from ._emit import OutputStream
-from ._tool import Tool, ToolContext, ToolError, ToolEvent, ToolResult
+from ._process import group_alive, signal_name, spawn_in_group, stop_group
+from ._tool import Tool, ToolContext, ToolError, ToolErrorKind, ToolEvent, ToolResult
 
 __all__ = (
     "DEFAULT_COMMAND_TIMEOUT_MS",
@@ -123,9 +122,6 @@ TERM_GRACE_S: Final = 2.0
 #: and children that exit soon after; a grandchild that keeps the pipe open
 #: longer is no longer waited for.
 EXIT_DRAIN_S: Final = 1.0
-
-# How often a terminating group is checked for having gone.
-_KILL_POLL_S: Final = 0.02
 
 # The capability deadline's margin over the longest command deadline: a kill
 # (grace) plus a drain plus scheduling slack on a loaded machine.
@@ -268,26 +264,14 @@ class ShellOutcome(msgspec.Struct, frozen=True, kw_only=True):
     output: str
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
+class CommandNotStarted(ToolError):
+    """Raised by :class:`ShellTool` when the system refused to start the command
+    (no such program, not executable, no such working directory): an
+    ``execution`` error that a caller can tell apart by type, e.g. for the
+    shell's exit code 127."""
 
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # the group is gone already
-        os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    def __init__(self, message: str) -> None:
+        super().__init__(ToolErrorKind.EXECUTION, message)
 
 
 class _PipeReader:
@@ -547,7 +531,7 @@ class ShellTool(Tool[ShellArgs]):
             yield ToolResult(
                 value=ShellOutcome(
                     exit_code=returncode if returncode >= 0 else None,
-                    signal=_signal_name(-returncode) if returncode < 0 else None,
+                    signal=signal_name(-returncode) if returncode < 0 else None,
                     timed_out=bool(timed_out),
                     duration_ms=round(((exited_at or [loop.time()])[0] - started) * 1000),
                     total_bytes=excerpt.total + excerpt.dropped,
@@ -560,7 +544,7 @@ class ShellTool(Tool[ShellArgs]):
             if watchdog is not None:
                 watchdog.cancel()
             reader.close()
-            if not finished and (proc.returncode is None or _group_alive(proc.pid)):
+            if not finished and (proc.returncode is None or group_alive(proc.pid)):
                 # Cancelled (or failed) mid-run: stop the whole group.
                 await self._terminate(proc)
             if not exit_task.done():
@@ -574,20 +558,19 @@ class ShellTool(Tool[ShellArgs]):
         read_fd, write_fd = os.pipe()
         try:
             try:
-                proc = await asyncio.create_subprocess_exec(
+                proc = await spawn_in_group(  # Rule 4: its own process group
                     *argv,
                     stdin=subprocess.DEVNULL,
                     stdout=write_fd,
                     stderr=write_fd,  # Rule 1: one pipe, arrival order kept
                     cwd=args.cwd,
                     env=env,
-                    start_new_session=True,  # Rule 4: its own process group
                 )
             finally:
                 os.close(write_fd)  # the child holds the only write end now
         except OSError as exc:
             os.close(read_fd)
-            raise ToolError.execution(f"cannot start {argv[0]!r}: {exc}") from exc
+            raise CommandNotStarted(f"cannot start {argv[0]!r}: {exc}") from exc
         except ValueError as exc:  # a NUL byte, a '=' in a variable name
             os.close(read_fd)
             raise ToolError.invalid_params(
@@ -611,18 +594,4 @@ class ShellTool(Tool[ShellArgs]):
     async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
         """Rule 4: SIGTERM the group, wait up to the grace period for the child to
         exit and the group to empty, then SIGKILL whatever is left and reap."""
-        loop = asyncio.get_running_loop()
-        pgid = proc.pid  # start_new_session: the child leads its own group
-        _signal_group(pgid, signal.SIGTERM)
-        # A stopped process would keep SIGTERM pending until continued.
-        _signal_group(pgid, signal.SIGCONT)
-        give_up = loop.time() + self.grace
-        try:
-            while loop.time() < give_up:
-                if proc.returncode is not None and not _group_alive(pgid):
-                    break
-                await asyncio.sleep(_KILL_POLL_S)
-        finally:
-            # Sent even if this wait is cancelled: the group must not outlive the call.
-            _signal_group(pgid, signal.SIGKILL)
-        await proc.wait()
+        await stop_group(proc, self.grace)

@@ -410,11 +410,47 @@ class StreamState:
             return self._gaps
         return [prefix, *self._gaps]
 
+    # -- package-internal: what the reassembler reads and adds -------------------
+
+    @property
+    def first_index(self) -> int:
+        """The record index of this stream's first delta (-1: none yet)."""
+        return self._first_index
+
+    def recorded_anomalies(self) -> list[Anomaly]:
+        """The anomalies recorded so far, as held (not yet cut to
+        :data:`MAX_ANOMALIES_KEPT`); the caller must not change the list."""
+        return self._anomalies
+
+    def add_anomaly(self, anomaly: Anomaly) -> None:
+        """Report ``anomaly`` against this stream."""
+        self._anomalies.append(anomaly)
+
+    def add_note(self, body: Any) -> None:
+        """Keep ``body``, a progress body that is not a delta, as a note."""
+        self._notes.append(body)
+
+    def added_at(self, index: int) -> tuple[list[Anomaly], Gap | None]:
+        """What record ``index``, the last absorbed, added to this stream: the
+        anomalies reported at it (in record order) and the gap it opened or
+        proved, if any."""
+        own = self._anomalies
+        first = len(own)
+        while first and own[first - 1].index == index:
+            first -= 1
+        gaps = self._gaps
+        gap = gaps[-1] if gaps and gaps[-1].index == index else None
+        if gap is None and self._lead_end_index == index:
+            gap = self._prefix_gap()
+        return own[first:], gap
+
     # -- absorbing ------------------------------------------------------------
 
-    def _absorb_payload(
+    def absorb_payload(
         self, payload: PartialResultPayload, index: int, dropped: int | None
     ) -> None:
+        """Absorb the delta of record ``index`` (``dropped``: its frame's
+        ``dropped_count``). Package-internal: the reassembler's step."""
         if len(self._anomalies) > MAX_ANOMALIES_KEPT:
             self._anomalies_cut += keep_first(self._anomalies)
         total = payload.total_bytes
@@ -510,7 +546,7 @@ class StreamState:
                     self._lead_end = "gap"
             elif self._run_open and total == self._gaps[-1].total_bytes:
                 # The paced remainder of the last gap's surviving tail.
-                self._gaps[-1] = self._gaps[-1]._narrowed(low, size)
+                self._gaps[-1] = self._gaps[-1].narrowed(low, size)
             elif self._lead_end == "open" and total == self.first_total:
                 self._lead_lo += low
                 self._lead_hi += size
@@ -616,10 +652,10 @@ class StreamState:
         gap = self._gaps[-1]
         if held < gap.held:
             self._cur_lo += gap.held - held
-            self._gaps[-1] = gap._with_held(held)
+            self._gaps[-1] = gap.with_held(held)
 
-    def _absorb_state(self, later: StreamState, records: int) -> None:
-        """Absorb the fold of this stream's later records (``records`` = how many
+    def absorb_state(self, later: StreamState, records: int) -> None:
+        """Package-internal. Absorb the fold of this stream's later records (``records`` = how many
         records this fold's owner had absorbed before them)."""
         self._anomalies_cut += keep_first(self._anomalies)
         later._anomalies_cut += keep_first(later._anomalies)
@@ -660,7 +696,7 @@ class StreamState:
             lead_lo, lead_hi = later._lead_lo, later._lead_hi
             if self._run_open and first == self._gaps[-1].total_bytes:
                 # The lead is the paced remainder of this fold's last gap.
-                self._gaps[-1] = self._gaps[-1]._narrowed(lead_lo, lead_hi)
+                self._gaps[-1] = self._gaps[-1].narrowed(lead_lo, lead_hi)
                 base_lo, base_hi = self._cur_lo - lead_lo, self._cur_hi - lead_hi
             elif self._lead_end == "open" and first == self.first_total:
                 self._lead_lo += lead_lo
@@ -688,9 +724,9 @@ class StreamState:
                     insert_anomaly(anomalies, overrun)
             elif later._lead_end == "gap" and self._lead_end == "open":
                 self._lead_end = "gap"
-        gaps = [gap._shifted(chars, records) for gap in later._gaps]
+        gaps = [gap.shifted(chars, records) for gap in later._gaps]
         if later._rel_gap:
-            gaps[0] = gaps[0]._rebased(base_lo, base_hi)
+            gaps[0] = gaps[0].rebased(base_lo, base_hi)
             # Still relative when this fold had no anchor either.
             self._rel_gap = self._rel_gap or not self._anchored
         if later._anchored:
@@ -735,7 +771,7 @@ class StreamState:
         self._chars = chars + later._chars
         self._bytes += later._bytes
         self._replacements += later._replacements
-        self._gaps.extend(gap._shifted(chars, records) for gap in later._gaps)
+        self._gaps.extend(gap.shifted(chars, records) for gap in later._gaps)
         self._cur_lo, self._cur_hi = later._cur_lo, later._cur_hi
         self._anchored = later._anchored
         self._first_gap = later._first_gap
@@ -751,14 +787,16 @@ class StreamState:
         self._notice_index = later._notice_index + records if later._notice_index >= 0 else -1
         self._notice_said = later._notice_said
 
-    def _copy(self, records: int, from_start: bool) -> StreamState:
+    def shifted_copy(self, records: int, from_start: bool) -> StreamState:
+        """Package-internal. A copy whose record indexes are ``records`` later, for
+        a fold that began at the start or not (``from_start``)."""
         fresh = StreamState(
             self.key,
             keep_text=self._keep_text or self._text_cut,
             from_start=from_start,
             max_text_bytes=self._text_limit,
         )
-        fresh._absorb_state(self, records)
+        fresh.absorb_state(self, records)
         # An unknown-call report belongs to whoever first saw the stream.
         fresh._anomalies[:0] = [
             shift_anomaly(anomaly, records)

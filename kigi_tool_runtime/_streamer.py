@@ -32,7 +32,7 @@ from codecs import utf_8_decode
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
 
-from ._chunk import Tail, _advance, bytes_tail, cap_of, check_count, truncated_type_error
+from ._chunk import Tail, advance, bytes_tail, cap_of, check_step
 from ._tail import TailBuffer
 
 __all__ = ("DeltaStreamer",)
@@ -51,7 +51,7 @@ class DeltaStreamer:
     __slots__ = ("_cap", "_last_total", "_said_truncated", "_spec", "_subkind")
 
     def __init__(self, spec: StreamingSpec) -> None:
-        self._cap = cap_of(spec)
+        self._cap = cap_of(spec.max_delta_bytes)
         self._subkind = spec.subkind
         self._spec = spec
         self._last_total = 0
@@ -81,16 +81,10 @@ class DeltaStreamer:
             TypeError: ``tail`` is not a bytes-like object, ``total`` is not an
                 ``int``, or ``truncated`` is not a ``bool``.
         """
-        if truncated is not False and truncated is not True:
-            raise truncated_type_error(truncated)
-        if type(total) is not int:
-            check_count("total", total)
         last_total = self._last_total
-        if total <= last_total:
-            if total < 0:
-                raise ValueError(f"total must be >= 0, got {total}")
+        if not check_step(total, last_total, truncated):
             return None
-        progress, self._last_total = _advance(
+        progress, self._last_total = advance(
             self._subkind, self._cap, bytes_tail(tail), total, last_total, truncated, final
         )
         if truncated and progress is not None:
@@ -137,28 +131,22 @@ class DeltaStreamer:
         return self._run_buffer(buffer, True)
 
     def _run_buffer(self, buffer: TailBuffer, final: bool) -> list[CustomProgress]:
-        # The buffer's own fields, read directly: its tail is a flat byte view
-        # and its total is never negative, so nothing needs checking.
-        total = buffer._total
-        truncated = buffer._dropped > 0
+        # The buffer's tail is a flat byte view and its total is never negative,
+        # so nothing needs checking.
+        total = buffer.total
+        truncated = buffer.truncated
         if total <= self._last_total:
             frames: list[CustomProgress] = []
         else:
             # Rule 5: a character the limit cut in half is held, never flushed.
-            flush = final and not buffer._cut_character
-            frames = self._loop(buffer._view[buffer._start : buffer._end], total, truncated, flush)
+            flush = final and not buffer.cut_character
+            frames = self._loop(buffer.tail(), total, truncated, flush)
         if final and truncated and not self._said_truncated:
             frames.append(self._notice(total))
         return frames
 
     def _run(self, tail: Tail, total: int, truncated: bool, final: bool) -> list[CustomProgress]:
-        if truncated is not False and truncated is not True:
-            raise truncated_type_error(truncated)
-        if type(total) is not int:
-            check_count("total", total)
-        if total <= self._last_total:
-            if total < 0:
-                raise ValueError(f"total must be >= 0, got {total}")
+        if not check_step(total, self._last_total, truncated):
             frames: list[CustomProgress] = []
         else:
             frames = self._loop(bytes_tail(tail), total, truncated, final)
@@ -187,7 +175,7 @@ class DeltaStreamer:
             start = size - (total - cursor)
             if start >= 0:
                 # The common step, inlined: no gap, and the decoder found whole
-                # characters within the cap (exactly what `_advance` does first).
+                # characters within the cap (exactly what `advance` does first).
                 end = size if size - start <= cap else start + cap
                 text, used = utf_8_decode(tail[start:end], "replace", final and end == size)
                 if used:
@@ -198,7 +186,7 @@ class DeltaStreamer:
                     frames.append(CustomProgress(subkind=subkind, payload=payload))
                     continue
             # A gap, a cap inside the first character, or a held sequence.
-            progress, cursor = _advance(subkind, cap, tail, total, cursor, truncated, final)
+            progress, cursor = advance(subkind, cap, tail, total, cursor, truncated, final)
             if progress is None:
                 break
             frames.append(progress)

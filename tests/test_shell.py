@@ -41,6 +41,7 @@ from kigi_tool_runtime._shell import (
     READ_CHUNK_BYTES,
     SHELL_SPEC,
     WAKEUP_READ_BYTES,
+    CommandNotStarted,
 )
 from kigi_tool_runtime.testing import Collected, collect_async
 
@@ -235,6 +236,22 @@ def test_a_missing_working_directory_is_an_execution_error(tmp_path: Path) -> No
     assert isinstance(got.terminal, ToolError)
     assert got.terminal.kind is ToolErrorKind.EXECUTION
     assert str(missing) in got.terminal.message
+
+
+def test_a_command_that_cannot_start_is_told_apart_by_type(tmp_path: Path) -> None:
+    """A program or working directory the system refuses ends in CommandNotStarted
+    (so the CLI's 127 needs no message text); a command that starts and fails,
+    or a bad argument, does not."""
+    for args in (
+        {"command": ["/nonexistent/kigi-prog"]},
+        {"command": "true", "cwd": str(tmp_path / "nope")},
+    ):
+        assert isinstance(run(args).terminal, CommandNotStarted), args
+    started = run({"command": "exit 3"}).terminal
+    assert not isinstance(started, CommandNotStarted)
+    refused = run({"command": ["a\0b"]}).terminal
+    assert isinstance(refused, ToolError)
+    assert not isinstance(refused, CommandNotStarted)
 
 
 @pytest.mark.parametrize(

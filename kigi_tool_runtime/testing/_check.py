@@ -53,7 +53,6 @@ from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
 
 from kigi_tool_protocol import (
-    DEFAULT_MAX_DELTA_BYTES,
     ContentProgress,
     CustomProgress,
     DecodeError,
@@ -63,11 +62,10 @@ from kigi_tool_protocol import (
     convert,
 )
 
+from .._chunk import MAX_CONTINUATION_BYTES, cap_of
+
 __all__ = ("CheckedStream", "LostSpan", "StreamCheckError", "check_stream")
 
-#: A UTF-8 character is at most 4 bytes, so at most 3 continuation bytes of a
-#: character whose lead byte was lost can open a gap's surviving tail.
-MAX_ORPHAN_BYTES: Final = 3
 
 #: The longest UTF-8 encoding of one character: bounds the source window that
 #: can decode to a delta of a given length.
@@ -474,16 +472,16 @@ class _Checker:
         if capacity is not None:
             tail_start = total - capacity
         elif start < len(data) and 0x80 <= data[start] <= 0xBF:
-            tail_start = start - MAX_ORPHAN_BYTES
+            tail_start = start - MAX_CONTINUATION_BYTES
         else:
             tail_start = start
-        if tail_start <= after or not tail_start <= start <= tail_start + MAX_ORPHAN_BYTES:
+        if tail_start <= after or not tail_start <= start <= tail_start + MAX_CONTINUATION_BYTES:
             return False
         if any(not 0x80 <= byte <= 0xBF for byte in data[tail_start:start]):
             return False
         skipped = start - tail_start
         return not (
-            skipped < MAX_ORPHAN_BYTES and start < len(data) and 0x80 <= data[start] <= 0xBF
+            skipped < MAX_CONTINUATION_BYTES and start < len(data) and 0x80 <= data[start] <= 0xBF
         )
 
     def drained_starts(
@@ -503,7 +501,7 @@ class _Checker:
             high += size
             # One U+FFFD (3 bytes) of a lossy source stands for 1 to 3 bytes.
             low += size if self.valid else size - 2 * payload.delta.count(_REPLACEMENT)
-        return range(max(total - high - MAX_ORPHAN_BYTES, after + 1), total - low + 1)
+        return range(max(total - high - MAX_CONTINUATION_BYTES, after + 1), total - low + 1)
 
     def candidates(self, after: int, payload: PartialResultPayload) -> Iterable[int]:
         """Where a gap frame's survivors might begin, earliest first."""
@@ -511,10 +509,10 @@ class _Checker:
         low, high = after + 1, total
         if self.tail_capacity is not None:
             low = max(low, total - self.tail_capacity)
-            high = min(high, total - self.tail_capacity + MAX_ORPHAN_BYTES)
+            high = min(high, total - self.tail_capacity + MAX_CONTINUATION_BYTES)
         if not delta:
             # Nothing decodable survived: at most an incomplete character.
-            return range(max(low, total - MAX_ORPHAN_BYTES), high + 1)
+            return range(max(low, total - MAX_CONTINUATION_BYTES), high + 1)
         prefix = delta.split(_REPLACEMENT, 1)[0] if not self.valid else delta
         if not prefix:
             return (s for s in range(low, high + 1) if s < len(data) and data[s] >= 0x80)
@@ -614,9 +612,7 @@ def _check_stream(
     end_total = len(data) if total is None else total
     if not 0 <= end_total <= len(data):
         raise ValueError(f"total must be within 0..{len(data)} (the source's length), got {total}")
-    limit = DEFAULT_MAX_DELTA_BYTES if cap is None else cap
-    if limit < 0:
-        raise ValueError(f"cap must be >= 0 or None, got {cap}")
+    limit = cap_of(cap, "cap")
     if tail_capacity is not None and tail_capacity < 1:
         raise ValueError(f"tail_capacity must be >= 1 or None, got {tail_capacity}")
     # Truncation is required only when the caller says it must show.
@@ -632,7 +628,7 @@ def _check_stream(
     # character the limit cut in half, which a truncated stream leaves unsent.
     stream_end = end_total
     if every and every[-1][1].truncated:
-        for k in range(1, MAX_ORPHAN_BYTES + 1):
+        for k in range(1, MAX_CONTINUATION_BYTES + 1):
             if _cut_in_half(data, end_total - k, end_total):
                 stream_end = end_total - k
                 break
@@ -699,7 +695,7 @@ def _cut_in_half(data: bytes, position: int, end: int) -> bool:
     """Whether the bytes from ``position`` to ``end`` (where the limit cut the
     source) are the start of a character the bytes after ``end`` complete:
     part of the truncation, left unsent rather than flushed as U+FFFD."""
-    if position < 0 or not 0 < end - position <= MAX_ORPHAN_BYTES or end >= len(data):
+    if position < 0 or not 0 < end - position <= MAX_CONTINUATION_BYTES or end >= len(data):
         return False
     lead = data[position]
     if lead < 0xC2:
@@ -750,7 +746,7 @@ def _is_notice(items: list[tuple[int, PartialResultPayload]], data: bytes, end: 
         why = "an earlier frame already said truncated"
     elif payload.total_bytes != expected and not (
         payload.total_bytes == end
-        and any(_cut_in_half(data, end - k, end) for k in range(1, MAX_ORPHAN_BYTES + 1))
+        and any(_cut_in_half(data, end - k, end) for k in range(1, MAX_CONTINUATION_BYTES + 1))
     ):
         why = (
             f"its total_bytes {payload.total_bytes} is not the {expected} of the frame before it"
@@ -837,7 +833,7 @@ def _place_gap(
     raise StreamCheckError(
         index,
         f"gap frame whose text is not the source {where} after skipping at most"
-        f" {MAX_ORPHAN_BYTES} orphaned continuation bytes (rule 4: a gap's survivors"
+        f" {MAX_CONTINUATION_BYTES} orphaned continuation bytes (rule 4: a gap's survivors"
         " are source bytes, never decoded orphans)",
         f"{_describe(payload)}\n  source after byte {after}:"
         f" {_clip_bytes(checker.data[after : after + EXCERPT_CHARS])}",

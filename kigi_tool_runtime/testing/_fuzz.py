@@ -28,8 +28,9 @@ from typing import Any, Final
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, StreamingSpec
+from kigi_tool_protocol import StreamingSpec
 
+from .._chunk import cap_of
 from .._tool import Tool, ToolError
 from ._check import CheckedStream, check_stream
 from ._collect import Collected, collect
@@ -164,7 +165,7 @@ def fuzz_streaming_tool(
         if factory is not None:
             subject = factory(data.draw(tiny_caps(), label="max_delta_bytes"))
         spec = _spec_of(subject)
-        cap = DEFAULT_MAX_DELTA_BYTES if spec.max_delta_bytes is None else spec.max_delta_bytes
+        cap = cap_of(spec.max_delta_bytes)
         steps = data.draw(schedules(source), label="steps")
         collected = collect(subject, make_args(source, steps), deadline_s=call_deadline_s)
         terminal = collected.terminal
