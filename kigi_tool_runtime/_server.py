@@ -370,7 +370,10 @@ class Server:
         self._calls: dict[str, _Call] = {}
         self._writer: _Writer | None = None
         self._protocol = ServerProtocol(self._tools, self._describe)
-        self._shutting_down = False
+        # Calls the server itself cancelled while shutting down: their
+        # cancelled error says so (a call its peer cancelled first keeps the
+        # peer's reason, whichever cancel the call saw last).
+        self._stopped_by_server: set[str] = set()
 
     @property
     def tools(self) -> dict[str, Tool[Any]]:
@@ -408,9 +411,10 @@ class Server:
             with contextlib.suppress(asyncio.CancelledError):
                 await read_task
             # Rule 6: cancel what is in flight; their cancelled replies still go out.
-            self._shutting_down = True
             calls = list(self._calls.values())
             for call in calls:
+                if not call.ctx.cancelled:
+                    self._stopped_by_server.add(call.ctx.call_id)
                 call.ctx.cancel()
             if calls:
                 await asyncio.gather(*(c.task for c in calls), return_exceptions=True)
@@ -493,7 +497,7 @@ class Server:
                     if isinstance(event, ToolResult):
                         final = _result_line(request_id, session_id, event.to_wire(ctx.call_id))
                     elif isinstance(event, ToolError):
-                        if self._shutting_down and event.kind == "cancelled":
+                        if event.kind == "cancelled" and ctx.call_id in self._stopped_by_server:
                             event.message = SERVER_CANCEL_MESSAGE
                         final = self._tool_error_line(request_id, session_id, event, tool.id)
                     else:

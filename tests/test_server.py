@@ -781,3 +781,39 @@ def test_a_tools_declared_max_frame_bytes_bounds_its_frames() -> None:
             await server_writer.wait_closed()
 
     asyncio.run(body())
+
+
+def test_a_call_its_peer_cancelled_keeps_that_reason_at_end_of_input() -> None:
+    """A cancel read before end of input wins: the call's error is the peer's
+    cancel, not the server's shutdown, even when the call is still stopping (its
+    command ignores SIGTERM until the grace runs out) when end of input comes."""
+    call = {
+        "jsonrpc": "2.0", "id": 1, "method": "tool.call",
+        "params": {"tool_call_id": "c1", "tool_id": "bash",
+                   "arguments": {"command": "trap '' TERM; echo started; sleep 30"}},
+    }  # fmt: skip
+    cancel = {"jsonrpc": "2.0", "id": 2, "method": "tool.cancel", "params": {"tool_call_id": "c1"}}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kigi_tool_runtime", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(json.dumps(call).encode() + b"\n")
+        proc.stdin.flush()
+        first = json.loads(proc.stdout.readline())  # the command runs: "started"
+        assert first["method"] == "tool_call_progress"
+        proc.stdin.write(json.dumps(cancel).encode() + b"\n")
+        proc.stdin.close()  # end of input right behind the cancel
+        proc.stdin = None  # closed: communicate only reads
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    replies = {reply["id"]: reply for reply in map(json.loads, out.splitlines()) if "id" in reply}
+    assert replies[1]["error"]["data"]["code"] == "cancelled"
+    assert replies[1]["error"]["message"] == "tool 'bash' call 'c1' was cancelled"
