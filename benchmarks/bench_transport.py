@@ -34,7 +34,8 @@ from kigi_tool_protocol import ToolCallResult
 from kigi_tool_runtime._client import Client
 from kigi_tool_runtime._runner import run_tool
 from kigi_tool_runtime._shell import ShellArgs, ShellTool
-from kigi_tool_runtime._tool import ToolContext, ToolError, ToolResult
+from kigi_tool_runtime._tool import ToolContext, ToolResult
+from kigi_tool_runtime._errors import ToolError
 
 MB = 1_000_000
 #: The goal: the transport delivers at least this share of the in-process rate.

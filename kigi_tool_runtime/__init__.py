@@ -55,7 +55,8 @@ from ._shell import SHELL_SPEC, ShellArgs, ShellOutcome, ShellTool
 from ._stream import StreamState
 from ._streamer import DeltaStreamer
 from ._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
-from ._tool import Tool, ToolContext, ToolError, ToolErrorKind, ToolEvent, ToolResult
+from ._tool import Tool, ToolContext, ToolEvent, ToolResult
+from ._errors import ToolError, ToolErrorKind
 
 #: The installed distribution's version (from its metadata; the protocol
 #: package ships in the same distribution).

@@ -114,7 +114,8 @@ from ._shell import (
     ShellTool,
 )
 from ._tail import MIN_TAIL_CAPACITY
-from ._tool import ToolContext, ToolError, ToolResult
+from ._tool import ToolContext, ToolResult
+from ._errors import ToolError
 
 __all__ = (
     "EXIT_CANNOT_START",

@@ -71,7 +71,7 @@ from ._rpc_client import (
     ProgressRefused,
 )
 from ._runner import STOP_WAIT_S
-from ._tool import ToolError
+from ._errors import ToolError
 
 __all__ = (
     "CALL_BUFFER_FRAMES",

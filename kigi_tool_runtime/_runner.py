@@ -40,15 +40,8 @@ import msgspec
 
 from kigi_tool_protocol import effective_timeout_ms
 
-from ._tool import (
-    PROGRESS_TYPES,
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolErrorKind,
-    ToolEvent,
-    ToolResult,
-)
+from ._tool import PROGRESS_TYPES, Tool, ToolContext, ToolEvent, ToolResult
+from ._errors import ToolError, ToolErrorKind
 
 __all__ = (
     "AFTER_TERMINAL_WAIT_S",

@@ -90,7 +90,8 @@ from ._rpc_server import (
 from ._rpc_server import result_line as _result_line
 from ._rpc_server import wire_error_line as _wire_error_line
 from ._runner import STOP_WAIT_S, run_tool
-from ._tool import Tool, ToolContext, ToolError, ToolResult
+from ._tool import Tool, ToolContext, ToolResult
+from ._errors import ToolError
 
 __all__ = (
     "CALL_QUEUE_BYTES",

@@ -40,7 +40,8 @@ from kigi_tool_protocol import StreamingSpec, ToolCapabilities
 
 from ._emit import OutputStream
 from ._process import group_alive, signal_name, spawn_in_group, stop_group
-from ._tool import Tool, ToolContext, ToolError, ToolErrorKind, ToolEvent, ToolResult
+from ._tool import Tool, ToolContext, ToolEvent, ToolResult
+from ._errors import ToolError, ToolErrorKind
 
 __all__ = (
     "DEFAULT_COMMAND_TIMEOUT_MS",

@@ -38,7 +38,7 @@ from kigi_tool_runtime._client import (
 )
 from kigi_tool_runtime._rpc_client import failure_of
 from kigi_tool_runtime._runner import STOP_WAIT_S
-from kigi_tool_runtime._tool import ToolError, ToolErrorKind
+from kigi_tool_runtime._errors import ToolError, ToolErrorKind
 from kigi_tool_runtime.testing import progress_line, wire_values
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]

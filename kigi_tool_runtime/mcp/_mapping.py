@@ -45,7 +45,8 @@ from kigi_tool_protocol import (
 )
 
 from .._shell import ShellOutcome
-from .._tool import Tool, ToolError, ToolResult
+from .._tool import Tool, ToolResult
+from .._errors import ToolError
 
 __all__ = (
     "META_CAPABILITIES",

@@ -53,7 +53,8 @@ from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from kigi_tool_protocol import WireError, progress_to_frame
 
 from .._runner import STOP_WAIT_S, ToolRun, run_tool
-from .._tool import Tool, ToolContext, ToolError, ToolResult
+from .._tool import Tool, ToolContext, ToolResult
+from .._errors import ToolError
 from ._mapping import (
     META_DEADLINE_MS,
     ProgressNumbering,

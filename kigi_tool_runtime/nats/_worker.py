@@ -66,7 +66,8 @@ from .._rpc_server import result_line as _result_line
 from .._rpc_server import wire_error_line as _wire_error_line
 from .._runner import run_tool
 from .._server import SERVER_CANCEL_MESSAGE
-from .._tool import Tool, ToolContext, ToolError, ToolResult
+from .._tool import Tool, ToolContext, ToolResult
+from .._errors import ToolError
 from ._protocol import (
     DEFAULT_PREFIX,
     FRAMES_HEADER,

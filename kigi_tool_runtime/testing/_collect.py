@@ -23,7 +23,8 @@ from typing import Any, Final, NamedTuple
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, ToolProgress
 
 from .._runner import run_tool
-from .._tool import Tool, ToolContext, ToolError, ToolResult
+from .._tool import Tool, ToolContext, ToolResult
+from .._errors import ToolError
 
 __all__ = ("HANG_SIGNAL", "Collected", "ToolHangError", "collect", "collect_async")
 
