@@ -32,7 +32,7 @@ from mcp import Client as McpClient
 from mcp import StdioServerParameters
 
 from kigi_tool_protocol import ToolCallResult
-from kigi_tool_runtime._client import Client
+from kigi_tool_runtime import Client
 from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
 
 MB = 1_000_000

@@ -58,7 +58,7 @@ _WRITER = (
 
 _RUN = _PEAK + (
     "import os\n"
-    "from kigi_tool_runtime._cli import main\n"
+    "from kigi_tool_runtime._cli._main import main\n"
     "null = os.open(os.devnull, os.O_WRONLY)\n"
     "os.dup2(null, 1)\n"
     "code = main(['run', '--', sys.executable, '-c', {writer!r}])\n"
@@ -66,7 +66,7 @@ _RUN = _PEAK + (
 
 _CLIENT = _PEAK + (
     "import asyncio\n"
-    "from kigi_tool_runtime._client import Client, CallProgress\n"
+    "from kigi_tool_runtime._transport._client import Client, CallProgress\n"
     "async def main():\n"
     "    serve = [sys.executable, '-m', 'kigi_tool_runtime', 'serve']\n"
     "    async with await Client.spawn(serve) as client:\n"
@@ -81,7 +81,7 @@ _CLIENT = _PEAK + (
 
 _CLI = _PEAK + (
     "import os\n"
-    "from kigi_tool_runtime._cli import main\n"
+    "from kigi_tool_runtime._cli._main import main\n"
     "null = os.open(os.devnull, os.O_WRONLY)\n"
     "os.dup2(null, 1)\n"
     "main({argv!r})\n"
@@ -104,7 +104,7 @@ def _measure(script: str) -> tuple[float, float]:
 def _write_log(path: Path, size: int) -> None:
     """A frame log of ``size`` bytes of output in 16 KiB deltas, as ``serve``
     writes it (one call, seq from 0)."""
-    from kigi_tool_runtime._server import progress_line
+    from kigi_tool_runtime._transport._server import progress_line
 
     line = "y" * 60 + " é✓😀\n"
     delta = line * (16384 // len(line.encode()))
@@ -125,7 +125,7 @@ def _write_blank_flood(path: Path, size: int) -> None:
 
 
 def _write_many_calls(path: Path, calls: int) -> None:
-    from kigi_tool_runtime._server import progress_line
+    from kigi_tool_runtime._transport._server import progress_line
 
     with open(path, "wb") as out:
         for n in range(calls):

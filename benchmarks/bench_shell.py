@@ -28,7 +28,7 @@ from _goals import Goals, add_check_flag
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload
 from kigi_tool_runtime import ShellOutcome, ShellTool, ToolContext, ToolResult, run_tool
-from kigi_tool_runtime._shell import READ_CHUNK_BYTES
+from kigi_tool_runtime._tools._shell import READ_CHUNK_BYTES
 
 MIB = 1024 * 1024
 #: The goal: the shell tool streams at least this fraction of the raw read rate.

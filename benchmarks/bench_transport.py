@@ -31,11 +31,15 @@ from pathlib import Path
 from _goals import Goals, add_check_flag
 
 from kigi_tool_protocol import ToolCallResult
-from kigi_tool_runtime._client import Client
-from kigi_tool_runtime._runner import run_tool
-from kigi_tool_runtime._shell import ShellArgs, ShellTool
-from kigi_tool_runtime._tool import ToolContext, ToolResult
-from kigi_tool_runtime._errors import ToolError
+from kigi_tool_runtime import (
+    Client,
+    ShellArgs,
+    ShellTool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    run_tool,
+)
 
 MB = 1_000_000
 #: The goal: the transport delivers at least this share of the in-process rate.

@@ -109,6 +109,10 @@ from ._methods import (
     METHOD_UNSUBSCRIBE_NOTIFICATIONS,
     METHODS,
 )
+from ._partial_result import (
+    PartialResultPayload,
+    StreamingSpec,
+)
 from ._progress import (
     ContentProgress,
     CustomProgress,
@@ -120,10 +124,6 @@ from ._progress_line import (
     append_progress_line,
     decode_progress_line,
     encode_progress_line,
-)
-from ._streaming import (
-    PartialResultPayload,
-    StreamingSpec,
 )
 from ._tool_call import (
     ToolCallParams,

@@ -28,7 +28,7 @@ import msgspec
 
 from ._limits import I32_MAX, I32_MIN, I64_MAX, I64_MIN, U32_MAX, U64_MAX
 
-__all__ = ("I32", "I64", "U32", "U64", "WireStruct", "always_false", "check_u64")
+__all__ = ()
 
 #: Unsigned 32-bit integer fields, range-checked on decode.
 U32 = Annotated[int, msgspec.Meta(ge=0, le=U32_MAX)]

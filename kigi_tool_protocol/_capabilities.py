@@ -8,7 +8,7 @@ import msgspec
 
 from ._base import U32, U64, WireStruct, always_false, check_u64
 from ._limits import DEFAULT_TIMEOUT_MS, MAX_FRAME_BYTES_CEILING
-from ._streaming import StreamingSpec
+from ._partial_result import StreamingSpec
 
 __all__ = (
     "HookKind",

@@ -26,7 +26,7 @@ from ._errors import DecodeError, WireError
 from ._jsonrpc import JsonRpcMessage, JsonRpcNotification
 from ._limits import MAX_FRAME_BYTES_CEILING, U32_MAX, U64_MAX
 from ._methods import METHOD_TOOL_CALL_PROGRESS
-from ._streaming import PartialResultPayload
+from ._partial_result import PartialResultPayload
 from ._tool_call import ToolCallProgressFrame
 
 __all__ = ("ProgressLine", "append_progress_line", "decode_progress_line", "encode_progress_line")

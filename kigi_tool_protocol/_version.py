@@ -6,7 +6,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
-__all__ = ("DISTRIBUTION", "installed_version")
+__all__ = ()
 
 #: The distribution that ships both packages.
 DISTRIBUTION: Final = "kigi-tool-runtime"

@@ -3,11 +3,14 @@ and reassemble it knowing exactly what was lost."""
 
 from kigi_tool_protocol import __version__ as _protocol_version
 
-from ._chunk import Chunk, stream_chunk
-from ._client import Call, CallProgress, Client, ClientStats, RemoteToolError
-from ._emit import LIMIT_MARKER, OMISSION_MARKER, Excerpt, OutputStream
-from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower, iter_lines, read_from
-from ._history import (
+from ._consumer._follow import (
+    DEFAULT_POLL_INTERVAL,
+    READ_BLOCK_BYTES,
+    Follower,
+    iter_lines,
+    read_from,
+)
+from ._consumer._history import (
     Message,
     MessageBlock,
     MessageTextBlock,
@@ -16,8 +19,7 @@ from ._history import (
     history_is_valid,
     repair_history_after_failure,
 )
-from ._lines import LineReader, LineSplitter, OversizedLine, read_lines
-from ._loss import (
+from ._consumer._loss import (
     DEFAULT_GAP_MARKER,
     MAX_ANOMALIES_KEPT,
     MAX_DETAIL_CHARS,
@@ -30,7 +32,7 @@ from ._loss import (
     LossReport,
     StreamKey,
 )
-from ._monitor import (
+from ._consumer._monitor import (
     AnomalyReported,
     GapReported,
     HarnessEvent,
@@ -41,7 +43,7 @@ from ._monitor import (
     ToolFailed,
     ToolStarted,
 )
-from ._reassembler import (
+from ._consumer._reassembler import (
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_MAX_STREAMS,
     Appended,
@@ -49,14 +51,18 @@ from ._reassembler import (
     Record,
     SeqScope,
 )
-from ._runner import RunStats, ToolRun, run_tool
-from ._server import Server, ServerStats, serve_stdio
-from ._shell import SHELL_SPEC, ShellArgs, ShellOutcome, ShellTool
-from ._stream import StreamState
-from ._streamer import DeltaStreamer
-from ._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
-from ._tool import Tool, ToolContext, ToolEvent, ToolResult
-from ._errors import ToolError, ToolErrorKind
+from ._consumer._stream_state import StreamState
+from ._producer._chunk import Chunk, stream_chunk
+from ._producer._deltas import DeltaStreamer
+from ._producer._output import LIMIT_MARKER, OMISSION_MARKER, Excerpt, OutputStream
+from ._producer._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
+from ._tools._errors import ToolError, ToolErrorKind
+from ._tools._runner import RunStats, ToolRun, run_tool
+from ._tools._shell import SHELL_SPEC, ShellArgs, ShellOutcome, ShellTool
+from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
+from ._transport._client import Call, CallProgress, Client, ClientStats, RemoteToolError
+from ._transport._lines import LineReader, LineSplitter, OversizedLine, read_lines
+from ._transport._server import Server, ServerStats, serve_stdio
 
 #: The installed distribution's version (from its metadata; the protocol
 #: package ships in the same distribution).

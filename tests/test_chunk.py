@@ -23,7 +23,7 @@ from kigi_tool_protocol import (
     json_codec,
 )
 from kigi_tool_runtime import Chunk, stream_chunk
-from kigi_tool_runtime._chunk import MAX_CONTINUATION_BYTES
+from kigi_tool_runtime._producer._chunk import MAX_CONTINUATION_BYTES
 from kigi_tool_runtime.testing import byte_sources, caps, utf8_text_sources
 
 Tail = bytes | bytearray | memoryview

@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 from kigi_tool_runtime import TRUNCATION_MARKER
-from kigi_tool_runtime._cli import EXIT_TIMEOUT, EXIT_USAGE, STATUS_AFTER_S
-from kigi_tool_runtime._server import SERVED_METHODS, progress_line
+from kigi_tool_runtime._cli._main import EXIT_TIMEOUT, EXIT_USAGE, STATUS_AFTER_S
+from kigi_tool_runtime._transport._rpc_server import SERVED_METHODS
+from kigi_tool_runtime._transport._server import progress_line
 from kigi_tool_runtime.testing import progress_line as frame_line
 
 CLI = [sys.executable, "-m", "kigi_tool_runtime"]
@@ -90,8 +91,8 @@ def test_run_times_out_with_124() -> None:
 #: show in a second instead of two minutes.
 SHRUNK_DEADLINES = """
 import sys, msgspec
-import kigi_tool_runtime._shell as shell
-from kigi_tool_runtime._cli import main
+import kigi_tool_runtime._tools._shell as shell
+from kigi_tool_runtime._cli._main import main
 shell.DEFAULT_COMMAND_TIMEOUT_MS = 300
 shell.ShellTool.capabilities = msgspec.structs.replace(shell.ShellTool.capabilities, timeout_ms=300)
 sys.exit(main(sys.argv[1:]))
@@ -644,7 +645,7 @@ def test_run_into_a_closed_pipe_leaves_no_descriptor_open() -> None:
     flood = "import os\nwhile True: os.write(1, b'z' * 65536)\n"
     script = (
         "import json, os, sys\n"
-        "from kigi_tool_runtime._cli import main\n"
+        "from kigi_tool_runtime._cli._main import main\n"
         "before = sorted(os.listdir('/proc/self/fd'))\n"
         f"code = main(['run', '--', sys.executable, '-c', {flood!r}])\n"
         "after = sorted(os.listdir('/proc/self/fd'))\n"
@@ -1006,11 +1007,12 @@ STOP_WAIT_S = 30.0
 #: signal's stop waiting that long, so only a second signal ends it sooner.
 PATIENT_CLI = """
 import sys
-from kigi_tool_runtime import _runner, _server, _shell
+from kigi_tool_runtime._tools import _runner, _shell
+from kigi_tool_runtime._transport import _server
 _shell.ShellTool.__init__.__kwdefaults__["grace"] = 60.0
 _runner.run_tool.__kwdefaults__["stop_wait"] = 60.0
 _server.Server.__init__.__kwdefaults__["stop_wait"] = 60.0
-from kigi_tool_runtime._cli import main
+from kigi_tool_runtime._cli._main import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -24,21 +24,24 @@ from kigi_tool_protocol import (
     error_code_for,
     json_codec,
 )
-from kigi_tool_runtime import Reassembler
-from kigi_tool_runtime._client import (
+from kigi_tool_runtime import (
+    CallProgress,
+    Client,
+    Reassembler,
+    RemoteToolError,
+    ToolError,
+    ToolErrorKind,
+)
+from kigi_tool_runtime._process import PIPE_BYTES
+from kigi_tool_runtime._tools._runner import STOP_WAIT_S
+from kigi_tool_runtime._transport._client import (
     CALL_BUFFER_FRAMES,
     CLOSE_GRACE_S,
     CLOSE_WAIT_S,
     MAX_CALL_TEXT_BYTES,
-    PIPE_BYTES,
     TIMEOUT_GRACE_S,
-    CallProgress,
-    Client,
-    RemoteToolError,
 )
-from kigi_tool_runtime._rpc_client import failure_of
-from kigi_tool_runtime._runner import STOP_WAIT_S
-from kigi_tool_runtime._errors import ToolError, ToolErrorKind
+from kigi_tool_runtime._transport._rpc_client import failure_of
 from kigi_tool_runtime.testing import progress_line, wire_values
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]
@@ -365,7 +368,7 @@ def test_close_terminates_a_server_that_ignores_end_of_input() -> None:
 #: having cancelled its calls and stopped their process groups).
 EOF_DEAF_SERVE = """
 import os, sys, threading
-from kigi_tool_runtime._cli import main
+from kigi_tool_runtime._cli._main import main
 source = os.dup(0)
 read_end, write_end = os.pipe()
 os.dup2(read_end, 0)

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import pytest
 
-from kigi_tool_runtime._fdwriter import FdWriter, OutputStalled
+from kigi_tool_runtime._cli._fdwriter import FdWriter, OutputStalled
 
 #: Bound on each test body: a hang fails instead of blocking the suite.
 TEST_WAIT_S = 60.0

@@ -19,11 +19,11 @@ from kigi_tool_runtime import (
     READ_BLOCK_BYTES,
     DeltaStreamer,
     Follower,
+    OversizedLine,
     Reassembler,
     TailBuffer,
     read_from,
 )
-from kigi_tool_runtime._lines import OversizedLine
 from kigi_tool_runtime.testing import damaged_frame_logs, frame_logs, progress_line
 
 KIND = "bash_output_chunk"
@@ -365,7 +365,7 @@ def test_a_100_mb_stream_through_a_log_arrives_whole(tmp_path: Path) -> None:
 #: return (with nothing: its size is 0) instead of reading forever.
 ENDLESS_FILE = """
 import asyncio
-from kigi_tool_runtime._follow import Follower, read_from
+from kigi_tool_runtime._consumer._follow import Follower, read_from
 print(read_from("/dev/zero"))
 follower = Follower("/dev/zero")
 print(follower.poll().records, follower.offset)

@@ -10,7 +10,7 @@ from kigi_tool_runtime import (
     LossReport,
     StreamKey,
 )
-from kigi_tool_runtime._loss import render_gap_marker
+from kigi_tool_runtime._consumer._loss import render_gap_marker
 
 KEY = StreamKey("call-1", "bash_output_chunk")
 

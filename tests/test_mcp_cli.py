@@ -24,7 +24,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 def test_the_core_never_imports_the_sdk() -> None:
     """Importing the runtime and its CLI loads no part of the MCP SDK."""
     done = _python(
-        "import sys, kigi_tool_runtime, kigi_tool_runtime._cli\n"
+        "import sys, kigi_tool_runtime, kigi_tool_runtime._cli._main\n"
         "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types'))))"
     )
     assert done.returncode == 0, done.stderr
@@ -46,7 +46,7 @@ def test_without_the_extra_the_error_names_it() -> None:
 def test_serve_mcp_without_the_extra_is_a_usage_error() -> None:
     """``kigi-stream serve --mcp`` without the SDK exits 2 naming the extra."""
     done = _python(
-        WITHOUT_MCP + "from kigi_tool_runtime._cli import main\n"
+        WITHOUT_MCP + "from kigi_tool_runtime._cli._main import main\n"
         "sys.exit(main(['serve', '--mcp']))\n"
     )
     assert done.returncode == 2

@@ -30,7 +30,7 @@ from kigi_tool_runtime import (
     ToolError,
     ToolResult,
 )
-from kigi_tool_runtime._server import progress_line
+from kigi_tool_runtime._transport._server import progress_line
 from kigi_tool_runtime.mcp import (
     META_ERROR,
     META_FRAME,

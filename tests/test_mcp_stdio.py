@@ -21,7 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
 from kigi_tool_runtime import ShellOutcome
-from kigi_tool_runtime._shell import DEFAULT_TAIL_CAPACITY
+from kigi_tool_runtime._tools._shell import DEFAULT_TAIL_CAPACITY
 from kigi_tool_runtime.mcp import META_FRAME, META_STREAM, ProgressFolder
 from kigi_tool_runtime.testing import check_stream
 

@@ -23,7 +23,7 @@ from kigi_tool_protocol import (
     progress_to_frame,
 )
 from kigi_tool_runtime import OutputStream, RemoteToolError
-from kigi_tool_runtime._server import _result_line, _wire_error_line, progress_line
+from kigi_tool_runtime._transport._server import _result_line, _wire_error_line, progress_line
 from kigi_tool_runtime.nats import CallLedger, Claim, FollowPosition, Subjects
 from kigi_tool_runtime.nats._protocol import (
     FRAMES_HEADER,

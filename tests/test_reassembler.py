@@ -28,12 +28,12 @@ from kigi_tool_runtime import (
     MAX_HELD_BYTES,
     DeltaStreamer,
     Gap,
+    OversizedLine,
     Reassembler,
     SeqScope,
     StreamKey,
     TailBuffer,
 )
-from kigi_tool_runtime._lines import OversizedLine
 from kigi_tool_runtime.testing import (
     FrameLog,
     ScheduleStep,

@@ -20,8 +20,8 @@ from kigi_tool_protocol import (
     WireError,
     encode_progress_line,
 )
-from kigi_tool_runtime._lines import OversizedLine
-from kigi_tool_runtime._rpc_client import (
+from kigi_tool_runtime import OversizedLine
+from kigi_tool_runtime._transport._rpc_client import (
     CallEnded,
     ClientEvent,
     ClientProtocol,

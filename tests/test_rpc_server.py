@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kigi_tool_protocol import JsonRpcNotification, decode_progress_line
-from kigi_tool_runtime._lines import OversizedLine
-from kigi_tool_runtime._rpc_server import (
+from kigi_tool_runtime import OversizedLine
+from kigi_tool_runtime._transport._rpc_server import (
     MAX_CALLS_IN_FLIGHT,
     CallOutbox,
     CancelCall,

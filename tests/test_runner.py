@@ -27,7 +27,7 @@ from kigi_tool_runtime import (
     ToolRun,
     run_tool,
 )
-from kigi_tool_runtime._runner import (
+from kigi_tool_runtime._tools._runner import (
     AFTER_TERMINAL_WAIT_S,
     CHANNEL_DEPTH,
     MAX_ITEMS_AFTER_TERMINAL,

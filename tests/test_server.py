@@ -29,21 +29,28 @@ from kigi_tool_protocol import (
     ToolCapabilities,
     json_codec,
 )
-from kigi_tool_runtime._client import CallProgress, Client, RemoteToolError
-from kigi_tool_runtime._server import (
+from kigi_tool_runtime import (
+    CallProgress,
+    Client,
+    RemoteToolError,
+    Server,
+    ShellTool,
+    Tool,
+    ToolContext,
+    ToolEvent,
+    ToolResult,
+)
+from kigi_tool_runtime._transport._rpc_server import MAX_CALLS_IN_FLIGHT
+from kigi_tool_runtime._transport._server import (
     CALL_QUEUE_BYTES,
-    MAX_CALLS_IN_FLIGHT,
     MAX_CONTROL_BYTES,
     MAX_CONTROL_LINES,
     SERVER_CANCEL_MESSAGE,
     WRITER_STALL_S,
-    Server,
     _Outbox,
     _Writer,
     progress_line,
 )
-from kigi_tool_runtime._shell import ShellTool
-from kigi_tool_runtime._tool import Tool, ToolContext, ToolEvent, ToolResult
 
 #: Generous bound for any single expected line: a stuck server fails the test
 #: instead of hanging it; never a timing assertion.

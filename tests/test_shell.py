@@ -21,6 +21,7 @@ from kigi_tool_protocol import CustomProgress, PartialResultPayload, ToolProgres
 from kigi_tool_runtime import (
     LIMIT_MARKER,
     OMISSION_MARKER,
+    SHELL_SPEC,
     ShellArgs,
     ShellOutcome,
     ShellTool,
@@ -30,7 +31,7 @@ from kigi_tool_runtime import (
     ToolResult,
     run_tool,
 )
-from kigi_tool_runtime._shell import (
+from kigi_tool_runtime._tools._shell import (
     DEFAULT_COMMAND_TIMEOUT_MS,
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TAIL_CAPACITY,
@@ -39,7 +40,6 @@ from kigi_tool_runtime._shell import (
     MIN_OUTPUT_LIMIT,
     MIN_READ_CHUNK_BYTES,
     READ_CHUNK_BYTES,
-    SHELL_SPEC,
     WAKEUP_READ_BYTES,
     CommandNotStarted,
 )
@@ -908,7 +908,7 @@ def test_the_tail_capacity_asked_for_is_the_tail_used(monkeypatch: pytest.Monkey
     """ShellTool(tail_capacity=N) (kigi-stream run --tail N) streams through a
     tail of exactly N bytes, even below the excerpt's half of the output limit;
     the result's excerpt then keeps less of the output's end, and says so."""
-    import kigi_tool_runtime._shell as shell
+    import kigi_tool_runtime._tools._shell as shell
 
     made: list[int] = []
     real = shell.OutputStream

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from kigi_tool_runtime import MIN_TAIL_CAPACITY, TailBuffer, TailStats
-from kigi_tool_runtime._tail import INITIAL_STORAGE_BYTES, STORAGE_SLACK_BYTES
+from kigi_tool_runtime._producer._tail import INITIAL_STORAGE_BYTES, STORAGE_SLACK_BYTES
 from kigi_tool_runtime.testing import tail_sizes
 
 

@@ -51,8 +51,8 @@ from kigi_tool_runtime import (
     ToolEvent,
     ToolResult,
 )
-from kigi_tool_runtime._chunk import MAX_CONTINUATION_BYTES
-from kigi_tool_runtime._shell import DEFAULT_TAIL_CAPACITY
+from kigi_tool_runtime._producer._chunk import MAX_CONTINUATION_BYTES
+from kigi_tool_runtime._tools._shell import DEFAULT_TAIL_CAPACITY
 from kigi_tool_runtime.testing import (
     MALFORMED_PAYLOADS,
     WIRE_STRATEGIES,

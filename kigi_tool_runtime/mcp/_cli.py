@@ -8,11 +8,11 @@ import signal
 import sys
 from typing import Final
 
-from .._shell import ShellTool
+from .._tools._shell import ShellTool
 from ._server import McpToolServer
 from ._transports import DEFAULT_HTTP_HOST, bind_socket, serve_http_mcp, serve_stdio_mcp
 
-__all__ = ("parse_http_address", "run_mcp_serve")
+__all__ = ()
 
 # Signals that stop serving: every call in flight is cancelled (its command's
 # process group stopped) first, then the exit status is 128 + N.

@@ -27,9 +27,9 @@ import mcp_types as types
 
 from kigi_tool_protocol import JsonRpcNotification
 
-from .._loss import LossReport
-from .._reassembler import Appended, Reassembler
-from .._stream import StreamState
+from .._consumer._loss import LossReport
+from .._consumer._reassembler import Appended, Reassembler
+from .._consumer._stream_state import StreamState
 from ._mapping import META_STREAM, ProgressNote, notification_from_progress
 
 __all__ = ("SETTLE_WAIT_S", "FoldedCall", "ProgressFolder")

@@ -44,9 +44,9 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
-from .._shell import ShellOutcome
-from .._tool import Tool, ToolResult
-from .._errors import ToolError
+from .._tools._errors import ToolError
+from .._tools._shell import ShellOutcome
+from .._tools._tool import Tool, ToolResult
 
 __all__ = (
     "META_CAPABILITIES",
@@ -58,14 +58,10 @@ __all__ = (
     "ProgressNote",
     "ProgressNumbering",
     "StreamSummary",
-    "call_id_for",
-    "error_result",
     "mcp_tool_name",
-    "model_text",
     "notification_from_progress",
     "progress_params",
     "result_from_terminal",
-    "root_object_schema",
     "tool_definition",
 )
 

@@ -52,9 +52,9 @@ from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 
 from kigi_tool_protocol import WireError, progress_to_frame
 
-from .._runner import STOP_WAIT_S, ToolRun, run_tool
-from .._tool import Tool, ToolContext, ToolResult
-from .._errors import ToolError
+from .._tools._errors import ToolError
+from .._tools._runner import STOP_WAIT_S, ToolRun, run_tool
+from .._tools._tool import Tool, ToolContext, ToolResult
 from ._mapping import (
     META_DEADLINE_MS,
     ProgressNumbering,
@@ -67,7 +67,11 @@ from ._mapping import (
 )
 from ._outbox import OUTBOX_BYTES, ProgressOutbox, frame_size
 
-__all__ = ("SERVER_NAME", "STALL_S", "McpServerStats", "McpToolServer")
+__all__ = (
+    "STALL_S",
+    "McpServerStats",
+    "McpToolServer",
+)
 
 #: Seconds one progress notification may wait to be taken before the host counts
 #: as stalled and the call's oldest queued frames are dropped (Rule 2). Long

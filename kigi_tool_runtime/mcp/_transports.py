@@ -45,16 +45,12 @@ from pydantic import ValidationError
 
 from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING
 
-from .._lines import OversizedLine, read_lines
-from .._server import FINAL_FLUSH_S, WRITER_STALL_S, open_stdio
+from .._transport._lines import OversizedLine, read_lines
+from .._transport._server import FINAL_FLUSH_S, WRITER_STALL_S, open_stdio
 from ._server import McpToolServer
 
 __all__ = (
     "DEFAULT_HTTP_HOST",
-    "WRITE_BATCH_BYTES",
-    "WRITE_QUEUE",
-    "bind_socket",
-    "classify_line",
     "serve_http_mcp",
     "serve_stdio_mcp",
     "serve_streams_mcp",

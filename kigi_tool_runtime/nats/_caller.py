@@ -51,9 +51,9 @@ from kigi_tool_protocol import (
     ToolCallResult,
 )
 
-from .._client import TIMEOUT_GRACE_S, CallProgress, RemoteToolError
-from .._reassembler import Reassembler
-from .._rpc_server import wire_error_line as _wire_error_line
+from .._consumer._reassembler import Reassembler
+from .._transport._client import TIMEOUT_GRACE_S, CallProgress, RemoteToolError
+from .._transport._rpc_server import wire_error_line as _wire_error_line
 from ._protocol import (
     DEFAULT_PREFIX,
     CallLedger,

@@ -67,29 +67,17 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
-from .._client import CallProgress, RemoteToolError
-from .._reassembler import Reassembler
+from .._consumer._reassembler import Reassembler
+from .._transport._client import CallProgress, RemoteToolError
 
 __all__ = (
     "DEFAULT_PREFIX",
-    "FRAMES_HEADER",
-    "TOTALS_HEADER",
     "CallLedger",
     "Claim",
     "FollowPosition",
-    "FrameKind",
     "Heartbeat",
     "LedgerEvent",
     "Subjects",
-    "check_call_id",
-    "decode_claim",
-    "decode_end",
-    "decode_heartbeat",
-    "decode_submit",
-    "encode_claim",
-    "encode_heartbeat",
-    "encode_submit",
-    "request_digest",
 )
 
 #: The subject prefix (and, upper-cased, the stream name prefix) by default.

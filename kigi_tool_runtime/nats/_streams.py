@@ -30,12 +30,10 @@ __all__ = (
     "CALLS_MAX_AGE_S",
     "FRAMES_MAX_AGE_S",
     "FRAMES_MAX_BYTES",
-    "PUBLISH_RETRY_S",
     "StreamLimits",
     "connect",
     "ensure_streams",
     "find_nats_server",
-    "publish_retrying",
 )
 
 #: Bytes the frames stream keeps, all calls together, before the oldest

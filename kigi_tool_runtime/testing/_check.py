@@ -62,7 +62,7 @@ from kigi_tool_protocol import (
     convert,
 )
 
-from .._chunk import MAX_CONTINUATION_BYTES, cap_of
+from .._producer._chunk import MAX_CONTINUATION_BYTES, cap_of
 
 __all__ = ("CheckedStream", "LostSpan", "StreamCheckError", "check_stream")
 

@@ -22,9 +22,9 @@ from typing import Any, Final, NamedTuple
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, ToolProgress
 
-from .._runner import run_tool
-from .._tool import Tool, ToolContext, ToolResult
-from .._errors import ToolError
+from .._tools._errors import ToolError
+from .._tools._runner import run_tool
+from .._tools._tool import Tool, ToolContext, ToolResult
 
 __all__ = ("HANG_SIGNAL", "Collected", "ToolHangError", "collect", "collect_async")
 

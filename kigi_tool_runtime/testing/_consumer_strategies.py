@@ -22,8 +22,8 @@ from kigi_tool_protocol import (
     encode_progress_line,
 )
 
-from .._chunk import stream_chunk
-from .._tail import TailBuffer
+from .._producer._chunk import stream_chunk
+from .._producer._tail import TailBuffer
 from ._strategies import byte_sources, caps, schedules, tail_sizes, utf8_text_sources
 
 __all__ = (

@@ -30,9 +30,9 @@ from hypothesis import strategies as st
 
 from kigi_tool_protocol import StreamingSpec
 
-from .._chunk import cap_of
-from .._tool import Tool
-from .._errors import ToolError
+from .._producer._chunk import cap_of
+from .._tools._errors import ToolError
+from .._tools._tool import Tool
 from ._check import CheckedStream, check_stream
 from ._collect import Collected, collect
 from ._strategies import ScheduleStep, byte_sources, schedules, tiny_caps

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, PartialResultPayload, StreamingSpec
 
-from .._tail import MIN_TAIL_CAPACITY
+from .._producer._tail import MIN_TAIL_CAPACITY
 
 __all__ = (
     "ScheduleStep",

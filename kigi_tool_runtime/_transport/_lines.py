@@ -27,8 +27,6 @@ from collections.abc import AsyncIterator
 from typing import Final, NamedTuple
 
 __all__ = (
-    "LINE_QUEUE_BYTES",
-    "READ_CHUNK_BYTES",
     "LineReader",
     "LineSplitter",
     "OversizedLine",

@@ -40,18 +40,12 @@ import msgspec
 
 from kigi_tool_protocol import effective_timeout_ms
 
-from ._tool import PROGRESS_TYPES, Tool, ToolContext, ToolEvent, ToolResult
 from ._errors import ToolError, ToolErrorKind
+from ._tool import PROGRESS_TYPES, Tool, ToolContext, ToolEvent, ToolResult
 
 __all__ = (
-    "AFTER_TERMINAL_WAIT_S",
-    "CHANNEL_DEPTH",
-    "MAX_ITEMS_AFTER_TERMINAL",
-    "STOP_WAIT_S",
-    "SUPPRESSED_BURST",
     "RunStats",
     "ToolRun",
-    "decode_args",
     "run_tool",
 )
 

@@ -44,7 +44,7 @@ import termios
 import threading
 from typing import Final
 
-__all__ = ("WRITE_BUFFER_BYTES", "WRITE_SLICE_BYTES", "FdWriter", "OutputStalled")
+__all__ = ()
 
 #: Bytes that may wait to be written before :meth:`FdWriter.write` waits: the
 #: shell tool's default tail, so a reader that pauses briefly costs no wait.

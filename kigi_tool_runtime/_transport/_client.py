@@ -59,9 +59,11 @@ from kigi_tool_protocol import (
     error_code_for,
 )
 
+from .._consumer._reassembler import Appended, Reassembler
+from .._process import widen_pipe
+from .._tools._errors import ToolError
+from .._tools._runner import STOP_WAIT_S
 from ._lines import LineReader, OversizedLine, read_lines
-from ._process import PIPE_BYTES, widen_pipe
-from ._reassembler import Appended, Reassembler
 from ._rpc_client import (
     CallEnded,
     ClientEvent,
@@ -70,16 +72,8 @@ from ._rpc_client import (
     ProgressReceived,
     ProgressRefused,
 )
-from ._runner import STOP_WAIT_S
-from ._errors import ToolError
 
 __all__ = (
-    "CALL_BUFFER_FRAMES",
-    "CLOSE_GRACE_S",
-    "CLOSE_WAIT_S",
-    "MAX_CALL_TEXT_BYTES",
-    "PIPE_BYTES",
-    "TIMEOUT_GRACE_S",
     "Call",
     "CallProgress",
     "Client",

@@ -76,37 +76,24 @@ from kigi_tool_protocol import (
 )
 from kigi_tool_protocol._limits import U32_MAX, U64_MAX
 
+from .._tools._errors import ToolError
+from .._tools._runner import STOP_WAIT_S, run_tool
+from .._tools._tool import Tool, ToolContext, ToolResult
 from ._lines import read_lines
 from ._rpc_server import (
-    MAX_CALLS_IN_FLIGHT,
-    SERVED_METHODS,
+    CallOutbox as _Outbox,
+)
+from ._rpc_server import (
     Reply,
     ServerProtocol,
     StartCall,
 )
-from ._rpc_server import (
-    CallOutbox as _Outbox,
-)
 from ._rpc_server import result_line as _result_line
 from ._rpc_server import wire_error_line as _wire_error_line
-from ._runner import STOP_WAIT_S, run_tool
-from ._tool import Tool, ToolContext, ToolResult
-from ._errors import ToolError
 
 __all__ = (
-    "CALL_QUEUE_BYTES",
-    "FINAL_FLUSH_S",
-    "MAX_CALLS_IN_FLIGHT",
-    "MAX_CONTROL_BYTES",
-    "MAX_CONTROL_LINES",
-    "SERVED_METHODS",
-    "SERVER_CANCEL_MESSAGE",
-    "WRITER_STALL_S",
-    "WRITE_BATCH_BYTES",
     "Server",
     "ServerStats",
-    "open_stdio",
-    "progress_line",
     "serve_stdio",
 )
 

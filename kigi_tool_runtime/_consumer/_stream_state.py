@@ -49,7 +49,7 @@ from ._loss import (
     render_gap_marker,
 )
 
-__all__ = ("StreamState", "anomaly_rank", "insert_anomaly", "keep_first", "shift_anomaly")
+__all__ = ("StreamState",)
 
 _REPLACEMENT: Final = "\ufffd"
 

@@ -11,7 +11,7 @@ Rule 1. A fold is resumable: folding a record sequence in two parts and
         the split) are found all the same. So a follower that reconnects folds
         only what is new, and never needs a second parser.
 Rule 2. Records are keyed by ``(tool_call_id, kind)``; each key's
-        :class:`StreamState` (``_stream.py``) holds its text, gaps and anomalies.
+        :class:`StreamState` (``_stream_state.py``) holds its text, gaps and anomalies.
 Rule 3. Nothing is dropped silently. A record that cannot be decoded is counted
         and reported (``undecodable``) and the fold goes on; every protocol
         anomaly lands in an :class:`Anomaly` with the record it was seen at.
@@ -72,7 +72,7 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
-from ._lines import OversizedLine
+from .._transport._lines import OversizedLine
 from ._loss import (
     DEFAULT_GAP_MARKER,
     MAX_ANOMALIES_KEPT,
@@ -85,7 +85,7 @@ from ._loss import (
     plural,
     render_gap_marker,
 )
-from ._stream import StreamState, anomaly_rank, insert_anomaly, keep_first, shift_anomaly
+from ._stream_state import StreamState, anomaly_rank, insert_anomaly, keep_first, shift_anomaly
 
 __all__ = (
     "DEFAULT_MAX_RECORD_BYTES",

@@ -32,12 +32,11 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from typing import BinaryIO, Final
 
-from ._lines import OversizedLine
+from .._transport._lines import OversizedLine
 from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
 
 __all__ = (
     "DEFAULT_POLL_INTERVAL",
-    "FINGERPRINT_BYTES",
     "READ_BLOCK_BYTES",
     "Follower",
     "iter_lines",

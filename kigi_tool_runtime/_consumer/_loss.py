@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
-from ._chunk import MAX_CONTINUATION_BYTES
+from .._producer._chunk import MAX_CONTINUATION_BYTES
 
 __all__ = (
     "DEFAULT_GAP_MARKER",
@@ -30,8 +30,6 @@ __all__ = (
     "GapMarker",
     "LossReport",
     "StreamKey",
-    "excerpt",
-    "render_gap_marker",
 )
 
 #: The most bytes a producer may hold back at the end of a drain: the start of a

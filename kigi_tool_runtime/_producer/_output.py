@@ -37,7 +37,7 @@ from typing import Final, NamedTuple
 from kigi_tool_protocol import CustomProgress, StreamingSpec
 
 from ._chunk import MAX_CONTINUATION_BYTES, cap_of
-from ._streamer import DeltaStreamer
+from ._deltas import DeltaStreamer
 from ._tail import TailBuffer
 
 __all__ = ("LIMIT_MARKER", "OMISSION_MARKER", "Excerpt", "OutputStream")

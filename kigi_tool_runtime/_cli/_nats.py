@@ -23,16 +23,10 @@ import signal
 import sys
 from typing import Any, Final
 
-from ._client import RemoteToolError
-from ._loss import DEFAULT_GAP_MARKER
+from .._consumer._loss import DEFAULT_GAP_MARKER
+from .._transport._client import RemoteToolError
 
-__all__ = (
-    "NatsUsageError",
-    "add_follow_options",
-    "add_serve_options",
-    "follow_nats",
-    "serve_nats",
-)
+__all__ = ()
 
 
 class NatsUsageError(Exception):
@@ -92,7 +86,7 @@ def add_follow_options(follow: argparse.ArgumentParser) -> None:
 
 def _load() -> Any:
     try:
-        from . import nats
+        from .. import nats
     except ImportError as exc:
         raise NatsUsageError(str(exc)) from None
     return nats
@@ -115,7 +109,7 @@ def serve_nats(args: argparse.Namespace) -> int:
     nats = _load()
     import nats.errors as nats_errors
 
-    from ._shell import ShellTool
+    from .._tools._shell import ShellTool
 
     try:
         nats.Subjects(args.prefix)
@@ -175,7 +169,7 @@ def follow_nats(args: argparse.Namespace) -> int:
     nats = _load()
     import nats.errors as nats_errors
 
-    from .nats._protocol import Subjects, check_call_id
+    from ..nats._protocol import Subjects, check_call_id
 
     try:
         check_call_id(args.call)

@@ -38,25 +38,13 @@ import msgspec
 
 from kigi_tool_protocol import StreamingSpec, ToolCapabilities
 
-from ._emit import OutputStream
-from ._process import group_alive, signal_name, spawn_in_group, stop_group
-from ._tool import Tool, ToolContext, ToolEvent, ToolResult
+from .._process import group_alive, signal_name, spawn_in_group, stop_group
+from .._producer._output import OutputStream
 from ._errors import ToolError, ToolErrorKind
+from ._tool import Tool, ToolContext, ToolEvent, ToolResult
 
 __all__ = (
-    "DEFAULT_COMMAND_TIMEOUT_MS",
-    "DEFAULT_OUTPUT_LIMIT",
-    "DEFAULT_TAIL_CAPACITY",
-    "DEFAULT_TICK_S",
-    "EXIT_DRAIN_S",
-    "MAX_COMMAND_TIMEOUT_MS",
-    "MAX_OUTPUT_LIMIT",
-    "MIN_OUTPUT_LIMIT",
-    "MIN_READ_CHUNK_BYTES",
-    "READ_CHUNK_BYTES",
     "SHELL_SPEC",
-    "TERM_GRACE_S",
-    "WAKEUP_READ_BYTES",
     "ShellArgs",
     "ShellOutcome",
     "ShellTool",

@@ -56,7 +56,6 @@ from kigi_tool_protocol import (
 from ._errors import ToolError
 
 __all__ = (
-    "PROGRESS_TYPES",
     "Tool",
     "ToolContext",
     "ToolEvent",

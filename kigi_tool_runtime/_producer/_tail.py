@@ -31,9 +31,7 @@ from codecs import utf_8_decode
 from typing import Final, NamedTuple
 
 __all__ = (
-    "INITIAL_STORAGE_BYTES",
     "MIN_TAIL_CAPACITY",
-    "STORAGE_SLACK_BYTES",
     "TailBuffer",
     "TailStats",
 )

@@ -82,11 +82,8 @@ from kigi_tool_protocol import (
     progress_to_frame,
 )
 
-from ._chunk import cap_of
-from ._fdwriter import FdWriter, OutputStalled
-from ._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower
-from ._lines import LineSplitter, OversizedLine
-from ._loss import (
+from .._consumer._follow import DEFAULT_POLL_INTERVAL, READ_BLOCK_BYTES, Follower
+from .._consumer._loss import (
     DEFAULT_GAP_MARKER,
     TRUNCATION_MARKER,
     Anomaly,
@@ -94,18 +91,13 @@ from ._loss import (
     StreamKey,
     plural,
 )
-from ._nats_cli import (
-    NatsUsageError,
-    add_follow_options,
-    add_serve_options,
-    follow_nats,
-    serve_nats,
-)
-from ._process import signal_name
-from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
-from ._runner import run_tool
-from ._server import SERVED_METHODS, Server, open_stdio
-from ._shell import (
+from .._consumer._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
+from .._process import signal_name
+from .._producer._chunk import cap_of
+from .._producer._tail import MIN_TAIL_CAPACITY
+from .._tools._errors import ToolError
+from .._tools._runner import run_tool
+from .._tools._shell import (
     DEFAULT_TAIL_CAPACITY,
     DEFAULT_TICK_S,
     CommandNotStarted,
@@ -113,23 +105,20 @@ from ._shell import (
     ShellOutcome,
     ShellTool,
 )
-from ._tail import MIN_TAIL_CAPACITY
-from ._tool import ToolContext, ToolResult
-from ._errors import ToolError
-
-__all__ = (
-    "EXIT_CANNOT_START",
-    "EXIT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_PIPE_CLOSED",
-    "EXIT_TIMEOUT",
-    "EXIT_USAGE",
-    "MAX_RUN_TIMEOUT_S",
-    "STATUS_AFTER_S",
-    "STATUS_INTERVAL_S",
-    "STOP_FLUSH_S",
-    "main",
+from .._tools._tool import ToolContext, ToolResult
+from .._transport._lines import LineSplitter, OversizedLine
+from .._transport._rpc_server import SERVED_METHODS
+from .._transport._server import Server, open_stdio
+from ._fdwriter import FdWriter, OutputStalled
+from ._nats import (
+    NatsUsageError,
+    add_follow_options,
+    add_serve_options,
+    follow_nats,
+    serve_nats,
 )
+
+__all__ = ()
 
 #: Exit status for bad usage (argparse's own convention).
 EXIT_USAGE: Final = 2
@@ -498,7 +487,7 @@ def _stdout_closed() -> int:
 
 def _serve_mcp(args: argparse.Namespace) -> int:
     try:
-        from .mcp._cli import parse_http_address, run_mcp_serve
+        from ..mcp._cli import parse_http_address, run_mcp_serve
     except ImportError as exc:
         raise _UsageError(str(exc)) from None
     try:

@@ -1,0 +1,1 @@
+"""The ``kigi-stream`` command line."""

@@ -1,0 +1,2 @@
+"""The consumer core: stream state, the ``Reassembler``, loss reports, the log
+follower, harness events and history repair."""

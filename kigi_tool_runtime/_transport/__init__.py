@@ -1,0 +1,1 @@
+"""The stdio transport: JSON lines, the JSON-RPC server and client."""
