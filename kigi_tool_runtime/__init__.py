@@ -58,7 +58,7 @@ from ._producer._output import LIMIT_MARKER, OMISSION_MARKER, Excerpt, OutputStr
 from ._producer._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
 from ._tools._errors import ToolError, ToolErrorKind
 from ._tools._runner import RunStats, ToolRun, run_tool
-from ._tools._shell import SHELL_SPEC, ShellArgs, ShellOutcome, ShellTool
+from ._tools._shell import SHELL_SPEC, CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
 from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
 from ._transport._client import Call, CallProgress, Client, ClientStats, RemoteToolError
 from ._transport._lines import LineReader, LineSplitter, OversizedLine, read_lines
@@ -91,6 +91,7 @@ __all__: tuple[str, ...] = (
     "Chunk",
     "Client",
     "ClientStats",
+    "CommandNotStarted",
     "DeltaStreamer",
     "Excerpt",
     "Follower",

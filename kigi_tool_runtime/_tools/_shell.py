@@ -45,6 +45,7 @@ from ._tool import Tool, ToolContext, ToolEvent, ToolResult
 
 __all__ = (
     "SHELL_SPEC",
+    "CommandNotStarted",
     "ShellArgs",
     "ShellOutcome",
     "ShellTool",
