@@ -52,6 +52,7 @@ from ._consumer._reassembler import (
     SeqScope,
 )
 from ._consumer._stream_state import StreamState
+from ._lines import LineReader, LineSplitter, OversizedLine, read_lines
 from ._producer._chunk import Chunk, stream_chunk
 from ._producer._deltas import DeltaStreamer
 from ._producer._output import LIMIT_MARKER, OMISSION_MARKER, Excerpt, OutputStream
@@ -61,7 +62,6 @@ from ._tools._runner import RunStats, ToolRun, run_tool
 from ._tools._shell import SHELL_SPEC, CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
 from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
 from ._transport._client import Call, CallProgress, Client, ClientStats, RemoteToolError
-from ._transport._lines import LineReader, LineSplitter, OversizedLine, read_lines
 from ._transport._server import Server, ServerStats, serve_stdio
 
 #: The installed distribution's version (from its metadata; the protocol

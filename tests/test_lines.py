@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kigi_tool_runtime import LineReader, LineSplitter, OversizedLine, read_lines
-from kigi_tool_runtime._transport._lines import LINE_QUEUE_BYTES, READ_CHUNK_BYTES
+from kigi_tool_runtime._lines import LINE_QUEUE_BYTES, READ_CHUNK_BYTES
 
 
 def _reference(data: bytes, limit: int) -> list[bytes | OversizedLine]:

@@ -92,6 +92,7 @@ from .._consumer._loss import (
     plural,
 )
 from .._consumer._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
+from .._lines import LineSplitter, OversizedLine
 from .._process import signal_name
 from .._producer._chunk import cap_of
 from .._producer._tail import MIN_TAIL_CAPACITY
@@ -106,7 +107,6 @@ from .._tools._shell import (
     ShellTool,
 )
 from .._tools._tool import ToolContext, ToolResult
-from .._transport._lines import LineSplitter, OversizedLine
 from .._transport._rpc_server import SERVED_METHODS
 from .._transport._server import Server, open_stdio
 from ._fdwriter import FdWriter, OutputStalled

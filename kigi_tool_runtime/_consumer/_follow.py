@@ -32,7 +32,7 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from typing import BinaryIO, Final
 
-from .._transport._lines import OversizedLine
+from .._lines import OversizedLine
 from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
 
 __all__ = (

@@ -72,7 +72,7 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
-from .._transport._lines import OversizedLine
+from .._lines import OversizedLine
 from ._loss import (
     DEFAULT_GAP_MARKER,
     MAX_ANOMALIES_KEPT,

@@ -1,1 +1,2 @@
-"""The stdio transport: JSON lines, the JSON-RPC server and client."""
+"""The stdio transport: the sans-IO JSON-RPC server and client cores and their
+asyncio drivers."""

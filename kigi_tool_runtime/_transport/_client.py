@@ -60,10 +60,10 @@ from kigi_tool_protocol import (
 )
 
 from .._consumer._reassembler import Appended, Reassembler
+from .._lines import LineReader, OversizedLine, read_lines
 from .._process import widen_pipe
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S
-from ._lines import LineReader, OversizedLine, read_lines
 from ._rpc_client import (
     CallEnded,
     ClientEvent,

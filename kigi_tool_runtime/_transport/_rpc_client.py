@@ -54,7 +54,7 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
-from ._lines import OversizedLine
+from .._lines import OversizedLine
 
 __all__ = ()
 

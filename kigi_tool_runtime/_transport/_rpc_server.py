@@ -67,7 +67,7 @@ from kigi_tool_protocol import (
 from kigi_tool_protocol._limits import I64_MAX, I64_MIN
 
 from .._consumer._loss import MAX_DETAIL_CHARS, cut, excerpt
-from ._lines import OversizedLine
+from .._lines import OversizedLine
 
 __all__ = ()
 

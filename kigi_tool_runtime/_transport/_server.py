@@ -76,10 +76,10 @@ from kigi_tool_protocol import (
 )
 from kigi_tool_protocol._limits import U32_MAX, U64_MAX
 
+from .._lines import read_lines
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
-from ._lines import read_lines
 from ._rpc_server import (
     CallOutbox as _Outbox,
 )
