@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import IO, Any, Final, NamedTuple, Protocol
+from typing import IO, Any, Final, NamedTuple, Protocol, Self
 
 from kigi_tool_protocol import (
     MAX_FRAME_BYTES_CEILING,
@@ -190,7 +190,42 @@ class _CallLink:
         self.abandon = abandon
 
 
-class Call:
+class CallHandle:
+    """What every call handle shares, whatever carries the call: ``await
+    result()`` consumes it to its result, and ``async with`` closes it
+    (:meth:`aclose`, which cancels a call still running). A subclass iterates
+    ``CallProgress`` items and, last, the ``ToolCallResult``."""
+
+    def __aiter__(self) -> AsyncIterator[CallProgress | ToolCallResult]:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def result(self) -> ToolCallResult:
+        """Consume the call and return its result.
+
+        Raises:
+            RemoteToolError: the call failed.
+        """
+        async for item in self:
+            if isinstance(item, ToolCallResult):
+                return item
+        raise AssertionError("a call always ends with a result or an error")  # pragma: no cover
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Call(CallHandle):
     """One tool call in progress. Iterate it (``async for``) for
     :class:`CallProgress` items and, last, the ``ToolCallResult``; or
     ``await call.result()`` for the result alone.
@@ -310,34 +345,12 @@ class Call:
         self._link.abandon(self)
         self._end(RemoteToolError(wire, message))
 
-    async def result(self) -> ToolCallResult:
-        """Consume the call and return its result.
-
-        Raises:
-            RemoteToolError: the call failed.
-        """
-        async for item in self:
-            if isinstance(item, ToolCallResult):
-                return item
-        raise AssertionError("a call always ends with a result or an error")  # pragma: no cover
-
     async def cancel(self) -> None:
         """Ask the server to cancel the call (hook ``Cancel``). Iterating goes on to
         the server's reply, normally a ``cancelled`` error."""
         if not self._done:
             self._link.cancel(self)
             await self._link.flush_notice()
-
-    async def __aenter__(self) -> Call:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Stop caring about the call: cancel it if it is still running (Rule 4)."""

@@ -52,7 +52,7 @@ from kigi_tool_protocol import (
 )
 
 from .._consumer._reassembler import Reassembler
-from .._transport._client import TIMEOUT_GRACE_S, CallProgress, RemoteToolError
+from .._transport._client import TIMEOUT_GRACE_S, CallHandle, CallProgress, RemoteToolError
 from .._transport._rpc_server import wire_error_line as _wire_error_line
 from ._protocol import (
     DEFAULT_PREFIX,
@@ -316,7 +316,7 @@ class Follower:
         )
 
 
-class NatsCall:
+class NatsCall(CallHandle):
     """One call submitted through JetStream. Iterate it (``async for``) for
     :class:`CallProgress` items and, last, the ``ToolCallResult``; or ``await
     call.result()``. A failed call raises :class:`RemoteToolError`.
@@ -383,33 +383,11 @@ class NatsCall:
         self._client._spawn_cancel(self.tool_call_id)
         self.follower.ledger.conclude(RemoteToolError(wire, message))
 
-    async def result(self) -> ToolCallResult:
-        """Consume the call and return its result.
-
-        Raises:
-            RemoteToolError: the call failed.
-        """
-        async for item in self:
-            if isinstance(item, ToolCallResult):
-                return item
-        raise AssertionError("a call always ends with a result or an error")  # pragma: no cover
-
     async def cancel(self) -> None:
         """Write the call's cancel message; iterating goes on to the worker's
         reply, normally a ``cancelled`` error."""
         if not self.follower.ledger.ended:
             await self._client.cancel(self.tool_call_id)
-
-    async def __aenter__(self) -> NatsCall:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Stop caring about the call: cancel it if it is still running."""
