@@ -91,9 +91,9 @@ def test_a_base_class_without_an_id_is_not_checked() -> None:
     """An intermediate base class (no ``id`` of its own) is not validated."""
 
     class Base(Tool[Args]):
-        description = "shared"
+        description = "inherited"
 
-    assert Base.description == "shared"
+    assert Base.description == "inherited"
 
 
 # -- ToolContext ---------------------------------------------------------------------
