@@ -404,3 +404,27 @@ def test_lines_of_only_whitespace_are_blank(tmp_path: Path) -> None:
     assert offset == path.stat().st_size
     kept, _ = read_from(path, keep_empty=True)
     assert kept == [b"", b"", frame("a", 1), b"", b" x"]
+
+
+def test_watch_yields_each_polls_records_in_numbered_batches(tmp_path: Path) -> None:
+    """``watch`` (the loop ``kigi-stream follow`` runs) yields what each poll
+    appends, numbered by line, in batches of at most ``batch``; ``once`` stops
+    after the first poll, and without it a later poll picks up new lines."""
+    log = tmp_path / "log.jsonl"
+    append(log, b"".join(frame(c, i + 1, i) + b"\n" for i, c in enumerate("abcde")))
+    batches = list(Follower(log).watch(0.01, once=True, batch=2))
+    assert [len(b) for b in batches] == [2, 2, 1]
+    assert [number for b in batches for number, _ in b] == [1, 2, 3, 4, 5]
+    assert "".join(added.text or "" for b in batches for _, added in b) == "abcde"
+
+    follower = Follower(log)
+    polls = follower.watch(0.01, batch=100)
+    assert len(next(polls)) == 5
+    append(log, frame("f", 6, 5) + b"\n")
+    (number, added), *rest = next(polls)  # after a sleep, the next poll
+    assert (number, added.text, rest) == (6, "f", [])
+
+    with pytest.raises(ValueError, match="interval must be positive"):
+        next(Follower(log).watch(0))
+    with pytest.raises(ValueError, match="batch must be at least 1"):
+        next(Follower(log).watch(1, batch=0))

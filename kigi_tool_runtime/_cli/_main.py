@@ -61,7 +61,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import math
 import os
 import shlex
@@ -991,14 +990,10 @@ def _follow_file(path: str, args: argparse.Namespace, printer: _Printer) -> int:
     follower = Follower(path, args.from_offset, seq_scope=args.seq_scope, keep_text=False)
     resumable = True
     try:
-        while True:
-            # A batch of records at a time: a large log never sits in memory.
-            records = follower.iter_numbered()
-            while batch := list(itertools.islice(records, _PRINT_BATCH)):
-                printer.print(batch)
-            if args.once:
-                return 0
-            time.sleep(args.interval)
+        # A batch of records at a time: a large log never sits in memory.
+        for batch in follower.watch(args.interval, once=args.once, batch=_PRINT_BATCH):
+            printer.print(batch)
+        return 0
     except (KeyboardInterrupt, _Stopped):
         pass
     except ValueError as exc:

@@ -28,7 +28,9 @@ Only this module's :meth:`Follower.follow` touches asyncio, to sleep between pol
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import BinaryIO, Final
 
@@ -411,6 +413,33 @@ class Follower:
             finally:
                 if self._offset:
                     self._fingerprint = _bytes_before(handle, self._offset)
+
+    def watch(
+        self, interval: float = DEFAULT_POLL_INTERVAL, *, once: bool = False, batch: int = 64
+    ) -> Iterator[list[tuple[int, Appended]]]:
+        """Poll every ``interval`` seconds (sleeping in between) and yield what
+        each poll appends, numbered as :meth:`iter_numbered` numbers it, in
+        lists of at most ``batch`` records, so a large log never sits in memory
+        whole. With ``once``, stop after the first poll (the log read to its
+        current end). The synchronous twin of :meth:`follow`, for a thread or a
+        command line; ``kigi-stream follow`` is this loop.
+
+        Raises:
+            ValueError: ``interval`` is not positive, ``batch`` is below 1, or
+                the log shrank or was replaced.
+            OSError: the log cannot be read.
+        """
+        if not interval > 0:
+            raise ValueError(f"interval must be positive, got {interval}")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        while True:
+            records = self.iter_numbered()
+            while chunk := list(itertools.islice(records, batch)):
+                yield chunk
+            if once:
+                return
+            time.sleep(interval)
 
     async def follow(self, interval: float = DEFAULT_POLL_INTERVAL) -> AsyncIterator[Reassembler]:
         """Poll every ``interval`` seconds, yielding each non-empty fold of new
