@@ -25,6 +25,7 @@ import pytest
 
 from kigi_tool_runtime import TRUNCATION_MARKER
 from kigi_tool_runtime._cli._main import EXIT_TIMEOUT, EXIT_USAGE, STATUS_AFTER_S
+from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._transport._rpc_server import SERVED_METHODS
 from kigi_tool_runtime._transport._server import progress_line
 from kigi_tool_runtime.testing import progress_line as frame_line
@@ -1046,11 +1047,7 @@ def _group_of(pidfile: Path) -> int:
 
 
 def _group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return not group_alive(pgid)
 
 
 def _stop_unread(

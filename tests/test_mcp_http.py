@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
 
 PY = sys.executable
@@ -74,13 +74,7 @@ def url() -> Iterator[str]:
 
 
 def _gone(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not group_alive(pid)
 
 
 async def _wait_gone(pid: int, seconds: float = 10.0) -> None:

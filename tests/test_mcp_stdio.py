@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import shlex
 import signal
 import sys
@@ -21,6 +20,7 @@ from mcp import Client, StdioServerParameters
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
 from kigi_tool_runtime import ShellOutcome
+from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._tools._shell import DEFAULT_TAIL_CAPACITY
 from kigi_tool_runtime.mcp import META_FRAME, META_STREAM, ProgressFolder
 from kigi_tool_runtime.testing import check_stream
@@ -87,13 +87,7 @@ class _Recorder:
 
 
 def _gone(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not group_alive(pid)
 
 
 async def _wait_gone(pid: int, seconds: float = 10.0) -> None:
@@ -471,6 +465,25 @@ async def test_notifications_cancelled_stops_the_call_without_a_response(tmp_pat
         assert await raw.close() == 0
 
 
+async def _start_sleeping_call(raw: _Raw, request_id: int, pidfile: Path) -> int:
+    """Start a ``bash`` call that writes its pid and sleeps; return the pid (the
+    leader of the command's process group) once written."""
+    await raw.send(
+        {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {
+                "name": "bash",
+                "arguments": {"command": f"echo $$ > {pidfile}; sleep 60"},
+            },
+        }
+    )
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        await asyncio.sleep(0.02)
+    return int(pidfile.read_text())
+
+
 @_sync
 async def test_end_of_input_cancels_running_calls_and_exits(tmp_path: Path) -> None:
     """A host that goes away (closes the server's input) mid-call: the command's
@@ -478,20 +491,7 @@ async def test_end_of_input_cancels_running_calls_and_exits(tmp_path: Path) -> N
     pidfile = tmp_path / "pid"
     async with asyncio.timeout(30):
         raw = await _Raw.start()
-        await raw.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 30,
-                "method": "tools/call",
-                "params": {
-                    "name": "bash",
-                    "arguments": {"command": f"echo $$ > {pidfile}; sleep 60"},
-                },
-            }
-        )
-        while not pidfile.exists() or not pidfile.read_text().strip():
-            await asyncio.sleep(0.02)
-        pid = int(pidfile.read_text())
+        pid = await _start_sleeping_call(raw, 30, pidfile)
         assert await raw.close() == 0
         assert _gone(pid)
 
@@ -567,20 +567,7 @@ async def test_sigterm_stops_running_calls_then_exits_143(tmp_path: Path) -> Non
     pidfile = tmp_path / "pid"
     async with asyncio.timeout(30):
         raw = await _Raw.start()
-        await raw.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 50,
-                "method": "tools/call",
-                "params": {
-                    "name": "bash",
-                    "arguments": {"command": f"echo $$ > {pidfile}; sleep 60"},
-                },
-            }
-        )
-        while not pidfile.exists() or not pidfile.read_text().strip():
-            await asyncio.sleep(0.02)
-        pid = int(pidfile.read_text())
+        pid = await _start_sleeping_call(raw, 50, pidfile)
         raw.proc.send_signal(signal.SIGTERM)
         assert await raw.proc.wait() == 128 + signal.SIGTERM
         assert _gone(pid)
