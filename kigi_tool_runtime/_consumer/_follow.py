@@ -89,10 +89,7 @@ def read_from(
             the file is shorter than ``offset`` (an append-only log never shrinks).
         OSError: the file exists but cannot be read.
     """
-    if offset < 0:
-        raise ValueError(f"offset must not be negative, got {offset}")
-    if max_line_bytes < 1:
-        raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+    _check_read(offset, max_line_bytes)
     lines: list[bytes | OversizedLine] = []
     opened = _open(path, offset, None, None)
     if opened is None:
@@ -122,10 +119,7 @@ def iter_lines(
             the file is shorter than ``offset`` (an append-only log never shrinks).
         OSError: the file exists but cannot be read.
     """
-    if offset < 0:
-        raise ValueError(f"offset must not be negative, got {offset}")
-    if max_line_bytes < 1:
-        raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+    _check_read(offset, max_line_bytes)
     opened = _open(path, offset, None, None)
     if opened is None:
         return
@@ -146,6 +140,13 @@ _Identity = tuple[int, int]
 #: content before the offset tells it apart. The end of the last line read
 #: (its ``seq`` and ``total_bytes``) is enough to tell.
 FINGERPRINT_BYTES: Final = 64
+
+
+def _check_read(offset: int, max_line_bytes: int) -> None:
+    if offset < 0:
+        raise ValueError(f"offset must not be negative, got {offset}")
+    if max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
 
 
 def _open(

@@ -489,17 +489,7 @@ class StreamState:
                 if self._cur_lo > last:
                     self._anomalies.append(_run_overrun(self.key, index, self._cur_lo, last))
                 if last - held - self._cur_hi > 0:
-                    self._gaps.append(
-                        Gap(
-                            offset=self._run_start,
-                            index=index,
-                            total_bytes=last,
-                            upper=last - self._cur_lo,
-                            lower=last - self._cur_hi,
-                            held=held,
-                            inferred=True,
-                        )
-                    )
+                    self._gaps.append(self._inferred_gap(index, last, held))
                 self._cur_lo = last - held + low
                 self._cur_hi = last + size
                 self._run_start = chars
@@ -609,6 +599,19 @@ class StreamState:
             self._text_cut = True
             self._chunks = []
 
+    def _inferred_gap(self, index: int, last: int, held: int) -> Gap:
+        # The current run, which began at _run_start, delivered less than its
+        # total `last`: the missing bytes are a loss its frames never said.
+        return Gap(
+            offset=self._run_start,
+            index=index,
+            total_bytes=last,
+            upper=last - self._cur_lo,
+            lower=last - self._cur_hi,
+            held=held,
+            inferred=True,
+        )
+
     def _end_run(self, held: int, index: int, rising: bool) -> Anomaly | None:
         """The current run (at :attr:`total_bytes`) ended at record ``index``,
         whose frame shows the producer held back at most ``held`` bytes;
@@ -630,17 +633,7 @@ class StreamState:
             self._lead_end_hold = held
             self._lead_end_index = index
         elif rising and last - held - self._cur_hi > 0:
-            self._gaps.append(
-                Gap(
-                    offset=self._run_start,
-                    index=index,
-                    total_bytes=last,
-                    upper=last - self._cur_lo,
-                    lower=last - self._cur_hi,
-                    held=held,
-                    inferred=True,
-                )
-            )
+            self._gaps.append(self._inferred_gap(index, last, held))
         self._cur_lo = last - held
         self._cur_hi = last
         self._anchored = True
