@@ -301,3 +301,23 @@ def test_consecutive_ascii_gaps_sum_exactly_once_ended() -> None:
     assert "2 gaps (14 bytes lost)" in ended.summary()
     live = state.report()
     assert (live.lost_bytes_min, live.lost_bytes) == (11, 14)
+
+
+def test_a_repeated_frame_in_a_later_fold_is_one_overrun_at_every_split() -> None:
+    """A frame repeated on the wire (seq and all) makes its run overrun its total;
+    a fold that starts inside that run judges it without what came before, and
+    absorbing it must not add a second verdict beside the whole fold's one."""
+    lines = [
+        progress_line("call-0", "chunk_0", {"delta": "\x80", "total_bytes": 2}, 0),
+        progress_line("call-0", "chunk_0", {"delta": "\U00010000", "total_bytes": 6}, 1),
+        progress_line("call-0", "chunk_0", {"delta": "\U00010000", "total_bytes": 6}, 1),
+        progress_line("call-0", "chunk_0", {"delta": "0", "total_bytes": 7}, 2),
+    ]
+    for scope in ("call", "connection"):
+        whole = Reassembler.fold(lines, seq_scope=scope)
+        report = whole.stream("call-0", "chunk_0").report()  # type: ignore[union-attr]
+        assert [a.kind for a in report.anomalies] == ["total_overrun"]
+        for cut in range(len(lines) + 1):
+            split = Reassembler.fold(lines[:cut], seq_scope=scope)
+            split.absorb(Reassembler.fold(lines[cut:], seq_scope=scope))
+            assert split == whole, (scope, cut)

@@ -707,7 +707,15 @@ class StreamState:
                 self._run_start = chars
                 base_lo, base_hi = self._cur_lo, self._cur_hi
             if later._lead_end in ("rise", "fall"):
-                # The run holding the lead ends where the lead ended.
+                # The run holding the lead ends where the lead ended. The later
+                # fold judged that run without what came before it: its verdict
+                # is replaced by the one made here, with this fold's figures.
+                end_index = later._lead_end_index + records
+                anomalies = [
+                    anomaly
+                    for anomaly in anomalies
+                    if not (anomaly.index == end_index and _is_run_overrun(anomaly))
+                ]
                 self.total_bytes = first
                 self._cur_lo, self._cur_hi = base_lo + lead_lo, base_hi + lead_hi
                 overrun = self._end_run(
@@ -817,14 +825,22 @@ def _regressed(key: StreamKey, index: int, last: int, total: int) -> Anomaly:
     )
 
 
+# How a run's overrun begins (a single frame's overrun reads otherwise).
+_RUN_OVERRUN: Final = "the frames up to total_bytes "
+
+
 def _run_overrun(key: StreamKey, index: int, least: int, total: int) -> Anomaly:
     return Anomaly(
         "total_overrun",
         index,
-        f"the frames up to total_bytes {total} delivered at least {least} source bytes;"
+        f"{_RUN_OVERRUN}{total} delivered at least {least} source bytes;"
         " a frame was repeated, or the producer miscounts",
         key,
     )
+
+
+def _is_run_overrun(anomaly: Anomaly) -> bool:
+    return anomaly.kind == "total_overrun" and anomaly.detail.startswith(_RUN_OVERRUN)
 
 
 def _source_bytes_min(delta: str) -> int:
