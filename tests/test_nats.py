@@ -143,14 +143,19 @@ def text_of(call: Any) -> str | None:
 
 def test_two_workers_share_a_hundred_concurrent_calls(nats_server: NatsServer) -> None:
     """Two workers with a bound of four calls each run a hundred concurrent calls:
-    every call's text is whole, both workers take calls, and none ran twice."""
+    every call's text is whole, both workers take calls, each reaches its bound of
+    four and never passes it, and none ran twice."""
 
     async def main() -> None:
         fleet = Fleet(nats_server.url)
         client = await fleet.start(workers=2, max_in_flight=4)
         try:
             calls = [
-                await client.call("bash", {"command": py(f"print('call {n} ' * {n + 1})")})
+                # Each call sleeps long enough that a worker's four slots fill up.
+                await client.call(
+                    "bash",
+                    {"command": py(f"import time; time.sleep(0.3); print('call {n} ' * {n + 1})")},
+                )
                 for n in range(100)
             ]
             results = await asyncio.gather(*(call.result() for call in calls))
