@@ -123,6 +123,7 @@ from ._progress_line import (
     ProgressLine,
     append_progress_line,
     decode_progress_line,
+    encode_delta_lines,
     encode_progress_line,
 )
 from ._tool_call import (
@@ -279,6 +280,7 @@ __all__ = (
     "decode_progress_line",
     "effective_max_frame_bytes",
     "effective_timeout_ms",
+    "encode_delta_lines",
     "encode_progress_line",
     "error_code",
     "error_code_for",

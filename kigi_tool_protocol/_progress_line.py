@@ -16,6 +16,7 @@ encoded one a ``ValueError``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
@@ -29,7 +30,13 @@ from ._methods import METHOD_TOOL_CALL_PROGRESS
 from ._partial_result import PartialResultPayload
 from ._tool_call import ToolCallProgressFrame
 
-__all__ = ("ProgressLine", "append_progress_line", "decode_progress_line", "encode_progress_line")
+__all__ = (
+    "ProgressLine",
+    "append_progress_line",
+    "decode_progress_line",
+    "encode_delta_lines",
+    "encode_progress_line",
+)
 
 #: A progress line as the fast path decodes it: a ``tool_call_progress``
 #: notification whose body is a ``PartialResultPayload``.
@@ -55,11 +62,15 @@ _CLOSE_LINE: Final = b"}}\n"
 #: frames under one key, and the head is most of the fixed cost of a line. Past
 #: this many keys the cache starts over.
 _HEAD_CACHE_ENTRIES: Final = 1024
-_heads: dict[tuple[str, str, str | None], tuple[bytes, bytes]] = {}
+_heads: dict[tuple[str, str, str | None], tuple[bytes, bytes, bytes, bytes]] = {}
 
 
-def _head(tool_call_id: str, kind: str, session_id: str | None) -> tuple[bytes, bytes]:
-    """The bytes before ``seq`` and those between ``seq`` and the body."""
+def _head(
+    tool_call_id: str, kind: str, session_id: str | None
+) -> tuple[bytes, bytes, bytes, bytes]:
+    """The bytes before ``seq`` and those between ``seq`` and the body; then the
+    same with the key ``,"seq":`` on the first and ``{"delta":`` on the second
+    (a body that is a ``PartialResultPayload``)."""
     key = (tool_call_id, kind, session_id)
     head = _heads.get(key)
     if head is not None:
@@ -76,7 +87,7 @@ def _head(tool_call_id: str, kind: str, session_id: str | None) -> tuple[bytes, 
         raise WireError(f"cannot encode ToolCallProgressFrame: {exc}") from exc
     if len(_heads) >= _HEAD_CACHE_ENTRIES:
         _heads.clear()
-    head = _heads[key] = (opening, middle)
+    head = _heads[key] = (opening, middle, opening + b',"seq":', middle + b'{"delta":')
     return head
 
 
@@ -139,14 +150,88 @@ def encode_progress_line(
     # The hot path, inlined: a frame numbered in range, no drops, a line.
     if seq.__class__ is int and dropped_count is None and newline and 0 <= seq <= U64_MAX:
         if body.__class__ is msgspec.Raw:
-            return b'%s,"seq":%d%s%s}}\n' % (head[0], seq, head[1], body)
+            return b"%s%d%s%s}}\n" % (head[2], seq, head[1], body)
         try:
-            return b'%s,"seq":%d%s%s}}\n' % (head[0], seq, head[1], _encode(body))
+            return b"%s%d%s%s}}\n" % (head[2], seq, head[1], _encode(body))
         except _ENCODE_ERRORS as exc:
             raise WireError(f"cannot encode ToolCallProgressFrame: {exc}") from exc
     seq_part, dropped = _counters(seq, dropped_count)
     close = _CLOSE_LINE if newline else _CLOSE
     return b"".join((head[0], seq_part, head[1], _body(body), dropped, close))
+
+
+def encode_delta_lines(
+    tool_call_id: str,
+    kind: str,
+    deltas: Sequence[str],
+    *,
+    total_bytes: int,
+    truncated: bool = False,
+    gap: bool = False,
+    seq: int,
+    session_id: str | None = None,
+) -> bytes:
+    """The lines of consecutive progress frames whose bodies are
+    ``PartialResultPayload`` values, one a delta of ``deltas``, all with
+    ``total_bytes`` and ``truncated``; the first says ``gap``. They are numbered
+    from ``seq`` on. The bytes are those of :func:`encode_progress_line` for
+    each frame in turn (a test pins them), written without building a struct:
+    the frames a producer drains at once share everything but their text, so
+    most of each line is encoded once.
+
+    Raises:
+        WireError: an id cannot be encoded.
+        ValueError: ``total_bytes`` or a frame's ``seq`` is outside the u64 range.
+        TypeError: an id, kind or delta is not a str, ``total_bytes`` or ``seq``
+            not an int, a flag not a bool.
+    """
+    head = _heads.get((tool_call_id, kind, session_id))
+    if head is None:
+        head = _head(tool_call_id, kind, session_id)
+    if truncated.__class__ is not bool or gap.__class__ is not bool:
+        name, value = ("truncated", truncated) if truncated.__class__ is not bool else ("gap", gap)
+        raise TypeError(f"`{name}` must be a bool, not {type(value).__name__}")
+    if total_bytes.__class__ is not int or seq.__class__ is not int:
+        name, value = (
+            ("total_bytes", total_bytes) if total_bytes.__class__ is not int else ("seq", seq)
+        )
+        raise TypeError(f"`{name}` must be an int, not {type(value).__name__}")
+    count = len(deltas)
+    if not (0 <= total_bytes <= U64_MAX and seq >= 0 and seq + count <= U64_MAX + 1):
+        check_u64("total_bytes", total_bytes)
+        check_u64("seq", seq)
+        check_u64("seq", seq + count - 1)
+    if not count:
+        return b""
+    try:
+        "".join(deltas)  # each is a str, checked in one pass
+    except TypeError:
+        wrong = next(delta for delta in deltas if type(delta) is not str)
+        raise TypeError(f"`delta` must be a str, not {type(wrong).__name__}") from None
+    # Each line is `opening ,"seq":N middle {"delta":D ,"total_bytes":..}}}\n`:
+    # joined, the bytes between one delta and the next seq are the same for all.
+    opening = head[2]
+    middle = head[3]
+    rest = b',"total_bytes":%d,"truncated":%s,"gap":false}}}\n' % (
+        total_bytes,
+        b"true" if truncated else b"false",
+    )
+    encode = _encode
+    first = b""
+    try:
+        if gap:
+            gap_rest = rest[: -len(b"false}}}\n")] + b"true}}}\n"
+            first = b"%s%d%s%s%s" % (opening, seq, middle, encode(deltas[0]), gap_rest)
+            if count == 1:
+                return first
+            deltas = deltas[1:]
+            seq += 1
+        parts = [
+            b"%d%s%s" % (number, middle, encode(delta)) for number, delta in enumerate(deltas, seq)
+        ]
+    except _ENCODE_ERRORS as exc:  # a lone surrogate
+        raise WireError(f"cannot encode ToolCallProgressFrame: {exc}") from exc
+    return b"".join((first, opening, (rest + opening).join(parts), rest))
 
 
 def append_progress_line(
@@ -166,7 +251,7 @@ def append_progress_line(
     Raises:
         WireError, ValueError, TypeError: as :func:`encode_progress_line`.
     """
-    opening, middle = _head(tool_call_id, kind, session_id)
+    opening, middle, _, _ = _head(tool_call_id, kind, session_id)
     seq_part, dropped = _counters(seq, dropped_count)
     encoded = _body(body)
     out += opening

@@ -55,7 +55,13 @@ from ._consumer._stream_state import StreamState
 from ._lines import LineReader, LineSplitter, OversizedLine, read_lines
 from ._producer._chunk import Chunk, stream_chunk
 from ._producer._deltas import DeltaStreamer
-from ._producer._output import LIMIT_MARKER, OMISSION_MARKER, Excerpt, OutputStream
+from ._producer._output import (
+    LIMIT_MARKER,
+    OMISSION_MARKER,
+    Excerpt,
+    OutputStream,
+    ProgressLines,
+)
 from ._producer._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
 from ._tools._errors import ToolError, ToolErrorKind
 from ._tools._runner import RunStats, ToolRun, run_tool
@@ -108,6 +114,7 @@ __all__: tuple[str, ...] = (
     "OutputAppended",
     "OutputStream",
     "OversizedLine",
+    "ProgressLines",
     "ProgressNoted",
     "Reassembler",
     "Record",

@@ -11,19 +11,35 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec, ToolCapabilities
+from kigi_tool_protocol import (
+    DEFAULT_MAX_DELTA_BYTES,
+    CustomProgress,
+    PartialResultPayload,
+    StreamingSpec,
+    ToolCapabilities,
+    WireError,
+    encode_progress_line,
+)
 from kigi_tool_runtime import (
     LIMIT_MARKER,
     OMISSION_MARKER,
     Excerpt,
     OutputStream,
+    ProgressLines,
     Tool,
     ToolContext,
     ToolEvent,
     ToolResult,
     run_tool,
 )
-from kigi_tool_runtime.testing import byte_sources, schedules
+from kigi_tool_runtime.testing import (
+    ScheduleStep,
+    byte_sources,
+    caps,
+    output_limits,
+    schedules,
+    tail_sizes,
+)
 
 SPEC = StreamingSpec(subkind="emit_test", max_delta_bytes=8)
 
@@ -118,6 +134,88 @@ def test_without_progress_nothing_is_emitted_but_everything_counts() -> None:
     assert stream.drain() == []
     assert stream.finish() == []
     assert stream.total == 100
+
+
+def _lines_of(frames: list[CustomProgress], call_id: str, seq: int, session: str | None) -> bytes:
+    return b"".join(
+        encode_progress_line(call_id, f.subkind, f.payload, seq=seq + i, session_id=session)
+        for i, f in enumerate(frames)
+    )
+
+
+@given(
+    source=byte_sources() | st.binary().map(lambda b: bytes(x & 0x7F for x in b)),
+    cap=caps(),
+    capacity=st.one_of(st.integers(4, 12), tail_sizes()),
+    call_id=st.sampled_from(["call-1", 'c"%d\\', "é"]),
+    session=st.none() | st.just("s%s"),
+    first_seq=st.integers(0, 2**40),
+    data=st.data(),
+)
+def test_drain_lines_writes_the_lines_of_drains_frames(
+    source: bytes,
+    cap: int | None,
+    capacity: int,
+    call_id: str,
+    session: str | None,
+    first_seq: int,
+    data: st.DataObject,
+) -> None:
+    """Over any schedule, cap (0-4 included), tail (gaps) and limit (truncation,
+    the notice, a cut character), drain_lines and finish_lines write exactly the
+    lines of the frames drain and finish make on a twin stream, numbered on."""
+    spec = StreamingSpec(subkind="emit_test", max_delta_bytes=cap)
+    steps: list[ScheduleStep] = data.draw(schedules(source))
+    limit = data.draw(output_limits(steps), label="limit")
+    capacity = max(capacity, DEFAULT_MAX_DELTA_BYTES if cap is None else cap)
+    frames_stream = OutputStream(spec, capacity=capacity, limit=limit)
+    lines_stream = OutputStream(spec, capacity=capacity, limit=limit)
+    seq = first_seq
+    for step in steps:
+        if step is None:
+            frames = frames_stream.drain()
+            got = lines_stream.drain_lines(call_id, seq=seq, session_id=session)
+        else:
+            frames_stream.write(step)
+            lines_stream.write(step)
+            continue
+        assert got == ProgressLines(_lines_of(frames, call_id, seq, session), len(frames))
+        assert lines_stream.frame_ready == frames_stream.frame_ready
+        seq += got.frames
+    frames = frames_stream.finish()
+    got = lines_stream.finish_lines(call_id, seq=seq, session_id=session)
+    assert got == ProgressLines(_lines_of(frames, call_id, seq, session), len(frames))
+    assert lines_stream.pending == frames_stream.pending
+    assert lines_stream.finish_lines(call_id, seq=seq + got.frames) == ProgressLines(b"", 0)
+
+
+def test_drain_lines_refuses_bad_arguments_without_draining() -> None:
+    """A bad id or seq is refused and nothing is drained: the next good call
+    writes every frame that was due. A stream without progress writes nothing."""
+    stream = OutputStream(SPEC, capacity=64)
+    stream.write(b"0123456789")
+    with pytest.raises(ValueError, match="u64"):
+        stream.drain_lines("c", seq=2**64 - 1)  # room for one frame, two are due
+    with pytest.raises(TypeError, match="`seq` must be an int"):
+        stream.drain_lines("c", seq=1.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`tool_call_id` must be a str"):
+        stream.drain_lines(7, seq=0)  # type: ignore[arg-type]
+    with pytest.raises(WireError):
+        stream.drain_lines("c\ud800", seq=0)
+    assert stream.pending == 10
+    with pytest.raises(ValueError, match="u64"):
+        stream.finish_lines("c", seq=-1)
+    stream.write(b"!")  # not finished by the refused call
+    lines = stream.finish_lines("c", seq=0)
+    assert lines.frames == 2
+    assert lines.data.count(b"\n") == 2
+    assert b'"delta":"01234567"' in lines.data and b'"delta":"89!"' in lines.data
+    quiet = OutputStream(SPEC, capacity=64, progress=False)
+    quiet.write(b"x" * 100)
+    assert quiet.drain_lines("c", seq=0) == ProgressLines(b"", 0)
+    assert quiet.finish_lines("c", seq=0) == ProgressLines(b"", 0)
+    with pytest.raises(RuntimeError, match="after finish"):
+        quiet.write(b"x")
 
 
 def test_the_hard_limit_truncates_the_stream() -> None:

@@ -22,6 +22,7 @@ from kigi_tool_protocol import (
     WireError,
     append_progress_line,
     decode_progress_line,
+    encode_delta_lines,
     encode_progress_line,
     json_codec,
 )
@@ -178,6 +179,118 @@ def test_values_json_cannot_carry_are_wire_errors() -> None:
         encode_progress_line("c", "k", {}, seq=True)
     with pytest.raises(TypeError, match="`dropped_count` must be an int"):
         encode_progress_line("c", "k", {}, dropped_count=1.0)  # type: ignore[arg-type]
+
+
+# Texts that JSON must escape, that look like the joins and the formatting of
+# the lines (`","`, `%`), and characters of every length.
+delta_texts = st.one_of(
+    st.text(),
+    st.lists(
+        st.sampled_from(['","', '"', "\\", "%", "%d", "\n", "\x00", "\x7f", "é", "✓", "😀", "a"]),
+        max_size=8,
+    ).map("".join),
+)
+
+
+@given(
+    call_id=st.text(min_size=1),
+    kind=st.text(),
+    deltas=st.lists(delta_texts, max_size=6),
+    total_bytes=st.integers(0, U64_MAX),
+    truncated=st.booleans(),
+    gap=st.booleans(),
+    seq=st.integers(0, U64_MAX),
+    session_id=st.none() | st.text(min_size=1),
+)
+def test_delta_lines_are_the_lines_of_their_frames(
+    call_id: str,
+    kind: str,
+    deltas: list[str],
+    total_bytes: int,
+    truncated: bool,
+    gap: bool,
+    seq: int,
+    session_id: str | None,
+) -> None:
+    """encode_delta_lines writes, byte for byte, encode_progress_line's line for
+    each frame in turn: one PartialResultPayload a delta, numbered from seq, the
+    first with the gap flag; and each line decodes back to its frame."""
+    seq = min(seq, U64_MAX - len(deltas) + 1)
+    expected = b"".join(
+        encode_progress_line(
+            call_id,
+            kind,
+            PartialResultPayload(
+                delta=delta,
+                total_bytes=total_bytes,
+                truncated=truncated,
+                gap=gap and index == 0,
+            ),
+            seq=seq + index,
+            session_id=session_id,
+        )
+        for index, delta in enumerate(deltas)
+    )
+    data = encode_delta_lines(
+        call_id,
+        kind,
+        deltas,
+        total_bytes=total_bytes,
+        truncated=truncated,
+        gap=gap,
+        seq=seq,
+        session_id=session_id,
+    )
+    assert data == expected
+    lines = data.splitlines()
+    assert len(lines) == len(deltas)
+    for index, line in enumerate(lines):
+        note = decode_progress_line(line)
+        assert isinstance(note, JsonRpcNotification)
+        assert note.seq == seq + index
+        assert isinstance(note.params, ToolCallProgressFrame)
+        assert note.params.body == PartialResultPayload(
+            delta=deltas[index],
+            total_bytes=total_bytes,
+            truncated=truncated,
+            gap=gap and index == 0,
+        )
+
+
+def test_delta_lines_refuse_what_their_frames_could_not_carry() -> None:
+    """Each argument is checked, even with no delta to write: a wrong type is a
+    TypeError naming it, a number outside the u64 range (the last frame's seq
+    included) a ValueError, a value JSON cannot carry a WireError."""
+
+    def lines(deltas: Any = ("a", "b"), **changes: Any) -> bytes:
+        options: dict[str, Any] = {"total_bytes": 2, "seq": 0, **changes}
+        return encode_delta_lines(changes.pop("call_id", "c"), "k", deltas, **options)
+
+    assert lines(()) == b""
+    assert lines(seq=U64_MAX - 1).count(b"\n") == 2
+    for deltas in ((), ("a",)):
+        with pytest.raises(ValueError, match="`seq` = -1 is outside the u64 range"):
+            lines(deltas, seq=-1)
+        with pytest.raises(ValueError, match="`total_bytes`"):
+            lines(deltas, total_bytes=U64_MAX + 1)
+        with pytest.raises(TypeError, match="`seq` must be an int, not bool"):
+            lines(deltas, seq=True)
+        with pytest.raises(TypeError, match="`total_bytes` must be an int, not float"):
+            lines(deltas, total_bytes=2.0)
+        with pytest.raises(TypeError, match="`truncated` must be a bool, not int"):
+            lines(deltas, truncated=1)
+        with pytest.raises(TypeError, match="`gap` must be a bool, not NoneType"):
+            lines(deltas, gap=None)
+        with pytest.raises(TypeError, match="`session_id` must be a str or None"):
+            lines(deltas, session_id=b"s")
+    with pytest.raises(ValueError, match=f"`seq` = {U64_MAX + 1} is outside"):
+        lines(seq=U64_MAX)  # the second frame's seq
+    with pytest.raises(TypeError, match="`delta` must be a str, not bytes"):
+        lines(["a", b"b"])
+    with pytest.raises(WireError):
+        lines(["a", "\udfff"])
+    with pytest.raises(WireError):
+        encode_delta_lines("c\ud800", "k", ["a"], total_bytes=1, seq=0)
 
 
 def test_a_raw_body_is_written_as_it_is() -> None:

@@ -258,6 +258,18 @@ def advance(
 ) -> tuple[CustomProgress | None, int]:
     """Package-internal. The body of :func:`stream_chunk`, for arguments already checked:
     ``0 <= last_total < total``, ``cap >= 0``, ``tail`` from :func:`bytes_tail`."""
+    text, gap, cursor = next_delta(cap, tail, total, last_total, final)
+    if text is None:
+        return None, cursor
+    payload = PartialResultPayload(delta=text, total_bytes=total, truncated=truncated, gap=gap)
+    return CustomProgress(subkind=subkind, payload=payload), cursor
+
+
+def next_delta(
+    cap: int, tail: memoryview, total: int, last_total: int, final: bool
+) -> tuple[str | None, bool, int]:
+    """Package-internal. The next frame's delta (None: no frame), whether it
+    reports a gap, and the advanced cursor: :func:`advance` without the frame."""
     size = len(tail)
     new = total - last_total
     if new <= size:
@@ -287,13 +299,10 @@ def advance(
         if used:
             text = utf_8_decode(tail[start : start + used], "replace", True)[0]
     if used:
-        cursor = total - (size - start - used) if gap else last_total + used
-    elif gap:
-        cursor = total - (size - start)
-    else:
-        return None, last_total
-    payload = PartialResultPayload(delta=text, total_bytes=total, truncated=truncated, gap=gap)
-    return CustomProgress(subkind=subkind, payload=payload), cursor
+        return text, gap, total - (size - start - used) if gap else last_total + used
+    if gap:
+        return text, gap, total - (size - start)
+    return None, False, last_total
 
 
 def _as_bytes_view(view: memoryview) -> memoryview:

@@ -29,13 +29,25 @@ Rule 5. A truncated source never ends with a U+FFFD it did not have: bytes of
 from __future__ import annotations
 
 from codecs import utf_8_decode
+from typing import NamedTuple
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
 
-from ._chunk import Tail, advance, bytes_tail, cap_of, check_step
+from ._chunk import Tail, advance, bytes_tail, cap_of, check_step, next_delta
 from ._tail import TailBuffer
 
 __all__ = ("DeltaStreamer",)
+
+
+class Deltas(NamedTuple):
+    """Package-internal. The frames of one drain, as their parts: each delta's
+    text, oldest first, and what they share (all frames of one drain carry the
+    same ``total_bytes`` and ``truncated``; only the first can report a gap)."""
+
+    texts: list[str]
+    total: int
+    truncated: bool
+    gap: bool
 
 
 class DeltaStreamer:
@@ -70,6 +82,15 @@ class DeltaStreamer:
     def last_total(self) -> int:
         """How many source bytes have been surfaced or skipped so far."""
         return self._last_total
+
+    def mark(self) -> tuple[int, bool]:
+        """Package-internal. The cursor and the truncation flag, for :meth:`rewind`."""
+        return self._last_total, self._said_truncated
+
+    def rewind(self, mark: tuple[int, bool]) -> None:
+        """Package-internal. Go back to ``mark`` (from :meth:`mark`): the frames
+        drained since are due again, over the same tail."""
+        self._last_total, self._said_truncated = mark
 
     def step(
         self, tail: Tail, total: int, truncated: bool = False, *, final: bool = False
@@ -121,76 +142,113 @@ class DeltaStreamer:
 
     def drain_buffer(self, buffer: TailBuffer) -> list[CustomProgress]:
         """:meth:`drain` over ``buffer``'s tail, total and truncated flag."""
-        return self._run_buffer(buffer, False)
+        return self._frames(self._run_buffer(buffer, False))
 
     def finish_buffer(self, buffer: TailBuffer) -> list[CustomProgress]:
         """:meth:`finish` over ``buffer``'s tail, total and truncated flag: when
         the buffer refused bytes at its limit and no frame has said
         ``truncated``, the frames end with the truncation notice (Rule 4); a
         character the limit cut in half is left unsent (Rule 5)."""
+        return self._frames(self._run_buffer(buffer, True))
+
+    def drain_buffer_deltas(self, buffer: TailBuffer) -> Deltas:
+        """Package-internal. :meth:`drain_buffer`'s frames as :class:`Deltas`."""
+        return self._run_buffer(buffer, False)
+
+    def finish_buffer_deltas(self, buffer: TailBuffer) -> Deltas:
+        """Package-internal. :meth:`finish_buffer`'s frames as :class:`Deltas`."""
         return self._run_buffer(buffer, True)
 
-    def _run_buffer(self, buffer: TailBuffer, final: bool) -> list[CustomProgress]:
+    def _run_buffer(self, buffer: TailBuffer, final: bool) -> Deltas:
         # The buffer's tail is a flat byte view and its total is never negative,
         # so nothing needs checking.
         total = buffer.total
         truncated = buffer.truncated
-        if total <= self._last_total:
-            frames: list[CustomProgress] = []
-        else:
+        if total > self._last_total:
             # Rule 5: a character the limit cut in half is held, never flushed.
             flush = final and not buffer.cut_character
-            frames = self._loop(buffer.tail(), total, truncated, flush)
+            deltas = self._loop(buffer.tail(), total, truncated, flush)
+            if deltas.texts:
+                return deltas
         if final and truncated and not self._said_truncated:
-            frames.append(self._notice(total))
-        return frames
+            return self._notice(total)
+        return Deltas([], total, truncated, False)
 
     def _run(self, tail: Tail, total: int, truncated: bool, final: bool) -> list[CustomProgress]:
-        if not check_step(total, self._last_total, truncated):
-            frames: list[CustomProgress] = []
-        else:
-            frames = self._loop(bytes_tail(tail), total, truncated, final)
+        if check_step(total, self._last_total, truncated):
+            deltas = self._loop(bytes_tail(tail), total, truncated, final)
+            if deltas.texts:
+                return self._frames(deltas)
         if final and truncated and not self._said_truncated:
-            frames.append(self._notice(total))
-        return frames
+            return self._frames(self._notice(total))
+        return []
 
-    def _notice(self, total: int) -> CustomProgress:
+    def _notice(self, total: int) -> Deltas:
         # Rule 4: the one frame that says a truncation no delta frame carried.
         self._said_truncated = True
-        payload = PartialResultPayload(delta="", total_bytes=total, truncated=True, gap=False)
-        return CustomProgress(subkind=self._subkind, payload=payload)
+        return Deltas([""], total, True, False)
 
-    def _loop(
-        self, tail: memoryview, total: int, truncated: bool, final: bool
-    ) -> list[CustomProgress]:
-        cursor = self._last_total
+    def _frames(self, deltas: Deltas) -> list[CustomProgress]:
+        texts, total, truncated, gap = deltas
         subkind = self._subkind
+        frames = [
+            CustomProgress(
+                subkind=subkind,
+                payload=PartialResultPayload(
+                    delta=text, total_bytes=total, truncated=truncated, gap=False
+                ),
+            )
+            for text in texts
+        ]
+        if gap:
+            payload = PartialResultPayload(
+                delta=texts[0], total_bytes=total, truncated=truncated, gap=True
+            )
+            frames[0] = CustomProgress(subkind=subkind, payload=payload)
+        return frames
+
+    def _loop(self, tail: memoryview, total: int, truncated: bool, final: bool) -> Deltas:
+        cursor = self._last_total
         cap = self._cap
         size = len(tail)
-        frames: list[CustomProgress] = []
+        texts: list[str] = []
+        gap = False
+        pending = total - cursor
+        if cap < pending <= size:
+            # More than one frame is due and nothing was lost. When the pending
+            # bytes are all ASCII, every byte is a whole character: decode them
+            # once and cut the text every `cap` characters, the deltas the steps
+            # below would make one decode at a time.
+            run = bytes(tail[size - pending :])
+            if run.isascii():
+                text = run.decode("ascii")
+                step = cap or 1  # a cap of 0 is one character a frame
+                texts = [text[at : at + step] for at in range(0, pending, step)]
+                cursor = total
+        elif pending > size:
+            # The middle was lost: the first frame reports the gap, and leaves
+            # the cursor inside the tail, so no later frame of this run can.
+            first, gap, cursor = next_delta(cap, tail, total, cursor, final)
+            texts.append(first)  # type: ignore[arg-type]  # a gap always makes a frame
         # Arguments are checked once: every later step sees the same tail and a
         # cursor that only grew. Reaching `total` ends the drain without the call
         # that would only say so.
         while cursor < total:
             start = size - (total - cursor)
-            if start >= 0:
-                # The common step, inlined: no gap, and the decoder found whole
-                # characters within the cap (exactly what `advance` does first).
-                end = size if size - start <= cap else start + cap
-                text, used = utf_8_decode(tail[start:end], "replace", final and end == size)
-                if used:
-                    cursor += used
-                    payload = PartialResultPayload(
-                        delta=text, total_bytes=total, truncated=truncated, gap=False
-                    )
-                    frames.append(CustomProgress(subkind=subkind, payload=payload))
-                    continue
-            # A gap, a cap inside the first character, or a held sequence.
-            progress, cursor = advance(subkind, cap, tail, total, cursor, truncated, final)
-            if progress is None:
+            # The common step, inlined: the decoder found whole characters
+            # within the cap (exactly what `next_delta` does first).
+            end = size if size - start <= cap else start + cap
+            text, used = utf_8_decode(tail[start:end], "replace", final and end == size)
+            if used:
+                cursor += used
+                texts.append(text)
+                continue
+            # A cap inside the first character, or a held sequence.
+            delta, _, cursor = next_delta(cap, tail, total, cursor, final)
+            if delta is None:
                 break
-            frames.append(progress)
+            texts.append(delta)
         self._last_total = cursor
-        if truncated and frames:
+        if truncated and texts:
             self._said_truncated = True
-        return frames
+        return Deltas(texts, total, truncated, gap)

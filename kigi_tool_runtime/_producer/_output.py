@@ -13,6 +13,10 @@ ends it yields what :meth:`OutputStream.finish` returns::
         yield frame
     excerpt = stream.excerpt()          # head + marker + tail, for the model
 
+A producer that writes the wire itself takes the same frames as their
+``tool_call_progress`` lines from :meth:`OutputStream.drain_lines` and
+:meth:`OutputStream.finish_lines`, without a frame struct built.
+
 Invariants:
 
 Rule 1. Memory is bounded by ``capacity + head_bytes`` whatever is written: the
@@ -34,13 +38,13 @@ from __future__ import annotations
 from codecs import utf_8_decode
 from typing import Final, NamedTuple
 
-from kigi_tool_protocol import CustomProgress, StreamingSpec
+from kigi_tool_protocol import CustomProgress, StreamingSpec, encode_delta_lines
 
 from ._chunk import MAX_CONTINUATION_BYTES, cap_of
-from ._deltas import DeltaStreamer
+from ._deltas import Deltas, DeltaStreamer
 from ._tail import TailBuffer
 
-__all__ = ("LIMIT_MARKER", "OMISSION_MARKER", "Excerpt", "OutputStream")
+__all__ = ("LIMIT_MARKER", "OMISSION_MARKER", "Excerpt", "OutputStream", "ProgressLines")
 
 #: Put between the head and the tail of an excerpt whose middle was left out.
 #: Blank lines around it keep it off the lines of the output itself, and it says
@@ -66,6 +70,15 @@ class Excerpt(NamedTuple):
     omitted: int
     truncated: bool
     dropped: int = 0
+
+
+class ProgressLines(NamedTuple):
+    """What :meth:`OutputStream.drain_lines` returns: the ``tool_call_progress``
+    lines (each with its newline) and how many frames they hold, so the next
+    call's ``seq`` is ``seq + frames``."""
+
+    data: bytes
+    frames: int
 
 
 def _complete_prefix(data: bytes) -> bytes:
@@ -249,6 +262,72 @@ class OutputStream:
         if not self._progress:
             return []
         return self._streamer.finish_buffer(self._tail)
+
+    def drain_lines(
+        self, tool_call_id: str, *, seq: int, session_id: str | None = None
+    ) -> ProgressLines:
+        """:meth:`drain`, with the frames written as the progress lines of call
+        ``tool_call_id`` numbered from ``seq``: the bytes
+        :func:`~kigi_tool_protocol.encode_progress_line` writes for each frame
+        :meth:`drain` would return, made without building them (the fast path
+        for a producer that writes its own lines). On an error nothing is
+        drained.
+
+        Raises:
+            ValueError: a frame's ``seq`` would be outside the u64 range.
+            TypeError: ``tool_call_id``, ``session_id`` or ``seq`` has the wrong type.
+            WireError: ``tool_call_id`` or ``session_id`` cannot be encoded.
+        """
+        if not self._progress:
+            return ProgressLines(b"", 0)
+        mark = self._streamer.mark()
+        deltas = self._streamer.drain_buffer_deltas(self._tail)
+        lines = self._lines(deltas, tool_call_id, seq, session_id, mark)
+        self._drained_total = self._tail.total
+        return lines
+
+    def finish_lines(
+        self, tool_call_id: str, *, seq: int, session_id: str | None = None
+    ) -> ProgressLines:
+        """:meth:`finish`, with the frames written as :meth:`drain_lines` writes
+        them. On an error nothing is drained and the stream is not finished.
+
+        Raises:
+            ValueError, TypeError, WireError: as :meth:`drain_lines`.
+        """
+        if self._progress:
+            mark = self._streamer.mark()
+            deltas = self._streamer.finish_buffer_deltas(self._tail)
+            lines = self._lines(deltas, tool_call_id, seq, session_id, mark)
+        else:
+            lines = ProgressLines(b"", 0)
+        self._finished = True
+        return lines
+
+    def _lines(
+        self,
+        deltas: Deltas,
+        tool_call_id: str,
+        seq: int,
+        session_id: str | None,
+        mark: tuple[int, bool],
+    ) -> ProgressLines:
+        try:
+            data = encode_delta_lines(
+                tool_call_id,
+                self._streamer.spec.subkind,
+                deltas.texts,
+                total_bytes=deltas.total,
+                truncated=deltas.truncated,
+                gap=deltas.gap,
+                seq=seq,
+                session_id=session_id,
+            )
+        except BaseException:
+            # The tail has not changed since: drained again, the same frames come.
+            self._streamer.rewind(mark)
+            raise
+        return ProgressLines(data, len(deltas.texts))
 
     def excerpt(self, max_bytes: int | None = None) -> Excerpt:
         """The output for a reader: whole when it fits in ``max_bytes`` (default:
