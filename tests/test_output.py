@@ -209,7 +209,8 @@ def test_drain_lines_refuses_bad_arguments_without_draining() -> None:
     lines = stream.finish_lines("c", seq=0)
     assert lines.frames == 2
     assert lines.data.count(b"\n") == 2
-    assert b'"delta":"01234567"' in lines.data and b'"delta":"89!"' in lines.data
+    assert b'"delta":"01234567"' in lines.data
+    assert b'"delta":"89!"' in lines.data
     quiet = OutputStream(SPEC, capacity=64, progress=False)
     quiet.write(b"x" * 100)
     assert quiet.drain_lines("c", seq=0) == ProgressLines(b"", 0)
