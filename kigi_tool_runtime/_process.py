@@ -11,11 +11,17 @@ Rule 2. :func:`stop_group` always ends with the group signalled SIGKILL and the
         stopped member sees it), and SIGKILL after at most ``grace`` seconds.
 Rule 3. Signalling a group that is gone is not an error.
 
-A command is not made to die with the process that started it (Linux
+Used by the shell tool (each command it runs, stopped on timeout and
+cancellation) and by ``Client.spawn`` (the server it starts, stopped by
+``Client.aclose``; ``drained`` there is the task reading the server's replies).
+
+A child is not made to die with the process that started it (Linux
 ``PR_SET_PDEATHSIG``): that needs code run in the child between fork and exec,
 which Python offers only through ``preexec_fn``, unsafe in a process with
-threads (the event loop's default executor and child watcher use them). The
-shell tool stops its groups itself on timeout and cancellation instead.
+threads (the event loop's default executor and child watcher use them). Its
+starter stops the group itself instead (the shell tool on timeout and
+cancellation, the client when it closes); a kigi server whose client died
+without closing sees end of input and stops by itself.
 
 POSIX only: process groups and ``killpg``.
 """
@@ -89,11 +95,20 @@ async def spawn_in_group(*argv: str, **kwargs: Any) -> asyncio.subprocess.Proces
 
 
 async def stop_group(
-    proc: asyncio.subprocess.Process, grace: float, poll: float = KILL_POLL_S
+    proc: asyncio.subprocess.Process,
+    grace: float,
+    poll: float = KILL_POLL_S,
+    *,
+    drained: asyncio.Future[Any] | None = None,
 ) -> None:
     """SIGTERM (and SIGCONT) the group ``proc`` leads, wait up to ``grace``
     seconds for ``proc`` to exit and the group to empty, then SIGKILL whatever
-    is left and reap ``proc`` (Rule 2)."""
+    is left and reap ``proc`` (Rule 2).
+
+    ``drained``, when given, is waited for too within the same ``grace`` (say
+    the task reading what the group writes while it stops, so that output is
+    read before the caller gives up on it); it is never cancelled here.
+    """
     loop = asyncio.get_running_loop()
     pgid = proc.pid  # Rule 1: the child leads its own group
     signal_group(pgid, signal.SIGTERM)
@@ -102,7 +117,11 @@ async def stop_group(
     give_up = loop.time() + grace
     try:
         while loop.time() < give_up:
-            if proc.returncode is not None and not group_alive(pgid):
+            if (
+                proc.returncode is not None
+                and not group_alive(pgid)
+                and (drained is None or drained.done())
+            ):
                 break
             await asyncio.sleep(poll)
     finally:

@@ -161,6 +161,42 @@ def test_stop_group_kills_the_group_when_its_wait_is_cancelled() -> None:
     asyncio.run(asyncio.wait_for(main(), DEADLINE_S))
 
 
+def test_stop_group_waits_for_drained_beside_the_exit() -> None:
+    """With ``drained``, the stop lasts until that future is done too (here set
+    well after the group has gone), and leaves it uncancelled."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        proc = await spawn_in_group(sys.executable, "-c", "import time; time.sleep(60)")
+        drained: asyncio.Future[None] = loop.create_future()
+        loop.call_later(0.5, drained.set_result, None)
+        await stop_group(proc, 30.0, drained=drained)
+        assert drained.done()
+        assert not drained.cancelled()
+        assert proc.returncode == -signal.SIGTERM
+
+    asyncio.run(asyncio.wait_for(main(), DEADLINE_S))
+
+
+def test_stop_group_gives_up_on_drained_at_the_grace() -> None:
+    """A ``drained`` future never done holds the stop no longer than the grace:
+    the group is SIGKILLed and the call returns, the future untouched."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        proc, grandchild = await _family("ignore")
+        drained: asyncio.Future[None] = loop.create_future()
+        started = time.monotonic()
+        await stop_group(proc, 0.3, drained=drained)
+        assert time.monotonic() - started >= 0.3
+        assert not drained.done()
+        assert proc.returncode == -signal.SIGKILL
+        assert await _group_gone(proc.pid)
+        assert not _pid_alive(grandchild)
+
+    asyncio.run(asyncio.wait_for(main(), DEADLINE_S))
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="F_SETPIPE_SZ is Linux only")
 def test_widen_pipe_sets_the_size_asked_for_when_allowed() -> None:
     """On Linux a pipe gets PIPE_BYTES (or stays as it was past pipe-max-size)."""
