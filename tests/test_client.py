@@ -32,8 +32,9 @@ from kigi_tool_runtime import (
     ToolError,
     ToolErrorKind,
 )
-from kigi_tool_runtime._process import PIPE_BYTES
+from kigi_tool_runtime._process import PIPE_BYTES, group_alive
 from kigi_tool_runtime._tools._runner import STOP_WAIT_S
+from kigi_tool_runtime._transport import _client as client_module
 from kigi_tool_runtime._transport._client import (
     CALL_BUFFER_FRAMES,
     CLOSE_GRACE_S,
@@ -439,6 +440,373 @@ def test_close_kills_a_server_that_ignores_sigterm_after_the_grace() -> None:
         assert client.process is not None
         assert client.process.returncode == -signal.SIGKILL
         assert CLOSE_GRACE_S > STOP_WAIT_S
+
+    _run(body)
+
+
+# -- the server's process group ----------------------------------------------------
+
+#: Bound on a process group ending after what should end it: far above what it
+#: takes, far below the test's own bound. Never a timing assertion.
+GONE_S = 20.0
+
+
+async def _until_gone(what: str, alive: Callable[[], bool]) -> None:
+    """Wait until ``alive()`` is false, failing with ``what`` after GONE_S (a
+    killed process stays a zombie until its parent, or init, reaps it)."""
+    async with asyncio.timeout(GONE_S):
+        while alive():
+            await asyncio.sleep(0.02)
+    assert not alive(), what
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def _read_pid(path: Path) -> int:
+    """The pid a child writes to ``path`` once it is set up (waited for)."""
+    async with asyncio.timeout(GONE_S):
+        while not (path.exists() and path.read_text().endswith("\n")):
+            await asyncio.sleep(0.01)
+    return int(path.read_text())
+
+
+#: A "server" that ignores end of input and SIGTERM, and starts a grandchild in
+#: its process group that ignores SIGTERM too; the grandchild writes its pid to
+#: argv[1] once it ignores SIGTERM, so no signal comes sooner.
+DEAF_FAMILY = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+subprocess.Popen([sys.executable, "-c",
+    "import os, signal, sys, time\\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+    "open(sys.argv[1] + '.tmp', 'w').write(f'{os.getpid()}\\\\n')\\n"
+    "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\\n"
+    "time.sleep(60)", sys.argv[1]], stdout=subprocess.DEVNULL)
+time.sleep(60)
+"""
+
+#: A "server" that starts a grandchild in its process group (which writes its
+#: pid to argv[1] and sleeps, minding SIGTERM), then exits at end of input,
+#: leaving the grandchild behind.
+LEAVES_A_CHILD = """
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c",
+    "import os, sys, time\\n"
+    "open(sys.argv[1] + '.tmp', 'w').write(f'{os.getpid()}\\\\n')\\n"
+    "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\\n"
+    "time.sleep(60)", sys.argv[1]], stdout=subprocess.DEVNULL)
+sys.stdin.read()
+"""
+
+
+def _kill_group(pgid: int, *pids: int) -> None:
+    """Clean-up after a failed test: the group ``pgid`` and the processes
+    ``pids`` (in whatever group they are) must not outlive it; 0 is skipped."""
+    if pgid:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    for pid in (pgid, *pids):
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_spawned_server_leads_its_own_process_group() -> None:
+    """Client.spawn starts the server in its own session and process group, apart
+    from the caller's (so a terminal's Ctrl-C reaches the caller, not the server)."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            assert client.process is not None
+            pid = client.process.pid
+            assert os.getpgid(pid) == pid
+            assert os.getsid(pid) == pid
+            assert os.getpgid(pid) != os.getpgid(0)
+        assert client.process.returncode == 0
+        assert not group_alive(pid)
+
+    _run(body)
+
+
+def test_close_kills_a_sigterm_deaf_server_and_its_group_after_the_grace(tmp_path: Path) -> None:
+    """A server that ignores end of input and SIGTERM, with a grandchild in its
+    group that ignores SIGTERM too: after wait and grace, SIGKILL ends both."""
+
+    async def body() -> None:
+        pidfile = tmp_path / "grandchild"
+        client = await Client.spawn([sys.executable, "-c", DEAF_FAMILY, str(pidfile)])
+        assert client.process is not None
+        pgid = client.process.pid
+        grandchild = 0
+        try:
+            grandchild = await _read_pid(pidfile)
+            assert os.getpgid(grandchild) == pgid
+            await client.aclose(wait=0.3, grace=0.3)
+            assert client.process.returncode == -signal.SIGKILL
+            await _until_gone("the grandchild outlived the close", lambda: _pid_alive(grandchild))
+            await _until_gone("the server's group outlived the close", lambda: group_alive(pgid))
+            pgid = grandchild = 0
+        finally:
+            _kill_group(pgid, grandchild)
+
+    _run(body)
+
+
+def test_close_stops_what_an_exited_server_left_in_its_group(tmp_path: Path) -> None:
+    """A server that exits at end of input but leaves a child in its group: the
+    close stops that child (SIGTERM) instead of leaving it running."""
+
+    async def body() -> None:
+        pidfile = tmp_path / "grandchild"
+        client = await Client.spawn([sys.executable, "-c", LEAVES_A_CHILD, str(pidfile)])
+        assert client.process is not None
+        pgid = client.process.pid
+        grandchild = 0
+        try:
+            grandchild = await _read_pid(pidfile)
+            await client.aclose()
+            assert client.process.returncode == 0
+            await _until_gone("the left child outlived the close", lambda: _pid_alive(grandchild))
+            await _until_gone("the server's group outlived the close", lambda: group_alive(pgid))
+            pgid = grandchild = 0
+        finally:
+            _kill_group(pgid, grandchild)
+
+    _run(body)
+
+
+def test_a_cancelled_close_still_stops_the_server_and_its_commands() -> None:
+    """Cancelled while waiting for a server that ignores end of input, aclose
+    goes on to SIGTERM at once: the server stops its command's group and exits
+    (128 + 15) before the CancelledError propagates."""
+
+    async def body() -> None:
+        client = await Client.spawn([sys.executable, "-c", EOF_DEAF_SERVE])
+        assert client.process is not None
+        pgid = client.process.pid
+        group = 0
+        try:
+            call = client.call("bash", {"command": "echo $$; sleep 60"})
+            first = await anext(call)
+            assert isinstance(first, CallProgress)
+            group = int(first.appended.text or "")
+            closing = asyncio.create_task(client.aclose(wait=TEST_WAIT_S))
+            await asyncio.sleep(0.3)
+            assert not closing.done()
+            closing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await closing
+            assert client.process.returncode == 128 + signal.SIGTERM
+            assert not group_alive(pgid)
+            await _until_gone("the command's group outlived the close", lambda: group_alive(group))
+            pgid = group = 0
+        finally:
+            _kill_group(pgid)
+            _kill_group(group)
+
+    _run(body)
+
+
+def test_a_close_cancelled_twice_kills_a_sigterm_deaf_server_at_once(tmp_path: Path) -> None:
+    """A cancelled close gives a SIGTERM-deaf server its grace; a second
+    cancellation SIGKILLs its group at once, grandchild included."""
+
+    async def body() -> None:
+        pidfile = tmp_path / "grandchild"
+        client = await Client.spawn([sys.executable, "-c", DEAF_FAMILY, str(pidfile)])
+        assert client.process is not None
+        pgid = client.process.pid
+        grandchild = 0
+        try:
+            grandchild = await _read_pid(pidfile)
+            closing = asyncio.create_task(client.aclose(wait=TEST_WAIT_S, grace=TEST_WAIT_S))
+            await asyncio.sleep(0.1)
+            closing.cancel()
+            await asyncio.sleep(0.3)
+            assert not closing.done(), "the first cancellation skipped the grace"
+            assert client.process.returncode is None
+            closing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await closing
+            async with asyncio.timeout(GONE_S):
+                assert await client.process.wait() == -signal.SIGKILL
+            await _until_gone("the grandchild outlived the close", lambda: _pid_alive(grandchild))
+            await _until_gone("the server's group outlived the close", lambda: group_alive(pgid))
+            pgid = grandchild = 0
+        finally:
+            _kill_group(pgid, grandchild)
+
+    _run(body)
+
+
+def test_a_spawn_that_fails_after_starting_the_server_leaves_no_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failure between starting the server and connecting to it (here the line
+    reader) stops the server's group before the error propagates."""
+    marker = f"kigi-spawn-fails-{os.getpid()}"
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", marker]
+
+    def running() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if marker.encode() in (entry / "cmdline").read_bytes() and _pid_alive(
+                        int(entry.name)
+                    ):
+                        found.append(int(entry.name))
+        return found
+
+    def broken(limit: int) -> Any:
+        raise RuntimeError("no reader today")
+
+    monkeypatch.setattr(client_module, "LineReader", broken)
+
+    async def body() -> None:
+        try:
+            with pytest.raises(RuntimeError, match="no reader today"):
+                await Client.spawn(argv)
+            assert running() == []
+        finally:
+            _kill_group(0, *running())
+
+    _run(body)
+
+
+def test_a_client_refuses_a_server_process_outside_its_own_group() -> None:
+    """The constructor refuses a running process that does not lead its own
+    group: the close could not stop it by its group."""
+
+    async def body() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *SERVE, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        try:
+            with pytest.raises(ValueError, match=r"not its own: start it with Client\.spawn"):
+                Client(proc.stdout, proc.stdin, process=proc)
+        finally:
+            proc.stdin.close()
+            async with asyncio.timeout(GONE_S):
+                assert await proc.wait() == 0
+
+    _run(body)
+
+
+#: A client process that spawns `kigi-stream serve`, starts a long command,
+#: prints the server's pid and the command's group, then waits to be killed.
+DYING_CLIENT = """
+import asyncio, sys
+from kigi_tool_runtime import CallProgress, Client
+
+async def main() -> None:
+    client = await Client.spawn([sys.executable, "-m", "kigi_tool_runtime", "serve"])
+    call = client.call("bash", {"command": "echo $$; exec sleep 60"})
+    first = await anext(call)
+    assert isinstance(first, CallProgress) and client.process is not None
+    print(client.process.pid, int(first.appended.text or ""), flush=True)
+    await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+def test_a_server_whose_client_is_killed_stops_itself_and_its_command() -> None:
+    """kill -9 of a client process that spawned `kigi-stream serve` running a long
+    command: the server (in its own group) sees end of input, cancels the call,
+    stops the command's group and exits; both groups are gone."""
+
+    async def body() -> None:
+        client = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", DYING_CLIENT, stdout=asyncio.subprocess.PIPE
+        )
+        assert client.stdout is not None
+        server = group = 0
+        try:
+            async with asyncio.timeout(GONE_S):
+                server, group = map(int, (await client.stdout.readline()).split())
+            assert os.getpgid(server) == server != os.getpgid(0)
+            client.kill()
+            assert await client.wait() == -signal.SIGKILL
+            await _until_gone("the server outlived its client", lambda: _pid_alive(server))
+            await _until_gone("the server's group outlived it", lambda: group_alive(server))
+            await _until_gone("the command outlived its server", lambda: group_alive(group))
+            server = group = 0
+        finally:
+            if client.returncode is None:
+                client.kill()
+                await client.wait()
+            _kill_group(server)
+            _kill_group(group)
+
+    _run(body)
+
+
+#: A client process (its own process group, as a terminal's foreground job)
+#: that spawns `kigi-stream serve` inside `async with`, starts a long command,
+#: prints the server's pid and the command's group, and waits; after Ctrl-C
+#: (which unwinds the `async with`) it prints the server's exit status.
+CTRL_C_CLIENT = """
+import asyncio, sys
+from kigi_tool_runtime import CallProgress, Client
+
+clients = []
+
+async def main() -> None:
+    async with await Client.spawn([sys.executable, "-m", "kigi_tool_runtime", "serve"]) as client:
+        clients.append(client)
+        call = client.call("bash", {"command": "echo $$; exec sleep 60"})
+        first = await anext(call)
+        assert isinstance(first, CallProgress) and client.process is not None
+        print(client.process.pid, int(first.appended.text or ""), flush=True)
+        await asyncio.sleep(60)
+
+try:
+    asyncio.run(main())
+except KeyboardInterrupt:
+    print(clients[0].process.returncode, flush=True)
+"""
+
+
+def test_ctrl_c_reaches_the_client_whose_close_stops_the_server() -> None:
+    """SIGINT to the client's process group (a terminal's Ctrl-C) does not reach
+    the server; `asyncio.run` unwinds `async with`, whose close ends the
+    server's input: it exits 0 (not 130), its command's group stopped."""
+
+    async def body() -> None:
+        client = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            CTRL_C_CLIENT,
+            stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert client.stdout is not None
+        server = group = 0
+        try:
+            async with asyncio.timeout(GONE_S):
+                server, group = map(int, (await client.stdout.readline()).split())
+                os.killpg(client.pid, signal.SIGINT)
+                assert int(await client.stdout.readline()) == 0
+                assert await client.wait() == 0
+            assert not _pid_alive(server)
+            await _until_gone("the command outlived its server", lambda: group_alive(group))
+            server = group = 0
+        finally:
+            _kill_group(client.pid if client.returncode is None else 0)
+            if client.returncode is None:
+                await client.wait()
+            _kill_group(server)
+            _kill_group(group)
 
     _run(body)
 

@@ -61,7 +61,7 @@ from kigi_tool_protocol import (
 
 from .._consumer._reassembler import Appended, Reassembler
 from .._lines import LineReader, OversizedLine, read_lines
-from .._process import widen_pipe
+from .._process import group_alive, spawn_in_group, stop_group, widen_pipe
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S
 from ._rpc_client import (
@@ -99,15 +99,16 @@ MAX_CALL_TEXT_BYTES: Final = 64 * 1024 * 1024
 TIMEOUT_GRACE_S: Final = 5.0
 
 #: Seconds :meth:`Client.aclose` waits for a server process to exit after its
-#: input closed (it cancels its calls first) before sending it SIGTERM.
+#: input closed (it cancels its calls first) before sending its process group
+#: SIGTERM.
 CLOSE_WAIT_S: Final = 15.0
 
-#: Seconds :meth:`Client.aclose` gives a server process to exit after SIGTERM
-#: before SIGKILL. A kigi server answers SIGTERM by cancelling its calls and
-#: waiting up to the runner's ``STOP_WAIT_S`` for their tools to stop (the shell
-#: tool's process-group SIGTERM, grace and drain), then writing their replies;
-#: the margin covers that and its exit on a loaded machine. A SIGKILL any sooner
-#: would leave the commands it runs orphaned.
+#: Seconds :meth:`Client.aclose` gives a server process (and its process group)
+#: to exit after SIGTERM before SIGKILL. A kigi server answers SIGTERM by
+#: cancelling its calls and waiting up to the runner's ``STOP_WAIT_S`` for their
+#: tools to stop (the shell tool's process-group SIGTERM, grace and drain), then
+#: writing their replies; the margin covers that and its exit on a loaded
+#: machine. A SIGKILL any sooner would leave the commands it runs orphaned.
 CLOSE_GRACE_S: Final = STOP_WAIT_S + 2.0
 
 #: Seconds ``Call.cancel`` and ``Call.aclose`` wait for their notification to
@@ -379,9 +380,12 @@ class Client:
     server (longer ones are skipped unread and counted); ``session_id`` is sent
     on every message;
     ``call_buffer_frames`` bounds each call's untaken items (Rule 3).
+    ``process``, the server the client stops when it closes, must lead its own
+    process group, as :meth:`spawn` starts it.
 
     Raises:
-        ValueError: ``max_frame_bytes`` or ``call_buffer_frames`` is below 1.
+        ValueError: ``max_frame_bytes`` or ``call_buffer_frames`` is below 1, or
+            ``process`` does not lead its own process group.
     """
 
     def __init__(
@@ -395,6 +399,8 @@ class Client:
         call_buffer_frames: int = CALL_BUFFER_FRAMES,
     ) -> None:
         _check_bounds(max_frame_bytes, call_buffer_frames)
+        if process is not None:
+            _check_leads_group(process)
         self._call_buffer_frames = call_buffer_frames
         self._reader = reader
         self._writer = writer
@@ -429,6 +435,15 @@ class Client:
         """Start ``argv`` (any program that serves the protocol on its stdin and
         stdout) and connect to it. ``stderr`` is inherited unless given.
 
+        The server runs in a session and process group of its own, so that
+        :meth:`aclose` can stop it together with everything it started in its
+        group. So a terminal's Ctrl-C (SIGINT, sent to the terminal's
+        foreground group), Ctrl-Z and hang-up reach this process, not the
+        server: close the client on them (``async with``, which ``asyncio.run``
+        unwinds on Ctrl-C) and the server is stopped. A client process that
+        dies without closing closes the server's input by dying; a kigi server
+        then cancels its calls (stopping their commands) and exits by itself.
+
         Raises:
             ValueError: a bound is below 1 (nothing is started).
             OSError: the program could not be started.
@@ -438,7 +453,7 @@ class Client:
         read_fd, write_fd = os.pipe()
         widen_pipe(read_fd)
         try:
-            process = await asyncio.create_subprocess_exec(
+            process = await spawn_in_group(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=write_fd,
@@ -452,9 +467,22 @@ class Client:
         finally:
             os.close(write_fd)  # the child holds the only write end now
         assert process.stdin is not None
-        reader = LineReader(max_frame_bytes)
-        pipe = open(read_fd, "rb", buffering=0)  # noqa: SIM115 (the transport closes it)
-        transport, _ = await asyncio.get_running_loop().connect_read_pipe(lambda: reader, pipe)
+        pipe: IO[bytes] | None = None
+        try:
+            reader = LineReader(max_frame_bytes)
+            pipe = open(read_fd, "rb", buffering=0)  # noqa: SIM115 (the transport closes it)
+            loop = asyncio.get_running_loop()
+            transport, _ = await loop.connect_read_pipe(lambda: reader, pipe)
+        except BaseException:
+            # Sent nothing yet, the server runs no command that a SIGKILL could
+            # orphan: no grace. Its group must not outlive a failed spawn.
+            process.stdin.close()
+            if pipe is None:
+                os.close(read_fd)
+            else:
+                pipe.close()
+            await stop_group(process, 0.0)
+            raise
         client = cls(
             reader,
             process.stdin,
@@ -575,9 +603,15 @@ class Client:
         """Close the connection: end the server's input (it cancels what is in
         flight), wait for its output to end, and, for a spawned server, for it to
         exit. A spawned server still running after ``wait`` seconds (default
-        :data:`CLOSE_WAIT_S`) is sent SIGTERM, so it can stop the commands it
-        runs, and SIGKILL if it is still running ``grace`` seconds later
-        (default :data:`CLOSE_GRACE_S`)."""
+        :data:`CLOSE_WAIT_S`) has its process group sent SIGTERM, so it can stop
+        the commands it runs, and SIGKILL if any of it is still running
+        ``grace`` seconds later (default :data:`CLOSE_GRACE_S`). Processes left
+        in the server's group after it exited are stopped the same way.
+
+        Cancelled while waiting, it goes on to SIGTERM at once (and SIGKILL
+        after ``grace``); cancelled again, to SIGKILL at once. However it ends,
+        the spawned server's process group is gone when it returns or raises.
+        """
         if self._closed:
             return
         self._closed = True
@@ -585,18 +619,23 @@ class Client:
             self._writer.close()
         process = self.process
         try:
-            async with asyncio.timeout(wait):
-                await asyncio.wait({self._read_task})  # never raises; the task is kept
-                if process is not None:
-                    await process.wait()
-        except TimeoutError:
-            if process is not None and process.returncode is None:
-                await self._stop_server(process, grace)
-            self._read_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._read_task
-        if self._pipe is not None:
-            self._pipe.close()
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await asyncio.wait({self._read_task})  # never raises
+                        if process is not None:
+                            await process.wait()
+            finally:  # timed out, cancelled or done: the group must not outlive it
+                if process is not None and (process.returncode is None or group_alive(process.pid)):
+                    await self._stop_server(process, grace)
+        finally:
+            try:
+                if not self._read_task.done():
+                    self._read_task.cancel()
+                    await asyncio.wait({self._read_task})
+            finally:
+                if self._pipe is not None:
+                    self._pipe.close()
 
     # -- internals ---------------------------------------------------------------
 
@@ -630,19 +669,11 @@ class Client:
 
     async def _stop_server(self, process: asyncio.subprocess.Process, grace: float) -> None:
         # SIGTERM first: a SIGKILL cannot be handled, so the server could not stop
-        # the process groups of the commands it runs, and they would live on.
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(grace):
-                await process.wait()
-                # The replies it wrote while stopping (its output ends at its exit,
-                # unless something it started holds it open: then no longer waited for).
-                await asyncio.wait({self._read_task})
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+        # the process groups of the commands it runs (each its own), and they
+        # would live on. The replies it writes while stopping are read within
+        # the grace: its output ends when its group has gone, unless something
+        # it started outside its group holds it open (then read no longer).
+        await stop_group(process, grace, drained=self._read_task)
 
     def _send(self, line: bytes) -> None:
         if self._protocol.lost is not None:
@@ -734,6 +765,20 @@ class Client:
                     async with asyncio.timeout(0.5):
                         await self.process.wait()
             self._lose(why)
+
+
+def _check_leads_group(process: asyncio.subprocess.Process) -> None:
+    """Refuse a running ``process`` that does not lead its own process group:
+    stopping it signals that group."""
+    try:
+        pgid = os.getpgid(process.pid)
+    except ProcessLookupError:  # reaped already: nothing left to stop
+        return
+    if process.returncode is None and pgid != process.pid:
+        raise ValueError(
+            f"server process {process.pid} is in process group {pgid}, not its own:"
+            " start it with Client.spawn (its own session and group)"
+        )
 
 
 def _error(failure: Failure) -> RemoteToolError:
