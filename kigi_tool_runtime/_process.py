@@ -5,10 +5,12 @@ Invariants:
 Rule 1. :func:`spawn_in_group` starts the child in a new session, so it leads
         its own process group (its pid is the group id) and a signal sent to
         the group reaches every process it started that did not leave it.
-Rule 2. :func:`stop_group` always ends with the group signalled SIGKILL and the
-        child reaped, even when its wait is cancelled: a group it was asked to
-        stop never outlives the call. SIGTERM comes first (with SIGCONT, so a
-        stopped member sees it), and SIGKILL after at most ``grace`` seconds.
+Rule 2. :func:`stop_group` always ends with the group signalled SIGKILL, even
+        when its wait is cancelled: a group it was asked to stop never
+        outlives the call. SIGTERM comes first (with SIGCONT, so a stopped
+        member sees it), and SIGKILL after at most ``grace`` seconds. The child
+        is then reaped by the call, or, when the call was cancelled, by the
+        event loop's child watcher.
 Rule 3. Signalling a group that is gone is not an error.
 
 Used by the shell tool (each command it runs, stopped on timeout and
@@ -103,7 +105,8 @@ async def stop_group(
 ) -> None:
     """SIGTERM (and SIGCONT) the group ``proc`` leads, wait up to ``grace``
     seconds for ``proc`` to exit and the group to empty, then SIGKILL whatever
-    is left and reap ``proc`` (Rule 2).
+    is left and reap ``proc`` (Rule 2; cancelled, it still sends the SIGKILL
+    and leaves the reaping to the event loop's child watcher).
 
     ``drained``, when given, is waited for too within the same ``grace`` (say
     the task reading what the group writes while it stops, so that output is
