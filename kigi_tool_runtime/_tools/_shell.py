@@ -36,9 +36,10 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from kigi_tool_protocol import StreamingSpec, ToolCapabilities
+from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, StreamingSpec, ToolCapabilities
 
 from .._process import group_alive, signal_name, spawn_in_group, stop_group
+from .._producer._chunk import cap_of
 from .._producer._output import OutputStream
 from ._errors import ToolError, ToolErrorKind
 from ._tool import Tool, ToolContext, ToolEvent, ToolResult
@@ -51,8 +52,11 @@ __all__ = (
     "ShellTool",
 )
 
-#: The shell tool's streaming contract: the subkind harnesses know, 16 KiB deltas.
-SHELL_SPEC: Final = StreamingSpec(subkind="bash_output_chunk", max_delta_bytes=16 * 1024)
+#: The shell tool's streaming contract: the subkind harnesses know, deltas of the
+#: default cap (16 KiB), stated on the wire.
+SHELL_SPEC: Final = StreamingSpec(
+    subkind="bash_output_chunk", max_delta_bytes=DEFAULT_MAX_DELTA_BYTES
+)
 
 #: One read from the pipe: a whole Linux pipe buffer (64 KiB) per system call.
 #: Reading a pipe in 8 KiB pieces costs eight calls (and eight tail writes) where
@@ -402,13 +406,12 @@ class ShellTool(Tool[ShellArgs]):
         if shell is not None and not isinstance(shell, str):
             raise TypeError(f"shell must be a str or None, not {type(shell).__name__}")
         if max_delta_bytes is not None:
-            if max_delta_bytes < 0:
-                raise ValueError(f"max_delta_bytes must be >= 0 or None, got {max_delta_bytes}")
+            cap_of(max_delta_bytes, "max_delta_bytes")  # refuses a negative cap
             spec = StreamingSpec(subkind=SHELL_SPEC.subkind, max_delta_bytes=max_delta_bytes)
             self.capabilities = msgspec.structs.replace(self.capabilities, streaming=spec)
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be >= 0 or None, got {limit}")
-        cap = self.spec.max_delta_bytes or 0
+        cap = cap_of(self.spec.max_delta_bytes)
         if tail_capacity < cap:
             raise ValueError(f"tail_capacity {tail_capacity} is below one frame ({cap} bytes)")
         if read_chunk < MIN_READ_CHUNK_BYTES:
