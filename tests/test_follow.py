@@ -291,6 +291,25 @@ def test_poll_appended_answers_per_record(tmp_path: Path) -> None:
     assert follower.poll_appended() == []
 
 
+def test_records_are_numbered_as_an_editor_numbers_lines(tmp_path: Path) -> None:
+    """poll_numbered gives each record its line number counted from where
+    reading began, blank lines included; lines_read says how many complete
+    lines were read, so the next record's number is lines_read + 1, also after
+    a partial last line is completed."""
+    path = tmp_path / "log"
+    path.write_bytes(frame("ab", 2) + b"\n\n" + frame("cd", 4) + b"\n" + frame("e", 5)[:7])
+    follower = Follower(path)
+    assert follower.lines_read == 0
+    numbered = follower.poll_numbered()
+    assert [(number, added.text) for number, added in numbered] == [(1, "ab"), (3, "cd")]
+    assert follower.lines_read == 3
+    with path.open("ab") as log:
+        log.write(frame("e", 5)[7:] + b"\n")
+    assert [(n, added.text) for n, added in follower.poll_numbered()] == [(4, "e")]
+    assert follower.lines_read == 4
+    assert follower.poll_numbered() == []
+
+
 def test_follow_yields_new_records_as_a_writer_appends(tmp_path: Path) -> None:
     """The async follower picks up what a real writer process appends."""
     path = tmp_path / "log"

@@ -371,7 +371,6 @@ class CallLedger:
         self._kind_frames: dict[str, int] = {}
         self.claim: Claim | None = None
         self.outcome: ToolCallResult | RemoteToolError | None = None
-        self.cancel_requested = False
         #: Ranges of stream sequences, ``(first, last)``, that the stream had
         #: discarded before this ledger read them (any call's messages).
         self.discarded: list[tuple[int, int]] = []
@@ -379,7 +378,6 @@ class CallLedger:
         self.duplicates = 0
         #: Frames known lost (seq holes, a lost tail) and gap frames fed for them.
         self.frames_lost = 0
-        self.losses_reported = 0
 
     @property
     def position(self) -> FollowPosition:
@@ -436,7 +434,6 @@ class CallLedger:
             self._discarded = None
             return LedgerEvent(claim=claim)
         if kind == "cancel":
-            self.cancel_requested = True
             return LedgerEvent(cancel=True)
         if self.outcome is not None:
             self.duplicates += 1
@@ -479,7 +476,6 @@ class CallLedger:
         frame: ToolCallProgressFrame[PartialResultPayload] = ToolCallProgressFrame(
             tool_call_id=self.call_id, kind=kind, body=gap
         )
-        self.losses_reported += 1
         return CallProgress(frame, None, self.reassembler.appended(frame))
 
     def _progress(self, data: bytes) -> tuple[CallProgress, ...]:
