@@ -658,6 +658,43 @@ def test_cancelling_the_calls_task_kills_the_group() -> None:
     assert before == after
 
 
+#: A child that, on SIGTERM, says so on its output, then cleans up (writes the
+#: file named by its argument) and exits 3: a well-behaved command.
+CLEANER = """
+import os, pathlib, signal, sys, time
+def stop(*_):
+    print("stopping", flush=True)
+    pathlib.Path(sys.argv[1]).write_text("cleaned up")
+    sys.exit(3)
+signal.signal(signal.SIGTERM, stop)
+print(os.getpid(), os.getpgid(0), flush=True)
+print("tick 0", flush=True)
+print("tick 1", flush=True)
+time.sleep(PATIENCE)
+""".replace("PATIENCE", str(PATIENCE_S))
+
+
+@pytest.mark.parametrize("how", ["ctx.cancel", "task.cancel"])
+def test_a_cancelled_command_may_write_while_it_stops(how: str, tmp_path: Path) -> None:
+    """A cancelled call's group gets its grace with its output still read: a child
+    that prints on SIGTERM is not killed by SIGPIPE and finishes its cleanup."""
+    done = tmp_path / "cleaned"
+
+    def stop(ctx: ToolContext, task: asyncio.Task[Any]) -> None:
+        if how == "ctx.cancel":
+            ctx.cancel()
+        else:
+            task.cancel()
+
+    args = {"command": [PY, "-c", CLEANER, str(done)]}
+    payloads, _, before, after = asyncio.run(
+        stop_after_output(args, ShellTool(grace=PATIENCE_S / 4), stop)
+    )
+    assert done.read_text() == "cleaned up"
+    assert_group_gone(pid_line("".join(p.delta for p in payloads)))
+    assert before == after
+
+
 def test_a_grandchild_holding_the_pipe_does_not_hang_the_tool() -> None:
     """A grandchild that keeps stdout open after the child exits: the tool returns
     after its bounded drain, with the child's exit code and output."""

@@ -14,7 +14,9 @@ Rule 3. Every byte read is surfaced in a delta or skipped in a reported gap;
 Rule 4. The child leads its own process group. On timeout or cancellation the
         whole group gets SIGTERM (and SIGCONT, so a stopped member sees it),
         then SIGKILL after a grace period, and the child is reaped: no process
-        of the group and no zombie is left behind.
+        of the group and no zombie is left behind. The pipe is read until
+        then, so a member that writes while it stops (a SIGTERM handler's
+        last words) is not killed by SIGPIPE before its grace is over.
 Rule 5. After the child exits the pipe is drained for at most ``exit_drain``
         seconds: a grandchild that keeps it open cannot hang the tool (its
         later writes fail once the pipe is closed). A background process that
@@ -536,12 +538,17 @@ class ShellTool(Tool[ShellArgs]):
         finally:
             if watchdog is not None:
                 watchdog.cancel()
-            reader.close()
-            if not finished and (proc.returncode is None or group_alive(proc.pid)):
-                # Cancelled (or failed) mid-run: stop the whole group.
-                await self._terminate(proc)
-            if not exit_task.done():
-                exit_task.cancel()
+            try:
+                if not finished and (proc.returncode is None or group_alive(proc.pid)):
+                    # Cancelled (or failed) mid-run: stop the whole group. The pipe
+                    # is still read meanwhile (into the bounded stream), so a
+                    # member that writes while it stops is not killed by SIGPIPE
+                    # before its grace is over.
+                    await self._terminate(proc)
+            finally:
+                reader.close()
+                if not exit_task.done():
+                    exit_task.cancel()
 
     async def _spawn(
         self, loop: asyncio.AbstractEventLoop, args: ShellArgs, stream: OutputStream
