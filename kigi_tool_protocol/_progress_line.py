@@ -179,9 +179,12 @@ def encode_delta_lines(
     the frames a producer drains at once share everything but their text, so
     most of each line is encoded once.
 
+    Every argument is checked, even when ``deltas`` is empty.
+
     Raises:
         WireError: an id cannot be encoded.
-        ValueError: ``total_bytes`` or a frame's ``seq`` is outside the u64 range.
+        ValueError: ``total_bytes``, ``seq`` or a frame's ``seq`` is outside the
+            u64 range.
         TypeError: an id, kind or delta is not a str, ``total_bytes`` or ``seq``
             not an int, a flag not a bool.
     """
@@ -197,7 +200,7 @@ def encode_delta_lines(
         )
         raise TypeError(f"`{name}` must be an int, not {type(value).__name__}")
     count = len(deltas)
-    if not (0 <= total_bytes <= U64_MAX and seq >= 0 and seq + count <= U64_MAX + 1):
+    if not (0 <= total_bytes <= U64_MAX and 0 <= seq <= U64_MAX and seq + count <= U64_MAX + 1):
         check_u64("total_bytes", total_bytes)
         check_u64("seq", seq)
         check_u64("seq", seq + count - 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import msgspec
 import pytest
@@ -217,6 +218,31 @@ def test_drain_lines_refuses_bad_arguments_without_draining() -> None:
     assert quiet.finish_lines("c", seq=0) == ProgressLines(b"", 0)
     with pytest.raises(RuntimeError, match="after finish"):
         quiet.write(b"x")
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_drain_lines_checks_its_arguments_with_no_frame_due(progress: bool) -> None:
+    """The arguments are checked on every call, not only when a frame is due: with
+    nothing pending, or without progress, a bad id, session id or ``seq`` is still
+    refused, and a refused ``finish_lines`` does not finish the stream."""
+    stream = OutputStream(SPEC, capacity=64, progress=progress)
+    refusals: list[tuple[type[Exception], str, dict[str, Any]]] = [
+        (ValueError, "u64", {"seq": 2**64}),
+        (ValueError, "u64", {"seq": -1}),
+        (TypeError, "`seq` must be an int", {"seq": True}),
+        (TypeError, "`tool_call_id` must be a str", {"tool_call_id": 7}),
+        (TypeError, "`session_id` must be a str or None", {"session_id": b"s"}),
+        (WireError, "cannot encode", {"tool_call_id": "c\ud800"}),
+        (WireError, "cannot encode", {"session_id": "s\udfff"}),
+    ]
+    for error, match, changes in refusals:
+        arguments: dict[str, Any] = {"tool_call_id": "c", "seq": 0, **changes}
+        with pytest.raises(error, match=match):
+            stream.drain_lines(**arguments)
+        with pytest.raises(error, match=match):
+            stream.finish_lines(**arguments)
+    assert stream.write(b"ok") == 2
+    assert stream.drain_lines("c", seq=2**64 - 1).frames == int(progress)
 
 
 def test_the_hard_limit_truncates_the_stream() -> None:

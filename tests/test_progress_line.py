@@ -271,6 +271,8 @@ def test_delta_lines_refuse_what_their_frames_could_not_carry() -> None:
     for deltas in ((), ("a",)):
         with pytest.raises(ValueError, match="`seq` = -1 is outside the u64 range"):
             lines(deltas, seq=-1)
+        with pytest.raises(ValueError, match=f"`seq` = {U64_MAX + 1} is outside the u64"):
+            lines(deltas, seq=U64_MAX + 1)
         with pytest.raises(ValueError, match="`total_bytes`"):
             lines(deltas, total_bytes=U64_MAX + 1)
         with pytest.raises(TypeError, match="`seq` must be an int, not bool"):

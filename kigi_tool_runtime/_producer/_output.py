@@ -270,16 +270,17 @@ class OutputStream:
         ``tool_call_id`` numbered from ``seq``: the bytes
         :func:`~kigi_tool_protocol.encode_progress_line` writes for each frame
         :meth:`drain` would return, made without building them (the fast path
-        for a producer that writes its own lines). On an error nothing is
-        drained.
+        for a producer that writes its own lines). The arguments are checked
+        on every call, whether or not a frame is due (or progress is wanted);
+        on an error nothing is drained.
 
         Raises:
-            ValueError: a frame's ``seq`` would be outside the u64 range.
+            ValueError: ``seq`` or a frame's ``seq`` would be outside the u64 range.
             TypeError: ``tool_call_id``, ``session_id`` or ``seq`` has the wrong type.
             WireError: ``tool_call_id`` or ``session_id`` cannot be encoded.
         """
         if not self._progress:
-            return ProgressLines(b"", 0)
+            return self._no_lines(tool_call_id, seq, session_id)
         mark = self._streamer.mark()
         deltas = self._streamer.drain_buffer_deltas(self._tail)
         lines = self._lines(deltas, tool_call_id, seq, session_id, mark)
@@ -300,9 +301,22 @@ class OutputStream:
             deltas = self._streamer.finish_buffer_deltas(self._tail)
             lines = self._lines(deltas, tool_call_id, seq, session_id, mark)
         else:
-            lines = ProgressLines(b"", 0)
+            lines = self._no_lines(tool_call_id, seq, session_id)
         self._finished = True
         return lines
+
+    def _no_lines(self, tool_call_id: str, seq: int, session_id: str | None) -> ProgressLines:
+        # No frame to write, but the arguments are checked all the same: a bad
+        # one must not wait for a stream that has frames to show.
+        encode_delta_lines(
+            tool_call_id,
+            self._streamer.spec.subkind,
+            (),
+            total_bytes=0,
+            seq=seq,
+            session_id=session_id,
+        )
+        return ProgressLines(b"", 0)
 
     def _lines(
         self,
