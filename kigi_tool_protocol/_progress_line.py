@@ -80,14 +80,25 @@ def _head(
             raise TypeError(f"`{name}` must be a str, not {type(value).__name__}")
     if session_id is not None and not isinstance(session_id, str):
         raise TypeError(f"`session_id` must be a str or None, not {type(session_id).__name__}")
+    # A str subclass (say a StrEnum member) is written as its text, whatever its
+    # own `__str__` says, and cached under that text: a head is found by any
+    # equal str, so its bytes must be the same whichever was encoded first.
+    text = str.__str__
+    call_id, kind = text(tool_call_id), text(kind)
+    session = None if session_id is None else text(session_id)
     try:
-        opening = _OPEN if session_id is None else _OPEN + _SESSION + _encode(session_id)
-        middle = _METHOD + _encode(tool_call_id) + _KIND + _encode(kind) + _BODY
+        opening = _OPEN if session is None else _OPEN + _SESSION + _encode(session)
+        middle = _METHOD + _encode(call_id) + _KIND + _encode(kind) + _BODY
     except (msgspec.EncodeError, UnicodeEncodeError) as exc:
         raise WireError(f"cannot encode ToolCallProgressFrame: {exc}") from exc
     if len(_heads) >= _HEAD_CACHE_ENTRIES:
         _heads.clear()
-    head = _heads[key] = (opening, middle, opening + b',"seq":', middle + b'{"delta":')
+    head = _heads[call_id, kind, session] = (
+        opening,
+        middle,
+        opening + b',"seq":',
+        middle + b'{"delta":',
+    )
     return head
 
 

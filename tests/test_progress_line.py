@@ -4,6 +4,7 @@ bounds on both sides."""
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import msgspec
@@ -353,3 +354,30 @@ def test_many_distinct_heads_stay_correct() -> None:
         call, kind, session = f"c{n}", f"k{n % 7}", None if n % 2 else f"s{n}"
         line = encode_progress_line(call, kind, body, seq=n, session_id=session)
         assert line == _by_the_codec(call, kind, body, n, session, None) + b"\n"
+
+
+class _Name(str):
+    """A str subclass, as libraries hand out for names."""
+
+
+class _Kind(enum.StrEnum):
+    OUTPUT = "kind-of-a-str-enum"
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_ids_of_a_str_subclass_are_written_as_their_text(warm: bool) -> None:
+    """An id or kind of a ``str`` subclass (a ``StrEnum`` member included) is written
+    as its text, the same bytes whether or not its head was encoded before."""
+    body = PartialResultPayload(delta="d", total_bytes=1)
+    call, session = f"sub-{warm}-call", f"sub-{warm}-session"
+    expected = _by_the_codec(call, _Kind.OUTPUT.value, body, 3, session, None) + b"\n"
+    if warm:
+        assert encode_progress_line(call, _Kind.OUTPUT.value, body, seq=3, session_id=session) == (
+            expected
+        )
+    lines = encode_delta_lines(
+        _Name(call), _Kind.OUTPUT, ["d"], total_bytes=1, seq=3, session_id=_Name(session)
+    )
+    assert lines == expected
+    line = encode_progress_line(_Name(call), _Kind.OUTPUT, body, seq=3, session_id=_Name(session))
+    assert line == expected
