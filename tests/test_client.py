@@ -6,8 +6,12 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import re
+import select
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -806,6 +810,179 @@ def test_ctrl_c_reaches_the_client_whose_close_stops_the_server() -> None:
             if client.returncode is None:
                 await client.wait()
             _kill_group(server)
+            _kill_group(group)
+
+    _run(body)
+
+
+#: A session leader that takes the terminal on its stdin as its controlling
+#: terminal and becomes an interactive bash: a terminal with job control, as a
+#: person at a keyboard has one.
+TERMINAL_SHELL = """
+import fcntl, os, termios
+fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+os.execvp("bash", ["bash", "--norc", "--noprofile", "-i"])
+"""
+
+#: The README's way, typed at that terminal: `asyncio.run` of a main that spawns
+#: `kigi-stream serve` in `async with` and waits for a long command; it prints
+#: its pid, the server's and the command's group, and, after Ctrl-C, the
+#: server's exit status.
+TERMINAL_CLIENT = """
+import asyncio, os, sys
+from kigi_tool_runtime import CallProgress, Client
+
+clients = []
+
+async def main() -> None:
+    async with await Client.spawn([sys.executable, "-m", "kigi_tool_runtime", "serve"]) as client:
+        clients.append(client)
+        call = client.call("bash", {"command": "echo $$; exec sleep 300"})
+        first = await anext(call)
+        assert isinstance(first, CallProgress) and client.process is not None
+        print("PIDS", os.getpid(), client.process.pid, int(first.appended.text or ""), flush=True)
+        await call.result()
+
+try:
+    asyncio.run(main())
+except KeyboardInterrupt:
+    print("SERVER EXIT", clients[0].process.returncode, flush=True)
+    raise
+"""
+
+
+class _Terminal:
+    """A pseudo-terminal running an interactive bash: type into it, read what it
+    shows. Every read is bounded by GONE_S."""
+
+    def __init__(self) -> None:
+        self.master, slave = os.openpty()
+        env = {**os.environ, "PS1": "$ ", "TERM": "dumb", "HISTFILE": os.devnull}
+        try:
+            self.shell = subprocess.Popen(
+                [sys.executable, "-c", TERMINAL_SHELL],
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                start_new_session=True,
+                env=env,
+            )
+        finally:
+            os.close(slave)
+        self.screen = b""
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+    def read_until(self, pattern: bytes) -> re.Match[bytes]:
+        """Read until ``pattern`` shows after what earlier reads matched."""
+        deadline = time.monotonic() + GONE_S
+        while (found := re.search(pattern, self.screen)) is None:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {pattern!r} on the terminal: {self.screen[-2000:]!r}"
+            if select.select([self.master], [], [], min(left, 0.1))[0]:
+                with contextlib.suppress(OSError):  # EIO: every slave end is closed
+                    self.screen += os.read(self.master, 65536)
+        self.screen = self.screen[found.end() :]
+        return found
+
+    def hang_up(self) -> None:
+        """Close the terminal, as closing its window does (SIGHUP)."""
+        if self.master >= 0:
+            os.close(self.master)
+            self.master = -1
+
+    def close(self) -> None:
+        self.hang_up()
+        _kill_group(self.shell.pid)
+        self.shell.wait(GONE_S)
+
+
+def _state(pid: int) -> str:
+    """The one-letter state of ``pid`` (``T`` stopped), ``-`` once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "-"
+
+
+def _until(what: str, ready: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + GONE_S
+    while not ready():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("keys", ["ctrl-c", "ctrl-z, fg, ctrl-c", "hang-up", "ctrl-z, hang-up"])
+def test_at_a_terminal_ctrl_c_ctrl_z_and_hang_up_leave_nothing_running(
+    keys: str, tmp_path: Path
+) -> None:
+    """A program run from an interactive shell in a pseudo-terminal spawns the
+    server in `async with` and waits for a long command. Ctrl-C ends it, its close
+    stops the server (which exits 0) and the command; Ctrl-Z stops only the
+    program (the server and its command run on) and `fg` continues it; a hang-up,
+    running or stopped, ends it and then the server and the command. Nothing is
+    left running in any case."""
+    program = tmp_path / "client.py"
+    program.write_text(TERMINAL_CLIENT)
+    terminal = _Terminal()
+    client = server = group = 0
+    try:
+        terminal.read_until(rb"\$ ")
+        terminal.type(f"{sys.executable} {program}\n".encode())
+        found = terminal.read_until(rb"PIDS (\d+) (\d+) (\d+)\r?\n")
+        client, server, group = map(int, found.groups())
+        assert os.getpgid(client) == client != os.getpgid(server) == server != group
+        if keys.startswith("ctrl-z"):
+            terminal.type(b"\x1a")
+            _until("Ctrl-Z did not stop the program", lambda: _state(client) == "T")
+            assert _state(server) not in "TZ-", "Ctrl-Z reached the server"
+            assert group_alive(group)
+        if keys.endswith("hang-up"):
+            terminal.hang_up()
+        else:
+            if keys.startswith("ctrl-z"):
+                terminal.type(b"fg\n")
+                _until("fg did not continue the program", lambda: _state(client) != "T")
+            terminal.type(b"\x03")
+            assert terminal.read_until(rb"SERVER EXIT (-?\d+)").group(1) == b"0"
+            terminal.type(b"echo exit=$?\n")
+            assert terminal.read_until(rb"exit=(\d+)").group(1) == b"130"
+        _until("the program outlived its terminal", lambda: not _pid_alive(client))
+        _until("the server outlived its client", lambda: not _pid_alive(server))
+        _until("the server's group outlived it", lambda: not group_alive(server))
+        _until("the command outlived its server", lambda: not group_alive(group))
+        client = server = group = 0
+    finally:
+        _kill_group(group)
+        _kill_group(server)
+        _kill_group(client)
+        terminal.close()
+
+
+def test_closing_the_client_lets_a_command_clean_up_while_it_stops(tmp_path: Path) -> None:
+    """Leaving `async with` while a command runs: the server stops the command with
+    SIGTERM and its grace, so a command that says goodbye on its output and then
+    cleans up on SIGTERM does both before the close returns."""
+    done = tmp_path / "cleaned"
+    command = (
+        f"trap 'echo stopping; echo cleaned up > {done}; exit 3' TERM;"
+        " echo $$; while :; do sleep 0.1; done"
+    )
+
+    async def body() -> None:
+        group = 0
+        try:
+            async with await Client.spawn(SERVE) as client:
+                call = client.call("bash", {"command": command})
+                first = await anext(call)
+                assert isinstance(first, CallProgress)
+                group = int(first.appended.render("").split()[0])
+            assert done.read_text() == "cleaned up\n"
+            assert not group_alive(group)
+            group = 0
+        finally:
             _kill_group(group)
 
     _run(body)
