@@ -1430,3 +1430,88 @@ def test_run_passes_an_empty_argument_through() -> None:
     done = _cli("run", "--", "printf", "[%s]", "", "a b", "$HOME")
     assert done.returncode == 0, done.stderr
     assert done.stdout == b"[][a b][$HOME]"
+
+
+#: A producer that writes its own wire with `OutputStream.drain_lines`: a text of
+#: quotes, backslashes and 2-, 3- and 4-byte characters, written in pieces that
+#: split characters, drained every `every` writes, then `finish_lines`. Its
+#: arguments: cap, tail capacity, limit (0: none), every.
+LINES_PRODUCER = """
+import sys
+from kigi_tool_protocol import StreamingSpec
+from kigi_tool_runtime import OutputStream
+cap, capacity, limit, every = (int(arg) for arg in sys.argv[1:])
+spec = StreamingSpec(subkind="bash_output_chunk", max_delta_bytes=cap)
+stream = OutputStream(spec, capacity=capacity, limit=limit or None)
+source = memoryview(sys.stdin.buffer.read())
+out = sys.stdout.buffer
+seq = at = writes = 0
+step = 1
+while at < len(source):
+    stream.write(source[at : at + step])
+    at, step, writes = at + step, step * 7 % 1013 + 1, writes + 1
+    if writes % every == 0:
+        data, frames = stream.drain_lines('call "1" é\\\\', seq=seq, session_id="s%d")
+        out.write(data)
+        seq += frames
+out.write(stream.finish_lines('call "1" é\\\\', seq=seq, session_id="s%d").data)
+"""
+
+LINES_SOURCE = ('grüße € 😀 "quoted" back\\slash %d\n' * 3000).encode()
+
+
+def _piped(producer_args: list[str], *consumer: str) -> subprocess.CompletedProcess[bytes]:
+    """The producer's stdout piped into `kigi-stream CONSUMER...`, both real processes."""
+    producer = subprocess.Popen(
+        [sys.executable, "-c", LINES_PRODUCER, *producer_args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert producer.stdin is not None
+    try:
+        with producer.stdin:
+            producer.stdin.write(LINES_SOURCE)
+        done = subprocess.run(
+            [KIGI_STREAM, *consumer],
+            stdin=producer.stdout,
+            capture_output=True,
+            timeout=RUN_WAIT_S,
+            check=False,
+        )
+    finally:
+        if producer.stdout is not None:
+            producer.stdout.close()
+        assert producer.wait(RUN_WAIT_S) == 0
+    return done
+
+
+@pytest.mark.parametrize("cap", ["0", "5", "16384"])
+def test_a_drain_lines_producer_piped_into_check_and_follow_is_whole(cap: str) -> None:
+    """A real producer writing `drain_lines` output, piped into `check -` and
+    `follow --once -`: check says ok with no gaps, follow prints the source text
+    exactly."""
+    args = [cap, str(1 << 20), "0", "3"]
+    checked = _piped(args, "check", "-")
+    assert checked.returncode == 0, checked.stderr
+    report = checked.stdout.decode()
+    assert f"{len(LINES_SOURCE)} bytes in " in report
+    assert f"(total {len(LINES_SOURCE)}), no gaps" in report
+    assert report.endswith("1 stream, 0 other messages: ok\n")
+    if cap == "0":  # one character a frame
+        assert f"in {len(LINES_SOURCE.decode())} frames" in report
+    followed = _piped(args, "follow", "--once", "-")
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout == LINES_SOURCE
+
+
+def test_a_drain_lines_producer_with_gaps_and_a_limit_checks_ok() -> None:
+    """The same producer with a small tail drained rarely and a hard limit: check
+    says ok, counts every byte up to the limit as delivered or lost in a gap, and
+    says the stream was truncated."""
+    limit = len(LINES_SOURCE) // 2
+    checked = _piped(["5", "64", str(limit), "40"], "check", "-")
+    assert checked.returncode == 0, checked.stderr
+    report = checked.stdout.decode()
+    assert re.search(rf"\(total {limit}\), \d+ gaps \(\d+(-\d+)? bytes lost\)", report), report
+    assert "truncated at the output limit" in report
+    assert report.endswith("1 stream, 0 other messages: ok\n")
