@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from kigi_tool_runtime import TRUNCATION_MARKER
+from kigi_tool_protocol import StreamingSpec
+from kigi_tool_runtime import TRUNCATION_MARKER, OutputStream
 from kigi_tool_runtime._cli._main import EXIT_TIMEOUT, EXIT_USAGE, STATUS_AFTER_S
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._transport._rpc_server import SERVED_METHODS
@@ -560,11 +561,41 @@ def test_follow_marks_a_gap_where_bytes_were_lost(tmp_path: Path) -> None:
         )
     )
     followed = _cli("follow", "--once", str(log))
-    assert followed.stdout.decode() == "ab[... 3-6 bytes lost ...]yz"
+    # The log may go on with more of the gap's run: what is certain is printed.
+    assert followed.stdout.decode() == "ab[... 1-6 bytes lost ...]yz"
     checked = _cli("check", str(log))
     assert checked.returncode == 0
     # The whole log is there: nothing is still held back, so the count is exact.
     assert "1 gap (6 bytes lost)" in checked.stdout.decode()
+
+
+def test_follow_prints_gap_counts_that_hold_the_exact_loss(tmp_path: Path) -> None:
+    """Gaps whose runs go on for several frames (a 4 KiB tail drained at a 1 KiB
+    cap) are printed with the figures their whole run proves: each marker
+    holds the bytes truly lost there, to within a held character at each end,
+    and check counts them exactly."""
+    stream = OutputStream(
+        StreamingSpec(subkind="bash_output_chunk", max_delta_bytes=1024), capacity=4096
+    )
+    lines = []
+    seq = 0
+    for _ in range(5):
+        stream.write(b"x" * 60_000)
+        data, frames = stream.drain_lines("c", seq=seq)
+        lines.append(data)
+        seq += frames
+    stream.write(b"y" * 10)
+    lines.append(stream.finish_lines("c", seq=seq).data)
+    log = tmp_path / "gaps.jsonl"
+    log.write_bytes(b"".join(lines))
+    printed = _cli("follow", "--once", str(log)).stdout.decode()
+    markers = re.findall(r"\[\.\.\. ([0-9-]+) bytes lost \.\.\.\]", printed)
+    assert len(markers) == 5
+    for marker in markers:  # each run: 60,000 bytes written, its last 4,096 kept
+        low, _, high = marker.partition("-")
+        assert int(low) <= 60_000 - 4096 <= int(high or low) <= int(low) + 6
+    checked = _cli("check", str(log)).stdout.decode()
+    assert "5 gaps (279520 bytes lost)" in checked
 
 
 def test_run_stops_the_command_on_sigint_with_130() -> None:

@@ -54,7 +54,11 @@ def test_monitor_turns_frames_into_ordered_events() -> None:
     assert done.output == {"exit_code": 0}
     assert done.tool_id == "bash"
     assert [report.key.subkind for report in done.reports] == [KIND, "text"]
-    assert done.reports[0].gaps == (gap.gap,)
+    (final,) = done.reports[0].gaps
+    assert (final.index, final.lost_bytes) == (gap.gap.index, gap.gap.lost_bytes)
+    # Live, the run could still go on: at least 1 byte; at the end, the fold's bound.
+    assert gap.gap.lost_bytes_min == 1
+    assert final.lost_bytes_min == 16 - 3
 
 
 def test_monitor_reports_anomalies_as_events() -> None:

@@ -353,7 +353,8 @@ class Follower:
                 took its path, or it was truncated and rewritten (Rule 4).
             OSError: the log cannot be read.
         """
-        return [item for _, item in self.iter_numbered()]
+        settled = self._reassembler.settled
+        return [settled(item) for item in [item for _, item in self.iter_numbered()]]
 
     def poll_numbered(self) -> list[tuple[int, Appended]]:
         """:meth:`poll_appended`, each record with its line number counted from
@@ -364,7 +365,8 @@ class Follower:
                 took its path, or it was truncated and rewritten (Rule 4).
             OSError: the log cannot be read.
         """
-        return list(self.iter_numbered())
+        settled = self._reassembler.settled
+        return [(number, settled(item)) for number, item in list(self.iter_numbered())]
 
     def iter_appended(self) -> Iterator[Appended]:
         """Like :meth:`poll_appended`, one record at a time, so a printer holds
@@ -436,8 +438,9 @@ class Follower:
             raise ValueError(f"batch must be at least 1, got {batch}")
         while True:
             records = self.iter_numbered()
+            settled = self._reassembler.settled
             while chunk := list(itertools.islice(records, batch)):
-                yield chunk
+                yield [(number, settled(item)) for number, item in chunk]
             if once:
                 return
             time.sleep(interval)

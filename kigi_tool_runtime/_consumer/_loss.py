@@ -207,6 +207,20 @@ class Gap:
             self.inferred,
         )
 
+    def with_open_run(self) -> Gap:
+        """Package-internal. This gap as its gap frame alone proves it, while
+        later frames of its run may still deliver bytes: at most
+        :attr:`lost_bytes`, at least 1."""
+        return Gap(
+            self.offset,
+            self.index,
+            self.total_bytes,
+            self.upper,
+            self.held + 1,
+            self.held,
+            self.inferred,
+        )
+
     def narrowed(self, low: int, size: int) -> Gap:
         """Package-internal. This gap, once a paced frame delivered ``low`` to
         ``size`` more source bytes of its run."""

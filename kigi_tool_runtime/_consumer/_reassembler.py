@@ -52,7 +52,7 @@ reads a file or a socket.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal, get_args
 
 import msgspec
@@ -153,8 +153,10 @@ class Appended:
 
     ``key`` is the stream it belonged to (``None`` for an undecodable or ignored
     record); ``text`` the delta it appended (``None`` if it carried none);
-    ``gap`` the gap it opened, its byte count as known at that frame (later
-    frames can only narrow the bounds), or the loss it proved (an inferred
+    ``gap`` the gap it opened, with the bounds that frame proves (at most its
+    upper bound, at least 1 byte: later frames of its run deliver more of the
+    surviving tail, and the fold's figure is exact once the run has ended),
+    or the loss it proved (an inferred
     gap: the run before this frame delivered less than its total; the render
     places it where that run began, a printer here, before this frame's
     text); ``truncated`` whether the
@@ -589,6 +591,20 @@ class Reassembler:
         self._records += later._records
         self.ignored += later.ignored
         return self
+
+    def settled(self, appended: Appended) -> Appended:
+        """``appended`` (from :meth:`appended`) with its gap's bounds as every
+        record absorbed since proves them: the later frames of the gap's run
+        narrow them to the fold's figures, exact once the run has ended. A
+        printer that holds a batch of records prints each batch settled."""
+        gap = appended.gap
+        if gap is None or gap.inferred or appended.key is None:
+            return appended
+        state = self._streams.get(appended.key)
+        known = None if state is None else state.gap_opened_at(gap.index)
+        if known is None or known == gap:
+            return appended
+        return replace(appended, gap=known)
 
     def appended(
         self,

@@ -433,16 +433,42 @@ class StreamState:
     def added_at(self, index: int) -> tuple[list[Anomaly], Gap | None]:
         """What record ``index``, the last absorbed, added to this stream: the
         anomalies reported at it (in record order) and the gap it opened or
-        proved, if any."""
+        proved, if any.
+
+        A gap a gap frame opened is given with what that frame proves: at most
+        its upper bound, and at least 1 byte. Frames after it at the same total
+        carry the rest of its run and lower both bounds, so the bound it would
+        have as the run's last frame is no lower bound yet; the fold narrows it
+        to the exact figure as they arrive."""
         own = self._anomalies
         first = len(own)
         while first and own[first - 1].index == index:
             first -= 1
         gaps = self._gaps
         gap = gaps[-1] if gaps and gaps[-1].index == index else None
+        if gap is not None and not gap.inferred:
+            gap = self.gap_opened_at(index)
         if gap is None and self._lead_end_index == index:
             gap = self._prefix_gap()
         return own[first:], gap
+
+    def gap_opened_at(self, index: int) -> Gap | None:
+        """Package-internal. The gap the gap frame of record ``index`` opened,
+        with the bounds the records absorbed since prove: the fold's figures
+        once its run has ended (a later total, or a later gap), and while the
+        run may still go on, its upper bound and at least 1 byte. ``None`` when
+        no gap frame of this stream is at ``index``."""
+        gaps = self._gaps
+        for position in range(len(gaps) - 1, -1, -1):
+            gap = gaps[position]
+            if gap.index < index:
+                break
+            if gap.index == index and not gap.inferred:
+                last = position == len(gaps) - 1
+                if last and self._run_open and self.total_bytes == gap.total_bytes:
+                    return gap.with_open_run()
+                return gap
+        return None
 
     # -- absorbing ------------------------------------------------------------
 
