@@ -1,6 +1,7 @@
-"""ServerProtocol, the server's JSON-RPC input rules without I/O: plain function
-tests of each rule, and a state machine over any mix of requests, cancels,
-hooks, garbage and call ends."""
+"""ServerProtocol and CallOutbox, the server's JSON-RPC rules without I/O: plain
+function tests of each rule (reply bytes, codes and messages), a state machine
+over any mix of requests, cancels, hooks, garbage and call ends, and one over a
+call's pushes and takes."""
 
 from __future__ import annotations
 

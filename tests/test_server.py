@@ -1,5 +1,8 @@
-"""The JSON-RPC server, driven through a real `kigi-stream serve` process over pipes
-(and, for tools of its own, in process over a socket pair)."""
+"""The JSON-RPC server's driver, driven through a real `kigi-stream serve` process
+over pipes (and, for tools of its own, in process over a socket pair or a sink
+that stops reading): flow control, memory bounds, end of input, real tool
+processes. Its protocol rules are tested on ServerProtocol and CallOutbox in
+test_rpc_server; one session here proves their wiring."""
 
 from __future__ import annotations
 
@@ -148,7 +151,8 @@ def test_serve_applies_the_protocol_rules_over_real_pipes(server: ServeProcess) 
     garbage, a line nested too deeply, an unknown method and its own request id
     reused are each answered with their error; bad arguments end their call with
     invalid_params; tool.cancel stops the call and is acknowledged; once the call
-    has ended its ids serve again; end of input exits 0."""
+    has ended its ids serve again; end of input exits 0. tools.list lists the
+    served tool while the call runs."""
     server.send(_call("c1", "echo started; sleep 60", request_id=7) | {"session_id": "sess_s"})
     first = server.line()
     assert (first["session_id"], first["seq"]) == ("sess_s", 0)
@@ -174,6 +178,13 @@ def test_serve_applies_the_protocol_rules_over_real_pipes(server: ServeProcess) 
     assert reply["error"]["message"] == (
         "method not found: 'no.such'"
         " (methods: tools.list, tool.call, tool_call_request, tool.cancel, hook)"
+    )
+
+    server.send({"jsonrpc": "2.0", "id": "l", "method": "tools.list"})  # params left out
+    (tool,) = server.line()["result"]["tools"]
+    assert (tool["id"], sorted(tool)) == (
+        "bash",
+        ["capabilities", "description", "id", "input_schema"],
     )
 
     server.send(_call("c2", "echo never", request_id=7))
