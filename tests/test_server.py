@@ -151,8 +151,8 @@ def test_serve_applies_the_protocol_rules_over_real_pipes(server: ServeProcess) 
     garbage, a line nested too deeply, an unknown method and its own request id
     reused are each answered with their error; bad arguments end their call with
     invalid_params; tool.cancel stops the call and is acknowledged; once the call
-    has ended its ids serve again; end of input exits 0. tools.list lists the
-    served tool while the call runs."""
+    has ended its ids serve again; end of input exits 0. An unknown notification
+    is not answered, and tools.list lists the served tool while the call runs."""
     server.send(_call("c1", "echo started; sleep 60", request_id=7) | {"session_id": "sess_s"})
     first = server.line()
     assert (first["session_id"], first["seq"]) == ("sess_s", 0)
@@ -180,6 +180,7 @@ def test_serve_applies_the_protocol_rules_over_real_pipes(server: ServeProcess) 
         " (methods: tools.list, tool.call, tool_call_request, tool.cancel, hook)"
     )
 
+    server.send({"jsonrpc": "2.0", "method": "no.such.notification", "params": {}})  # ignored
     server.send({"jsonrpc": "2.0", "id": "l", "method": "tools.list"})  # params left out
     (tool,) = server.line()["result"]["tools"]
     assert (tool["id"], sorted(tool)) == (
