@@ -1,6 +1,7 @@
-"""ServerProtocol, the server's JSON-RPC input rules without I/O: plain function
-tests of each rule, and a state machine over any mix of requests, cancels,
-hooks, garbage and call ends."""
+"""ServerProtocol and CallOutbox, the server's JSON-RPC rules without I/O: plain
+function tests of each rule (reply bytes, codes and messages), a state machine
+over any mix of requests, cancels, hooks, garbage and call ends, and one over a
+call's pushes and takes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import msgspec
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kigi_tool_protocol import JsonRpcNotification, decode_progress_line
+from kigi_tool_protocol import (
+    JsonRpcNotification,
+    JsonRpcResponse,
+    decode_progress_line,
+    encode_progress_line,
+    json_codec,
+)
 from kigi_tool_runtime import OversizedLine
 from kigi_tool_runtime._transport._rpc_server import (
     MAX_CALLS_IN_FLIGHT,
@@ -236,6 +243,108 @@ def test_bad_cancel_params_are_answered_only_for_requests() -> None:
     assert protocol.lines_rejected == 3
 
 
+def test_error_replies_echo_the_session_id_only_with_a_readable_id() -> None:
+    """A reply answers in the request's session: its session_id is echoed on a
+    result and on an error; a null-id reply carries none."""
+    protocol = _protocol()
+    listed = _reply(
+        protocol.receive_line(
+            _line({"jsonrpc": "2.0", "id": 1, "session_id": "sess_e", "method": "tools.list"})
+        )
+    )
+    assert listed["session_id"] == "sess_e"
+    unknown = _reply(
+        protocol.receive_line(
+            _line({"jsonrpc": "2.0", "id": 2, "session_id": "sess_e", "method": "x.y"})
+        )
+    )
+    assert (unknown["session_id"], unknown["error"]["code"]) == ("sess_e", -32601)
+    bad_params = _reply(
+        protocol.receive_line(
+            _line({"jsonrpc": "2.0", "id": 3, "session_id": "sess_e", "method": "hook",
+                   "params": {"event": {}}})
+        )
+    )  # fmt: skip
+    assert (bad_params["session_id"], bad_params["error"]["code"]) == ("sess_e", -32602)
+    (start,) = protocol.receive_line(_call("c1", request_id=4, session_id="sess_e"))
+    assert isinstance(start, StartCall)
+    refusal = _reply(protocol.receive_line(_call("c2", request_id=4, session_id="sess_e")))
+    assert refusal["id"] is None
+    assert "session_id" not in refusal
+
+
+def _deep_lines() -> list[bytes]:
+    """Lines nested past what the decoder recurses: at the top, as one envelope
+    value, and deep inside params and arguments."""
+    head = b'{"jsonrpc":"2.0","id":5,"method":"tool.call","params":'
+    call = b'{"tool_call_id":"deep","tool_id":"bash","arguments":{"command":"true","env":'
+    lines = [b"[" * 1000, b"[" * 1000 + b"]" * 1000, b'{"a":' * 1000, b"[" * 200_000]
+    lines += [b'{"jsonrpc":"2.0","id":' + b"[" * 1000, b'{"jsonrpc":' + b'{"a":' * 1000]
+    lines += [head + b"[" * 1000, head + b'{"a":' * 1000 + b"1" + b"}" * 1000 + b"}"]
+    lines += [head + call + b"[" * 5000 + b"]" * 5000 + b"}}}"]
+    return lines
+
+
+def test_lines_nested_too_deeply_each_get_one_null_id_error() -> None:
+    """A line nested deeper than the decoder recurses (brackets, objects, deep
+    inside params and arguments) gets exactly one rejected reply with a null id:
+    -32600 when it is no JSON object, else -32700 "nested too deeply"; nothing
+    starts, and a call in flight is untouched."""
+    protocol = _protocol()
+    (start,) = protocol.receive_line(_call("c1", request_id=1))
+    assert isinstance(start, StartCall)
+    not_an_object = "invalid request: a message must be a JSON object"
+    too_deep = "parse error: nested too deeply"
+    expected = [(-32600, not_an_object)] * 2 + [(-32700, too_deep), (-32600, not_an_object)]
+    expected += [(-32700, too_deep)] * 5
+    lines = _deep_lines()
+    got = []
+    for line in lines:
+        reply = _reply(protocol.receive_line(line))
+        assert reply["id"] is None
+        got.append((reply["error"]["code"], reply["error"]["message"]))
+    assert got == expected
+    assert protocol.lines_rejected == len(lines)
+    assert (protocol.calls_started, protocol.in_flight()) == (1, {"c1": 1})
+
+
+def test_error_replies_quote_only_an_excerpt_and_decode_strictly() -> None:
+    """A 2 M-character method of DEL characters and a 4 MB unknown tool id are
+    answered in a few hundred bytes, not echoed; an empty session_id is refused
+    and not echoed back; the SDK's own strict decoder reads every reply. An
+    unknown key in a call's params, however large, is ignored."""
+    protocol = _protocol()
+    huge = "\x7f" * 2_000_000  # 12 MB escaped
+    unknown_tool = _line(
+        {"jsonrpc": "2.0", "id": 2, "method": "tool.call",
+         "params": {"tool_call_id": "c1", "tool_id": "a" * 4_000_000, "arguments": {}}}
+    )  # fmt: skip
+    lines = [
+        _line({"jsonrpc": "2.0", "id": 1, "method": huge, "params": {}}),
+        unknown_tool,
+        _line({"jsonrpc": "2.0", "id": 4, "method": "tools.list", "params": {}, "session_id": ""}),
+    ]
+    codes = []
+    for line in lines:
+        (event,) = protocol.receive_line(line)
+        assert isinstance(event, Reply)
+        assert len(event.line) < 2000, event.line[:300]
+        reply = json_codec.decode_message(event.line, params=msgspec.Raw, result=msgspec.Raw)
+        assert isinstance(reply, JsonRpcResponse)
+        assert reply.error is not None
+        assert reply.session_id is None
+        assert reply.id == event.request_id
+        codes.append((reply.id, reply.error.code))
+    assert codes == [(1, -32601), (2, -32011), (4, -32600)]
+    extra_key = _line(
+        {"jsonrpc": "2.0", "id": 3, "method": "tool.call",
+         "params": {"tool_call_id": "c2", "tool_id": "bash", "arguments": {}, huge: 1}}
+    )  # fmt: skip
+    (start,) = protocol.receive_line(extra_key)
+    assert isinstance(start, StartCall)
+    assert (start.request_id, start.params.tool_call_id) == (3, "c2")
+
+
 # -- The state machine ----------------------------------------------------------
 
 REQUEST_IDS = st.one_of(st.integers(0, 5), st.sampled_from(["a", "b"]))
@@ -448,3 +557,52 @@ class CallOutboxMachine(RuleBasedStateMachine):
 
 
 TestCallOutbox = CallOutboxMachine.TestCase
+
+
+def test_an_outbox_writes_the_served_wire() -> None:
+    """Frames go out as tool_call_progress notifications in wire order, with
+    session_id only when the call has one and dropped_count only when set."""
+    outbox = CallOutbox("c", None)
+    body = msgspec.Raw(b'{"delta":"hi","total_bytes":2,"truncated":false,"gap":false}')
+    outbox.push("bash_output_chunk", body, budget=10**6)
+    out = bytearray()
+    assert outbox.take(10**6, out) == (1, False)
+    assert bytes(out) == (
+        b'{"jsonrpc":"2.0","seq":0,"method":"tool_call_progress","params":{"tool_call_id":"c",'
+        b'"kind":"bash_output_chunk","body":{"delta":"hi","total_bytes":2,"truncated":false,'
+        b'"gap":false}}}\n'
+    )
+    outbox = CallOutbox("c", "s")
+    text = msgspec.Raw(b'{"text":"x"}')
+    for _ in range(3):
+        outbox.push("text", text, budget=10**6)
+    assert outbox.take(10**6, bytearray()) == (3, False)
+    for _ in range(3):
+        outbox.push("text", text, budget=len(text))  # each push drops the one before
+    out = bytearray()
+    assert outbox.take(10**6, out) == (1, False)
+    assert bytes(out) == (
+        b'{"jsonrpc":"2.0","session_id":"s","seq":3,"method":"tool_call_progress",'
+        b'"params":{"tool_call_id":"c","kind":"text","body":{"text":"x"},"dropped_count":2}}\n'
+    )
+
+
+def test_batched_frames_are_the_same_bytes_as_encode_progress_line() -> None:
+    """An outbox's batch equals encode_progress_line frame by frame, numbers seq
+    from 0, reports drops on the next frame, and puts the final response last."""
+    outbox = CallOutbox("c", "sess_q")
+    bodies = [msgspec.Raw(msgspec.json.encode({"delta": f"é{n}\u2028"})) for n in range(5)]
+    for body in bodies[:2]:
+        assert outbox.push("k", body, budget=10**6) == 0
+    batch = bytearray()
+    assert outbox.take(10**6, batch) == (2, False)
+    assert outbox.push("k", bodies[2], budget=1) == 0
+    assert outbox.push("k", bodies[3], budget=1) == 1  # the oldest queued frame goes
+    outbox.final = b'{"final":true}\n'
+    assert outbox.take(10**6, batch) == (1, True)
+    assert bytes(batch) == (
+        encode_progress_line("c", "k", bodies[0], seq=0, session_id="sess_q")
+        + encode_progress_line("c", "k", bodies[1], seq=1, session_id="sess_q")
+        + encode_progress_line("c", "k", bodies[3], seq=2, session_id="sess_q", dropped_count=1)
+        + b'{"final":true}\n'
+    )
