@@ -83,23 +83,23 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _timeout_seconds(text: str) -> float:
+def _seconds_at_most(text: str, maximum: int, span: str, advice: str = "") -> float:
     value = _positive_float(text)
-    if value > MAX_RUN_TIMEOUT_S:
+    if value > maximum:
         raise argparse.ArgumentTypeError(
-            f"must be at most {MAX_RUN_TIMEOUT_S} seconds (100 years), got {text};"
-            " leave --timeout out for no deadline"
+            f"must be at most {maximum} seconds ({span}), got {text}{advice}"
         )
     return value
+
+
+def _timeout_seconds(text: str) -> float:
+    return _seconds_at_most(
+        text, MAX_RUN_TIMEOUT_S, "100 years", "; leave --timeout out for no deadline"
+    )
 
 
 def _interval_seconds(text: str) -> float:
-    value = _positive_float(text)
-    if value > MAX_POLL_INTERVAL_S:
-        raise argparse.ArgumentTypeError(
-            f"must be at most {MAX_POLL_INTERVAL_S} seconds (a day), got {text}"
-        )
-    return value
+    return _seconds_at_most(text, MAX_POLL_INTERVAL_S, "a day")
 
 
 def build_parser() -> argparse.ArgumentParser:
