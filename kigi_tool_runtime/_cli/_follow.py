@@ -38,7 +38,7 @@ def follow(args: argparse.Namespace) -> int:
         return follow_nats(args)
     if args.file is None:
         raise UsageError("give a FILE (or --nats URL --call ID)")
-    return _follow(args)
+    return _follow_log(args)
 
 
 class _Printer:
@@ -92,7 +92,7 @@ class _Printer:
         self._out.flush()
 
 
-def _follow(args: argparse.Namespace) -> int:
+def _follow_log(args: argparse.Namespace) -> int:
     path: str | None
     if args.file != "-" and not os.path.lexists(args.file):
         if args.once:

@@ -19,6 +19,7 @@ _SPACES: Final = (b" ", b"\t", b"\r")
 
 
 def describe(anomaly: Anomaly) -> str:
+    """``kind [CALL/SUBKIND]: detail``, as ``follow`` and ``check`` print an anomaly."""
     where = f" [{anomaly.key.tool_call_id}/{anomaly.key.subkind}]" if anomaly.key else ""
     return f"{anomaly.kind}{where}: {anomaly.detail}"
 
@@ -46,6 +47,11 @@ def log_source(name: str, command: str) -> str | None:
 
 
 def open_stream(name: str) -> IO[bytes]:
+    """``name`` (``-``: a duplicate of stdin) opened for unbuffered reading.
+
+    Raises:
+        UsageError: it cannot be opened.
+    """
     if name == "-":
         return os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)
     try:
@@ -55,6 +61,7 @@ def open_stream(name: str) -> IO[bytes]:
 
 
 def unterminated(rest: bytes | OversizedLine) -> str:
+    """What is said of a last line without a newline (``rest``)."""
     size = rest.size if isinstance(rest, OversizedLine) else len(rest)
     return (
         f"unterminated: the last line ({plural(size, 'byte', 'bytes')}) has no newline,"

@@ -29,7 +29,7 @@ Commands:
   report and every anomaly with its line number; a last line without a newline
   is reported too.
 - ``serve --nats URL`` and ``follow --nats URL --call ID``: over NATS
-  JetStream (``_nats_cli``; needs the ``nats`` extra).
+  JetStream (``_nats``; needs the ``nats`` extra).
 
 ``FILE`` is ``-`` for standard input; ``-``, a pipe or a terminal (``/dev/stdin``)
 is read once to its end (``follow`` prints it as it arrives, with no offset to

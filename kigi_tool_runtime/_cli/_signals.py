@@ -13,10 +13,11 @@ from typing import Any, Final
 
 __all__ = ()
 
-#: Ctrl-C, a plain ``kill`` and a closed terminal. Every command stops on each
-#: of them, also when started with one ignored (a background job of a
-#: non-interactive shell ignores SIGINT), and cleanly: a command's process
-#: group, which none of them would reach, is stopped first.
+#: Ctrl-C, a plain ``kill`` and a closed terminal. ``run``, ``serve`` and
+#: ``follow`` catch each, also when started with it ignored (a background job
+#: of a non-interactive shell ignores SIGINT), to stop cleanly: a command runs
+#: in a process group of its own, which none of them would reach, so its
+#: call is cancelled (the group stopped) instead of left running.
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
