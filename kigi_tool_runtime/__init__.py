@@ -68,7 +68,8 @@ from ._tools._runner import RunStats, ToolRun, run_tool
 from ._tools._shell import SHELL_SPEC, CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
 from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
 from ._transport._client import Call, CallProgress, Client, ClientStats, RemoteToolError
-from ._transport._server import Server, ServerStats, serve_stdio
+from ._transport._server import Server, ServerStats
+from ._transport._stdio import serve_stdio
 
 #: The installed distribution's version (from its metadata; the protocol
 #: package ships in the same distribution).

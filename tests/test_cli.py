@@ -25,7 +25,8 @@ import pytest
 
 from kigi_tool_protocol import StreamingSpec
 from kigi_tool_runtime import TRUNCATION_MARKER, OutputStream
-from kigi_tool_runtime._cli._main import EXIT_TIMEOUT, EXIT_USAGE, STATUS_AFTER_S
+from kigi_tool_runtime._cli._exits import EXIT_TIMEOUT, EXIT_USAGE
+from kigi_tool_runtime._cli._status import STATUS_AFTER_S
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._transport._rpc_server import SERVED_METHODS
 from kigi_tool_runtime._transport._server import progress_line

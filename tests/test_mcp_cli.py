@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kigi_tool_runtime.mcp._cli import parse_http_address
+from kigi_tool_runtime._cli._mcp import parse_http_address
 
 # Runs Python with the MCP SDK made unimportable, as without the extra.
 WITHOUT_MCP = "import sys; sys.modules['mcp'] = None\n"

@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 import sys
 from typing import Any, Final
 
 from .._consumer._loss import DEFAULT_GAP_MARKER
 from .._transport._client import RemoteToolError
+from ._signals import StopSignals
 
 __all__ = ()
 
@@ -33,8 +33,6 @@ class NatsUsageError(Exception):
     """Raised when a ``--nats`` command cannot start: the extra is missing, an
     option is missing or contradicts another, or the server cannot be reached."""
 
-
-_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 #: Seconds ``follow --nats`` waits for a first message of the call before it
 #: says on stderr that there is none yet (a call not submitted yet, or a
@@ -117,40 +115,35 @@ def serve_nats(args: argparse.Namespace) -> int:
         raise NatsUsageError(str(exc)) from None
 
     async def main() -> int:
-        loop = asyncio.get_running_loop()
         connection = await _connect(nats, args.nats)
         worker = nats.Worker(
             connection, [ShellTool()], prefix=args.prefix, max_in_flight=args.max_in_flight
         )
-        stopped_by: list[int] = []
 
         def on_signal(number: int) -> None:
-            if not stopped_by:
-                stopped_by.append(number)
+            if stops.count == 1:
                 worker.stop()
 
-        for number in _STOP_SIGNALS:
-            loop.add_signal_handler(number, on_signal, number)
-        sys.stderr.write(
-            f"kigi-stream serve: {worker.worker_id} takes calls from {args.nats}"
-            f" (prefix {args.prefix}, {args.max_in_flight} at once)\n"
-        )
-        sys.stderr.flush()
         try:
-            stats = await worker.run()
-        except (nats_errors.Error, TimeoutError) as exc:
-            sys.stderr.write(f"kigi-stream serve: error: {str(exc) or repr(exc)}\n")
-            return 1
+            with StopSignals(on_signal) as stops:
+                sys.stderr.write(
+                    f"kigi-stream serve: {worker.worker_id} takes calls from {args.nats}"
+                    f" (prefix {args.prefix}, {args.max_in_flight} at once)\n"
+                )
+                sys.stderr.flush()
+                try:
+                    stats = await worker.run()
+                except (nats_errors.Error, TimeoutError) as exc:
+                    sys.stderr.write(f"kigi-stream serve: error: {str(exc) or repr(exc)}\n")
+                    return 1
         finally:
-            for number in _STOP_SIGNALS:
-                loop.remove_signal_handler(number)
             with contextlib.suppress(Exception):
                 await connection.drain()
         sys.stderr.write(
             f"kigi-stream serve: {stats.calls_run} call(s) run,"
             f" {stats.frames_published} frame(s) published\n"
         )
-        return 128 + stopped_by[0] if stopped_by else 0
+        return stops.exit_status()
 
     return asyncio.run(main())
 

@@ -56,9 +56,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import stat
-import sys
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Final, NamedTuple, Protocol
@@ -94,7 +91,6 @@ from ._rpc_server import wire_error_line as _wire_error_line
 __all__ = (
     "Server",
     "ServerStats",
-    "serve_stdio",
 )
 
 #: Encoded progress bytes one call may have waiting to be written. 1 MiB is 64
@@ -171,7 +167,7 @@ def progress_line(
     )
 
 
-class _Sink(Protocol):
+class Sink(Protocol):
     def write(self, data: bytes | bytearray) -> None: ...
     async def drain(self) -> None: ...
 
@@ -179,7 +175,7 @@ class _Sink(Protocol):
 class _Writer:
     """The one task that writes: control replies first, then calls in turn."""
 
-    def __init__(self, sink: _Sink, budget: int) -> None:
+    def __init__(self, sink: Sink, budget: int) -> None:
         self._sink = sink
         self._budget = budget
         self._control: deque[bytes] = deque()
@@ -380,7 +376,7 @@ class Server:
             0 if writer is None else writer.abandoned,
         )
 
-    async def serve(self, reader: asyncio.StreamReader, writer: _Sink) -> None:
+    async def serve(self, reader: asyncio.StreamReader, writer: Sink) -> None:
         """Serve until end of input (Rule 6) or until the output breaks.
 
         Raises:
@@ -536,77 +532,3 @@ class Server:
     ) -> bytes:
         wire = error.with_tool_id(tool_id).to_wire()
         return _wire_error_line(request_id, session_id, error.message, wire)
-
-
-# -- stdio -----------------------------------------------------------------------------
-
-
-class _FileSink:
-    """Blocking writes to a regular file (asyncio pipes refuse files)."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def write(self, data: bytes | bytearray) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
-
-    async def drain(self) -> None:
-        return None
-
-
-def _is_pipe_like(fd: int) -> bool:
-    mode = os.fstat(fd).st_mode
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
-
-
-async def open_stdio() -> tuple[asyncio.StreamReader, _Sink]:
-    """This process's stdin and stdout as an asyncio reader and a writer (pipes,
-    sockets and terminals natively; regular files with blocking I/O).
-
-    Raises:
-        OSError: stdin or stdout is closed or cannot be watched.
-    """
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    stdin_fd, stdout_fd = sys.stdin.fileno(), sys.stdout.fileno()
-    if _is_pipe_like(stdin_fd):
-        await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(stdin_fd, "rb", closefd=False)
-        )
-    else:
-
-        async def feed() -> None:
-            while chunk := await asyncio.to_thread(os.read, stdin_fd, 64 * 1024):
-                reader.feed_data(chunk)
-            reader.feed_eof()
-
-        _background.add(task := loop.create_task(feed()))
-        task.add_done_callback(_background.discard)
-    sink: _Sink
-    if _is_pipe_like(stdout_fd):
-        transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, os.fdopen(stdout_fd, "wb", closefd=False)
-        )
-        sink = asyncio.StreamWriter(transport, protocol, None, loop)
-    else:
-        sink = _FileSink(stdout_fd)
-    return reader, sink
-
-
-_background: set[asyncio.Task[None]] = set()
-
-
-async def serve_stdio(tools: Iterable[Tool[Any]], **options: Any) -> ServerStats:
-    """Serve ``tools`` over this process's stdin and stdout until end of input;
-    ``options`` are :class:`Server`'s keyword arguments. Returns its counters.
-
-    Raises:
-        ValueError: two tools share an id, or a bound is below 1 (see :class:`Server`).
-        OSError: stdin or stdout is closed or cannot be watched.
-    """
-    server = Server(tools, **options)
-    reader, sink = await open_stdio()
-    await server.serve(reader, sink)
-    return server.statistics()

@@ -1,22 +1,19 @@
 """``kigi-stream serve --mcp`` (stdio) and ``--mcp-http [HOST:]PORT``: the shell
-tool served to MCP hosts. The core CLI imports this only when asked to."""
+tool served to MCP hosts. The CLI's only contact with the optional ``mcp``
+extra: importing this module raises ``ImportError`` naming the extra when it is
+missing, so the CLI imports it only when asked to."""
 
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
-from typing import Final
 
 from .._tools._shell import ShellTool
-from ._server import McpToolServer
-from ._transports import DEFAULT_HTTP_HOST, bind_socket, serve_http_mcp, serve_stdio_mcp
+from ..mcp._server import McpToolServer
+from ..mcp._transports import DEFAULT_HTTP_HOST, bind_socket, serve_http_mcp, serve_stdio_mcp
+from ._signals import StopSignals
 
 __all__ = ()
-
-# Signals that stop serving: every call in flight is cancelled (its command's
-# process group stopped) first, then the exit status is 128 + N.
-_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def parse_http_address(text: str) -> tuple[str, int]:
@@ -64,25 +61,20 @@ async def _serve(address: tuple[str, int] | None, max_frame_bytes: int) -> int:
             return 1
         await serve_http_mcp(server, sock=sock, on_ready=ready)
         return 0
-    loop = asyncio.get_running_loop()
+    # A stop signal cancels serving: every call in flight is cancelled (its
+    # command's process group stopped) first, then the exit status is 128 + N.
     serving = asyncio.current_task()
     assert serving is not None
-    stopped_by: list[int] = []
 
     def on_signal(number: int) -> None:
-        if not stopped_by:
-            stopped_by.append(number)
+        if stops.count == 1:
             serving.cancel()
 
-    for number in _STOP_SIGNALS:
-        loop.add_signal_handler(number, on_signal, number)
-    try:
-        await serve_stdio_mcp(server, max_line_bytes=max_frame_bytes)
-    except asyncio.CancelledError:
-        if not stopped_by:
-            raise
-        serving.uncancel()
-    finally:
-        for number in _STOP_SIGNALS:
-            loop.remove_signal_handler(number)
-    return 128 + stopped_by[0] if stopped_by else 0
+    with StopSignals(on_signal) as stops:
+        try:
+            await serve_stdio_mcp(server, max_line_bytes=max_frame_bytes)
+        except asyncio.CancelledError:
+            if not stops.count:
+                raise
+            serving.uncancel()
+    return stops.exit_status()

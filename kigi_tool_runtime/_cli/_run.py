@@ -1,0 +1,280 @@
+"""``kigi-stream run``: one command through the shell tool, its output printed
+live as reassembled text (or as the frames, ``--json``), a status line on a
+terminal, a summary on stderr, and the exit status the command's end calls for."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import shlex
+import signal
+import sys
+import time
+from typing import IO, Any, Final
+
+import msgspec
+
+from kigi_tool_protocol import encode_progress_line, progress_to_frame
+
+from .._consumer._loss import DEFAULT_GAP_MARKER, TRUNCATION_MARKER, plural
+from .._consumer._reassembler import Reassembler
+from .._process import signal_name
+from .._producer._chunk import cap_of
+from .._producer._tail import MIN_TAIL_CAPACITY
+from .._tools._errors import ToolError
+from .._tools._runner import run_tool
+from .._tools._shell import CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
+from .._tools._tool import ToolContext, ToolResult
+from ._exits import (
+    EXIT_CANNOT_START,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_TIMEOUT,
+    UsageError,
+    stdout_closed,
+)
+from ._fdwriter import FdWriter, OutputStalled
+from ._signals import StopSignals
+from ._status import Status
+
+__all__ = ()
+
+#: Seconds `run` still writes the command's output after a stop signal: a live
+#: reader gets the end of it; past that, a reader that stopped reading no longer
+#: keeps kigi-stream from exiting (what was not written is counted on stderr).
+#: Short, because whoever sent the signal wants it to stop.
+STOP_FLUSH_S: Final = 2.0
+
+_CALL_ID: Final = "run-1"
+
+
+def _shell_tool(args: argparse.Namespace) -> ShellTool:
+    cap = cap_of(args.cap, "--cap")
+    if args.tail < max(cap, MIN_TAIL_CAPACITY):
+        default = " by default" if args.cap is None else ""
+        raise UsageError(
+            f"--tail {args.tail} is below --cap ({cap} bytes{default}): the tail must hold"
+            f" one whole delta, so --tail must be at least {max(cap, MIN_TAIL_CAPACITY)}"
+        )
+    try:
+        return ShellTool(
+            tick=args.tick / 1000,
+            tail_capacity=args.tail,
+            max_delta_bytes=args.cap,
+            limit=args.limit,
+            # A person running a command expects no deadline unless they ask.
+            default_timeout_ms=None if args.timeout is None else max(round(args.timeout * 1000), 1),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run ``args.cmd`` as ``args`` say; return the exit status.
+
+    Raises:
+        UsageError: no command, an empty one, or options the shell tool refuses.
+    """
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no command given; usage: kigi-stream run [options] -- CMD ...")
+    tool = _shell_tool(args)
+    if not cmd[0]:
+        raise UsageError("the command is empty; usage: kigi-stream run [options] -- CMD ...")
+    command: str | list[str] = cmd[0] if len(cmd) == 1 else cmd
+    if len(cmd) > 1 and not all(cmd):
+        # The tool's argv form refuses empty arguments; the shell passes them
+        # on when quoted (`printf '%s' ''`, `grep '' FILE`).
+        command = shlex.join(cmd)
+    try:
+        shell_args = ShellArgs(command=command)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        return asyncio.run(_run_async(tool, shell_args, json_mode=args.json))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _same_destination(one: IO[Any], other: IO[Any]) -> bool:
+    """Whether two streams write to the same file, pipe or terminal."""
+    try:
+        first, second = os.fstat(one.fileno()), os.fstat(other.fileno())
+    except (OSError, ValueError):
+        return False
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
+async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool) -> int:
+    # A write that could block (a full pipe) is made from a thread: stdout that
+    # nobody reads never blocks the event loop, so the signal handlers and the
+    # tool keep running.
+    out = FdWriter(sys.stdout.fileno())
+    status = Status(sys.stderr, sys.stderr.isatty() and not json_mode)
+    # On a terminal, the status line shares the screen with the output: drawing
+    # it (and clearing it) while the output's last line is unfinished would
+    # erase that line, so it waits for a newline.
+    out_on_terminal = sys.stdout.isatty()
+    ends_line = True  # the output so far is empty or ends with a newline
+    # Text is printed as it lands, never kept: memory stays flat however much
+    # the command writes.
+    reassembler = Reassembler(known_calls=[_CALL_ID], keep_text=False)
+    ctx = ToolContext(_CALL_ID)
+    started = time.monotonic()
+    seq = 0
+    frames = 0
+    terminal: ToolResult | ToolError | None = None
+    loop = asyncio.get_running_loop()
+    running = asyncio.current_task()
+    assert running is not None
+
+    def on_signal(number: int) -> None:
+        # The first signal stops the command and leaves the rest of its output
+        # STOP_FLUSH_S to be read; a second one stops waiting at once.
+        if stops.count == 1:
+            ctx.cancel()
+            out.give_up_at(loop.time() + STOP_FLUSH_S)
+        elif stops.count == 2:
+            out.give_up()
+            running.cancel()
+
+    with StopSignals(on_signal) as stops:
+        ticker = asyncio.create_task(status.tick()) if status.enabled else None
+        try:
+            # Without --timeout the call has no deadline either; with it, the tool's
+            # capabilities put the call's deadline after the command's.
+            call_timeout = math.inf if tool.default_timeout_ms is None else None
+            async with run_tool(tool, shell_args, ctx=ctx, timeout_ms=call_timeout) as run:
+                async for event in run:
+                    if isinstance(event, ToolResult | ToolError):
+                        terminal = event
+                        continue
+                    frame = progress_to_frame(_CALL_ID, event)
+                    appended = reassembler.appended(frame, seq)
+                    text = ""
+                    if json_mode:
+                        data = encode_progress_line(_CALL_ID, frame.kind, frame.body, seq=seq)
+                    else:
+                        text = appended.render(DEFAULT_GAP_MARKER)
+                        data = text.encode("utf-8", "surrogateescape")
+                        if text:
+                            status.clear()
+                            # Not drawn while the text is on its way: it would land
+                            # between the status line and its clearing.
+                            status.held = True
+                    if data:
+                        with contextlib.suppress(OutputStalled):  # counted in out.unwritten
+                            await out.write(data)
+                            if status.enabled:  # the status line shares the screen: in order
+                                await out.drain()
+                    if text:
+                        ends_line = text.endswith("\n")
+                        status.held = out_on_terminal and not ends_line
+                    seq += 1
+                    frames += 1
+                    status.update(getattr(frame.body, "total_bytes", 0))
+            if not json_mode and any(report.truncated for report in reassembler.reports()):
+                # The text stops at the limit: say so where it stops.
+                marker = ("" if ends_line else "\n") + TRUNCATION_MARKER + "\n"
+                with contextlib.suppress(OutputStalled):
+                    await out.write(marker.encode())
+                ends_line = True
+            with contextlib.suppress(OutputStalled):
+                await out.drain()  # all written before the summary
+        except BrokenPipeError:
+            ctx.cancel()
+            return stdout_closed()
+        except asyncio.CancelledError:
+            if stops.count < 2:
+                raise
+            # The second signal: the tool's task, still stopping, is cancelled as
+            # the loop closes, which kills the command's process group at once.
+            while running.uncancel():
+                pass
+        finally:
+            out.close()
+            if ticker is not None:
+                ticker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ticker
+            status.clear()
+    if out.unwritten:
+        sys.stderr.write(
+            f"kigi-stream: stdout was not being read; {out.unwritten} bytes of output"
+            " were never written\n"
+        )
+    duration = time.monotonic() - started
+    # Output without a final newline on the summary's own screen or file would
+    # run into it (`abckigi-stream: ...`): the summary starts a line of its own.
+    glued = not ends_line and _same_destination(sys.stdout, sys.stderr)
+    return _finish(terminal, reassembler, frames, duration, stops.first, glued=glued)
+
+
+def _finish(
+    terminal: ToolResult | ToolError | None,
+    reassembler: Reassembler,
+    frames: int,
+    duration: float,
+    signalled: int | None,
+    *,
+    glued: bool = False,
+) -> int:
+    reports = reassembler.reports()
+    gaps = sum(len(report.gaps) for report in reports)
+    truncated = any(report.truncated for report in reports)
+    total = sum(report.total_bytes or 0 for report in reports)
+    outcome = (
+        msgspec.convert(msgspec.to_builtins(terminal.value), ShellOutcome)
+        if isinstance(terminal, ToolResult)
+        else None
+    )
+    # Bytes the command wrote past --limit: the stream says `truncated` (by its
+    # truncation notice when no delta frame carried it), but only the result
+    # counts the bytes dropped.
+    past_limit = 0 if outcome is None else max(outcome.total_bytes - total, 0)
+    parts = [
+        plural(total, "byte", "bytes"),
+        plural(frames, "frame", "frames"),
+        plural(gaps, "gap", "gaps"),
+        "truncated" if truncated or past_limit else "not truncated",
+    ]
+    if past_limit:
+        parts.append(f"{plural(past_limit, 'byte', 'bytes')} past the limit dropped")
+    code: int
+    if outcome is not None:
+        if outcome.timed_out:
+            code = EXIT_TIMEOUT
+            parts.append(f"timed out ({outcome.signal or outcome.exit_code})")
+        elif outcome.signal is not None:
+            number = getattr(signal.Signals, outcome.signal, None)
+            code = 128 + int(number) if number is not None else EXIT_FAILED
+            parts.append(f"killed by {outcome.signal}")
+        else:
+            code = outcome.exit_code if outcome.exit_code is not None else EXIT_FAILED
+            parts.append(f"exit {outcome.exit_code}")
+    elif isinstance(terminal, ToolError):
+        if signalled is not None:
+            code = 128 + signalled
+        elif isinstance(terminal, CommandNotStarted):
+            code = EXIT_CANNOT_START
+        elif terminal.kind == "timeout":
+            code = EXIT_TIMEOUT
+        else:
+            code = EXIT_FAILED
+        parts.append(f"{terminal.kind.value}: {terminal.message}")
+    elif signalled is not None:  # a second signal: no waiting for the terminal
+        code = 128 + signalled
+        parts.append(f"stopped by {signal_name(signalled)} before the call ended")
+    else:  # pragma: no cover - run_tool always ends with a terminal
+        code = EXIT_FAILED
+        parts.append("no result")
+    parts.append(f"{duration:.2f} s")
+    start = "\n" if glued else ""
+    sys.stderr.write(f"{start}kigi-stream: {', '.join(parts)}\n")
+    sys.stderr.flush()
+    return code

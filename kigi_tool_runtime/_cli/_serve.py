@@ -1,0 +1,90 @@
+"""``kigi-stream serve``: the built-in tools over stdin and stdout as JSON-RPC
+lines until end of input or a stop signal (then 128 + N), or over MCP or NATS
+when asked."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Final
+
+from .._tools._shell import ShellTool
+from .._transport._rpc_server import SERVED_METHODS
+from .._transport._server import Server
+from .._transport._stdio import open_stdio
+from ._exits import UsageError
+from ._nats import serve_nats
+from ._parser import SERVE_EXAMPLE
+from ._signals import StopSignals
+
+__all__ = ()
+
+# The hint `serve` prints when a person, not a program, is at its input.
+_SERVE_TTY_HINT: Final = (
+    "kigi-stream serve: reading JSON-RPC 2.0 requests on stdin, one per line"
+    f" (methods: {', '.join(SERVED_METHODS)}); Ctrl-D ends. Try: {SERVE_EXAMPLE}\n"
+)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Serve as ``args`` say; return the exit status.
+
+    Raises:
+        UsageError: ``--nats`` with ``--mcp``, a bad ``--mcp-http`` address, or
+            the ``mcp`` extra missing.
+        NatsUsageError: a ``--nats`` worker cannot start.
+    """
+    if args.nats:
+        if args.mcp or args.mcp_http is not None:
+            raise UsageError("--nats and --mcp serve in two different ways; give one")
+        return serve_nats(args)
+    if args.mcp or args.mcp_http is not None:
+        return _serve_mcp(args)
+    return asyncio.run(_serve_stdio(args.max_frame_bytes))
+
+
+def _serve_mcp(args: argparse.Namespace) -> int:
+    try:
+        from ._mcp import parse_http_address, run_mcp_serve
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        address = None if args.mcp_http is None else parse_http_address(args.mcp_http)
+    except ValueError as exc:
+        raise UsageError(f"--mcp-http: {exc}") from None
+    return run_mcp_serve(address, max_frame_bytes=args.max_frame_bytes)
+
+
+async def _serve_stdio(max_frame_bytes: int) -> int:
+    # A stop signal ends serving as end of input does: every call in flight is
+    # cancelled (its command's process group stopped) and answered, the final
+    # flush bounded, then 128 + N. A second signal cuts the wait short: the
+    # calls are cancelled again, which kills their process groups at once.
+    serving = asyncio.current_task()
+    assert serving is not None
+
+    def on_signal(number: int) -> None:
+        if stops.count <= 2:
+            serving.cancel()
+
+    server = Server([ShellTool()], max_frame_bytes=max_frame_bytes)
+    reader, sink = await open_stdio()
+    with StopSignals(on_signal) as stops:
+        if sys.stdin.isatty():
+            sys.stderr.write(_SERVE_TTY_HINT)
+            sys.stderr.flush()
+        try:
+            await server.serve(reader, sink)
+        except asyncio.CancelledError:
+            if not stops.count:
+                raise
+            while serving.uncancel():
+                pass
+    abandoned = server.statistics().lines_abandoned
+    if abandoned:
+        sys.stderr.write(
+            f"kigi-stream serve: stdout was not being read; {abandoned} lines"
+            " (replies and progress frames) were never written\n"
+        )
+    return stops.exit_status()

@@ -1,0 +1,103 @@
+"""The signals that stop kigi-stream (SIGINT, SIGTERM, SIGHUP): handlers that
+count them and hand each to the command, previous handlers restored after, and
+the exit status 128 + N of the first."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
+from types import FrameType, TracebackType
+from typing import Any, Final
+
+__all__ = ()
+
+#: Ctrl-C, a plain ``kill`` and a closed terminal. ``run``, ``serve`` and
+#: ``follow`` catch each, also when started with it ignored (a background job
+#: of a non-interactive shell ignores SIGINT), to stop cleanly: a command runs
+#: in a process group of its own, which none of them would reach, so its
+#: call is cancelled (the group stopped) instead of left running.
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class StopSignals:
+    """While entered (in a running event loop), each stop signal is counted and
+    then handed to ``on_signal`` with its number, from the loop; on exit the
+    handlers from before are back.
+
+    The command decides what a signal does (``count`` says which one it is);
+    :meth:`exit_status` is the status it ends with.
+    """
+
+    def __init__(self, on_signal: Callable[[int], object]) -> None:
+        self._on_signal = on_signal
+        self._received: list[int] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def count(self) -> int:
+        """How many stop signals have come."""
+        return len(self._received)
+
+    @property
+    def first(self) -> int | None:
+        """The number of the first stop signal, or ``None`` while none came."""
+        return self._received[0] if self._received else None
+
+    def exit_status(self, otherwise: int = 0) -> int:
+        """128 + N for the first stop signal N, ``otherwise`` when none came."""
+        return otherwise if self.first is None else 128 + self.first
+
+    def _received_one(self, number: int) -> None:
+        self._received.append(number)
+        self._on_signal(number)
+
+    def __enter__(self) -> StopSignals:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        for number in STOP_SIGNALS:
+            self._previous[number] = signal.getsignal(number)
+            loop.add_signal_handler(number, self._received_one, number)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._loop is not None
+        for number, previous in self._previous.items():
+            self._loop.remove_signal_handler(number)
+            if previous is not None:  # None: a handler not set from Python, left as it is
+                signal.signal(number, previous)
+        self._previous.clear()
+
+
+class Stopped(Exception):
+    """Raised by :func:`raising_stop_signals`' SIGTERM and SIGHUP handlers:
+    stop as Ctrl-C (``KeyboardInterrupt``) does."""
+
+
+def _raise_stopped(number: int, frame: FrameType | None) -> None:
+    raise Stopped(number)
+
+
+@contextlib.contextmanager
+def raising_stop_signals() -> Iterator[None]:
+    """For code without an event loop: inside, SIGINT raises
+    ``KeyboardInterrupt`` (also when the process started with it ignored) and
+    SIGTERM and SIGHUP raise :class:`Stopped`; the handlers from before are
+    back after."""
+    handlers = {signal.SIGINT: signal.default_int_handler}
+    previous = {
+        number: signal.signal(number, handlers.get(number, _raise_stopped))
+        for number in STOP_SIGNALS
+    }
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

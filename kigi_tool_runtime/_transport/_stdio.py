@@ -1,0 +1,92 @@
+"""Connecting a server to this process's standard streams: pipes, sockets and
+terminals natively through the event loop, regular files with blocking I/O."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import sys
+from collections.abc import Iterable
+from typing import Any, Final
+
+from .._tools._tool import Tool
+from ._server import Server, ServerStats, Sink
+
+__all__ = ("serve_stdio",)
+
+#: Bytes read from a stdin that the event loop cannot watch (a regular file) at
+#: a time, in a thread: the reader then splits them into lines as from a pipe.
+FILE_READ_BYTES: Final = 64 * 1024
+
+
+class _FileSink:
+    """Blocking writes to a regular file (asyncio pipes refuse files)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def write(self, data: bytes | bytearray) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    async def drain(self) -> None:
+        return None
+
+
+def _is_pipe_like(fd: int) -> bool:
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+
+
+async def open_stdio() -> tuple[asyncio.StreamReader, Sink]:
+    """This process's stdin and stdout as an asyncio reader and a writer (pipes,
+    sockets and terminals natively; regular files with blocking I/O).
+
+    Raises:
+        OSError: stdin or stdout is closed or cannot be watched.
+    """
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    stdin_fd, stdout_fd = sys.stdin.fileno(), sys.stdout.fileno()
+    if _is_pipe_like(stdin_fd):
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(stdin_fd, "rb", closefd=False)
+        )
+    else:
+
+        async def feed() -> None:
+            while chunk := await asyncio.to_thread(os.read, stdin_fd, FILE_READ_BYTES):
+                reader.feed_data(chunk)
+            reader.feed_eof()
+
+        _background.add(task := loop.create_task(feed()))
+        task.add_done_callback(_background.discard)
+    sink: Sink
+    if _is_pipe_like(stdout_fd):
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(stdout_fd, "wb", closefd=False)
+        )
+        sink = asyncio.StreamWriter(transport, protocol, None, loop)
+    else:
+        sink = _FileSink(stdout_fd)
+    return reader, sink
+
+
+# The tasks feeding a regular-file stdin: held here so none is collected mid-read.
+_background: set[asyncio.Task[None]] = set()
+
+
+async def serve_stdio(tools: Iterable[Tool[Any]], **options: Any) -> ServerStats:
+    """Serve ``tools`` over this process's stdin and stdout until end of input;
+    ``options`` are :class:`Server`'s keyword arguments. Returns its counters.
+
+    Raises:
+        ValueError: two tools share an id, or a bound is below 1 (see :class:`Server`).
+        OSError: stdin or stdout is closed or cannot be watched.
+    """
+    server = Server(tools, **options)
+    reader, sink = await open_stdio()
+    await server.serve(reader, sink)
+    return server.statistics()
