@@ -80,6 +80,12 @@ def _head(
             raise TypeError(f"`{name}` must be a str, not {type(value).__name__}")
     if session_id is not None and not isinstance(session_id, str):
         raise TypeError(f"`session_id` must be a str or None, not {type(session_id).__name__}")
+    # The ids are non-empty on the wire: a line with an empty one would be
+    # refused by every strict decoder, its own included.
+    if tool_call_id == "":
+        raise ValueError("`tool_call_id` must not be empty")
+    if session_id == "":
+        raise ValueError("`session_id` must not be empty")
     # A str subclass (say a StrEnum member) is written as its text, whatever its
     # own `__str__` says, and cached under that text: a head is found by any
     # equal str, so its bytes must be the same whichever was encoded first.
@@ -152,7 +158,7 @@ def encode_progress_line(
     Raises:
         WireError: ``body`` or an id holds a value JSON cannot carry.
         ValueError: ``seq`` is outside the u64 range, ``dropped_count`` outside
-            the u32 range.
+            the u32 range, or an id is empty.
         TypeError: an id or kind is not a str, a counter not an int.
     """
     head = _heads.get((tool_call_id, kind, session_id))
@@ -195,10 +201,15 @@ def encode_delta_lines(
     Raises:
         WireError: an id cannot be encoded.
         ValueError: ``total_bytes``, ``seq`` or a frame's ``seq`` is outside the
-            u64 range.
-        TypeError: an id, kind or delta is not a str, ``total_bytes`` or ``seq``
-            not an int, a flag not a bool.
+            u64 range, or an id is empty.
+        TypeError: ``deltas`` is not a sequence of str (a lone str included),
+            an id or kind is not a str, ``total_bytes`` or ``seq`` not an int,
+            a flag not a bool.
     """
+    if deltas.__class__ is not list and (
+        isinstance(deltas, str | bytes | bytearray) or not isinstance(deltas, Sequence)
+    ):
+        raise TypeError(f"`deltas` must be a sequence of str, not {type(deltas).__name__}")
     head = _heads.get((tool_call_id, kind, session_id))
     if head is None:
         head = _head(tool_call_id, kind, session_id)

@@ -264,8 +264,9 @@ def test_delta_lines_refuse_what_their_frames_could_not_carry() -> None:
     included) a ValueError, a value JSON cannot carry a WireError."""
 
     def lines(deltas: Any = ("a", "b"), **changes: Any) -> bytes:
+        call_id = changes.pop("call_id", "c")
         options: dict[str, Any] = {"total_bytes": 2, "seq": 0, **changes}
-        return encode_delta_lines(changes.pop("call_id", "c"), "k", deltas, **options)
+        return encode_delta_lines(call_id, "k", deltas, **options)
 
     assert lines(()) == b""
     assert lines(seq=U64_MAX - 1).count(b"\n") == 2
@@ -288,6 +289,14 @@ def test_delta_lines_refuse_what_their_frames_could_not_carry() -> None:
             lines(deltas, session_id=b"s")
     with pytest.raises(ValueError, match=f"`seq` = {U64_MAX + 1} is outside"):
         lines(seq=U64_MAX)  # the second frame's seq
+    for deltas in ("ab", None, b"ab", 3):
+        with pytest.raises(TypeError, match="`deltas` must be a sequence of str"):
+            lines(deltas)
+    for empty in ({"call_id": ""}, {"session_id": ""}):
+        with pytest.raises(ValueError, match="must not be empty"):
+            lines(**empty)
+    with pytest.raises(ValueError, match="`tool_call_id` must not be empty"):
+        encode_progress_line("", "k", {})
     with pytest.raises(TypeError, match="`delta` must be a str, not bytes"):
         lines(["a", b"b"])
     with pytest.raises(WireError):
