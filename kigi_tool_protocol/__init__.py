@@ -69,7 +69,13 @@ from ._jsonrpc import (
 from ._limits import (
     DEFAULT_MAX_DELTA_BYTES,
     DEFAULT_TIMEOUT_MS,
+    I32_MAX,
+    I32_MIN,
+    I64_MAX,
+    I64_MIN,
     MAX_FRAME_BYTES_CEILING,
+    U32_MAX,
+    U64_MAX,
 )
 from ._methods import (
     METHOD_HELLO,
@@ -169,6 +175,10 @@ __all__ = (
     "DEFAULT_TIMEOUT_MS",
     "ERROR_CODES",
     "FALLBACK_ERROR_CODE",
+    "I32_MAX",
+    "I32_MIN",
+    "I64_MAX",
+    "I64_MIN",
     "JSONRPC_VERSION",
     "MAX_FRAME_BYTES_CEILING",
     "METHODS",
@@ -208,6 +218,8 @@ __all__ = (
     "METHOD_UNSUBSCRIBE_ACK",
     "METHOD_UNSUBSCRIBE_NOTIFICATIONS",
     "TOOL_ID_PATTERN",
+    "U32_MAX",
+    "U64_MAX",
     "BehaviorVersionUnsupportedWire",
     "CancelledWire",
     "ConnectionLostWire",

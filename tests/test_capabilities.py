@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import kigi_tool_protocol as kp
-from kigi_tool_protocol._limits import U32_MAX, U64_MAX
+from kigi_tool_protocol import U32_MAX, U64_MAX
 
 
 def test_default_writes_both_flags_and_nothing_else() -> None:

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kigi_tool_protocol as kp
+from kigi_tool_protocol import U64_MAX
 from kigi_tool_protocol._codec import _ID_CACHE_ENTRIES
-from kigi_tool_protocol._limits import U64_MAX
 from kigi_tool_runtime.testing import WIRE_STRATEGIES, partial_payloads
 
 CODECS = [pytest.param(kp.json_codec, id="json"), pytest.param(kp.msgpack_codec, id="msgpack")]

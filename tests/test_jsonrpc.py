@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 import kigi_tool_protocol as kp
-from kigi_tool_protocol._limits import I64_MAX, I64_MIN, U64_MAX
+from kigi_tool_protocol import I64_MAX, I64_MIN, U64_MAX
 
 REQUEST_TAIL = ',"id":"r","method":"tool.call","params":{}}'
 

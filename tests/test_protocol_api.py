@@ -106,9 +106,8 @@ def test_all_exports_only_this_package() -> None:
 
 
 def test_private_modules_export_through_the_package() -> None:
-    """Each private module's __all__ is re-exported, bar the internal integer bounds."""
-    internal = {"I32_MAX", "I32_MIN", "I64_MAX", "I64_MIN", "U32_MAX", "U64_MAX"}
-    internal |= {"I32", "I64", "U32", "U64", "WireStruct", "always_false", "check_u64"}
+    """Each private module's __all__ is re-exported, bar the internal helpers."""
+    internal = {"I32", "I64", "U32", "U64", "WireStruct", "always_false", "check_u64"}
     internal |= {"ENVELOPE_TYPES", "DISTRIBUTION", "installed_version"}
     for info in pkgutil.iter_modules(kp.__path__):
         module = importlib.import_module(f"kigi_tool_protocol.{info.name}")
@@ -130,3 +129,10 @@ def test_decode_error_message_names_the_path() -> None:
     assert (error.reason, error.path) == ("Expected `int`", "$.params.seq")
     assert str(error) == "Expected `int` at `$.params.seq`"
     assert str(kp.DecodeError("bad")) == "bad"
+
+
+def test_integer_bounds_are_the_rust_ranges() -> None:
+    """The exported wire bounds are the ranges of Rust's u32, u64, i32 and i64."""
+    assert (kp.U32_MAX, kp.U64_MAX) == (2**32 - 1, 2**64 - 1)
+    assert (kp.I32_MIN, kp.I32_MAX) == (-(2**31), 2**31 - 1)
+    assert (kp.I64_MIN, kp.I64_MAX) == (-(2**63), 2**63 - 1)

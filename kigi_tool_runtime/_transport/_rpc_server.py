@@ -43,6 +43,8 @@ import msgspec
 
 from kigi_tool_protocol import (
     ERROR_CODES,
+    I64_MAX,
+    I64_MIN,
     METHOD_HOOK,
     METHOD_TOOL_CALL,
     METHOD_TOOL_CALL_REQUEST,
@@ -64,7 +66,6 @@ from kigi_tool_protocol import (
     error_code_for,
     json_codec,
 )
-from kigi_tool_protocol._limits import I64_MAX, I64_MIN
 
 from .._consumer._loss import MAX_DETAIL_CHARS, cut, excerpt
 from .._lines import OversizedLine

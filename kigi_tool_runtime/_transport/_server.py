@@ -64,6 +64,8 @@ import msgspec
 
 from kigi_tool_protocol import (
     MAX_FRAME_BYTES_CEILING,
+    U32_MAX,
+    U64_MAX,
     ToolCallParams,
     WireError,
     effective_max_frame_bytes,
@@ -71,7 +73,6 @@ from kigi_tool_protocol import (
     json_codec,
     progress_to_frame,
 )
-from kigi_tool_protocol._limits import U32_MAX, U64_MAX
 
 from .._lines import read_lines
 from .._tools._errors import ToolError

@@ -23,7 +23,7 @@ from typing import Any, Final
 from hypothesis import strategies as st
 
 import kigi_tool_protocol as kp
-from kigi_tool_protocol._limits import I32_MAX, I32_MIN, I64_MAX, I64_MIN
+from kigi_tool_protocol import I32_MAX, I32_MIN, I64_MAX, I64_MIN
 
 from ._frame_strategies import progress_frames, tool_call_frames
 from ._strategies import U32_MAX, U64_MAX, partial_payloads, streaming_specs
