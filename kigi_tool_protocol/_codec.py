@@ -33,7 +33,7 @@ from ._jsonrpc import (
     JsonRpcNotification,
     JsonRpcRequest,
     JsonRpcResponse,
-    _Unversioned,
+    Unversioned,
 )
 from ._limits import MAX_FRAME_BYTES_CEILING
 
@@ -96,7 +96,7 @@ def _check_size(data: Buffer, max_bytes: int) -> None:
 def _decode_type(type: Any) -> Any:
     """The type actually handed to msgspec for ``type``."""
     if (get_origin(type) or type) in ENVELOPE_TYPES:
-        return Union[type, _Unversioned]  # noqa: UP007 (a runtime union of type objects)
+        return Union[type, Unversioned]  # noqa: UP007 (a runtime union of type objects)
     return type
 
 
@@ -126,8 +126,8 @@ class _InboundRaw(msgspec.Struct, frozen=True, tag_field="jsonrpc", tag=JSONRPC_
     error: JsonRpcError | UnsetType | None = UNSET
 
 
-_INBOUND: Final = Union[_Inbound, _Unversioned]  # noqa: UP007 (a runtime union of type objects)
-_INBOUND_RAW: Final = Union[_InboundRaw, _Unversioned]  # noqa: UP007
+_INBOUND: Final = Union[_Inbound, Unversioned]  # noqa: UP007 (a runtime union of type objects)
+_INBOUND_RAW: Final = Union[_InboundRaw, Unversioned]  # noqa: UP007
 
 
 def _rooted(exc: DecodeError, where: str) -> DecodeError:

@@ -2,7 +2,7 @@
 
 - ``jsonrpc`` is required and exactly the string ``"2.0"``. It is the struct
   tag of every envelope, so it is written first and checked on decode; the
-  codecs decode an envelope type in a union with :class:`_Unversioned`, which
+  codecs decode an envelope type in a union with :class:`Unversioned`, which
   makes msgspec insist on the tag being present.
 - ``id`` is a string or an i64 (``null``, floats, bools and out-of-range numbers
   are rejected; ``""`` is accepted at this layer).
@@ -121,7 +121,7 @@ class JsonRpcResponse(_Envelope, Generic[R], frozen=True, kw_only=True):
 JsonRpcMessage = JsonRpcRequest[Any] | JsonRpcNotification[Any] | JsonRpcResponse[Any]
 
 
-class _Unversioned(msgspec.Struct, frozen=True, tag_field="jsonrpc", tag=""):
+class Unversioned(msgspec.Struct, frozen=True, tag_field="jsonrpc", tag=""):
     """Decoded beside an envelope type so msgspec requires the ``jsonrpc`` tag;
     matching it means ``"jsonrpc": ""``, which is still wrong."""
 
