@@ -401,7 +401,6 @@ class Client:
         _check_bounds(max_frame_bytes, call_buffer_frames)
         if process is not None:
             _check_leads_group(process)
-        self._call_buffer_frames = call_buffer_frames
         self._reader = reader
         self._writer = writer
         self.process = process
