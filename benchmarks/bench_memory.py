@@ -66,7 +66,7 @@ _RUN = _PEAK + (
 
 _CLIENT = _PEAK + (
     "import asyncio\n"
-    "from kigi_tool_runtime._transport._client import Client, CallProgress\n"
+    "from kigi_tool_runtime import Client, CallProgress\n"
     "async def main():\n"
     "    serve = [sys.executable, '-m', 'kigi_tool_runtime', 'serve']\n"
     "    async with await Client.spawn(serve) as client:\n"
@@ -104,7 +104,7 @@ def _measure(script: str) -> tuple[float, float]:
 def _write_log(path: Path, size: int) -> None:
     """A frame log of ``size`` bytes of output in 16 KiB deltas, as ``serve``
     writes it (one call, seq from 0)."""
-    from kigi_tool_runtime._transport._server import progress_line
+    from kigi_tool_protocol import encode_progress_line
 
     line = "y" * 60 + " é✓😀\n"
     delta = line * (16384 // len(line.encode()))
@@ -115,7 +115,7 @@ def _write_log(path: Path, size: int) -> None:
         while total < size:
             total += step
             body = {"delta": delta, "total_bytes": total, "truncated": False, "gap": False}
-            out.write(progress_line("call-1", seq, "bash_output_chunk", body))
+            out.write(encode_progress_line("call-1", "bash_output_chunk", body, seq=seq))
             seq += 1
 
 
@@ -125,12 +125,12 @@ def _write_blank_flood(path: Path, size: int) -> None:
 
 
 def _write_many_calls(path: Path, calls: int) -> None:
-    from kigi_tool_runtime._transport._server import progress_line
+    from kigi_tool_protocol import encode_progress_line
 
     with open(path, "wb") as out:
         for n in range(calls):
             body = {"delta": "a", "total_bytes": 1, "truncated": False, "gap": False}
-            out.write(progress_line(f"call-{n}", 0, "bash_output_chunk", body))
+            out.write(encode_progress_line(f"call-{n}", "bash_output_chunk", body, seq=0))
 
 
 def main() -> int:

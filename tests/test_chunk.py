@@ -22,8 +22,7 @@ from kigi_tool_protocol import (
     StreamingSpec,
     json_codec,
 )
-from kigi_tool_runtime import Chunk, stream_chunk
-from kigi_tool_runtime._producer._chunk import MAX_CONTINUATION_BYTES
+from kigi_tool_runtime import MAX_HELD_BYTES, Chunk, stream_chunk
 from kigi_tool_runtime.testing import byte_sources, caps, utf8_text_sources
 
 Tail = bytes | bytearray | memoryview
@@ -294,8 +293,8 @@ def test_fix_f_gap_with_empty_tail_is_still_reported() -> None:
 
 
 def test_orphan_skip_stops_at_max_orphan_bytes() -> None:
-    """At most MAX_CONTINUATION_BYTES leading continuation bytes are skipped on a gap."""
-    tail = b"\x80" * (MAX_CONTINUATION_BYTES + 1) + b"z"
+    """At most MAX_HELD_BYTES leading continuation bytes are skipped on a gap."""
+    tail = b"\x80" * (MAX_HELD_BYTES + 1) + b"z"
     payload, last = run(spec_with(None), tail, 100, 0)
     assert (payload.delta, last) == ("\ufffdz", 100)
 

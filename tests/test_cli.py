@@ -23,13 +23,12 @@ from typing import Any
 
 import pytest
 
-from kigi_tool_protocol import StreamingSpec
+from kigi_tool_protocol import StreamingSpec, encode_progress_line
 from kigi_tool_runtime import TRUNCATION_MARKER, OutputStream
 from kigi_tool_runtime._cli._exits import EXIT_TIMEOUT, EXIT_USAGE
 from kigi_tool_runtime._cli._status import STATUS_AFTER_S
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._transport._rpc_server import SERVED_METHODS
-from kigi_tool_runtime._transport._server import progress_line
 from kigi_tool_runtime.testing import progress_line as frame_line
 
 CLI = [sys.executable, "-m", "kigi_tool_runtime"]
@@ -556,9 +555,9 @@ def test_follow_marks_a_gap_where_bytes_were_lost(tmp_path: Path) -> None:
     """A gap frame in the log prints the gap marker with the lost byte count."""
     log = tmp_path / "gap.jsonl"
     log.write_bytes(
-        progress_line("c", 0, "bash_output_chunk", {"delta": "ab", "total_bytes": 2})
-        + progress_line(
-            "c", 1, "bash_output_chunk", {"delta": "yz", "total_bytes": 10, "gap": True}
+        encode_progress_line("c", "bash_output_chunk", {"delta": "ab", "total_bytes": 2}, seq=0)
+        + encode_progress_line(
+            "c", "bash_output_chunk", {"delta": "yz", "total_bytes": 10, "gap": True}, seq=1
         )
     )
     followed = _cli("follow", "--once", str(log))
@@ -864,7 +863,7 @@ def test_counts_are_singular_when_one() -> None:
     """1 byte, 1 frame, 1 gap, 1 record, 1 stream, 1 violation: no `1 frames`."""
     done = _kigi("run", "--", "printf a")
     assert done.stderr.decode().startswith("kigi-stream: 1 byte, 1 frame, 0 gaps, ")
-    frame = progress_line("c", 0, "bash_output_chunk", {"delta": "ab", "total_bytes": 2})
+    frame = encode_progress_line("c", "bash_output_chunk", {"delta": "ab", "total_bytes": 2}, seq=0)
     checked = _kigi("check", "-", stdin=frame + b"junk\n")
     report = checked.stdout.decode()
     assert "checked 2 records, 1 stream, 0 other messages: 1 violation\n" in report

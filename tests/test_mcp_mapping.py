@@ -17,6 +17,7 @@ from kigi_tool_protocol import (
     ToolCallProgressFrame,
     ToolCapabilities,
     ToolScope,
+    encode_progress_line,
     error_code_for,
     json_codec,
     progress_to_frame,
@@ -30,7 +31,6 @@ from kigi_tool_runtime import (
     ToolError,
     ToolResult,
 )
-from kigi_tool_runtime._transport._server import progress_line
 from kigi_tool_runtime.mcp import (
     META_ERROR,
     META_FRAME,
@@ -98,8 +98,8 @@ def test_progress_strictly_increases_and_folds_like_stdio_lines(
         assert params["_meta"][META_SEQ] == seq
         note = notification_from_progress(params)
         assert not isinstance(note, ProgressNote)
-        line = progress_line(
-            frame.tool_call_id, seq, frame.kind, frame.body, None, frame.dropped_count
+        line = encode_progress_line(
+            frame.tool_call_id, frame.kind, frame.body, seq=seq, dropped_count=frame.dropped_count
         )
         assert via_mcp.appended(note) == via_stdio.appended(line.rstrip(b"\n"))
     assert numbering.last_progress == len(frames)

@@ -20,10 +20,11 @@ from kigi_tool_protocol import (
     ToolCallParams,
     ToolCallResult,
     ToolOutputText,
+    encode_progress_line,
     progress_to_frame,
 )
 from kigi_tool_runtime import OutputStream, RemoteToolError
-from kigi_tool_runtime._transport._server import _result_line, _wire_error_line, progress_line
+from kigi_tool_runtime._transport._rpc_server import result_line, wire_error_line
 from kigi_tool_runtime.nats import CallLedger, Claim, FollowPosition, Subjects
 from kigi_tool_runtime.nats._protocol import (
     FRAMES_HEADER,
@@ -53,15 +54,15 @@ def make_messages(pieces: list[bytes], others: list[int]) -> tuple[list[Message]
         stream.write(piece)
         for item in stream.drain():
             frame = progress_to_frame(CALL, item)
-            lines.append(progress_line(CALL, len(lines), frame.kind, frame.body))
+            lines.append(encode_progress_line(CALL, frame.kind, frame.body, seq=len(lines)))
             total = frame.body.total_bytes
     for item in stream.finish():
         frame = progress_to_frame(CALL, item)
-        lines.append(progress_line(CALL, len(lines), frame.kind, frame.body))
+        lines.append(encode_progress_line(CALL, frame.kind, frame.body, seq=len(lines)))
         total = frame.body.total_bytes
     totals = {KIND: [total, len(lines)]}
     end_headers = {FRAMES_HEADER: str(len(lines)), TOTALS_HEADER: json.dumps(totals)}
-    end = _result_line(
+    end = result_line(
         CALL, None, ToolCallResult(tool_call_id=CALL, output=ToolOutputText(value="ok"))
     )
     bodies: list[tuple[str, bytes, dict[str, str]]] = [
@@ -240,12 +241,12 @@ def test_end_messages_decode_to_outcomes() -> None:
     """An end line decodes to the result or the error; one that is not a response
     is an ``internal_error``, never a success."""
     result = decode_end(
-        _result_line(
+        result_line(
             CALL, None, ToolCallResult(tool_call_id=CALL, output=ToolOutputText(value="ok"))
         )
     )
     assert isinstance(result, ToolCallResult)
-    error = decode_end(_wire_error_line(CALL, None, "stop", CancelledWire(tool_id="bash")))
+    error = decode_end(wire_error_line(CALL, None, "stop", CancelledWire(tool_id="bash")))
     assert isinstance(error, RemoteToolError)
     assert error.kind == "cancelled"
     garbage = decode_end(b"not json")

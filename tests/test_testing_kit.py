@@ -36,6 +36,7 @@ from kigi_tool_protocol import (
     json_codec,
 )
 from kigi_tool_runtime import (
+    MAX_HELD_BYTES,
     CallProgress,
     Client,
     DeltaStreamer,
@@ -51,7 +52,6 @@ from kigi_tool_runtime import (
     ToolEvent,
     ToolResult,
 )
-from kigi_tool_runtime._producer._chunk import MAX_CONTINUATION_BYTES
 from kigi_tool_runtime._tools._shell import DEFAULT_TAIL_CAPACITY
 from kigi_tool_runtime.testing import (
     MALFORMED_PAYLOADS,
@@ -889,7 +889,7 @@ def test_gap_survivors_skip_orphans() -> None:
     assert check_stream(frames, source, tail_capacity=4).lost == (LostSpan(1, 2, 8),)
     assert check_stream(frames, source).lost == (LostSpan(1, 2, 8),)
     # Four continuation bytes: three are orphans, the fourth decodes to U+FFFD.
-    junk = b"abx" + b"\x80" * (MAX_CONTINUATION_BYTES + 1) + b"z"
+    junk = b"abx" + b"\x80" * (MAX_HELD_BYTES + 1) + b"z"
     frames, _ = stream_core(junk, [junk[:2], None, junk[2:]], None, 5)
     assert frames[1].payload == PartialResultPayload(delta="\ufffdz", total_bytes=8, gap=True)
     assert check_stream(frames, junk, tail_capacity=5).lost == (LostSpan(1, 2, 6),)
