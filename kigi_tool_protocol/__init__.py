@@ -128,6 +128,7 @@ from ._progress import (
 from ._progress_line import (
     ProgressLine,
     append_progress_line,
+    decode_progress_frame,
     decode_progress_line,
     encode_delta_lines,
     encode_progress_line,
@@ -289,6 +290,7 @@ __all__ = (
     "append_progress_line",
     "convert",
     "decode_message",
+    "decode_progress_frame",
     "decode_progress_line",
     "effective_max_frame_bytes",
     "effective_timeout_ms",

@@ -7,7 +7,9 @@ escaping: a test pins the two byte for byte) without building either struct,
 and takes a body that is already encoded (``msgspec.Raw``) as it is.
 :func:`decode_progress_line` reads any JSON-RPC line, with the common case (a
 progress notification whose body is a ``PartialResultPayload``) decoded strictly
-in one pass and everything else as :func:`decode_message` reads it.
+in one pass and everything else as :func:`decode_message` reads it; the params
+it leaves undecoded become a frame through :func:`decode_progress_frame`, with
+the body as the caller needs it.
 
 The bounds are the wire types' own, on both sides: ``seq`` is a u64 and
 ``dropped_count`` a u32 (a decoded line out of range is a ``DecodeError``; an
@@ -17,7 +19,7 @@ encoded one a ``ValueError``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar, overload
 
 import msgspec
 
@@ -33,6 +35,7 @@ from ._tool_call import ToolCallProgressFrame
 __all__ = (
     "ProgressLine",
     "append_progress_line",
+    "decode_progress_frame",
     "decode_progress_line",
     "encode_delta_lines",
     "encode_progress_line",
@@ -41,6 +44,15 @@ __all__ = (
 #: A progress line as the fast path decodes it: a ``tool_call_progress``
 #: notification whose body is a ``PartialResultPayload``.
 ProgressLine = JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
+
+B = TypeVar("B")
+
+# The frame types the runtime asks for on every frame, parametrised once.
+_FRAME_TYPES: Final[dict[Any, Any]] = {
+    Any: ToolCallProgressFrame[Any],
+    msgspec.Raw: ToolCallProgressFrame[msgspec.Raw],
+    PartialResultPayload: ToolCallProgressFrame[PartialResultPayload],
+}
 
 # A plain msgspec encoder writes what the protocol codec writes (its errors are
 # translated below); called directly it saves a frame the codec's wrapper.
@@ -309,3 +321,38 @@ def decode_progress_line(
     except DecodeError:  # a too-long line too: decode_message says so again
         pass
     return _decode_message(line, max_bytes=max_bytes, params=msgspec.Raw, result=msgspec.Raw)
+
+
+@overload
+def decode_progress_frame(
+    params: Buffer | msgspec.Raw, body_type: type[B], *, max_bytes: int = ...
+) -> ToolCallProgressFrame[B]: ...
+@overload
+def decode_progress_frame(
+    params: Buffer | msgspec.Raw, body_type: Any = ..., *, max_bytes: int = ...
+) -> ToolCallProgressFrame[Any]: ...
+def decode_progress_frame(
+    params: Buffer | msgspec.Raw,
+    body_type: Any = Any,
+    *,
+    max_bytes: int = MAX_FRAME_BYTES_CEILING,
+) -> ToolCallProgressFrame[Any]:
+    """Decode the ``params`` of a ``tool_call_progress`` notification (the
+    ``msgspec.Raw`` that :func:`decode_progress_line` leaves on a line it did not
+    take whole) as a ``ToolCallProgressFrame`` whose body is ``body_type``:
+    ``Any`` for plain JSON values, ``msgspec.Raw`` to keep the body undecoded
+    (a caller that reports a bad frame apart from a bad body), or a wire type
+    such as ``PartialResultPayload``. As strict as ``json_codec.decode(params,
+    ToolCallProgressFrame[body_type])``, with the same bounds: ``max_bytes``
+    (the line's own limit, so params within a line always fit), a ``u32``
+    ``dropped_count``. An error's path starts at the params (``$.body.delta``).
+
+    Raises:
+        FrameTooLargeError: ``params`` is longer than ``max_bytes``; it is not parsed.
+        DecodeError: ``params`` is not a progress frame with such a body.
+        TypeError: ``params`` is neither bytes-like nor a ``str``.
+    """
+    frame_type = _FRAME_TYPES.get(body_type)
+    if frame_type is None:
+        frame_type = ToolCallProgressFrame[body_type]
+    return _decode(params, frame_type, max_bytes=max_bytes)

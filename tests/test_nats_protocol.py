@@ -18,6 +18,7 @@ from kigi_tool_protocol import (
     DecodeError,
     StreamingSpec,
     ToolCallParams,
+    ToolCallProgressFrame,
     ToolCallResult,
     ToolOutputText,
     encode_progress_line,
@@ -336,3 +337,16 @@ def test_a_claim_of_another_call_under_the_id_ends_it() -> None:
         stream = ledger.reassembler.stream(CALL, KIND)
         assert stream is not None
         assert stream.text == source.decode()
+
+
+def test_a_note_on_the_progress_subject_is_progress_and_a_response_is_not() -> None:
+    """A text note is progress of the call, numbered by its envelope; a response
+    line is none, and the reassembler counts it ignored."""
+    ledger = CallLedger(CALL)
+    note = encode_progress_line(CALL, "text", {"text": "hi"}, seq=0)
+    (item,) = ledger.feed(1, "progress", note).progress
+    assert item.frame == ToolCallProgressFrame(tool_call_id=CALL, kind="text", body={"text": "hi"})
+    assert (item.seq, item.appended.note) == (0, {"text": "hi"})
+    response = {"jsonrpc": "2.0", "id": 1, "result": json.loads(note)["params"]}
+    assert ledger.feed(2, "progress", json.dumps(response).encode()).progress == ()
+    assert ledger.reassembler.ignored == 1

@@ -1,10 +1,12 @@
 """The one progress-line codec: ``encode_progress_line`` writes what the JSON codec
-writes for the notification, ``decode_progress_line`` reads it back, one set of
-bounds on both sides."""
+writes for the notification, ``decode_progress_line`` reads it back and
+``decode_progress_frame`` the params it leaves raw, one set of bounds on all
+sides."""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -13,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import (
+    MAX_FRAME_BYTES_CEILING,
     METHOD_TOOL_CALL_PROGRESS,
     DecodeError,
     FrameTooLargeError,
@@ -22,11 +25,21 @@ from kigi_tool_protocol import (
     ToolCallProgressFrame,
     WireError,
     append_progress_line,
+    decode_message,
+    decode_progress_frame,
     decode_progress_line,
     encode_delta_lines,
     encode_progress_line,
     json_codec,
 )
+from kigi_tool_runtime.testing import (
+    WIRE_STRATEGIES,
+    damaged_frame_logs,
+    frame_logs,
+    partial_payloads,
+    tool_call_frames,
+)
+from kigi_tool_runtime.testing import json_values as any_json
 
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
@@ -390,3 +403,142 @@ def test_ids_of_a_str_subclass_are_written_as_their_text(warm: bool) -> None:
     assert lines == expected
     line = encode_progress_line(_Name(call), _Kind.OUTPUT, body, seq=3, session_id=_Name(session))
     assert line == expected
+
+
+#: The body types the runtime decodes frames with: plain JSON, kept raw, typed.
+BODY_TYPES = (Any, msgspec.Raw, PartialResultPayload)
+
+
+def _outcome(decode: Callable[[], Any]) -> Any:
+    """What a decode gives: its value, or its error's class, reason and path."""
+    try:
+        return decode()
+    except DecodeError as error:
+        return (type(error), error.reason, error.path)
+
+
+@given(
+    data=st.data(),
+    name=st.sampled_from(sorted(WIRE_STRATEGIES)),
+    body_type=st.sampled_from(BODY_TYPES),
+)
+def test_a_frame_decodes_as_the_strict_codec_decodes_it(
+    data: st.DataObject, name: str, body_type: Any
+) -> None:
+    """On the encoding of every wire value, decode_progress_frame gives what
+    json_codec.decode gives for ToolCallProgressFrame[body_type]: the same frame,
+    or the same error at the same path."""
+    _, values = WIRE_STRATEGIES[name]
+    params = json_codec.encode(data.draw(values, label=name))
+    expected = _outcome(lambda: json_codec.decode(params, ToolCallProgressFrame[body_type]))
+    assert _outcome(lambda: decode_progress_frame(params, body_type)) == expected
+
+
+@given(
+    frame=tool_call_frames(bodies=st.one_of(any_json(), partial_payloads())),
+    seq=st.none() | st.integers(0, U64_MAX),
+    body_type=st.sampled_from(BODY_TYPES),
+)
+def test_a_frame_within_its_line_decodes_as_the_whole_line_does(
+    frame: ToolCallProgressFrame[Any], seq: int | None, body_type: Any
+) -> None:
+    """The params decode_progress_line leaves raw decode to the params of the
+    whole line decoded strictly; a partial-result frame comes back as
+    decode_progress_line's own."""
+    line = encode_progress_line(
+        frame.tool_call_id,
+        frame.kind,
+        frame.body,
+        seq=seq,
+        dropped_count=frame.dropped_count,
+        newline=False,
+    )
+    message = decode_message(line, params=msgspec.Raw)
+    assert isinstance(message, JsonRpcNotification)
+    whole = _outcome(
+        lambda: json_codec.decode(line, JsonRpcNotification[ToolCallProgressFrame[body_type]])
+    )
+    got = _outcome(lambda: decode_progress_frame(message.params, body_type))
+    if isinstance(whole, tuple):
+        error_type, reason, path = whole
+        assert path.startswith("$.params.body")
+        assert got == (error_type, reason, "$" + path[len("$.params") :])
+    else:
+        assert got == whole.params
+    fast = decode_progress_line(line)
+    if isinstance(fast.params, ToolCallProgressFrame):
+        assert decode_progress_frame(message.params, PartialResultPayload) == fast.params
+
+
+def _lines_of_logs() -> st.SearchStrategy[list[bytes]]:
+    return st.one_of(
+        frame_logs().map(lambda log: list(log.lines)), damaged_frame_logs().map(lambda d: d[0])
+    )
+
+
+@given(lines=_lines_of_logs(), body_type=st.sampled_from(BODY_TYPES))
+def test_errors_carry_the_paths_of_the_whole_line(lines: list[bytes], body_type: Any) -> None:
+    """Over intact and damaged frame logs: where a line is a notification, its
+    params decode (or fail, with the same reason, at the same path below
+    ``$.params``) as the whole line decoded strictly does."""
+    for line in lines:
+        try:
+            message = decode_message(line, params=msgspec.Raw)
+        except DecodeError:
+            continue
+        if not isinstance(message, JsonRpcNotification):
+            continue
+        whole = _outcome(
+            lambda line=line: json_codec.decode(
+                line, JsonRpcNotification[ToolCallProgressFrame[body_type]]
+            )
+        )
+        got = _outcome(lambda message=message: decode_progress_frame(message.params, body_type))
+        if isinstance(whole, tuple):
+            error_type, reason, path = whole
+            # An error with no path (invalid UTF-8) is at the root of both.
+            at = "$" if path == "$" else "$" + path[len("$.params") :]
+            assert path == "$" or path.startswith("$.params")
+            assert got == (error_type, reason, at)
+        else:
+            assert got == whole.params
+
+
+def test_a_frame_has_the_wires_bounds() -> None:
+    """dropped_count is a u32, the frame fields are required, and params past
+    ``max_bytes`` are not parsed; up to it they are, whatever the ceiling."""
+
+    def params(dropped: int) -> bytes:
+        return b'{"tool_call_id":"c","kind":"k","body":null,"dropped_count":%d}' % dropped
+
+    assert decode_progress_frame(params(U32_MAX)).dropped_count == U32_MAX
+    with pytest.raises(DecodeError) as error:
+        decode_progress_frame(params(U32_MAX + 1))
+    assert error.value.path == "$.dropped_count"
+    with pytest.raises(DecodeError) as error:
+        decode_progress_frame(b'{"tool_call_id":"c","kind":"k"}')
+    assert "missing required field `body`" in error.value.reason
+    with pytest.raises(DecodeError) as error:
+        decode_progress_frame(
+            b'{"tool_call_id":"c","kind":"k","body":{"delta":1}}', PartialResultPayload
+        )
+    assert error.value.path == "$.body.delta"
+    exact = params(7)
+    assert decode_progress_frame(msgspec.Raw(exact), max_bytes=len(exact)).body is None
+    with pytest.raises(FrameTooLargeError):
+        decode_progress_frame(msgspec.Raw(exact), max_bytes=len(exact) - 1)
+    with pytest.raises(TypeError):
+        decode_progress_frame(None)  # type: ignore[call-overload]
+
+
+def test_a_frame_past_the_ceiling_decodes_under_a_larger_limit() -> None:
+    """max_bytes is the caller's: params longer than the default ceiling decode
+    when it allows them, and are refused at the default."""
+    big = "x" * (MAX_FRAME_BYTES_CEILING + 1)
+    params = json_codec.encode(
+        ToolCallProgressFrame(tool_call_id="c", kind="text", body={"text": big})
+    )
+    with pytest.raises(FrameTooLargeError):
+        decode_progress_frame(params)
+    frame = decode_progress_frame(params, msgspec.Raw, max_bytes=len(params))
+    assert bytes(frame.body) == json_codec.encode({"text": big})

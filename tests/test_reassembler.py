@@ -1074,3 +1074,15 @@ def test_absorb_line_refuses_what_is_no_line_before_counting_it(what: Any) -> No
         folded.absorb_line(what)
     assert folded == Reassembler()
     assert folded.records == 0
+
+
+def test_a_record_limit_above_the_ceiling_holds_for_the_frame_too() -> None:
+    """Under a record limit above the default ceiling, a text note longer than the
+    ceiling is kept as a note: its frame is decoded under its line's limit."""
+    note = {"text": "x" * (MAX_FRAME_BYTES_CEILING + 1)}
+    record = progress_line("c", "text", note, 0)
+    reassembler = Reassembler(max_record_bytes=len(record))
+    added = reassembler.appended(record)
+    assert added.anomalies == ()
+    assert added.note == note
+    assert reassembler.anomalies == ()

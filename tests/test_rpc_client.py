@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from kigi_tool_protocol import (
+    MAX_FRAME_BYTES_CEILING,
     ConnectionLostWire,
     InternalErrorWire,
     PartialResultPayload,
@@ -301,3 +302,16 @@ class ClientProtocolMachine(RuleBasedStateMachine):
 
 
 TestClientProtocol = ClientProtocolMachine.TestCase
+
+
+def test_a_frame_limit_above_the_ceiling_holds_for_the_frame_too() -> None:
+    """Under a frame limit above the default ceiling, text progress longer than
+    the ceiling reaches its call: the frame is decoded under the line's limit."""
+    protocol = ClientProtocol("s", max_frame_bytes=2 * MAX_FRAME_BYTES_CEILING)
+    protocol.start_call("bash", {}, tool_call_id="c", deadline_ms=None)
+    note = {"text": "x" * (MAX_FRAME_BYTES_CEILING + 1)}
+    line = encode_progress_line("c", "text", note, seq=0, newline=False)
+    (event,) = protocol.receive_line(line)
+    assert isinstance(event, ProgressReceived)
+    assert event.frame.body == note
+    assert protocol.lines_unused == 0

@@ -68,6 +68,7 @@ from kigi_tool_protocol import (
     PartialResultPayload,
     ToolCallProgressFrame,
     convert,
+    decode_progress_frame,
     decode_progress_line,
     json_codec,
 )
@@ -126,8 +127,8 @@ _SEQ_SCOPES: Final = get_args(SeqScope)
 
 # The common case (a progress notification whose body is a partial result) comes
 # from decode_progress_line typed in one strict pass. Anything else takes the
-# careful path, which says what is wrong.
-_RAW_FRAME: Final = ToolCallProgressFrame[msgspec.Raw]
+# careful path, which says what is wrong: decode_progress_frame with the body
+# kept raw, then the body. A decoded notification's params are converted.
 _ANY_FRAME: Final = ToolCallProgressFrame[Any]
 
 
@@ -763,17 +764,17 @@ class Reassembler:
             self.ignored += 1
             return None
         try:
-            frame = json_codec.decode(message.params, _RAW_FRAME)
+            frame = decode_progress_frame(message.params, msgspec.Raw, max_bytes=self._max_bytes)
         except DecodeError as error:
             self._anomalies.append(_not_a_frame(error, index))
             return None
         if seq is not None and self._per_call:
             self._check_seq(seq, index, frame.tool_call_id)
         try:
-            payload = json_codec.decode(frame.body, PartialResultPayload)
+            payload = json_codec.decode(frame.body, PartialResultPayload, max_bytes=self._max_bytes)
         except DecodeError as error:
             try:
-                body = json_codec.decode(frame.body)
+                body = json_codec.decode(frame.body, max_bytes=self._max_bytes)
             except DecodeError:
                 # Not even JSON text (invalid UTF-8 in a key): not a note either.
                 body = None

@@ -50,6 +50,7 @@ from kigi_tool_protocol import (
     ToolCallResult,
     ToolErrorWire,
     convert,
+    decode_progress_frame,
     decode_progress_line,
     json_codec,
 )
@@ -58,7 +59,6 @@ from .._lines import OversizedLine
 
 __all__ = ()
 
-_ANY_FRAME: Final = ToolCallProgressFrame[Any]
 _TOOL_ID: Final = re.compile(TOOL_ID_PATTERN)
 
 
@@ -265,7 +265,7 @@ class ClientProtocol:
     def _progress(self, frame: Any, seq: int | None, size: int) -> ClientEvent | None:
         if not isinstance(frame, ToolCallProgressFrame):
             try:
-                frame = json_codec.decode(frame, _ANY_FRAME)
+                frame = decode_progress_frame(frame, max_bytes=self._max_frame_bytes)
             except DecodeError:
                 return None
         pending = self._calls.get(frame.tool_call_id)

@@ -63,6 +63,7 @@ from kigi_tool_protocol import (
     ToolCallResult,
     ToolErrorWire,
     convert,
+    decode_progress_frame,
     decode_progress_line,
     json_codec,
 )
@@ -489,15 +490,23 @@ class CallLedger:
             # Not the common shape: the reassembler says what is wrong (an
             # anomaly, or a text/content note).
             appended = self.reassembler.appended(data)
+            if (
+                note is None
+                or isinstance(note, JsonRpcResponse)
+                or not isinstance(note.params, msgspec.Raw)
+            ):
+                return ()
             try:
-                other = json_codec.decode(data, JsonRpcNotification[ToolCallProgressFrame[Any]])
+                other = decode_progress_frame(note.params)
             except DecodeError:
                 return ()
-            if other.params.tool_call_id == self.call_id and other.seq is not None:
-                if self._next_call is not None and other.seq > self._next_call:
-                    self.frames_lost += other.seq - self._next_call
-                self._next_call = other.seq + 1
-            return (CallProgress(other.params, other.seq, appended),)
+            # A request's params are read as a frame too; it carries no seq.
+            other_seq = note.seq if isinstance(note, JsonRpcNotification) else None
+            if other.tool_call_id == self.call_id and other_seq is not None:
+                if self._next_call is not None and other_seq > self._next_call:
+                    self.frames_lost += other_seq - self._next_call
+                self._next_call = other_seq + 1
+            return (CallProgress(other, other_seq, appended),)
         seq = note.seq
         frame = note.params
         out: list[CallProgress] = []
