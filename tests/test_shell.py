@@ -22,6 +22,7 @@ from kigi_tool_runtime import (
     LIMIT_MARKER,
     OMISSION_MARKER,
     SHELL_SPEC,
+    CommandNotStarted,
     ShellArgs,
     ShellOutcome,
     ShellTool,
@@ -41,7 +42,6 @@ from kigi_tool_runtime._tools._shell import (
     MIN_READ_CHUNK_BYTES,
     READ_CHUNK_BYTES,
     WAKEUP_READ_BYTES,
-    CommandNotStarted,
 )
 from kigi_tool_runtime.testing import Collected, collect_async
 
