@@ -148,26 +148,6 @@ class ServerStats(NamedTuple):
     lines_abandoned: int = 0
 
 
-def progress_line(
-    call_id: str,
-    seq: int,
-    kind: str,
-    body: Any,
-    session_id: str | None = None,
-    dropped_count: int | None = None,
-) -> bytes:
-    """One ``tool_call_progress`` notification line, newline included, exactly as
-    the server writes it (``body`` may be a pre-encoded ``msgspec.Raw``): the
-    protocol's :func:`encode_progress_line`.
-
-    Raises:
-        WireError: ``body`` (or an id) holds a value JSON cannot carry.
-    """
-    return encode_progress_line(
-        call_id, kind, body, seq=seq, session_id=session_id, dropped_count=dropped_count
-    )
-
-
 class Sink(Protocol):
     def write(self, data: bytes | bytearray) -> None: ...
     async def drain(self) -> None: ...
@@ -503,10 +483,16 @@ class Server:
                             break
                         if frame_limit is not None:
                             # Measured as sent with the widest seq and drop count.
-                            line = progress_line(
-                                outbox.call_id, _MAX_SEQ, frame.kind, body, session_id, _MAX_DROPPED
+                            line = encode_progress_line(
+                                outbox.call_id,
+                                frame.kind,
+                                body,
+                                seq=_MAX_SEQ,
+                                session_id=session_id,
+                                dropped_count=_MAX_DROPPED,
+                                newline=False,
                             )
-                            size = len(line) - 1  # the newline ends a frame; it is not in it
+                            size = len(line)
                             if size > frame_limit:
                                 error = ToolError.frame_too_large(size, frame_limit)
                                 final = self._tool_error_line(
