@@ -22,7 +22,6 @@ from ._consumer._history import (
 from ._consumer._loss import (
     DEFAULT_GAP_MARKER,
     MAX_ANOMALIES_KEPT,
-    MAX_DETAIL_CHARS,
     MAX_HELD_BYTES,
     TRUNCATION_MARKER,
     Anomaly,
@@ -63,6 +62,7 @@ from ._producer._output import (
     ProgressLines,
 )
 from ._producer._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
+from ._text import MAX_DETAIL_CHARS
 from ._tools._errors import ToolError, ToolErrorKind
 from ._tools._runner import RunStats, ToolRun, run_tool
 from ._tools._shell import SHELL_SPEC, CommandNotStarted, ShellArgs, ShellOutcome, ShellTool

@@ -9,8 +9,9 @@ import stat
 import sys
 from typing import IO, Final
 
-from .._consumer._loss import Anomaly, plural
+from .._consumer._loss import Anomaly
 from .._lines import OversizedLine
+from .._text import plural
 from ._exits import UsageError
 
 __all__ = ()

@@ -19,11 +19,12 @@ import msgspec
 
 from kigi_tool_protocol import encode_progress_line, progress_to_frame
 
-from .._consumer._loss import DEFAULT_GAP_MARKER, TRUNCATION_MARKER, plural
+from .._consumer._loss import DEFAULT_GAP_MARKER, TRUNCATION_MARKER
 from .._consumer._reassembler import Reassembler
 from .._process import signal_name
 from .._producer._chunk import cap_of
 from .._producer._tail import MIN_TAIL_CAPACITY
+from .._text import plural
 from .._tools._errors import ToolError
 from .._tools._runner import run_tool
 from .._tools._shell import CommandNotStarted, ShellArgs, ShellOutcome, ShellTool

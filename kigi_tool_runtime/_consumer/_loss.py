@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
 from .._producer._chunk import MAX_CONTINUATION_BYTES
+from .._text import MAX_DETAIL_CHARS, cut, plural
 
 __all__ = (
     "DEFAULT_GAP_MARKER",
     "MAX_ANOMALIES_KEPT",
-    "MAX_DETAIL_CHARS",
     "MAX_HELD_BYTES",
     "TRUNCATION_MARKER",
     "Anomaly",
@@ -49,36 +49,6 @@ DEFAULT_GAP_MARKER: Final = "[... {lost} bytes lost ...]"
 #: reads each record's anomalies as it lands (``Reassembler.appended``) still
 #: sees every one.
 MAX_ANOMALIES_KEPT: Final = 1000
-
-#: The longest value an anomaly's detail quotes, in characters: enough to
-#: recognise a key, a method or the start of a line, while a hostile record of
-#: megabytes costs a detail of a few hundred bytes. Longer values are cut, and
-#: the cut says how long the value was.
-MAX_DETAIL_CHARS: Final = 200
-
-
-def excerpt(value: object, limit: int = MAX_DETAIL_CHARS) -> str:
-    """``repr(value)`` for a detail, cut to about ``limit`` characters (the cut
-    names the full length)."""
-    if isinstance(value, str | bytes | bytearray) and len(value) > limit:
-        head = value[:limit]
-        unit = "characters" if isinstance(value, str) else "bytes"
-        return f"{head!r}... ({len(value)} {unit})"
-    text = repr(value)
-    if len(text) > limit:
-        return f"{text[:limit]}... ({len(text)} characters)"
-    return text
-
-
-def cut(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
-    """``text`` cut to about ``limit`` characters: its start and its end (where
-    a decoder names the path), with the count of characters left out between."""
-    if len(text) <= limit + 40:
-        return text
-    head = limit * 3 // 4
-    tail = limit - head
-    return f"{text[:head]}[... {len(text) - head - tail} characters ...]{text[-tail:]}"
-
 
 #: Where a stream's text stops because the producer hit its output limit: what
 #: came after was never counted or sent.
@@ -270,11 +240,6 @@ def render_gap_marker(marker: GapMarker, gap: Gap) -> str:
     if isinstance(marker, str):
         return marker.format(lost=gap.describe())
     return marker(gap)
-
-
-def plural(count: int, noun: str, nouns: str) -> str:
-    """``"1 frame"``, ``"2 frames"``."""
-    return f"{count} {noun if count == 1 else nouns}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,7 @@ from kigi_tool_protocol import (
 )
 
 from .._lines import OversizedLine
+from .._text import excerpt, plural
 from ._loss import (
     DEFAULT_GAP_MARKER,
     MAX_ANOMALIES_KEPT,
@@ -82,8 +83,6 @@ from ._loss import (
     GapMarker,
     LossReport,
     StreamKey,
-    excerpt,
-    plural,
     render_gap_marker,
 )
 from ._stream_state import StreamState, anomaly_rank, insert_anomaly, keep_first, shift_anomaly

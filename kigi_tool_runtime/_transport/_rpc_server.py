@@ -67,8 +67,8 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
-from .._consumer._loss import MAX_DETAIL_CHARS, cut, excerpt
 from .._lines import OversizedLine
+from .._text import MAX_DETAIL_CHARS, cut, excerpt
 
 __all__ = ()
 
