@@ -755,66 +755,6 @@ def test_a_server_whose_client_is_killed_stops_itself_and_its_command() -> None:
     _run(body)
 
 
-#: A client process (its own process group, as a terminal's foreground job)
-#: that spawns `kigi-stream serve` inside `async with`, starts a long command,
-#: prints the server's pid and the command's group, and waits; after Ctrl-C
-#: (which unwinds the `async with`) it prints the server's exit status.
-CTRL_C_CLIENT = """
-import asyncio, sys
-from kigi_tool_runtime import CallProgress, Client
-
-clients = []
-
-async def main() -> None:
-    async with await Client.spawn([sys.executable, "-m", "kigi_tool_runtime", "serve"]) as client:
-        clients.append(client)
-        call = client.call("bash", {"command": "echo $$; exec sleep 60"})
-        first = await anext(call)
-        assert isinstance(first, CallProgress) and client.process is not None
-        print(client.process.pid, int(first.appended.text or ""), flush=True)
-        await asyncio.sleep(60)
-
-try:
-    asyncio.run(main())
-except KeyboardInterrupt:
-    print(clients[0].process.returncode, flush=True)
-"""
-
-
-def test_ctrl_c_reaches_the_client_whose_close_stops_the_server() -> None:
-    """SIGINT to the client's process group (a terminal's Ctrl-C) does not reach
-    the server; `asyncio.run` unwinds `async with`, whose close ends the
-    server's input: it exits 0 (not 130), its command's group stopped."""
-
-    async def body() -> None:
-        client = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            CTRL_C_CLIENT,
-            stdout=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
-        assert client.stdout is not None
-        server = group = 0
-        try:
-            async with asyncio.timeout(GONE_S):
-                server, group = map(int, (await client.stdout.readline()).split())
-                os.killpg(client.pid, signal.SIGINT)
-                assert int(await client.stdout.readline()) == 0
-                assert await client.wait() == 0
-            assert not _pid_alive(server)
-            await _until_gone("the command outlived its server", lambda: group_alive(group))
-            server = group = 0
-        finally:
-            _kill_group(client.pid if client.returncode is None else 0)
-            if client.returncode is None:
-                await client.wait()
-            _kill_group(server)
-            _kill_group(group)
-
-    _run(body)
-
-
 #: A session leader that takes the terminal on its stdin as its controlling
 #: terminal and becomes an interactive bash: a terminal with job control, as a
 #: person at a keyboard has one.
