@@ -1186,19 +1186,22 @@ def test_a_call_keeps_no_text_unless_asked_and_then_within_its_bound() -> None:
     assert MAX_CALL_TEXT_BYTES == 64 * 1024 * 1024
 
 
+class Sink:
+    """A server's input that takes every line and never fails."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def test_a_lost_connection_names_a_valid_tool_id_for_tools_list() -> None:
     """A tools.list request failed by a lost connection carries an error the
     SDK's own strict decoder accepts (a valid tool id)."""
-
-    class Sink:
-        def write(self, data: bytes) -> None:
-            pass
-
-        async def drain(self) -> None:
-            pass
-
-        def close(self) -> None:
-            pass
 
     async def body() -> None:
         reader = asyncio.StreamReader()
@@ -1220,16 +1223,6 @@ def test_the_client_refuses_frames_past_a_tools_declared_max_frame_bytes() -> No
     call of it past that size is refused and said in the call's report (an
     undecodable record, then the bytes its totals prove lost); one within it
     is taken."""
-
-    class Sink:
-        def write(self, data: bytes) -> None:
-            pass
-
-        async def drain(self) -> None:
-            pass
-
-        def close(self) -> None:
-            pass
 
     def reply(request_id: int, result: Any) -> bytes:
         return json_codec.encode({"jsonrpc": "2.0", "id": request_id, "result": result}) + b"\n"
