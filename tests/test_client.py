@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given
+from processes import GONE_S, pid_alive, until_gone
 
 from kigi_tool_protocol import (
     JsonRpcError,
@@ -450,28 +451,6 @@ def test_close_kills_a_server_that_ignores_sigterm_after_the_grace() -> None:
 
 # -- the server's process group ----------------------------------------------------
 
-#: Bound on a process group ending after what should end it: far above what it
-#: takes, far below the test's own bound. Never a timing assertion.
-GONE_S = 20.0
-
-
-async def _until_gone(what: str, alive: Callable[[], bool]) -> None:
-    """Wait until ``alive()`` is false, failing with ``what`` after GONE_S (a
-    killed process stays a zombie until its parent, or init, reaps it)."""
-    async with asyncio.timeout(GONE_S):
-        while alive():
-            await asyncio.sleep(0.02)
-    assert not alive(), what
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
 
 async def _read_pid(path: Path) -> int:
     """The pid a child writes to ``path`` once it is set up (waited for)."""
@@ -554,8 +533,8 @@ def test_close_kills_a_sigterm_deaf_server_and_its_group_after_the_grace(tmp_pat
             assert os.getpgid(grandchild) == pgid
             await client.aclose(wait=0.3, grace=0.3)
             assert client.process.returncode == -signal.SIGKILL
-            await _until_gone("the grandchild outlived the close", lambda: _pid_alive(grandchild))
-            await _until_gone("the server's group outlived the close", lambda: group_alive(pgid))
+            await until_gone("the grandchild outlived the close", lambda: pid_alive(grandchild))
+            await until_gone("the server's group outlived the close", lambda: group_alive(pgid))
             pgid = grandchild = 0
         finally:
             _kill_group(pgid, grandchild)
@@ -577,8 +556,8 @@ def test_close_stops_what_an_exited_server_left_in_its_group(tmp_path: Path) -> 
             grandchild = await _read_pid(pidfile)
             await client.aclose()
             assert client.process.returncode == 0
-            await _until_gone("the left child outlived the close", lambda: _pid_alive(grandchild))
-            await _until_gone("the server's group outlived the close", lambda: group_alive(pgid))
+            await until_gone("the left child outlived the close", lambda: pid_alive(grandchild))
+            await until_gone("the server's group outlived the close", lambda: group_alive(pgid))
             pgid = grandchild = 0
         finally:
             _kill_group(pgid, grandchild)
@@ -609,7 +588,7 @@ def test_a_cancelled_close_still_stops_the_server_and_its_commands() -> None:
                 await closing
             assert client.process.returncode == 128 + signal.SIGTERM
             assert not group_alive(pgid)
-            await _until_gone("the command's group outlived the close", lambda: group_alive(group))
+            await until_gone("the command's group outlived the close", lambda: group_alive(group))
             pgid = group = 0
         finally:
             _kill_group(pgid)
@@ -641,8 +620,8 @@ def test_a_close_cancelled_twice_kills_a_sigterm_deaf_server_at_once(tmp_path: P
                 await closing
             async with asyncio.timeout(GONE_S):
                 assert await client.process.wait() == -signal.SIGKILL
-            await _until_gone("the grandchild outlived the close", lambda: _pid_alive(grandchild))
-            await _until_gone("the server's group outlived the close", lambda: group_alive(pgid))
+            await until_gone("the grandchild outlived the close", lambda: pid_alive(grandchild))
+            await until_gone("the server's group outlived the close", lambda: group_alive(pgid))
             pgid = grandchild = 0
         finally:
             _kill_group(pgid, grandchild)
@@ -663,7 +642,7 @@ def test_a_spawn_that_fails_after_starting_the_server_leaves_no_server(
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 with contextlib.suppress(OSError):
-                    if marker.encode() in (entry / "cmdline").read_bytes() and _pid_alive(
+                    if marker.encode() in (entry / "cmdline").read_bytes() and pid_alive(
                         int(entry.name)
                     ):
                         found.append(int(entry.name))
@@ -741,9 +720,9 @@ def test_a_server_whose_client_is_killed_stops_itself_and_its_command() -> None:
             assert os.getpgid(server) == server != os.getpgid(0)
             client.kill()
             assert await client.wait() == -signal.SIGKILL
-            await _until_gone("the server outlived its client", lambda: _pid_alive(server))
-            await _until_gone("the server's group outlived it", lambda: group_alive(server))
-            await _until_gone("the command outlived its server", lambda: group_alive(group))
+            await until_gone("the server outlived its client", lambda: pid_alive(server))
+            await until_gone("the server's group outlived it", lambda: group_alive(server))
+            await until_gone("the command outlived its server", lambda: group_alive(group))
             server = group = 0
         finally:
             if client.returncode is None:
@@ -889,8 +868,8 @@ def test_at_a_terminal_ctrl_c_ctrl_z_and_hang_up_leave_nothing_running(
             assert terminal.read_until(rb"SERVER EXIT (-?\d+)").group(1) == b"0"
             terminal.type(b"echo exit=$?\n")
             assert terminal.read_until(rb"exit=(\d+)").group(1) == b"130"
-        _until("the program outlived its terminal", lambda: not _pid_alive(client))
-        _until("the server outlived its client", lambda: not _pid_alive(server))
+        _until("the program outlived its terminal", lambda: not pid_alive(client))
+        _until("the server outlived its client", lambda: not pid_alive(server))
         _until("the server's group outlived it", lambda: not group_alive(server))
         _until("the command outlived its server", lambda: not group_alive(group))
         client = server = group = 0

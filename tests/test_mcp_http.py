@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from processes import until_group_gone
 
-from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
 
 PY = sys.executable
@@ -71,17 +71,6 @@ def url() -> Iterator[str]:
             proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
-
-
-def _gone(pid: int) -> bool:
-    return not group_alive(pid)
-
-
-async def _wait_gone(pid: int, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not _gone(pid):
-        assert time.monotonic() < deadline, f"process group {pid} still running"
-        await asyncio.sleep(0.05)
 
 
 async def _wait_pid(pidfile: Path, seconds: float = 10.0) -> int:
@@ -136,7 +125,7 @@ async def test_cancelling_a_call_over_http_stops_its_process_group(
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
-        await _wait_gone(pid)
+        await until_group_gone(pid)
         assert [tool.name for tool in (await client.list_tools()).tools] == ["bash"]
 
 
@@ -158,7 +147,7 @@ async def test_a_host_that_disconnects_mid_call_stops_it(url: str, tmp_path: Pat
 
     async with asyncio.timeout(30):
         await leave_mid_call()
-        await _wait_gone(await _wait_pid(pidfile))
+        await until_group_gone(await _wait_pid(pidfile))
 
 
 def _post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:

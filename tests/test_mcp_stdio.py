@@ -9,7 +9,6 @@ import json
 import shlex
 import signal
 import sys
-import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 from mcp import Client, StdioServerParameters
+from processes import until_group_gone
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
 from kigi_tool_runtime import ShellOutcome
@@ -84,17 +84,6 @@ class _Recorder:
             self.frames.append(json_codec.decode(raw, ToolCallProgressFrame[PartialResultPayload]))
             self.progress.append(params.progress)
         await self.folder.message_handler(message)
-
-
-def _gone(pid: int) -> bool:
-    return not group_alive(pid)
-
-
-async def _wait_gone(pid: int, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not _gone(pid):
-        assert time.monotonic() < deadline, f"process group {pid} still running"
-        await asyncio.sleep(0.05)
 
 
 @_sync
@@ -220,11 +209,11 @@ async def test_cancelling_mid_flood_stops_the_process_group(tmp_path: Path) -> N
         while len(recorder.frames) < 3:
             await asyncio.sleep(0.02)
         pid = int(pidfile.read_text())
-        assert not _gone(pid)
+        assert group_alive(pid)
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
-        await _wait_gone(pid)
+        await until_group_gone(pid)
         tools = await client.list_tools()
         assert [tool.name for tool in tools.tools] == ["bash"]
 
@@ -243,7 +232,7 @@ async def test_deadline_in_meta_ends_the_call_with_a_timeout_error(tmp_path: Pat
         assert result.is_error
         assert result.meta is not None
         assert result.meta["dev.kigi/error"]["kind"] == "timeout"
-        await _wait_gone(int(pidfile.read_text()))
+        await until_group_gone(int(pidfile.read_text()))
 
 
 @_sync
@@ -455,7 +444,7 @@ async def test_notifications_cancelled_stops_the_call_without_a_response(tmp_pat
         await raw.send(
             {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 20}}
         )
-        await _wait_gone(pid)
+        await until_group_gone(pid)
         await raw.send({"jsonrpc": "2.0", "id": 21, "method": "tools/list", "params": {}})
         while True:
             message = await raw.read()
@@ -493,7 +482,7 @@ async def test_end_of_input_cancels_running_calls_and_exits(tmp_path: Path) -> N
         raw = await _Raw.start()
         pid = await _start_sleeping_call(raw, 30, pidfile)
         assert await raw.close() == 0
-        assert _gone(pid)
+        assert not group_alive(pid)
 
 
 @pytest.mark.slow
@@ -570,7 +559,7 @@ async def test_sigterm_stops_running_calls_then_exits_143(tmp_path: Path) -> Non
         pid = await _start_sleeping_call(raw, 50, pidfile)
         raw.proc.send_signal(signal.SIGTERM)
         assert await raw.proc.wait() == 128 + signal.SIGTERM
-        assert _gone(pid)
+        assert not group_alive(pid)
 
 
 @_sync

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from processes import pid_alive
 
 from kigi_tool_runtime._process import (
     PIPE_BYTES,
@@ -36,19 +37,6 @@ child = subprocess.Popen([sys.executable, "-c",
 print(child.pid, flush=True)
 time.sleep(60)
 """
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers; read its state where /proc says it.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 async def _group_gone(pgid: int) -> bool:
@@ -112,7 +100,7 @@ def test_stop_group_ends_a_polite_group_with_sigterm_before_the_grace() -> None:
         assert time.monotonic() - started < 10.0
         assert proc.returncode == -signal.SIGTERM
         assert await _group_gone(proc.pid)
-        assert not _pid_alive(grandchild)
+        assert not pid_alive(grandchild)
 
     asyncio.run(asyncio.wait_for(main(), DEADLINE_S))
 
@@ -127,7 +115,7 @@ def test_stop_group_kills_a_group_that_ignores_sigterm_after_the_grace() -> None
         assert time.monotonic() - started >= 0.3
         assert proc.returncode == -signal.SIGKILL
         assert await _group_gone(proc.pid)
-        assert not _pid_alive(grandchild)
+        assert not pid_alive(grandchild)
 
     asyncio.run(asyncio.wait_for(main(), DEADLINE_S))
 
@@ -156,7 +144,7 @@ def test_stop_group_kills_the_group_when_its_wait_is_cancelled() -> None:
             await stopping
         assert await asyncio.wait_for(proc.wait(), 5.0) == -signal.SIGKILL
         assert await _group_gone(proc.pid)
-        assert not _pid_alive(grandchild)
+        assert not pid_alive(grandchild)
 
     asyncio.run(asyncio.wait_for(main(), DEADLINE_S))
 
@@ -192,7 +180,7 @@ def test_stop_group_gives_up_on_drained_at_the_grace() -> None:
         assert not drained.done()
         assert proc.returncode == -signal.SIGKILL
         assert await _group_gone(proc.pid)
-        assert not _pid_alive(grandchild)
+        assert not pid_alive(grandchild)
 
     asyncio.run(asyncio.wait_for(main(), DEADLINE_S))
 

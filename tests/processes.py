@@ -1,0 +1,44 @@
+"""Waiting on real processes in tests: whether one still runs, and waiting, to
+a deadline, for a process or a process group to be gone."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+
+from kigi_tool_runtime._process import group_alive
+
+#: Seconds a process or group may take to go after what should end it: far
+#: above what it takes, far below a test's own bound. Never a timing assertion.
+GONE_S = 20.0
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (dead, not yet reaped) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
+async def until_gone(what: str, alive: Callable[[], bool], seconds: float = GONE_S) -> None:
+    """Wait until ``alive()`` is false; fail with ``what`` after ``seconds``
+    (a killed process stays a zombie until its parent, or init, reaps it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while alive():
+        assert loop.time() < deadline, what
+        await asyncio.sleep(0.02)
+
+
+async def until_group_gone(pgid: int, seconds: float = GONE_S) -> None:
+    """Wait until process group ``pgid`` has no member left."""
+    await until_gone(f"process group {pgid} still running", lambda: group_alive(pgid), seconds)
