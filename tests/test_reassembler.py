@@ -521,6 +521,24 @@ def test_an_overrun_after_a_regression_is_reported_in_whole_and_split_folds() ->
     assert split == whole
 
 
+def test_a_resumed_fold_absorbed_from_the_start_judges_a_new_streams_first_run() -> None:
+    """A fold that resumes mid-connection (``from_start=False``, as a follower
+    reconnecting at an offset) cannot judge its streams' first runs; absorbed
+    into a fold from the start where the stream is new, that run is the
+    stream's first, and a repeated frame in it is a ``total_overrun`` as the
+    whole fold says."""
+    records = [
+        line(body("x", 1), seq=0, call="c0"),
+        line(body("\u0080", 2), seq=0),
+        line(body("\u0080", 2), seq=0),
+        line(body("y", 3), seq=1),
+    ]
+    whole = Reassembler.fold(records)
+    assert [a.kind for a in whole.anomalies] == ["seq_repeated", "total_overrun"]
+    resumed = Reassembler.fold(records[1:], from_start=False)
+    assert Reassembler.fold(records[:1]).absorb(resumed) == whole
+
+
 @pytest.mark.parametrize(
     ("scope", "counter"), [("call", "seq of call 'c1'"), ("connection", "seq")]
 )

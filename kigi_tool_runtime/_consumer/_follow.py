@@ -353,8 +353,7 @@ class Follower:
                 took its path, or it was truncated and rewritten (Rule 4).
             OSError: the log cannot be read.
         """
-        settled = self._reassembler.settled
-        return [settled(item) for item in [item for _, item in self.iter_numbered()]]
+        return [item for _, item in self.poll_numbered()]
 
     def poll_numbered(self) -> list[tuple[int, Appended]]:
         """:meth:`poll_appended`, each record with its line number counted from

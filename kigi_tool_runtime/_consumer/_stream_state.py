@@ -696,6 +696,14 @@ class StreamState:
         chars = self._chars
         if self.first_total is None:
             self._adopt(later, records, chars)
+            if self._from_start and not later._from_start and later._lead_end in ("rise", "fall"):
+                # The later fold began where this stream may have been under
+                # way, so it left its first run unjudged; from the start, that
+                # run is the stream's first, and its overrun is certain.
+                first = later.first_total
+                if later._lead_lo > first:
+                    index = later._lead_end_index + records
+                    insert_anomaly(anomalies, _run_overrun(self.key, index, later._lead_lo, first))
             self._anomalies.extend(anomalies)
             self._anomalies_cut += keep_first(self._anomalies)
             return

@@ -72,6 +72,10 @@ class Excerpt(NamedTuple):
     dropped: int = 0
 
 
+#: What a stream without progress drains: nothing.
+_NO_DELTAS: Final = Deltas([], 0, False, False)
+
+
 class ProgressLines(NamedTuple):
     """What :meth:`OutputStream.drain_lines` returns: the ``tool_call_progress``
     lines (each with its newline) and how many frames they hold, so the next
@@ -280,7 +284,8 @@ class OutputStream:
             WireError: ``tool_call_id`` or ``session_id`` cannot be encoded.
         """
         if not self._progress:
-            return self._no_lines(tool_call_id, seq, session_id)
+            # No frame to write; the arguments are checked all the same.
+            return self._lines(_NO_DELTAS, tool_call_id, seq, session_id, None)
         mark = self._streamer.mark()
         deltas = self._streamer.drain_buffer_deltas(self._tail)
         lines = self._lines(deltas, tool_call_id, seq, session_id, mark)
@@ -301,22 +306,9 @@ class OutputStream:
             deltas = self._streamer.finish_buffer_deltas(self._tail)
             lines = self._lines(deltas, tool_call_id, seq, session_id, mark)
         else:
-            lines = self._no_lines(tool_call_id, seq, session_id)
+            lines = self._lines(_NO_DELTAS, tool_call_id, seq, session_id, None)
         self._finished = True
         return lines
-
-    def _no_lines(self, tool_call_id: str, seq: int, session_id: str | None) -> ProgressLines:
-        # No frame to write, but the arguments are checked all the same: a bad
-        # one must not wait for a stream that has frames to show.
-        encode_delta_lines(
-            tool_call_id,
-            self._streamer.spec.subkind,
-            (),
-            total_bytes=0,
-            seq=seq,
-            session_id=session_id,
-        )
-        return ProgressLines(b"", 0)
 
     def _lines(
         self,
@@ -324,7 +316,7 @@ class OutputStream:
         tool_call_id: str,
         seq: int,
         session_id: str | None,
-        mark: tuple[int, bool],
+        mark: tuple[int, bool] | None,
     ) -> ProgressLines:
         try:
             data = encode_delta_lines(
@@ -339,7 +331,8 @@ class OutputStream:
             )
         except BaseException:
             # The tail has not changed since: drained again, the same frames come.
-            self._streamer.rewind(mark)
+            if mark is not None:
+                self._streamer.rewind(mark)
             raise
         return ProgressLines(data, len(deltas.texts))
 
