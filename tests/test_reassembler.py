@@ -876,8 +876,17 @@ def test_appended_prints_the_text_and_markers_of_the_render() -> None:
         line(body("f", 21, truncated=True)),
     ]
     reassembler = Reassembler()
-    printed = "".join(reassembler.appended(one).render("<{lost}>") for one in lines)
+    added = [reassembler.appended(one) for one in lines]
+    printed = "".join(one.render("<{lost}>") for one in added)
     assert printed == "ab<1-16>cdef"
+    # Settled once the gap's run has ended, the marker says what the fold says.
+    settled = "".join(reassembler.settled(one).render("<{lost}>") for one in added)
+    assert settled == "ab<15>cdef"
+    assert reassembler.settled(added[0]) is added[0]
+    # While the run may go on, settling narrows only the upper bound.
+    open_run = Reassembler()
+    gap_frame = [open_run.appended(one) for one in lines[:3]][1]
+    assert open_run.settled(gap_frame).render("<{lost}>") == "<1-15>cd"
     assert only(reassembler).render("<{lost}>") == "ab<15>cdef"
     last = Reassembler.fold(lines[:3]).appended(lines[3])
     assert (last.text, last.truncated, last.gap) == ("f", True, None)
