@@ -13,6 +13,7 @@ import shlex
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from typing import IO, Any, Final
 
 import msgspec
@@ -20,7 +21,8 @@ import msgspec
 from kigi_tool_protocol import encode_progress_line, progress_to_frame
 
 from .._consumer._loss import DEFAULT_GAP_MARKER, TRUNCATION_MARKER
-from .._consumer._reassembler import Reassembler
+from .._consumer._marker_hold import MarkerHold
+from .._consumer._reassembler import Appended, Reassembler
 from .._process import signal_name
 from .._producer._chunk import cap_of
 from .._producer._tail import MIN_TAIL_CAPACITY
@@ -28,7 +30,7 @@ from .._text import plural
 from .._tools._errors import ToolError
 from .._tools._runner import run_tool
 from .._tools._shell import CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
-from .._tools._tool import ToolContext, ToolResult
+from .._tools._tool import ToolContext, ToolEvent, ToolResult
 from ._exits import (
     EXIT_CANNOT_START,
     EXIT_FAILED,
@@ -50,6 +52,20 @@ __all__ = ()
 STOP_FLUSH_S: Final = 2.0
 
 _CALL_ID: Final = "run-1"
+
+#: Seconds `run` holds a gap's marker (and the text after it) at most, waiting
+#: for the frame that proves how many bytes the gap lost: the next drain, a
+#: tick later while the command floods, and still waited for when a loaded
+#: machine makes it late. Past it, the marker is printed with the bounds known
+#: then (at least 1 byte), so the output of a command that falls silent right
+#: after a gap is shown within a second all the same.
+MARKER_HOLD_S: Final = 1.0
+#: When ticks are longer (``--tick``), the hold is this many ticks instead.
+MARKER_HOLD_TICKS: Final = 3
+
+
+async def _next_event(events: AsyncIterator[ToolEvent]) -> ToolEvent:
+    return await anext(events)
 
 
 def _shell_tool(args: argparse.Namespace) -> ShellTool:
@@ -133,6 +149,27 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
     loop = asyncio.get_running_loop()
     running = asyncio.current_task()
     assert running is not None
+    # A gap's marker, and the text after it, wait for the frame that proves
+    # how many bytes it lost (the next drain, a tick later), at most hold_s.
+    hold = MarkerHold(reassembler)
+    hold_s = max(MARKER_HOLD_S, MARKER_HOLD_TICKS * tool.tick)
+
+    async def write_text(items: list[Appended], ends_line: bool) -> bool:
+        """Print what ``items`` appended; answer whether the output now ends a line."""
+        text = "".join(item.render(DEFAULT_GAP_MARKER) for item in items)
+        if not text:
+            return ends_line
+        status.clear()
+        # Not drawn while the text is on its way: it would land between the
+        # status line and its clearing.
+        status.held = True
+        with contextlib.suppress(OutputStalled):  # counted in out.unwritten
+            await out.write(text.encode("utf-8", "surrogateescape"))
+            if status.enabled:  # the status line shares the screen: in order
+                await out.drain()
+        ends_line = text.endswith("\n")
+        status.held = out_on_terminal and not ends_line
+        return ends_line
 
     def on_signal(number: int) -> None:
         # The first signal stops the command and leaves the rest of its output
@@ -151,34 +188,52 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
             # capabilities put the call's deadline after the command's.
             call_timeout = math.inf if tool.default_timeout_ms is None else None
             async with run_tool(tool, shell_args, ctx=ctx, timeout_ms=call_timeout) as run:
-                async for event in run:
-                    if isinstance(event, ToolResult | ToolError):
-                        terminal = event
-                        continue
-                    frame = progress_to_frame(_CALL_ID, event)
-                    appended = reassembler.appended(frame, seq)
-                    text = ""
-                    if json_mode:
-                        data = encode_progress_line(_CALL_ID, frame.kind, frame.body, seq=seq)
-                    else:
-                        text = appended.render(DEFAULT_GAP_MARKER)
-                        data = text.encode("utf-8", "surrogateescape")
-                        if text:
-                            status.clear()
-                            # Not drawn while the text is on its way: it would land
-                            # between the status line and its clearing.
-                            status.held = True
-                    if data:
-                        with contextlib.suppress(OutputStalled):  # counted in out.unwritten
-                            await out.write(data)
-                            if status.enabled:  # the status line shares the screen: in order
-                                await out.drain()
-                    if text:
-                        ends_line = text.endswith("\n")
-                        status.held = out_on_terminal and not ends_line
-                    seq += 1
-                    frames += 1
-                    status.update(getattr(frame.body, "total_bytes", 0))
+                events = aiter(run)
+                # Set while a held gap's marker waits for a frame that proves
+                # its bounds: the next event, awaited with a deadline.
+                pending: asyncio.Task[ToolEvent] | None = None
+                try:
+                    while True:
+                        if pending is None and hold.holding:
+                            pending = loop.create_task(_next_event(events))
+                        if pending is not None:
+                            await asyncio.wait({pending}, timeout=hold_s)
+                            if not pending.done():
+                                # Nothing proved the bounds in time: print with
+                                # those known now, then wait without a deadline.
+                                ends_line = await write_text(hold.release(), ends_line)
+                                await asyncio.wait({pending})
+                            step, pending = pending, None
+                            try:
+                                event = step.result()
+                            except StopAsyncIteration:
+                                break
+                        else:
+                            try:
+                                event = await anext(events)
+                            except StopAsyncIteration:
+                                break
+                        if isinstance(event, ToolResult | ToolError):
+                            terminal = event
+                            continue
+                        frame = progress_to_frame(_CALL_ID, event)
+                        appended = reassembler.appended(frame, seq)
+                        if json_mode:
+                            line = encode_progress_line(_CALL_ID, frame.kind, frame.body, seq=seq)
+                            with contextlib.suppress(OutputStalled):  # counted in out.unwritten
+                                await out.write(line)
+                        else:
+                            ends_line = await write_text(hold.push(appended), ends_line)
+                        seq += 1
+                        frames += 1
+                        status.update(getattr(frame.body, "total_bytes", 0))
+                finally:
+                    if pending is not None:
+                        # Stopped while waiting: the call's own task stops the tool.
+                        pending.cancel()
+                        await asyncio.wait({pending})
+                # The call has returned: the producer held nothing back.
+                ends_line = await write_text(hold.release(ended=terminal is not None), ends_line)
             if not json_mode and any(report.truncated for report in reassembler.reports()):
                 # The text stops at the limit: say so where it stops.
                 marker = ("" if ends_line else "\n") + TRUNCATION_MARKER + "\n"
@@ -225,8 +280,15 @@ def _finish(
     *,
     glued: bool = False,
 ) -> int:
-    reports = reassembler.reports()
+    # A call that returned has ended: its report's figures are final.
+    reports = reassembler.reports(ended=terminal is not None)
     gaps = sum(len(report.gaps) for report in reports)
+    gap_text = plural(gaps, "gap", "gaps")
+    if gaps:
+        least = sum(report.lost_bytes_min for report in reports)
+        most = sum(report.lost_bytes for report in reports)
+        lost = plural(most, "byte", "bytes") if least == most else f"{least}-{most} bytes"
+        gap_text += f" ({lost} lost)"
     truncated = any(report.truncated for report in reports)
     total = sum(report.total_bytes or 0 for report in reports)
     outcome = (
@@ -241,7 +303,7 @@ def _finish(
     parts = [
         plural(total, "byte", "bytes"),
         plural(frames, "frame", "frames"),
-        plural(gaps, "gap", "gaps"),
+        gap_text,
         "truncated" if truncated or past_limit else "not truncated",
     ]
     if past_limit:
