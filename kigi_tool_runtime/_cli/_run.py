@@ -232,8 +232,9 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
                         # Stopped while waiting: the call's own task stops the tool.
                         pending.cancel()
                         await asyncio.wait({pending})
-                # The call has returned: the producer held nothing back.
-                ends_line = await write_text(hold.release(ended=terminal is not None), ends_line)
+                # A result: the tool finished its stream, holding nothing back.
+                ended = isinstance(terminal, ToolResult)
+                ends_line = await write_text(hold.release(ended=ended), ends_line)
             if not json_mode and any(report.truncated for report in reassembler.reports()):
                 # The text stops at the limit: say so where it stops.
                 marker = ("" if ends_line else "\n") + TRUNCATION_MARKER + "\n"
@@ -280,8 +281,8 @@ def _finish(
     *,
     glued: bool = False,
 ) -> int:
-    # A call that returned has ended: its report's figures are final.
-    reports = reassembler.reports(ended=terminal is not None)
+    # A result ends the stream (its tool finished it): the figures are final.
+    reports = reassembler.reports(ended=isinstance(terminal, ToolResult))
     gaps = sum(len(report.gaps) for report in reports)
     gap_text = plural(gaps, "gap", "gaps")
     if gaps:
