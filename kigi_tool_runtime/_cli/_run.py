@@ -13,16 +13,14 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
 from typing import IO, Any, Final
 
 import msgspec
 
 from kigi_tool_protocol import encode_progress_line, progress_to_frame
 
-from .._consumer._loss import DEFAULT_GAP_MARKER, TRUNCATION_MARKER
-from .._consumer._marker_hold import MarkerHold
-from .._consumer._reassembler import Appended, Reassembler
+from .._consumer._loss import TRUNCATION_MARKER
+from .._consumer._reassembler import Reassembler
 from .._process import signal_name
 from .._producer._chunk import cap_of
 from .._producer._tail import MIN_TAIL_CAPACITY
@@ -30,7 +28,7 @@ from .._text import plural
 from .._tools._errors import ToolError
 from .._tools._runner import run_tool
 from .._tools._shell import CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
-from .._tools._tool import ToolContext, ToolEvent, ToolResult
+from .._tools._tool import ToolContext, ToolResult
 from ._exits import (
     EXIT_CANNOT_START,
     EXIT_FAILED,
@@ -40,6 +38,7 @@ from ._exits import (
     stdout_closed,
 )
 from ._fdwriter import FdWriter, OutputStalled
+from ._held_printer import HeldPrinter
 from ._signals import StopSignals
 from ._status import Status
 
@@ -52,20 +51,6 @@ __all__ = ()
 STOP_FLUSH_S: Final = 2.0
 
 _CALL_ID: Final = "run-1"
-
-#: Seconds `run` holds a gap's marker (and the text after it) at most, waiting
-#: for the frame that proves how many bytes the gap lost: the next drain, a
-#: tick later while the command floods, and still waited for when a loaded
-#: machine makes it late. Past it, the marker is printed with the bounds known
-#: then (at least 1 byte), so the output of a command that falls silent right
-#: after a gap is shown within a second all the same.
-MARKER_HOLD_S: Final = 1.0
-#: When ticks are longer (``--tick``), the hold is this many ticks instead.
-MARKER_HOLD_TICKS: Final = 3
-
-
-async def _next_event(events: AsyncIterator[ToolEvent]) -> ToolEvent:
-    return await anext(events)
 
 
 def _shell_tool(args: argparse.Namespace) -> ShellTool:
@@ -137,7 +122,6 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
     # it (and clearing it) while the output's last line is unfinished would
     # erase that line, so it waits for a newline.
     out_on_terminal = sys.stdout.isatty()
-    ends_line = True  # the output so far is empty or ends with a newline
     # Text is printed as it lands, never kept: memory stays flat however much
     # the command writes.
     reassembler = Reassembler(known_calls=[_CALL_ID], keep_text=False)
@@ -150,26 +134,15 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
     running = asyncio.current_task()
     assert running is not None
     # A gap's marker, and the text after it, wait for the frame that proves
-    # how many bytes it lost (the next drain, a tick later), at most hold_s.
-    hold = MarkerHold(reassembler)
-    hold_s = max(MARKER_HOLD_S, MARKER_HOLD_TICKS * tool.tick)
-
-    async def write_text(items: list[Appended], ends_line: bool) -> bool:
-        """Print what ``items`` appended; answer whether the output now ends a line."""
-        text = "".join(item.render(DEFAULT_GAP_MARKER) for item in items)
-        if not text:
-            return ends_line
-        status.clear()
-        # Not drawn while the text is on its way: it would land between the
-        # status line and its clearing.
-        status.held = True
-        with contextlib.suppress(OutputStalled):  # counted in out.unwritten
-            await out.write(text.encode("utf-8", "surrogateescape"))
-            if status.enabled:  # the status line shares the screen: in order
-                await out.drain()
-        ends_line = text.endswith("\n")
-        status.held = out_on_terminal and not ends_line
-        return ends_line
+    # how many bytes it lost (the next drain, a tick later), or a moment.
+    printer = HeldPrinter(
+        out,
+        status,
+        reassembler,
+        tick=tool.tick,
+        on_terminal=out_on_terminal,
+        on_closed=ctx.cancel,
+    )
 
     def on_signal(number: int) -> None:
         # The first signal stops the command and leaves the rest of its output
@@ -188,59 +161,31 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
             # capabilities put the call's deadline after the command's.
             call_timeout = math.inf if tool.default_timeout_ms is None else None
             async with run_tool(tool, shell_args, ctx=ctx, timeout_ms=call_timeout) as run:
-                events = aiter(run)
-                # Set while a held gap's marker waits for a frame that proves
-                # its bounds: the next event, awaited with a deadline.
-                pending: asyncio.Task[ToolEvent] | None = None
-                try:
-                    while True:
-                        if pending is None and hold.holding:
-                            pending = loop.create_task(_next_event(events))
-                        if pending is not None:
-                            await asyncio.wait({pending}, timeout=hold_s)
-                            if not pending.done():
-                                # Nothing proved the bounds in time: print with
-                                # those known now, then wait without a deadline.
-                                ends_line = await write_text(hold.release(), ends_line)
-                                await asyncio.wait({pending})
-                            step, pending = pending, None
-                            try:
-                                event = step.result()
-                            except StopAsyncIteration:
-                                break
-                        else:
-                            try:
-                                event = await anext(events)
-                            except StopAsyncIteration:
-                                break
-                        if isinstance(event, ToolResult | ToolError):
-                            terminal = event
-                            continue
-                        frame = progress_to_frame(_CALL_ID, event)
-                        appended = reassembler.appended(frame, seq)
-                        if json_mode:
-                            line = encode_progress_line(_CALL_ID, frame.kind, frame.body, seq=seq)
-                            with contextlib.suppress(OutputStalled):  # counted in out.unwritten
-                                await out.write(line)
-                        else:
-                            ends_line = await write_text(hold.push(appended), ends_line)
-                        seq += 1
-                        frames += 1
-                        status.update(getattr(frame.body, "total_bytes", 0))
-                finally:
-                    if pending is not None:
-                        # Stopped while waiting: the call's own task stops the tool.
-                        pending.cancel()
-                        await asyncio.wait({pending})
-                # A result: the tool finished its stream, holding nothing back.
-                ended = isinstance(terminal, ToolResult)
-                ends_line = await write_text(hold.release(ended=ended), ends_line)
+                async for event in run:
+                    if isinstance(event, ToolResult | ToolError):
+                        terminal = event
+                        continue
+                    frame = progress_to_frame(_CALL_ID, event)
+                    appended = reassembler.appended(frame, seq)
+                    if json_mode:
+                        line = encode_progress_line(_CALL_ID, frame.kind, frame.body, seq=seq)
+                        with contextlib.suppress(OutputStalled):  # counted in out.unwritten
+                            await out.write(line)
+                    else:
+                        await printer.print(appended)
+                    seq += 1
+                    frames += 1
+                    status.update(getattr(frame.body, "total_bytes", 0))
+            # A result: the tool finished its stream, holding nothing back.
+            await printer.finish(ended=isinstance(terminal, ToolResult))
+            if printer.closed:
+                raise BrokenPipeError  # found by a timed release of held text
             if not json_mode and any(report.truncated for report in reassembler.reports()):
                 # The text stops at the limit: say so where it stops.
-                marker = ("" if ends_line else "\n") + TRUNCATION_MARKER + "\n"
+                marker = ("" if printer.ends_line else "\n") + TRUNCATION_MARKER + "\n"
                 with contextlib.suppress(OutputStalled):
                     await out.write(marker.encode())
-                ends_line = True
+                printer.ends_line = True
             with contextlib.suppress(OutputStalled):
                 await out.drain()  # all written before the summary
         except BrokenPipeError:
@@ -254,6 +199,7 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
             while running.uncancel():
                 pass
         finally:
+            printer.close()
             out.close()
             if ticker is not None:
                 ticker.cancel()
@@ -268,7 +214,7 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
     duration = time.monotonic() - started
     # Output without a final newline on the summary's own screen or file would
     # run into it (`abckigi-stream: ...`): the summary starts a line of its own.
-    glued = not ends_line and _same_destination(sys.stdout, sys.stderr)
+    glued = not printer.ends_line and _same_destination(sys.stdout, sys.stderr)
     return _finish(terminal, reassembler, frames, duration, stops.first, glued=glued)
 
 

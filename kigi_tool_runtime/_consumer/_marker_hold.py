@@ -17,6 +17,9 @@ Rule 2. :meth:`MarkerHold.release` gives up waiting (a deadline passed: the
         run ended with the stream gets the figures the ended report has.
 Rule 3. Nothing is lost or reordered: the items returned by :meth:`push` and
         :meth:`release`, concatenated, are every item pushed, in order.
+Rule 4. What is held is one gap's run (the gap frame and the frames at its
+        total), so at most the producer's tail buffer of text, plus the items
+        of other streams pushed meanwhile.
 
 Sans-IO: no clock here; the driver decides when to give up waiting.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ._loss import Gap
 from ._reassembler import Appended, Reassembler
 
 __all__ = ("MarkerHold",)
@@ -44,6 +48,11 @@ class MarkerHold:
     def holding(self) -> bool:
         """Whether items are held, waiting for a frame to end a gap's run."""
         return bool(self._held)
+
+    @property
+    def held_gap(self) -> Gap | None:
+        """The gap whose run the held items wait on (``None``: none held)."""
+        return self._held[0].gap if self._held else None
 
     def push(self, item: Appended) -> list[Appended]:
         """Take ``item``, which :meth:`Reassembler.appended` has just returned
