@@ -31,7 +31,7 @@ from dataclasses import replace
 from ._loss import Gap
 from ._reassembler import Appended, Reassembler
 
-__all__ = ("MarkerHold",)
+__all__ = ()
 
 
 class MarkerHold:
