@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -270,3 +271,27 @@ def test_serve_runs_a_users_tool_and_the_shell_tool_only_when_asked(tmp_path: Pa
     assert result["result"]["output"]["value"] == {"greeting": "hello kigi"}  # type: ignore[index]
     assert served("--tools", "tools.py:ONE", "--shell")[0] == ["hello", "bash"]
     assert served()[0] == ["bash"]
+
+
+def test_the_installed_command_imports_a_module_from_the_current_directory(
+    tmp_path: Path,
+) -> None:
+    """The ``kigi-stream`` script (whose own directory, not the current one,
+    starts ``sys.path``) finds ``--tools tools:TOOLS`` in the current directory,
+    as ``python -m`` would."""
+    script = Path(sysconfig.get_path("scripts")) / "kigi-stream"
+    if not script.exists():
+        pytest.skip("the kigi-stream script is not installed beside this interpreter")
+    (tmp_path / "tools.py").write_text(TOOLS_PY)
+    done = subprocess.run(
+        [str(script), "serve", "--tools", "tools:ONE"],
+        input='{"jsonrpc":"2.0","id":1,"method":"tools.list"}\n',
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    (reply,) = (json.loads(line) for line in done.stdout.splitlines())
+    assert [tool["id"] for tool in reply["result"]["tools"]] == ["hello"]
