@@ -58,6 +58,8 @@ def make_nothing():
     return None
 def fails():
     raise RuntimeError("cannot\\nmake them")
+def exits():
+    raise SystemExit(4)
 """
 
 
@@ -163,6 +165,7 @@ BAD_SPECS = [
     ("{m}:CLASSES", "item 0 of CLASSES is the class Hello, not a Tool (a tool class: list an"),
     ("{m}:make_nothing", "make_nothing() returned None, not a Tool"),
     ("{m}:fails", "calling fails() raised RuntimeError: cannot make them"),
+    ("{m}:exits", "calling exits() raised SystemExit: 4"),
     ("missing_file.py:TOOLS", "'missing_file.py' does not exist"),
     ("sub_dir/:TOOLS", "'sub_dir/' is not a file"),
 ]

@@ -90,7 +90,7 @@ def load_spec(spec: str) -> list[Tool[Any]]:
     if not isinstance(value, Tool | list | tuple) and callable(value):
         try:
             value = value()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise ToolSpecError(
                 f"--tools {spec}: calling {attribute}() raised {_one_line(exc)}"
             ) from None
@@ -167,7 +167,7 @@ def _import_file(spec: str, path: str) -> ModuleType:
     try:
         loader_spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules[name]
+        sys.modules.pop(name, None)
         raise
     return module
 
