@@ -609,3 +609,24 @@ async def test_a_keyboard_interrupt_stops_the_process_group(how: str, tmp_path: 
     assert b"KeyboardInterrupt" in stderr, stderr.decode()
     await until_group_gone(pgid, seconds=5)
     assert not (tmp_path / "pgid.done").exists()  # stopped, not run to its end
+
+
+def test_readme_langgraph_section_runs() -> None:
+    """The README's "Use it from LangGraph" example runs as written: the live
+    text, then the fold's summary, the model's status line and the artifact's
+    verdict."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Use it from LangGraph") :]
+    block = section[section.index("```python\n") + len("```python\n") :]
+    block = block[: block.index("```")]
+    done = subprocess.run(
+        [sys.executable, "-c", block], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "grüße ✓ 😀"
+    assert re.fullmatch(
+        r"call-1/bash_output_chunk: 17 bytes in \d+ frames? \(total 17\), no gaps", lines[1]
+    )
+    assert re.fullmatch(r"\[exit code 0; 17 bytes of output; \d+ ms\]", lines[2])
+    assert lines[3:] == ["complete: True"]
