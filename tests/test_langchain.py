@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import orjson
 import pytest
+from langchain.agents import create_agent
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
@@ -63,15 +64,25 @@ SPLIT_TEXT = "aé ✓ 😀 end\n"
 
 
 def agent_graph(
-    tools: Sequence[Any], calls: Sequence[dict[str, Any]], *, eager: bool = True
+    tools: Sequence[Any],
+    calls: Sequence[dict[str, Any]],
+    *,
+    eager: bool = True,
+    parallel: bool = False,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """A real LangGraph agent loop: a fake chat model that asks for ``calls``
-    (tool name and arguments), one turn each, then answers ``done``; a
-    ``ToolNode`` runs the tools."""
-    turns: list[AIMessage] = [
-        AIMessage("", tool_calls=[{"id": f"call-{i}", "name": call["name"], "args": call["args"]}])
+    (tool name and arguments, ids ``call-0``, ``call-1``, ...), one turn each
+    or all in one turn (``parallel``), then answers ``done``; a ``ToolNode``
+    runs the tools."""
+    asked = [
+        {"id": f"call-{i}", "name": call["name"], "args": call["args"]}
         for i, call in enumerate(calls)
     ]
+    turns = (
+        [AIMessage("", tool_calls=asked)]
+        if parallel
+        else [AIMessage("", tool_calls=[one]) for one in asked]
+    )
     model = GenericFakeChatModel(messages=iter([*turns, AIMessage("done")]), disable_streaming=True)
 
     def agent(state: MessagesState) -> dict[str, Any]:
@@ -220,6 +231,53 @@ def test_deltas_arrive_while_the_command_runs(
         if mode == "tools" and payload["event"] == "tool-finished":
             assert payload["output"].artifact["value"]["exit_code"] == 0
     assert "".join(seen) == "one\ntwo\n"
+
+
+class ToolCallingFake(GenericFakeChatModel):
+    """The fake chat model an agent factory can bind tools to (it calls the
+    tools its scripted messages name)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+def test_create_agent_runs_the_tool_and_answers_a_bad_argument() -> None:
+    bash = as_langchain_tool(ShellTool(tick=0.02, max_delta_bytes=2))
+    turns = [
+        AIMessage("", tool_calls=[{"id": "a1", "name": "bash", "args": {"command": SPLIT}}]),
+        AIMessage("", tool_calls=[{"id": "a2", "name": "bash", "args": {"command": ""}}]),
+        AIMessage("done"),
+    ]
+    model = ToolCallingFake(messages=iter(turns), disable_streaming=True)
+    agent = create_agent(model, [bash])
+    folder = ToolEventFolder()
+    for event in agent.stream(_start(), stream_mode=["tools", "custom"]):
+        folder.absorb(event)
+    good, bad = folder.call("a1"), folder.call("a2")
+    assert good is not None
+    assert bad is not None
+    assert good.text == SPLIT_TEXT
+    assert good.complete
+    assert bad.error is not None
+    assert bad.error.startswith("invalid_params error (-32602): ")
+    assert "at `$.command`" in bad.error
+
+
+async def test_parallel_calls_fold_apart() -> None:
+    bash = as_langchain_tool(ShellTool(tick=0.02, max_delta_bytes=3))
+    counting = "for i in 1 2 3; do echo $i; sleep 0.05; done"
+    graph = agent_graph([bash], [bash_call(SPLIT), bash_call(counting)], parallel=True)
+    folder = ToolEventFolder()
+    async with asyncio.timeout(30):
+        events, state = await run_async(graph, folder)
+    started = [e for e in events if e["event"] == "tool-started"]
+    # The ToolRuntime LangGraph injects is no argument of the call.
+    assert sorted(e["input"]["command"] for e in started) == sorted([SPLIT, counting])
+    assert all(set(e["input"]) == {"command"} for e in started)
+    assert folder.call("call-0").text == SPLIT_TEXT  # type: ignore[union-attr]
+    assert folder.call("call-1").text == "1\n2\n3\n"  # type: ignore[union-attr]
+    assert all(call.complete for call in folder.kigi_calls())
+    assert len(tool_messages(state)) == 2
 
 
 def test_the_args_schema_is_the_tools_and_the_name_follows_the_rules() -> None:
