@@ -33,6 +33,7 @@ from processes import until_group_gone
 
 from kigi_tool_runtime import (
     LOSS_MARKER,
+    TRUNCATION_MARKER,
     Appended,
     CallProgress,
     Client,
@@ -434,6 +435,27 @@ async def test_a_flood_through_a_small_tail_folds_to_what_the_stdio_client_repor
     assert folded.text == call.reassembler.stream("call-0", "bash_output_chunk").text  # type: ignore[union-attr]
     assert heard == stdio
     assert loss["lost_bytes"]["max"] == expected.lost_bytes
+
+
+def test_output_cut_at_the_limit_ends_live_with_the_truncation_marker() -> None:
+    bash = as_langchain_tool(ShellTool(tick=0.02, max_delta_bytes=16, limit=300))
+    folder = ToolEventFolder()
+    events, state = run_sync(agent_graph([bash], [bash_call("seq 1 1000")]), folder)
+    chunks = deltas(events, "call-0")
+    live = "".join(chunks)
+    assert live.endswith("\n" + TRUNCATION_MARKER + "\n")
+    assert chunks[-1].frame is None  # the closing text: said once the call ended
+    (message,) = tool_messages(state)
+    assert message.artifact["loss"]["truncated"] is True
+    assert message.artifact["loss"]["complete"] is False
+    folded = folder.call("call-0")
+    assert folded is not None
+    assert folded.closing == str(chunks[-1])
+    report = folded.report()
+    assert report is not None
+    assert report.truncated
+    assert not folded.complete
+    assert live.startswith("1\n2\n3\n")
 
 
 @pytest.mark.filterwarnings(V3_WARNING)
