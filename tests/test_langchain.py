@@ -23,7 +23,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import BaseTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, MessagesState, StateGraph
@@ -62,6 +62,16 @@ SPLIT = (
     " printf '\\223 \\360\\237'; sleep 0.15; printf '\\230\\200 end\\n'"
 )
 SPLIT_TEXT = "aé ✓ 😀 end\n"
+
+
+#: Every call a test makes has a deadline of its own.
+CALL_DEADLINE_MS = 30_000
+
+
+def kigi_bash(**shell: Any) -> BaseTool:
+    """The shell tool (``ShellTool(**shell)``) as a LangChain tool whose calls
+    end by the test's deadline."""
+    return as_langchain_tool(ShellTool(**shell), timeout_ms=CALL_DEADLINE_MS)
 
 
 def agent_graph(
@@ -178,7 +188,7 @@ def _check_split_run(events: list[Any], state: dict[str, Any], folder: ToolEvent
 
 @pytest.mark.parametrize("cap", [0, 1, 2, 3, 4, 64])
 def test_split_characters_stream_whole_through_a_sync_graph(cap: int) -> None:
-    bash = as_langchain_tool(ShellTool(tick=0.02, max_delta_bytes=cap))
+    bash = kigi_bash(tick=0.02, max_delta_bytes=cap)
     folder = ToolEventFolder()
     events, state = run_sync(agent_graph([bash], [bash_call(SPLIT)]), folder)
     _check_split_run(events, state, folder, cap)
@@ -190,7 +200,7 @@ def test_split_characters_stream_whole_through_a_sync_graph(cap: int) -> None:
 
 @pytest.mark.parametrize("cap", [0, 1, 4, 64])
 async def test_split_characters_stream_whole_through_an_async_graph(cap: int) -> None:
-    bash = as_langchain_tool(ShellTool(tick=0.02, max_delta_bytes=cap))
+    bash = kigi_bash(tick=0.02, max_delta_bytes=cap)
     folder = ToolEventFolder()
     async with asyncio.timeout(30):
         events, state = await run_async(agent_graph([bash], [bash_call(SPLIT)]), folder)
@@ -198,7 +208,7 @@ async def test_split_characters_stream_whole_through_an_async_graph(cap: int) ->
 
 
 def test_without_tools_streaming_the_call_runs_the_same_and_emits_nothing() -> None:
-    bash = as_langchain_tool(ShellTool(tick=0.02, max_delta_bytes=2))
+    bash = kigi_bash(tick=0.02, max_delta_bytes=2)
     state = agent_graph([bash], [bash_call(SPLIT)]).invoke(_start())
     (message,) = tool_messages(state)
     assert message.content.startswith(SPLIT_TEXT)
@@ -222,7 +232,7 @@ def test_deltas_arrive_while_the_command_runs(
     eager: bool, modes: list[str], tmp_path: Path
 ) -> None:
     go = tmp_path / "go"
-    bash = as_langchain_tool(ShellTool(tick=0.02))
+    bash = kigi_bash(tick=0.02)
     graph = agent_graph([bash], [bash_call(_waits_for(go))], eager=eager)
     seen: list[str] = []
     for mode, payload in graph.stream(_start(), stream_mode=modes):
@@ -243,7 +253,7 @@ class ToolCallingFake(GenericFakeChatModel):
 
 
 def test_create_agent_runs_the_tool_and_answers_a_bad_argument() -> None:
-    bash = as_langchain_tool(ShellTool(tick=0.02, max_delta_bytes=2))
+    bash = kigi_bash(tick=0.02, max_delta_bytes=2)
     turns = [
         AIMessage("", tool_calls=[{"id": "a1", "name": "bash", "args": {"command": SPLIT}}]),
         AIMessage("", tool_calls=[{"id": "a2", "name": "bash", "args": {"command": ""}}]),
@@ -265,7 +275,7 @@ def test_create_agent_runs_the_tool_and_answers_a_bad_argument() -> None:
 
 
 async def test_parallel_calls_fold_apart() -> None:
-    bash = as_langchain_tool(ShellTool(tick=0.02, max_delta_bytes=3))
+    bash = kigi_bash(tick=0.02, max_delta_bytes=3)
     counting = "for i in 1 2 3; do echo $i; sleep 0.05; done"
     graph = agent_graph([bash], [bash_call(SPLIT), bash_call(counting)], parallel=True)
     folder = ToolEventFolder()
@@ -282,7 +292,7 @@ async def test_parallel_calls_fold_apart() -> None:
 
 
 def test_the_args_schema_is_the_tools_and_the_name_follows_the_rules() -> None:
-    bash = as_langchain_tool(ShellTool())
+    bash = kigi_bash()
     assert bash.name == "bash"
     assert bash.description == ShellTool().description
     schema = bash.tool_call_schema
@@ -332,7 +342,7 @@ async def _stdio_client(tool_source: str) -> Client:
 
 
 async def test_a_bad_argument_is_the_stdio_servers_error_on_the_tool_error_path() -> None:
-    bash = as_langchain_tool(ShellTool())
+    bash = kigi_bash()
     folder = ToolEventFolder()
     async with asyncio.timeout(30):
         events, state = await run_async(agent_graph([bash], [bash_call(5)]), folder)
@@ -357,7 +367,7 @@ async def test_a_bad_argument_is_the_stdio_servers_error_on_the_tool_error_path(
 
 
 def test_a_bad_argument_raises_kigi_tool_error_when_invoked_directly() -> None:
-    bash = as_langchain_tool(ShellTool())
+    bash = kigi_bash()
     with pytest.raises(KigiToolError) as caught:
         bash.invoke({"command": "true", "bogus": 1})
     assert caught.value.kind.value == "invalid_params"
@@ -367,7 +377,7 @@ def test_a_bad_argument_raises_kigi_tool_error_when_invoked_directly() -> None:
 
 
 def test_a_failing_command_is_a_result_with_its_exit_status() -> None:
-    bash = as_langchain_tool(ShellTool(tick=0.02))
+    bash = kigi_bash(tick=0.02)
     folder = ToolEventFolder()
     events, state = run_sync(agent_graph([bash], [bash_call("echo failing >&2; exit 3")]), folder)
     (message,) = tool_messages(state)
@@ -407,7 +417,7 @@ FLOOD = [sys.executable, "-c", "import os; os.write(1, b'x' * 59999 + b'\\n')"]
 
 
 async def test_a_flood_through_a_small_tail_folds_to_what_the_stdio_client_reports() -> None:
-    bash = as_langchain_tool(ShellTool(tick=5.0, max_delta_bytes=64, tail_capacity=256))
+    bash = kigi_bash(tick=5.0, max_delta_bytes=64, tail_capacity=256)
     heard: list[Appended] = []
     folder = ToolEventFolder(on_appended=lambda call, appended: heard.append(appended))
     async with asyncio.timeout(60):
@@ -438,7 +448,7 @@ async def test_a_flood_through_a_small_tail_folds_to_what_the_stdio_client_repor
 
 
 def test_output_cut_at_the_limit_ends_live_with_the_truncation_marker() -> None:
-    bash = as_langchain_tool(ShellTool(tick=0.02, max_delta_bytes=16, limit=300))
+    bash = kigi_bash(tick=0.02, max_delta_bytes=16, limit=300)
     folder = ToolEventFolder()
     events, state = run_sync(agent_graph([bash], [bash_call("seq 1 1000")]), folder)
     chunks = deltas(events, "call-0")
@@ -460,7 +470,7 @@ def test_output_cut_at_the_limit_ends_live_with_the_truncation_marker() -> None:
 
 @pytest.mark.filterwarnings(V3_WARNING)
 def test_v3_tool_call_streams_fold_like_the_tools_channel() -> None:
-    bash = as_langchain_tool(ShellTool(tick=0.02, max_delta_bytes=3))
+    bash = kigi_bash(tick=0.02, max_delta_bytes=3)
     folder = ToolEventFolder()
     graph = agent_graph([bash], [bash_call(SPLIT)])
     run = graph.stream_events(_start(), version="v3", transformers=[ToolCallTransformer])
@@ -473,7 +483,7 @@ def test_v3_tool_call_streams_fold_like_the_tools_channel() -> None:
 
 @pytest.mark.filterwarnings(V3_WARNING)
 async def test_v3_async_tool_call_streams_fold_too() -> None:
-    bash = as_langchain_tool(ShellTool(tick=0.02, max_delta_bytes=3))
+    bash = kigi_bash(tick=0.02, max_delta_bytes=3)
     folder = ToolEventFolder()
     graph = agent_graph([bash], [bash_call(SPLIT)])
     async with asyncio.timeout(30):
@@ -491,7 +501,7 @@ def test_events_of_ordinary_langchain_tools_are_kept_apart() -> None:
         runtime.emit_output_delta(word[2:])
         return word
 
-    bash = as_langchain_tool(ShellTool(tick=0.02))
+    bash = kigi_bash(tick=0.02)
     folder = ToolEventFolder()
     graph = agent_graph(
         [bash, plain], [{"name": "plain", "args": {"word": "hello"}}, bash_call("echo hi")]
@@ -546,7 +556,7 @@ def test_a_live_chunk_copies_with_its_frame() -> None:
     import copy
     import pickle
 
-    bash = as_langchain_tool(ShellTool(tick=0.02))
+    bash = kigi_bash(tick=0.02)
     events, _ = run_sync(agent_graph([bash], [bash_call("echo hi")]), ToolEventFolder())
     (chunk,) = deltas(events, "call-0")
     for twin in (copy.deepcopy(chunk), pickle.loads(pickle.dumps(chunk))):
@@ -562,7 +572,7 @@ def test_a_live_chunk_copies_with_its_frame() -> None:
 
 
 def test_sync_invoke_inside_a_running_loop_is_a_clear_error() -> None:
-    bash = as_langchain_tool(ShellTool())
+    bash = kigi_bash()
 
     async def inside() -> None:
         bash.invoke({"command": "true"})
@@ -572,7 +582,7 @@ def test_sync_invoke_inside_a_running_loop_is_a_clear_error() -> None:
 
 
 def test_direct_invoke_gives_the_message_and_artifact() -> None:
-    bash = as_langchain_tool(ShellTool())
+    bash = kigi_bash()
     content = bash.invoke({"command": "echo direct"})
     assert content.startswith("direct\n")
     message = bash.invoke(
@@ -589,7 +599,7 @@ HOLD = "echo $$; exec sleep 30"
 
 
 async def test_cancelling_the_graph_task_stops_the_process_group() -> None:
-    bash = as_langchain_tool(ShellTool(tick=0.02))
+    bash = kigi_bash(tick=0.02)
     graph = agent_graph([bash], [bash_call(HOLD)])
     found: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
@@ -628,7 +638,7 @@ async def _ainvoke_until(graph: Any, marker: Path) -> None:
 async def test_a_timeout_around_ainvoke_stops_the_process_group(tmp_path: Path) -> None:
     marker = tmp_path / "pgid"
     command = f"echo $$ > {marker}.tmp; mv {marker}.tmp {marker}; exec sleep 30"
-    bash = as_langchain_tool(ShellTool(tick=0.02))
+    bash = kigi_bash(tick=0.02)
     graph = agent_graph([bash], [bash_call(command)])
     async with asyncio.timeout(30):
         with pytest.raises(TimeoutError):
