@@ -54,7 +54,7 @@ from ._consumer._reassembler import (
     SeqScope,
 )
 from ._consumer._stream_state import StreamState
-from ._lines import LineReader, LineSplitter, OversizedLine, read_lines
+from ._lines import LineReader, read_lines
 from ._producer._chunk import Chunk, stream_chunk
 from ._producer._deltas import DeltaStreamer
 from ._producer._output import (
@@ -73,6 +73,7 @@ from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
 from ._transport._client import Call, CallProgress, Client, ClientStats, RemoteToolError
 from ._transport._server import Server, ServerStats
 from ._transport._stdio import serve_stdio
+from ._wire._split import LineSplitter, OversizedLine
 
 #: The installed distribution's version (from its metadata; the protocol
 #: package ships in the same distribution).
