@@ -36,6 +36,8 @@ CORE_MODULES = (
     "kigi_tool_runtime._tools._shell_outcome",
     "kigi_tool_runtime.mcp._mapping",
     "kigi_tool_runtime.mcp._outbox",
+    "kigi_tool_runtime.langchain._mapping",
+    "kigi_tool_runtime.langchain._fold",
 )
 
 FORBIDDEN = ("asyncio", "subprocess", "socket", "threading", "selectors")

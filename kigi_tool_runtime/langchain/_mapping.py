@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -37,7 +37,9 @@ from kigi_tool_protocol import ToolCallProgressFrame
 
 from .._call._live import LiveDelta
 from .._call._outcome import CallEnd
-from .._tools._tool import Tool
+
+if TYPE_CHECKING:
+    from .._tools._tool import Tool
 
 __all__ = (
     "ARTIFACT_KEY",
