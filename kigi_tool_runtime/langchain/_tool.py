@@ -43,7 +43,7 @@ from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool, Tool
 from langgraph.prebuilt import ToolRuntime
 from langgraph.prebuilt.tool_node import ToolInvocationError
 
-from .._call._outcome import CallEnd
+from .._call._outcome import CallEnd, error_text
 from .._call._served import ServedCall, check_arguments
 from .._tools._errors import ToolError, ToolErrorKind
 from .._tools._runner import STOP_WAIT_S
@@ -118,7 +118,7 @@ class _Served:
         try:
             args = check_arguments(tool, arguments)
         except ToolError as error:
-            text = f"{error.kind.value} error ({error.code}): {error.message}"
+            text = error_text(error, tool.id)
             raise KigiToolError(
                 error, tool_name=self.name, arguments=arguments, text=text
             ) from None
