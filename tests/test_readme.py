@@ -65,6 +65,8 @@ _EXPECTED_OUTPUT = {
     # program serving it with serve_stdio.
     "TOOLS = [Count()]": (),
     "serve_stdio(TOOLS)": (),
+    # Needs the langchain extra: run by tests/test_langchain.py.
+    "ToolEventFolder()": ("grüße ✓ 😀", "bash_output_chunk: 17 bytes in", "complete: True"),
     # Needs a NATS server: run by tests/test_nats.py against a real one.
     "NatsClient.connect(": ("grüße from a worker", "exit code 0", "True True"),
 }

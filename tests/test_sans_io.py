@@ -38,6 +38,8 @@ CORE_MODULES = (
     "kigi_tool_runtime.mcp._mapping",
     "kigi_tool_runtime.mcp._outbox",
     "kigi_tool_runtime.nats._protocol",
+    "kigi_tool_runtime.langchain._mapping",
+    "kigi_tool_runtime.langchain._fold",
 )
 
 FORBIDDEN = ("asyncio", "subprocess", "socket", "threading", "selectors")
