@@ -19,6 +19,7 @@ PUBLIC = (
     "kigi_tool_runtime",
     "kigi_tool_runtime.mcp",
     "kigi_tool_runtime.nats",
+    "kigi_tool_runtime.pydantic_ai",
     "kigi_tool_runtime.testing",
 )
 
