@@ -531,3 +531,14 @@ def test_the_public_surface_is_all_of_it() -> None:
         if not name.startswith("_") and not isinstance(getattr(module, name), type(module))
     }
     assert public == set(exported)
+
+
+def test_readme_pydantic_ai_section_runs() -> None:
+    """The README's pydantic-ai example runs as written: the output live,
+    the model's answer from the tool's text, a complete fold and the value."""
+    from test_readme import _EXPECTED_OUTPUT, _block_with, _run_block
+
+    marker = "KigiToolset([ShellTool()])"
+    out = _run_block(_block_with(marker))
+    for part in _EXPECTED_OUTPUT[marker]:
+        assert part in out, out

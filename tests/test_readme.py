@@ -61,6 +61,13 @@ _EXPECTED_OUTPUT = {
         "no gaps",
         "exit code 0",
     ),
+    # Run by tests/test_pydantic_ai.py (it needs the pydantic-ai extra).
+    "KigiToolset([ShellTool()])": (
+        "grüße ✓ 😀\nthe command said: grüße ✓ 😀\n",
+        "/bash_output_chunk: 17 bytes in",
+        "no gaps",
+        "exit code 0 complete True",
+    ),
     # Needs a NATS server: run by tests/test_nats.py against a real one.
     "NatsClient.connect(": ("grüße from a worker", "exit code 0", "True True"),
 }
