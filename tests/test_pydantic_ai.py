@@ -5,6 +5,7 @@ streamed as ``kigi.tool_output`` events and folded back exactly."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterable
 from pathlib import Path
@@ -27,7 +28,8 @@ from pydantic_ai_models import Call, Script, kigi_frame
 from kigi_tool_runtime import (
     TRUNCATION_MARKER,
     Appended,
-    Reassembler,
+    CallProgress,
+    Client,
     ShellTool,
     Tool,
     ToolContext,
@@ -205,11 +207,40 @@ async def test_an_event_stream_handler_folds_the_same_as_run_stream_events() -> 
     assert result.output.startswith("saw: grüße ✓ 😀\n\n[exit code 0;")
 
 
-async def test_a_flood_through_a_small_tail_folds_as_the_stdio_client_folds() -> None:
+#: A stdio server (the real one, `serve_stdio`) whose one tool streams the
+#: frames recorded in a file: the same frames, carried by the stdio transport.
+_REPLAY_SERVER = """
+import asyncio, json, msgspec
+from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec, ToolCapabilities
+from kigi_tool_runtime import Tool, ToolResult, serve_stdio
+
+class Args(msgspec.Struct):
+    path: str
+
+class Replay(Tool[Args]):
+    id = "replay"
+    args_type = Args
+    capabilities = ToolCapabilities(streaming=StreamingSpec(subkind="bash_output_chunk"))
+
+    async def execute(self, ctx, args):
+        with open(args.path) as recorded:
+            frames = json.load(recorded)
+        for frame in frames:
+            payload = msgspec.convert(frame["body"], PartialResultPayload)
+            yield CustomProgress(subkind=frame["kind"], payload=payload)
+        yield ToolResult(value=len(frames))
+
+asyncio.run(serve_stdio([Replay()]))
+"""
+
+
+async def test_a_flood_through_a_small_tail_folds_as_the_stdio_client_folds(
+    tmp_path: Path,
+) -> None:
     """A flood through a 4 KiB tail: every lost byte is in a gap that
-    `check_stream` places in the source; the folder's gaps, report and
-    appended() events are those of a stdio Client's fold of the same frames
-    (the lines `kigi-stream serve` writes); the model is told of the loss."""
+    `check_stream` places in the source, and the model is told of the loss.
+    The same frames carried by a real stdio server to the stdio `Client` fold
+    to the same gaps, report and appended() events as the folder's."""
     unit = "ab é € 😀 xyz\n"
     count = 40_000
     source = (unit * count).encode()
@@ -244,16 +275,19 @@ async def test_a_flood_through_a_small_tail_folds_as_the_stdio_client_folds() ->
     assert report.lost_bytes_min <= lost <= report.lost_bytes
     assert folded.text == checked.text
     assert report.text_bytes + lost == len(source) == report.total_bytes
-
-    # The stdio client folds the same frames, as the lines the server writes.
-    client_fold = Reassembler(known_calls=["c1"])
-    stdio = [client_fold.appended(frame, seq) for seq, frame in enumerate(frames)]
-    assert stdio == heard
-    assert client_fold.reports(ended=True) == [report]
     assert folded.metadata is not None
     assert folded.metadata["complete"] is False
     (returned,) = script.returns()
     assert "[kigi: the live output lost" in returned.content
+
+    recorded = tmp_path / "frames.json"
+    recorded.write_text(json.dumps([event.frame for event in outputs]))
+    async with asyncio.timeout(60), await Client.spawn([PY, "-c", _REPLAY_SERVER]) as client:
+        call = client.call("replay", {"path": str(recorded)}, tool_call_id="c1")
+        stdio = [item.appended async for item in call if isinstance(item, CallProgress)]
+    assert stdio == heard
+    assert call.reassembler.reports(ended=True) == [report]
+    assert call.reassembler.reports(ended=True)[0].gaps == report.gaps
 
 
 # -- failures ------------------------------------------------------------------------
