@@ -21,8 +21,9 @@ from pydantic_ai import (
     FunctionToolResultEvent,
     RunCancelled,
     RunTimedOut,
+    UsageLimits,
 )
-from pydantic_ai.exceptions import UnexpectedModelBehavior
+from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded
 from pydantic_ai_models import Call, Script, kigi_frame
 
 from kigi_tool_runtime import (
@@ -482,6 +483,27 @@ async def test_a_stopped_run_leaves_no_process(tmp_path: Path, stop: str) -> Non
         await until_group_gone(pid)
     assert not group_alive(pid)
     assert seen[0] == "started\n"
+
+
+async def test_a_usage_limit_starts_no_call_past_it(tmp_path: Path) -> None:
+    """`UsageLimits(tool_calls_limit=1)`: the first call runs, the run ends with
+    UsageLimitExceeded before the second call's command ever starts."""
+    marker = tmp_path / "second"
+    script = Script(
+        [Call("bash", {"command": "echo one"}, "c1")],
+        [Call("bash", {"command": f"touch {marker}"}, "c2")],
+    )
+    agent = Agent(script.model(), toolsets=[KigiToolset([ShellTool()])])
+    with pytest.raises(UsageLimitExceeded, match="tool_calls_limit of 1"):
+        await _run(agent, usage_limits=UsageLimits(tool_calls_limit=1))
+    assert [part.tool_call_id for part in script.returns()] == ["c1"]
+    assert not marker.exists()
+
+
+def test_a_time_limit_must_be_positive() -> None:
+    """`timeout` of 0 or below is refused at once, naming the value."""
+    with pytest.raises(ValueError, match="timeout must be > 0 seconds or None, got 0"):
+        KigiToolset([ShellTool()], timeout=0)
 
 
 # -- the folder, beyond kigi events ------------------------------------------------------

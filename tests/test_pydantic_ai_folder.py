@@ -8,12 +8,18 @@ import json
 from typing import Any
 
 from hypothesis import given, settings
+from pydantic import TypeAdapter
+from pydantic_ai import CustomEvent
 from pydantic_ai_models import kigi_frame
 
-from kigi_tool_protocol import ToolCallProgressFrame, json_codec
+from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
 from kigi_tool_runtime import LiveText, Reassembler
-from kigi_tool_runtime.pydantic_ai import KigiToolOutput, ToolOutputFolder
+from kigi_tool_runtime.pydantic_ai import KigiToolOutput, KigiToolOutputEnd, ToolOutputFolder
 from kigi_tool_runtime.testing import ProducerRun, producer_runs, tool_call_frames
+
+
+def _payload(delta: str, total: int) -> PartialResultPayload:
+    return PartialResultPayload(delta=delta, total_bytes=total, truncated=False, gap=False)
 
 
 @given(frame=tool_call_frames())
@@ -54,3 +60,24 @@ def test_folding_the_events_is_the_stdio_clients_fold(run: ProducerRun) -> None:
         assert folded.text == client.stream(run.tool_call_id, run.subkind).text
         assert folded.report() == client.reports()[0]
         assert folded.frames == len(frames)
+
+
+def test_the_events_round_trip_through_pydantic_ai_serialization() -> None:
+    """pydantic-ai serializes run events (message stores, durable execution):
+    both kigi events come back as themselves, and a KigiToolOutput that came
+    back folds as the original does."""
+    frame = ToolCallProgressFrame(
+        tool_call_id="c1", kind="bash_output_chunk", body=_payload("grüße ", 8)
+    )
+    output = KigiToolOutput.of(LiveText("c1").add(frame, 0))
+    end = KigiToolOutputEnd(closing="", ok=True, frames=1, complete=True, loss={"complete": True})
+    adapter: TypeAdapter[CustomEvent] = TypeAdapter(CustomEvent)
+    for event in (output, end):
+        back = adapter.validate_json(adapter.dump_json(event))
+        assert type(back) is type(event)
+        assert back == event
+    folder = ToolOutputFolder()
+    appended = folder.absorb(adapter.validate_json(adapter.dump_json(output)))
+    assert appended is not None
+    assert appended.text == "grüße "
+    assert not appended.anomalies
