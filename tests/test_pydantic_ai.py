@@ -8,6 +8,7 @@ import asyncio
 import json
 import sys
 from collections.abc import AsyncIterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -498,6 +499,23 @@ async def test_a_usage_limit_starts_no_call_past_it(tmp_path: Path) -> None:
         await _run(agent, usage_limits=UsageLimits(tool_calls_limit=1))
     assert [part.tool_call_id for part in script.returns()] == ["c1"]
     assert not marker.exists()
+
+
+async def test_a_prepared_time_limit_is_the_calls_deadline(tmp_path: Path) -> None:
+    """A `prepared` toolset that sets the tool definition's `timeout` bounds
+    the call: the command is stopped and the model sees a timeout failure."""
+    pidfile = tmp_path / "pid"
+
+    async def limit(ctx: Any, definitions: list[Any]) -> list[Any]:
+        return [replace(definition, timeout=0.5) for definition in definitions]
+
+    script = Script([Call("bash", {"command": f"echo $$ > {pidfile}; sleep 30"}, "c1")], "ok")
+    toolset = KigiToolset([ShellTool()]).prepared(limit)
+    await _run(Agent(script.model(), toolsets=[toolset]))
+    (returned,) = script.returns()
+    assert returned.outcome == "failed"
+    assert returned.content.startswith("timeout error (")
+    await until_group_gone(int(pidfile.read_text()))
 
 
 def test_a_time_limit_must_be_positive() -> None:

@@ -11,11 +11,11 @@ Rule 2. The call lives in the task pydantic-ai runs the tool in: when the run
         is cancelled or times out, that task is cancelled, the served call is
         left, and the tool is stopped (the shell tool's whole process group)
         before the cancellation goes on.
-Rule 2a. A call's time limit (the tool definition's ``timeout``, which
+Rule 3. A call's time limit (the tool definition's ``timeout``, which
         ``KigiToolset(timeout=...)`` sets and a ``prepared`` toolset may change)
         is the served call's deadline: past it the tool is stopped the same way
         and the model sees a failed call saying it timed out.
-Rule 3. ``ctx.emit`` does not wait for the run's consumer: a consumer slower
+Rule 4. ``ctx.emit`` does not wait for the run's consumer: a consumer slower
         than the tool leaves events in pydantic-ai's buffer. ``live=False``
         serves calls without live output (no frame is made; the result is the
         same).
@@ -115,7 +115,7 @@ class KigiToolset(AbstractToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> ToolReturn:
-        """Serve one call (Rules 1, 2).
+        """Serve one call (Rules 1-3).
 
         Raises:
             ToolFailed: the kigi call failed.
