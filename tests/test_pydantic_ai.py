@@ -21,6 +21,7 @@ from pydantic_ai import (
     CustomEvent,
     FunctionToolResultEvent,
     RunCancelled,
+    RunContext,
     RunTimedOut,
     UsageLimits,
 )
@@ -40,6 +41,7 @@ from kigi_tool_runtime import (
 )
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime.pydantic_ai import (
+    MAX_PENDING_EVENTS,
     KigiToolOutput,
     KigiToolOutputEnd,
     KigiToolset,
@@ -290,6 +292,43 @@ async def test_a_flood_through_a_small_tail_folds_as_the_stdio_client_folds(
     assert stdio == heard
     assert call.reassembler.reports(ended=True) == [report]
     assert call.reassembler.reports(ended=True)[0].gaps == report.gaps
+
+
+async def test_a_slow_consumer_pauses_the_tool_instead_of_growing_the_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A consumer slower than a flood: at most MAX_PENDING_EVENTS events wait
+    in pydantic-ai's buffer (an observer on `RunContext.emit` reads it), the
+    tool's bounded tail reports what it skipped as gaps, and the fold still
+    accounts for every byte."""
+    waiting: list[int] = []
+    emit = RunContext.emit
+
+    async def observed(self: RunContext[Any], event: Any) -> Any:
+        emitted = await emit(self, event)
+        waiting.append(len(self._event_stream_buffer or ()))
+        return emitted
+
+    monkeypatch.setattr(RunContext, "emit", observed)
+    size = 8_000_000
+    writer = (
+        f"import os\nblock = b'x' * 65536\nfor _ in range({size // 65536}): os.write(1, block)\n"
+    )
+    tool = ShellTool(tick=0.01, tail_capacity=65536)
+    script = Script([Call("bash", {"command": [PY, "-c", writer]}, "c1")])
+    agent = Agent(script.model(), toolsets=[KigiToolset([tool])])
+    folder = ToolOutputFolder(keep_text=False)
+    async with asyncio.timeout(60), agent.run_stream_events("go") as stream:
+        async for event in stream:
+            folder.absorb(event)
+            if isinstance(event, KigiToolOutput):
+                await asyncio.sleep(0.002)
+    assert max(waiting) <= MAX_PENDING_EVENTS + 1
+    report = folder["c1"].report()
+    assert report is not None
+    assert report.gaps
+    assert report.total_bytes == (size // 65536) * 65536
+    assert report.text_bytes + report.lost_bytes == report.total_bytes
 
 
 # -- failures ------------------------------------------------------------------------

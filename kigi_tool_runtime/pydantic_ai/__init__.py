@@ -25,10 +25,11 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 from ._events import OUTPUT_END_EVENT, OUTPUT_EVENT, KigiToolOutput, KigiToolOutputEnd
 from ._folder import MAX_FOLDED_TEXT_BYTES, FoldedToolCall, ToolOutputFolder
 from ._mapping import tool_definition, tool_name
-from ._toolset import KigiToolset
+from ._toolset import MAX_PENDING_EVENTS, KigiToolset
 
 __all__: tuple[str, ...] = (
     "MAX_FOLDED_TEXT_BYTES",
+    "MAX_PENDING_EVENTS",
     "OUTPUT_END_EVENT",
     "OUTPUT_EVENT",
     "FoldedToolCall",

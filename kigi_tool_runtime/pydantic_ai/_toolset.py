@@ -15,19 +15,25 @@ Rule 3. A call's time limit (the tool definition's ``timeout``, which
         ``KigiToolset(timeout=...)`` sets and a ``prepared`` toolset may change)
         is the served call's deadline: past it the tool is stopped the same way
         and the model sees a failed call saying it timed out.
-Rule 4. ``ctx.emit`` does not wait for the run's consumer: a consumer slower
-        than the tool leaves events in pydantic-ai's buffer. ``live=False``
-        serves calls without live output (no frame is made; the result is the
-        same).
+Rule 4. Backpressure, not buffering: ``ctx.emit`` returns at once, leaving the
+        event in the run's event buffer until the run's consumer takes it. While
+        more than :data:`MAX_PENDING_EVENTS` wait there, a call takes no new
+        frame, so a slow consumer pauses the tool (the shell tool's bounded
+        tail then reports what it skipped as a gap) and the buffer stays
+        bounded. The buffer is pydantic-ai's own (an internal of 2.x): a run
+        whose buffer is not being drained live is not paced.
+        ``live=False`` serves calls without live output (no frame is made; the
+        result is the same).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 from pydantic_ai import AbstractToolset, RunContext, ToolReturn, ToolsetTool
 
@@ -36,9 +42,38 @@ from .._tools._tool import Tool
 from ._events import KigiToolOutput, KigiToolOutputEnd
 from ._mapping import ARGS_OBJECT, check_or_retry, return_of, tool_definition, tool_name
 
-__all__ = ("KigiToolset",)
+__all__ = ("MAX_PENDING_EVENTS", "KigiToolset")
 
 _call_ids = itertools.count(1)
+
+#: Events that may wait in a run's event buffer for its consumer before a call
+#: stops taking frames (Rule 4): 64 frames of at most 16 KiB are 1 MiB, and a
+#: consumer that keeps up never sees the bound.
+MAX_PENDING_EVENTS: Final = 64
+
+#: How often a paused call looks at the buffer again (Rule 4): short next to a
+#: frame's tick (100 ms), long enough not to spin while the consumer is slow.
+PENDING_POLL_S: Final = 0.002
+
+
+def _live_buffer(ctx: RunContext[Any]) -> Sized | None:
+    """The run's event buffer when a stream merger drains it live (it keeps a
+    waiter registered while it does), else ``None``: a buffer drained only
+    when the tool returns must never be waited on."""
+    buffer = getattr(ctx, "_event_stream_buffer", None)
+    waiters = getattr(buffer, "waiters", None)
+    if isinstance(buffer, list) and waiters:
+        return buffer
+    return None
+
+
+async def _paced(ctx: RunContext[Any]) -> None:
+    """Wait while more than :data:`MAX_PENDING_EVENTS` events wait for the
+    run's consumer (Rule 4)."""
+    buffer = _live_buffer(ctx)
+    while buffer is not None and len(buffer) > MAX_PENDING_EVENTS:
+        await asyncio.sleep(PENDING_POLL_S)
+        buffer = _live_buffer(ctx)
 
 
 def _check(tool: Tool[Any], ctx: RunContext[Any], /, **arguments: Any) -> None:
@@ -136,6 +171,7 @@ class KigiToolset(AbstractToolset[Any]):
         async with served as call:
             async for delta in call:
                 await ctx.emit(KigiToolOutput.of(delta))
+                await _paced(ctx)
         end = call.end
         await ctx.emit(KigiToolOutputEnd.of(end))
         return return_of(end)
