@@ -297,10 +297,10 @@ async def test_a_flood_through_a_small_tail_folds_as_the_stdio_client_folds(
 async def test_a_slow_consumer_pauses_the_tool_instead_of_growing_the_buffer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A consumer slower than a flood: at most MAX_PENDING_EVENTS events wait
-    in pydantic-ai's buffer (an observer on `RunContext.emit` reads it), the
-    tool's bounded tail reports what it skipped as gaps, and the fold still
-    accounts for every byte."""
+    """A consumer slower than a flood: at most `max_pending_events` events
+    wait in pydantic-ai's buffer (an observer on `RunContext.emit` reads it),
+    the tool's bounded tail reports what it skipped as gaps, and the fold
+    still accounts for every byte."""
     waiting: list[int] = []
     emit = RunContext.emit
 
@@ -316,14 +316,14 @@ async def test_a_slow_consumer_pauses_the_tool_instead_of_growing_the_buffer(
     )
     tool = ShellTool(tick=0.01, tail_capacity=65536)
     script = Script([Call("bash", {"command": [PY, "-c", writer]}, "c1")])
-    agent = Agent(script.model(), toolsets=[KigiToolset([tool])])
+    agent = Agent(script.model(), toolsets=[KigiToolset([tool], max_pending_events=16)])
     folder = ToolOutputFolder(keep_text=False)
     async with asyncio.timeout(60), agent.run_stream_events("go") as stream:
         async for event in stream:
             folder.absorb(event)
             if isinstance(event, KigiToolOutput):
                 await asyncio.sleep(0.002)
-    assert max(waiting) <= MAX_PENDING_EVENTS + 1
+    assert max(waiting) <= 16 + 1
     report = folder["c1"].report()
     assert report is not None
     assert report.gaps
@@ -557,10 +557,15 @@ async def test_a_prepared_time_limit_is_the_calls_deadline(tmp_path: Path) -> No
     await until_group_gone(int(pidfile.read_text()))
 
 
-def test_a_time_limit_must_be_positive() -> None:
-    """`timeout` of 0 or below is refused at once, naming the value."""
+def test_bounds_out_of_range_are_refused() -> None:
+    """A `timeout` of 0 or below and a `max_pending_events` below 1 are
+    refused at once, naming the value; the default bound is the stdio
+    client's."""
     with pytest.raises(ValueError, match="timeout must be > 0 seconds or None, got 0"):
         KigiToolset([ShellTool()], timeout=0)
+    with pytest.raises(ValueError, match="max_pending_events must be at least 1, got 0"):
+        KigiToolset([ShellTool()], max_pending_events=0)
+    assert KigiToolset([ShellTool()]).max_pending_events == MAX_PENDING_EVENTS == 1024
 
 
 # -- the folder, beyond kigi events ------------------------------------------------------

@@ -17,7 +17,8 @@ Rule 3. A call's time limit (the tool definition's ``timeout``, which
         and the model sees a failed call saying it timed out.
 Rule 4. Backpressure, not buffering: ``ctx.emit`` returns at once, leaving the
         event in the run's event buffer until the run's consumer takes it. While
-        more than :data:`MAX_PENDING_EVENTS` wait there, a call takes no new
+        more than ``max_pending_events`` wait there (default
+        :data:`MAX_PENDING_EVENTS`), a call takes no new
         frame, so a slow consumer pauses the tool (the shell tool's bounded
         tail then reports what it skipped as a gap) and the buffer stays
         bounded. The buffer is pydantic-ai's own (an internal of 2.x): a run
@@ -47,9 +48,10 @@ __all__ = ("MAX_PENDING_EVENTS", "KigiToolset")
 _call_ids = itertools.count(1)
 
 #: Events that may wait in a run's event buffer for its consumer before a call
-#: stops taking frames (Rule 4): 64 frames of at most 16 KiB are 1 MiB, and a
-#: consumer that keeps up never sees the bound.
-MAX_PENDING_EVENTS: Final = 64
+#: stops taking frames (Rule 4), as many as the stdio client holds for a call:
+#: 1024 full 16 KiB deltas are 16 MiB, so a consumer busy elsewhere for a while
+#: loses nothing, and one that falls behind for good costs a bounded amount.
+MAX_PENDING_EVENTS: Final = 1024
 
 #: How often a paused call looks at the buffer again (Rule 4): short next to a
 #: frame's tick (100 ms), long enough not to spin while the consumer is slow.
@@ -67,11 +69,10 @@ def _live_buffer(ctx: RunContext[Any]) -> Sized | None:
     return None
 
 
-async def _paced(ctx: RunContext[Any]) -> None:
-    """Wait while more than :data:`MAX_PENDING_EVENTS` events wait for the
-    run's consumer (Rule 4)."""
+async def _paced(ctx: RunContext[Any], bound: int) -> None:
+    """Wait while more than ``bound`` events wait for the run's consumer (Rule 4)."""
     buffer = _live_buffer(ctx)
-    while buffer is not None and len(buffer) > MAX_PENDING_EVENTS:
+    while buffer is not None and len(buffer) > bound:
         await asyncio.sleep(PENDING_POLL_S)
         buffer = _live_buffer(ctx)
 
@@ -89,11 +90,14 @@ class KigiToolset(AbstractToolset[Any]):
     ``max_retries`` bounds the model's retries of refused arguments (``None``:
     the agent's); ``timeout`` is each call's time limit in seconds (``None``:
     the tool's own deadline; the agent's ``tool_timeout`` applies only to the
-    agent's own function tools); ``live``: stream each call's output as events.
+    agent's own function tools); ``live``: stream each call's output as events;
+    ``max_pending_events``: how many events may wait for the run's consumer
+    before a call pauses (Rule 4).
 
     Raises:
         ValueError: two tools have the same pydantic-ai name, a tool's input
-            schema is not an object at the root, or ``timeout`` is not positive.
+            schema is not an object at the root, ``timeout`` is not positive,
+            or ``max_pending_events`` is below 1.
     """
 
     def __init__(
@@ -104,9 +108,13 @@ class KigiToolset(AbstractToolset[Any]):
         max_retries: int | None = None,
         timeout: float | None = None,
         live: bool = True,
+        max_pending_events: int = MAX_PENDING_EVENTS,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
+        if max_pending_events < 1:
+            raise ValueError(f"max_pending_events must be at least 1, got {max_pending_events}")
+        self.max_pending_events = max_pending_events
         self._id = id
         self.max_retries = max_retries
         self.live = live
@@ -171,7 +179,7 @@ class KigiToolset(AbstractToolset[Any]):
         async with served as call:
             async for delta in call:
                 await ctx.emit(KigiToolOutput.of(delta))
-                await _paced(ctx)
+                await _paced(ctx, self.max_pending_events)
         end = call.end
         await ctx.emit(KigiToolOutputEnd.of(end))
         return return_of(end)
