@@ -26,6 +26,7 @@ from pydantic_ai import (
     UsageLimits,
 )
 from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded
+from pydantic_ai.models.test import TestModel
 from pydantic_ai_models import Call, Script, kigi_frame
 
 from kigi_tool_runtime import (
@@ -129,6 +130,23 @@ async def test_the_model_is_offered_each_tool_with_its_schema() -> None:
     assert bash.metadata["kigi_tool_id"] == "bash"
     assert tool_name("files:read") == "files__read"
     assert tool_definition(_Namespaced()).name == "files__read"
+
+
+async def test_arguments_testmodel_makes_from_the_schema_pass_the_check() -> None:
+    """pydantic-ai's TestModel calls the shell tool with arguments it makes
+    from the schema alone: they pass the strict check, the command runs (no
+    such program: exit 127) and its output folds whole."""
+    agent = Agent(TestModel(call_tools=["bash"]), toolsets=[KigiToolset([ShellTool()])])
+    events, folder = await _run(agent)
+    ((call_id, folded),) = folder.calls.items()
+    (result,) = [e for e in events if isinstance(e, FunctionToolResultEvent)]
+    assert result.tool_call_id == call_id
+    assert result.part.outcome == "success"
+    assert folded.value["exit_code"] == 127
+    assert folded.text == folded.value["output"]
+    assert folded.text
+    assert folded.complete
+    assert "[exit code 127;" in result.part.content
 
 
 def test_two_tools_with_one_name_are_refused() -> None:
@@ -620,6 +638,38 @@ class _Echo(Tool[msgspec.Struct]):
         if ctx.call_id == "bad":
             raise ToolError("forbidden", "not allowed here")
         return ToolResult(value={"ok": True})
+
+
+class _Awkward(msgspec.Struct, forbid_unknown_fields=True):
+    tool: str
+    ctx: int
+
+
+class _AwkwardTool(Tool[_Awkward]):
+    """A tool whose arguments are named like the check's own parameters."""
+
+    id = "awkward"
+    args_type = _Awkward
+
+    async def run(self, ctx: ToolContext, args: _Awkward) -> Any:
+        return f"{args.tool}:{args.ctx}"
+
+
+async def test_arguments_named_tool_and_ctx_are_checked_like_any_other() -> None:
+    """Arguments called `tool` and `ctx` reach the tool; a wrong type among
+    them is retried with its path."""
+    script = Script(
+        [Call("awkward", {"tool": "x", "ctx": "one"}, "c1")],
+        [Call("awkward", {"tool": "x", "ctx": 1}, "c2")],
+    )
+    tool = _AwkwardTool()
+    toolset = KigiToolset([tool])
+    assert toolset.tools == {"awkward": tool}
+    await _run(Agent(script.model(), toolsets=[toolset]))
+    first, second = script.returns()
+    assert first.outcome == "retried"
+    assert "`$.ctx`" in str(first.content)
+    assert second.content == "x:1"
 
 
 async def test_a_non_streaming_tool_returns_its_value_as_json() -> None:
