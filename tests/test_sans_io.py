@@ -28,6 +28,7 @@ CORE_MODULES = (
     "kigi_tool_runtime._consumer._history",
     "kigi_tool_runtime._call._live",
     "kigi_tool_runtime._call._outcome",
+    "kigi_tool_runtime._call._caller",
     "kigi_tool_runtime._call._schema",
     "kigi_tool_runtime._wire._split",
     "kigi_tool_runtime._transport._rpc_server",
@@ -37,6 +38,7 @@ CORE_MODULES = (
     "kigi_tool_runtime._tools._shell_outcome",
     "kigi_tool_runtime.mcp._mapping",
     "kigi_tool_runtime.mcp._outbox",
+    "kigi_tool_runtime.nats._protocol",
 )
 
 FORBIDDEN = ("asyncio", "subprocess", "socket", "threading", "selectors")
