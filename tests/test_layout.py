@@ -20,6 +20,7 @@ PUBLIC = (
     "kigi_tool_runtime.langchain",
     "kigi_tool_runtime.mcp",
     "kigi_tool_runtime.nats",
+    "kigi_tool_runtime.pydantic_ai",
     "kigi_tool_runtime.testing",
 )
 

@@ -67,6 +67,13 @@ _EXPECTED_OUTPUT = {
     "serve_stdio(TOOLS)": (),
     # Needs the langchain extra: run by tests/test_langchain.py.
     "ToolEventFolder()": ("grüße ✓ 😀", "bash_output_chunk: 17 bytes in", "complete: True"),
+    # Run by tests/test_pydantic_ai.py (it needs the pydantic-ai extra).
+    "KigiToolset([ShellTool()])": (
+        "grüße ✓ 😀\nthe command said: grüße ✓ 😀\n",
+        "/bash_output_chunk: 17 bytes in",
+        "no gaps",
+        "exit code 0 complete True",
+    ),
     # Needs a NATS server: run by tests/test_nats.py against a real one.
     "NatsClient.connect(": ("grüße from a worker", "exit code 0", "True True"),
 }

@@ -24,7 +24,7 @@ import msgspec
 
 from .._consumer._loss import LossReport
 from .._text import plural
-from .._tools._errors import ToolError
+from .._tools._errors import ToolError, ToolErrorKind
 from .._tools._result import ToolResult
 from .._tools._shell_outcome import ShellOutcome
 
@@ -153,12 +153,20 @@ class CallEnd:
         frames: int,
         closing: str = "",
     ) -> CallEnd:
-        """The end of a call whose run ended with ``terminal``."""
-        text = (
-            error_text(terminal, tool_id)
-            if isinstance(terminal, ToolError)
-            else model_text(terminal.value)
-        )
+        """The end of a call whose run ended with ``terminal``. A result whose
+        value JSON cannot carry ends the call with an ``internal_error`` (the
+        tool broke its contract), never with an exception out of the host."""
+        if isinstance(terminal, ToolResult):
+            try:
+                text = model_text(terminal.value)
+            except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+                terminal = ToolError(
+                    ToolErrorKind.INTERNAL_ERROR,
+                    f"the tool's result cannot be sent as JSON: {exc}",
+                    tool_id=tool_id,
+                )
+        if isinstance(terminal, ToolError):
+            text = error_text(terminal, tool_id)
         line = loss_line(report)
         if line is not None:
             text = f"{text}\n{line}"

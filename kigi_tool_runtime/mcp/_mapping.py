@@ -45,6 +45,7 @@ from kigi_tool_protocol import (
 )
 
 from .._call._outcome import error_text, model_text
+from .._call._schema import root_object_schema
 from .._tools._errors import ToolError
 from .._tools._result import ToolResult
 
@@ -88,45 +89,6 @@ def mcp_tool_name(tool_id: str) -> str:
     allow letters, digits, ``_``, ``-`` and ``.``; a kigi segment never holds a
     ``.``, so the mapping is one to one)."""
     return tool_id.replace(":", ".")
-
-
-def root_object_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """``schema`` with a root ``$ref`` into ``$defs`` inlined, as MCP wants an
-    ``object`` schema at the root (msgspec writes a Struct as a reference). The
-    other definitions stay, so nested references still resolve.
-
-    Raises:
-        ValueError: the root reference does not resolve, or the root is not an
-            ``object`` schema.
-    """
-    out = dict(schema)
-    ref = out.get("$ref")
-    if isinstance(ref, str):
-        prefix = "#/$defs/"
-        defs = dict(out.get("$defs") or {})
-        name = ref[len(prefix) :] if ref.startswith(prefix) else None
-        if name is None or name not in defs:
-            raise ValueError(f"the schema's root reference {ref!r} does not resolve")
-        root = dict(defs.pop(name))
-        del out["$ref"]
-        out.pop("$defs", None)
-        if _references(defs, ref) or _references(root, ref):
-            defs[name] = root  # recursive: keep the definition it refers to
-        out = {**root, **out}
-        if defs:
-            out["$defs"] = defs
-    if out.get("type") != "object":
-        kind = out.get("type")
-        raise ValueError(f"an MCP tool schema must be an object at the root, got {kind!r}")
-    return out
-
-
-def _references(value: Any, ref: str) -> bool:
-    if isinstance(value, dict):
-        return value.get("$ref") == ref or any(_references(v, ref) for v in value.values())
-    if isinstance(value, list):
-        return any(_references(v, ref) for v in value)
-    return False
 
 
 def _annotations(caps: ToolCapabilities) -> dict[str, Any] | None:

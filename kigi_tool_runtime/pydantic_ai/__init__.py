@@ -1,0 +1,42 @@
+"""Serve kigi tools to pydantic-ai agents with their output streaming live as
+``kigi.tool_output`` events, and fold those events back into exact text.
+
+Needs the ``pydantic-ai`` extra (``pydantic-ai-slim`` 2.x):
+``pip install 'kigi-tool-runtime[pydantic-ai]'``.
+
+- :class:`KigiToolset` serves any set of kigi tools (the shell tool included)
+  as a pydantic-ai toolset.
+- Each frame a call streams is one :class:`KigiToolOutput` event, delivered to
+  ``event_stream_handler``, ``run_stream_events``, ``iter`` and the UI adapters
+  (AG-UI ``CUSTOM``, Vercel AI ``data-kigi.tool_output``); one
+  :class:`KigiToolOutputEnd` closes the call's output.
+- :class:`ToolOutputFolder` folds those events back, per tool call, as the stdio
+  client folds a call.
+"""
+
+try:
+    import pydantic_ai as _pydantic_ai  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError(
+        "kigi_tool_runtime.pydantic_ai needs the 'pydantic-ai' extra (pydantic-ai-slim 2.x):"
+        " pip install 'kigi-tool-runtime[pydantic-ai]'"
+    ) from exc
+
+from ._events import OUTPUT_END_EVENT, OUTPUT_EVENT, KigiToolOutput, KigiToolOutputEnd
+from ._folder import MAX_FOLDED_TEXT_BYTES, FoldedToolCall, ToolOutputFolder
+from ._mapping import tool_definition, tool_name
+from ._toolset import MAX_PENDING_EVENTS, KigiToolset
+
+__all__: tuple[str, ...] = (
+    "MAX_FOLDED_TEXT_BYTES",
+    "MAX_PENDING_EVENTS",
+    "OUTPUT_END_EVENT",
+    "OUTPUT_EVENT",
+    "FoldedToolCall",
+    "KigiToolOutput",
+    "KigiToolOutputEnd",
+    "KigiToolset",
+    "ToolOutputFolder",
+    "tool_definition",
+    "tool_name",
+)
