@@ -2,9 +2,11 @@
 stdout on the SDK's ``AgentSideConnection`` (``acp.run_agent``).
 
 Each prompt's text is a JSON call: ``args`` for the shell tool, and
-optionally ``shell`` (``ShellTool`` keywords), ``tail_bytes`` and ``pacing``
-(``Pacing`` keywords). The agent runs it as one tool call and answers
-``end_turn``, or ``cancelled`` when ``session/cancel`` stopped it.
+optionally ``shell`` (``ShellTool`` keywords), ``tail_bytes``, ``pacing``
+(``Pacing`` keywords) and ``cancel_by``: ``"task_cancel"`` makes
+``session/cancel`` cancel the prompt's task rather than the call. The agent
+runs it as one tool call and answers ``end_turn``, or ``cancelled`` when
+``session/cancel`` stopped it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class TestAgent:
     def __init__(self) -> None:
         self._capabilities: Any = None
         self._calls: dict[str, AcpToolCalls] = {}
+        self._tasks: dict[str, asyncio.Task[Any] | None] = {}
         self._sessions = 0
 
     def on_connect(self, conn: Any) -> None:
@@ -49,10 +52,21 @@ class TestAgent:
             pacing=Pacing(**spec.get("pacing", {})),
         )
         self._calls[session_id] = calls
-        end = await calls.run(session_id, ShellTool(**spec.get("shell", {})), spec["args"])
+        if spec.get("cancel_by") == "task_cancel":
+            self._tasks[session_id] = asyncio.current_task()
+        try:
+            end = await calls.run(session_id, ShellTool(**spec.get("shell", {})), spec["args"])
+        except asyncio.CancelledError:
+            return PromptResponse(stop_reason="cancelled")
+        finally:
+            self._tasks.pop(session_id, None)
         return PromptResponse(stop_reason="cancelled" if is_cancelled(end) else "end_turn")
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        task = self._tasks.get(session_id)
+        if task is not None:
+            task.cancel()  # the agent stops its whole turn
+            return
         calls = self._calls.get(session_id)
         if calls is not None:
             calls.cancel(session_id)

@@ -37,8 +37,10 @@ Rule 4. Replacements are paced (:class:`Pacing`): one is sent only when
         text; never O(L²). Appends are the live text once.
 Rule 5. Every update that carries live text carries kigi's figures under
         ``_meta["dev.kigi/live"]``: the frame's ``seq`` and ``total_bytes``, and
-        the live-text byte offsets its text spans (``offset``, ``end``); an
-        append carries the exact kigi frame under ``_meta["dev.kigi/frame"]``.
+        the live-text byte offsets its text spans (``offset``, ``end``); one
+        made for a frame carries the exact kigi frame under
+        ``_meta["dev.kigi/frame"]``, so a client that declared appends has
+        every frame and can fold them itself.
 
 No I/O and no event loop: the caller passes the clock (``now``, in seconds).
 """
@@ -399,7 +401,7 @@ class ToolCallMapper:
         }
         output = self._output
         if output is LiveOutput.APPEND_AND_REPLACE and delta.marker is not None:
-            update = self._replace(now, live)
+            update = self._replace(now, live, delta)
             if update is not None:
                 return update
         if output.appends:
@@ -407,7 +409,7 @@ class ToolCallMapper:
                 return None
             self._tail.shown()
             return self._append(delta.text, offset, live, delta)
-        return self._replace(now, live)
+        return self._replace(now, live, delta)
 
     def finish(self, end: CallEnd, now: float) -> list[ToolCallProgress]:
         """The closing update, if any, and the last one (Rules 1, 3)."""
@@ -419,7 +421,7 @@ class ToolCallMapper:
             self._tail.shown()
             updates.append(self._append(end.closing, offset, live, None))
         elif self._output is LiveOutput.REPLACE and self._tail.total > self._replaced_at:
-            updates.append(self._replacement(now, live))
+            updates.append(self._replacement(now, live, None))
         updates.append(self._last(end))
         return updates
 
@@ -443,36 +445,38 @@ class ToolCallMapper:
             session_update="tool_call_update", tool_call_id=self._tool_call_id, field_meta=meta
         )
 
-    def _replace(self, now: float, live: dict[str, Any]) -> ToolCallProgress | None:
+    def _replace(
+        self, now: float, live: dict[str, Any], delta: LiveDelta
+    ) -> ToolCallProgress | None:
         since = None if self._last_replace is None else now - self._last_replace
         new_bytes = self._tail.total - self._replaced_at
         size = self._tail.total - self._tail.start
         if not self._pacing.due(since=since, new_bytes=new_bytes, size=size):
             return None
-        return self._replacement(now, live)
+        return self._replacement(now, live, delta)
 
-    def _replacement(self, now: float, live: dict[str, Any]) -> ToolCallProgress:
+    def _replacement(
+        self, now: float, live: dict[str, Any], delta: LiveDelta | None
+    ) -> ToolCallProgress:
         start = self._tail.start
         text = self._tail.snapshot()
         self._last_replace = now
         self._replaced_at = self._tail.total
         self.updates += 1
         self.sent_bytes += len(text.encode("utf-8"))
-        figures = {**live, "offset": start, "end": self._tail.total}
+        meta: dict[str, Any] = {META_LIVE: {**live, "offset": start, "end": self._tail.total}}
+        if delta is not None:
+            meta[META_FRAME] = _json(delta.frame)
         if self._output is LiveOutput.CONTENT:
             return ToolCallProgress(
                 session_update="tool_call_update",
                 tool_call_id=self._tool_call_id,
                 content=[_text(text)],
-                field_meta={META_LIVE: figures},
+                field_meta=meta,
             )
+        meta[TERMINAL_OUTPUT] = {"terminal_id": self._tool_call_id, "data": text}
         return ToolCallProgress(
-            session_update="tool_call_update",
-            tool_call_id=self._tool_call_id,
-            field_meta={
-                TERMINAL_OUTPUT: {"terminal_id": self._tool_call_id, "data": text},
-                META_LIVE: figures,
-            },
+            session_update="tool_call_update", tool_call_id=self._tool_call_id, field_meta=meta
         )
 
     def _last(self, end: CallEnd) -> ToolCallProgress:
