@@ -79,8 +79,10 @@ class Call:
 
     @property
     def live(self) -> list[ToolCallProgress]:
-        """The updates before the last one."""
-        return self.updates[:-1]
+        """The updates before the last one (all of them while the call runs)."""
+        if self.updates and self.updates[-1].status in ("completed", "failed"):
+            return self.updates[:-1]
+        return self.updates
 
     def appends(self) -> list[str]:
         return [

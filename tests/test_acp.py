@@ -8,11 +8,14 @@ import asyncio
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from acp_editor import CAPABILITIES, Call, agent, content_text, markers, prompt
+from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
+from acp.schema import ClientCapabilities
+from acp_editor import CAPABILITIES, Call, Editor, agent, content_text, markers, prompt
 from processes import until_group_gone
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
@@ -287,3 +290,51 @@ async def test_cancel_mid_flood_stops_the_call_and_its_processes(how: str) -> No
         again = {"args": {"command": "echo still here"}}
         assert await prompt(conn, session.session_id, again) == "end_turn"
         assert editor.calls()[-1].appends() == ["still here\n"]
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_agent() -> str:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Use it from an ACP agent") :]
+    (block,) = re.findall(r"```python\n(.*?)```", section[: section.index("\n## ", 5)], re.DOTALL)
+    return block
+
+
+async def test_readme_acp_agent_runs_as_written(tmp_path: Path) -> None:
+    """The README's agent, saved as agent.py and run as written, serves a
+    command as a tool call to the SDK's client: the output live, the call
+    completed with the model's text, and a cancel that stops a command."""
+    script = tmp_path / "agent.py"
+    script.write_text(_readme_agent(), encoding="utf-8")
+    editor = Editor()
+    command = "printf 'grüße '; sleep 0.2; printf '✓ 😀\\n'"
+    async with (
+        asyncio.timeout(DEADLINE_S),
+        spawn_agent_process(
+            editor, sys.executable, str(script), cwd=tmp_path, transport_kwargs={"stderr": None}
+        ) as (conn, _),
+    ):
+        declared = ClientCapabilities(field_meta=CAPABILITIES["append"])
+        await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=declared)
+        session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        done = await conn.prompt(session_id=session.session_id, prompt=[text_block(command)])
+        assert done.stop_reason == "end_turn"
+        turn = asyncio.create_task(
+            conn.prompt(
+                session_id=session.session_id, prompt=[text_block("echo started; sleep 60")]
+            )
+        )
+        while len(editor.calls()) < 2 or not editor.calls()[1].appends():
+            editor.changed.clear()
+            await editor.changed.wait()
+        await conn.cancel(session_id=session.session_id)
+        assert (await turn).stop_reason == "cancelled"
+    first, cancelled = editor.calls()
+    assert "".join(first.appends()) == "grüße ✓ 😀\n"
+    assert first.start.kind == "execute"
+    assert first.last.status == "completed"
+    assert first.text().startswith("grüße ✓ 😀\n\n[exit code 0;")
+    assert cancelled.last.status == "failed"
+    assert "cancelled error" in cancelled.text()

@@ -61,6 +61,8 @@ _EXPECTED_OUTPUT = {
         "no gaps",
         "exit code 0",
     ),
+    # An ACP agent: run by tests/test_acp.py against the SDK's client.
+    "AcpToolCalls(conn)": ("agent",),
     # Needs a NATS server: run by tests/test_nats.py against a real one.
     "NatsClient.connect(": ("grüße from a worker", "exit code 0", "True True"),
 }
