@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,8 +16,8 @@ from typing import Any
 import msgspec
 import pytest
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
-from acp.schema import ClientCapabilities
-from acp_editor import CAPABILITIES, Call, Editor, agent, content_text, markers, prompt
+from acp.schema import ClientCapabilities, ToolCallProgress, ToolCallStart
+from acp_editor import AGENT, CAPABILITIES, Call, Editor, agent, content_text, markers, prompt
 from processes import until_group_gone
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
@@ -338,3 +340,71 @@ async def test_readme_acp_agent_runs_as_written(tmp_path: Path) -> None:
     assert first.text().startswith("grüße ✓ 😀\n\n[exit code 0;")
     assert cancelled.last.status == "failed"
     assert "cancelled error" in cancelled.text()
+
+
+#: The TypeScript SDK the Node editor runs (its major version).
+NPM_SDK = "@agentclientprotocol/sdk@2"
+NODE_CLIENT = Path(__file__).resolve().parent / "acp_node_client.mjs"
+
+
+@pytest.fixture(scope="module")
+def node_editor(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with the npm ACP SDK installed and the Node editor beside it."""
+    where = tmp_path_factory.mktemp("acp-node")
+    subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", "--silent", NPM_SDK],
+        cwd=where,
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    (where / "client.mjs").write_text(NODE_CLIENT.read_text(encoding="utf-8"), encoding="utf-8")
+    return where
+
+
+def _node_call(where: Path, mode: str, spec: dict[str, Any]) -> tuple[str, Call]:
+    """One prompt from the Node editor to the test agent: its stop reason and call."""
+    done = subprocess.run(
+        [
+            "node",
+            "client.mjs",
+            sys.executable,
+            str(AGENT),
+            json.dumps(CAPABILITIES[mode]),
+            json.dumps(spec),
+        ],
+        cwd=where,
+        check=True,
+        timeout=DEADLINE_S,
+        capture_output=True,
+        text=True,
+    )
+    got = json.loads(done.stdout)
+    start, *updates = got["updates"]
+    call = Call(ToolCallStart.model_validate(start))
+    call.updates = [ToolCallProgress.model_validate(update) for update in updates]
+    return got["stopReason"], call
+
+
+@pytest.mark.slow
+def test_node_editor_on_the_typescript_sdk(node_editor: Path) -> None:
+    """The TypeScript SDK's client, driven by Node, gets the same: split
+    characters whole at caps 0 and 4, and a flood's losses marked as the report
+    counts them, with a replacement after a loss."""
+    steps: list[bytes | None] = []
+    for byte in SPLIT_TEXT.encode():
+        steps += [bytes([byte]), None]
+    command = python_writer_argv(steps, tick_s=0.03)
+    for cap in (0, 4):
+        spec = {"args": {"command": command}, "shell": {"max_delta_bytes": cap, "tick": 0.01}}
+        stop, call = _node_call(node_editor, "append", spec)
+        assert stop == "end_turn"
+        assert "".join(call.appends()) == SPLIT_TEXT
+        assert all(len(d.encode()) <= cap or len(d) == 1 for d in call.appends())
+        assert call.last.status == "completed"
+    stop, call = _node_call(node_editor, "append_and_replace", _flood_spec())
+    assert stop == "end_turn"
+    text = call.rebuilt()
+    _check_markers_match_the_report(call, text)
+    assert call.replacements()
+    assert text.endswith("0199999\n")
