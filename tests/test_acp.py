@@ -185,9 +185,12 @@ async def test_flood_through_a_small_tail_is_marked_and_resynchronised() -> None
     call, _ = texts["append_and_replace"]
     replacements = call.replacements()
     assert replacements
-    for data in replacements:
-        assert markers(data)
-        assert len(data.encode()) <= 4096
+    assert markers(replacements[0])
+    assert all(len(data.encode()) <= 4096 for data in replacements)
+    # The last loss is followed by a replacement: the client ends resynchronised.
+    kinds = [TERMINAL_OUTPUT in (u.field_meta or {}) for u in call.live]
+    losses = [(u.field_meta or {})[META_LIVE]["gap"] for u in call.live]
+    assert max(i for i, gap in enumerate(losses) if gap) <= max(i for i, r in enumerate(kinds) if r)
 
 
 @pytest.mark.slow

@@ -261,30 +261,44 @@ def _replacement(update: ToolCallProgress, output: LiveOutput) -> str:
 def test_append_and_replace_client_resynchronises_at_losses(
     frames: list[tuple[float, int, str]],
 ) -> None:
-    """A client that declared both gets appends, and a replacement in place of
-    the append at a frame that showed a loss when the pacer allows; together
-    (by their offsets) they are the live text, and a replacement is sent only
-    at a loss."""
-    deltas, _ = _deltas(frames)
+    """A client that declared both gets appends, and after each frame that
+    showed a loss a replacement (at that frame when the pacer allows, else at
+    a later one, at the end at the latest); together, by their offsets, they
+    are the live text, and a replacement comes only after a loss."""
+    deltas, closing = _deltas(frames)
     mapper = ToolCallMapper("c1", LiveOutput.APPEND_AND_REPLACE, tail_bytes=1100)
     known = bytearray()
+    pending = False
+    updates: list[tuple[bool, ToolCallProgress]] = []
     for now, delta in deltas:
+        pending = pending or delta.marker is not None
         update = mapper.frame(delta, now)
-        if update is None:
-            assert not delta.text
-            continue
+        if update is not None:
+            updates.append((pending, update))
+            if _data(update, TERMINAL_OUTPUT) is not None:
+                pending = False
+        else:
+            assert not delta.text or pending
+    end = 99.0 if not deltas else deltas[-1][0] + 1
+    *closing_updates, _last = mapper.finish(_end(closing), end)
+    updates += [(pending, update) for update in closing_updates]
+    replaced = False
+    for was_pending, update in updates:
         meta = update.field_meta or {}
         data = _data(update, TERMINAL_OUTPUT)
         if data is not None:
-            assert delta.marker is not None
-            assert delta.marker in data
+            assert was_pending
+            replaced = True
         else:
             data = _data(update, TERMINAL_OUTPUT_DELTA)
         assert data is not None
-        start, end = meta[META_LIVE]["offset"], meta[META_LIVE]["end"]
+        start, stop = meta[META_LIVE]["offset"], meta[META_LIVE]["end"]
         assert start <= len(known)
-        known[start:end] = data.encode()
-    assert known.decode() == "".join(d.text for _, d in deltas)
+        known[start:stop] = data.encode()
+    assert known.decode() == "".join(d.text for _, d in deltas) + closing
+    assert replaced == any(d.marker is not None for _, d in deltas)
+    if updates and pending:
+        assert _data(updates[-1][1], TERMINAL_OUTPUT) is not None
 
 
 def test_start_and_last_updates() -> None:

@@ -20,8 +20,10 @@ Rule 2. The live text (the core's ``LiveDelta.text``: delta, and a marker line
         (``_meta.terminal_output_delta``); or as a replacement, the retained
         tail (``_meta.terminal_output``); or, for a client that declared
         neither, as the text of the call's ``content``. A client that declared
-        both gets appends, and after a frame that showed a loss a replacement
-        (when the pacer allows; else the append, marker first).
+        both gets appends, and after a frame that showed a loss a replacement:
+        in place of that frame's append when the pacer allows, else in place
+        of the first later one it allows, at the end at the latest (the
+        appends before it carry their markers).
 Rule 3. Nothing is lost silently. An append carries the marker itself. A
         replacement is the last :data:`DEFAULT_TAIL_BYTES` of the live text cut
         between characters, and when markers that were never shown fell out of
@@ -331,6 +333,7 @@ class ToolCallMapper:
         "_output",
         "_pacing",
         "_replaced_at",
+        "_resync",
         "_tail",
         "_tool_call_id",
         "sent_bytes",
@@ -358,6 +361,7 @@ class ToolCallMapper:
         self._tail = TextTail(tail_bytes)
         self._last_replace: float | None = None
         self._replaced_at = 0
+        self._resync = False
         #: Updates made so far, and bytes of live text they carried.
         self.updates = 0
         self.sent_bytes = 0
@@ -400,10 +404,13 @@ class ToolCallMapper:
             "gap": delta.marker is not None,
         }
         output = self._output
-        if output is LiveOutput.APPEND_AND_REPLACE and delta.marker is not None:
-            update = self._replace(now, live, delta)
-            if update is not None:
-                return update
+        if output is LiveOutput.APPEND_AND_REPLACE:
+            self._resync = self._resync or delta.marker is not None
+            if self._resync:
+                update = self._replace(now, live, delta)
+                if update is not None:
+                    self._resync = False
+                    return update
         if output.appends:
             if not delta.text:
                 return None
@@ -417,11 +424,12 @@ class ToolCallMapper:
         offset = self._tail.total
         self._tail.append(end.closing)
         live = {"seq": None, "total_bytes": None, "gap": False}
-        if self._output.appends and end.closing:
+        replaces = self._output is LiveOutput.REPLACE or self._resync
+        if replaces and self._tail.total > self._replaced_at:
+            updates.append(self._replacement(now, live, None))
+        elif self._output.appends and end.closing:
             self._tail.shown()
             updates.append(self._append(end.closing, offset, live, None))
-        elif self._output is LiveOutput.REPLACE and self._tail.total > self._replaced_at:
-            updates.append(self._replacement(now, live, None))
         updates.append(self._last(end))
         return updates
 
