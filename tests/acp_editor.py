@@ -25,6 +25,7 @@ from kigi_tool_runtime.acp import (
     TERMINAL_INFO,
     TERMINAL_OUTPUT,
     TERMINAL_OUTPUT_DELTA,
+    TERMINAL_REDRAW,
 )
 
 AGENT = Path(__file__).resolve().parent / "acp_agent.py"
@@ -92,8 +93,9 @@ class Call:
         ]
 
     def replacements(self) -> list[str]:
+        """The replacements' text, each checked to open with the redraw."""
         return [
-            meta[TERMINAL_OUTPUT]["data"]
+            redrawn(meta[TERMINAL_OUTPUT]["data"])
             for meta in (u.field_meta or {} for u in self.live)
             if TERMINAL_OUTPUT in meta
         ]
@@ -104,7 +106,7 @@ class Call:
         for update in self.live:
             meta = update.field_meta or {}
             if TERMINAL_OUTPUT in meta:
-                text = meta[TERMINAL_OUTPUT]["data"]
+                text = redrawn(meta[TERMINAL_OUTPUT]["data"])
             if TERMINAL_OUTPUT_DELTA in meta:
                 text += meta[TERMINAL_OUTPUT_DELTA]["data"]
         return text
@@ -122,7 +124,7 @@ class Call:
             if TERMINAL_OUTPUT_DELTA in meta:
                 data = meta[TERMINAL_OUTPUT_DELTA]["data"].encode()
             elif TERMINAL_OUTPUT in meta:
-                data = meta[TERMINAL_OUTPUT]["data"].encode()
+                data = redrawn(meta[TERMINAL_OUTPUT]["data"]).encode()
             else:
                 data = content_text(update).encode()
             offset, end = figures["offset"], figures["end"]
@@ -150,6 +152,12 @@ class Call:
 
     def terminal(self) -> bool:
         return TERMINAL_INFO in (self.start.field_meta or {})
+
+
+def redrawn(data: str) -> str:
+    """A replacement's text: what follows the redraw it must open with."""
+    assert data.startswith(TERMINAL_REDRAW), data[:40]
+    return data[len(TERMINAL_REDRAW) :]
 
 
 def content_text(update: ToolCallProgress) -> str:

@@ -18,12 +18,12 @@ Rule 2. The live text (the core's ``LiveDelta.text``: delta, and a marker line
         wherever bytes were lost) travels as the client declared
         (:class:`LiveOutput`): appended, one update per frame
         (``_meta.terminal_output_delta``); or as a replacement, the retained
-        tail (``_meta.terminal_output``); or, for a client that declared
-        neither, as the text of the call's ``content``. A client that declared
-        both gets appends, and after a frame that showed a loss a replacement:
-        in place of that frame's append when the pacer allows, else in place
-        of the first later one it allows, at the end at the latest (the
-        appends before it carry their markers).
+        tail (``_meta.terminal_output``, after :data:`TERMINAL_REDRAW`); or,
+        for a client that declared neither, as the text of the call's
+        ``content``. A client that declared both gets appends, and after a
+        frame that showed a loss a replacement: in place of that frame's append
+        when the pacer allows, else in place of the first later one it allows,
+        at the end at the latest (the appends before it carry their markers).
 Rule 3. Nothing is lost silently. An append carries the marker itself. A
         replacement is the last :data:`DEFAULT_TAIL_BYTES` of the live text cut
         between characters, and when markers that were never shown fell out of
@@ -33,8 +33,9 @@ Rule 3. Nothing is lost silently. An append carries the marker itself. A
 Rule 4. Replacements are paced (:class:`Pacing`): one is sent only when
         ``interval`` has passed since the last one and either the text appended
         since is at least ``1/ratio`` of its size or ``idle`` has passed. So a
-        call sends at most ``ratio`` bytes of replacement text per byte of live
-        text, plus one tail per ``idle`` seconds, plus the last replacement:
+        call sends at most ``ratio`` bytes of replacement text (the redraw
+        aside) per byte of live text, plus one tail per ``idle`` seconds, plus
+        the last replacement:
         ``ratio * L + tail_bytes * (seconds / idle + 2)`` for ``L`` bytes of live
         text; never O(L²). Appends are the live text once.
 Rule 5. Every update that carries live text carries kigi's figures under
@@ -80,6 +81,7 @@ __all__ = (
     "TERMINAL_INFO",
     "TERMINAL_OUTPUT",
     "TERMINAL_OUTPUT_DELTA",
+    "TERMINAL_REDRAW",
     "LiveOutput",
     "Pacing",
     "TextTail",
@@ -92,6 +94,12 @@ TERMINAL_INFO: Final = "terminal_info"
 TERMINAL_OUTPUT: Final = "terminal_output"
 TERMINAL_OUTPUT_DELTA: Final = "terminal_output_delta"
 TERMINAL_EXIT: Final = "terminal_exit"
+#: What a replacement under ``terminal_output`` opens with: cursor home, clear
+#: the screen and the scrollback (what ``clear`` prints). Zed writes that
+#: key's data into a terminal emulator as it comes; these make the write a
+#: replacement there, and a client that replaces the text itself and renders
+#: ANSI shows the same.
+TERMINAL_REDRAW: Final = "\x1b[H\x1b[2J\x1b[3J"
 #: ``_meta`` key of kigi's figures for the live text an update carries (Rule 5).
 META_LIVE: Final = "dev.kigi/live"
 #: ``_meta`` key of the exact kigi frame an append carries (the MCP host's key).
@@ -482,7 +490,9 @@ class ToolCallMapper:
                 content=[_text(text)],
                 field_meta=meta,
             )
-        meta[TERMINAL_OUTPUT] = {"terminal_id": self._tool_call_id, "data": text}
+        data = TERMINAL_REDRAW + text
+        self.sent_bytes += len(TERMINAL_REDRAW)
+        meta[TERMINAL_OUTPUT] = {"terminal_id": self._tool_call_id, "data": data}
         return ToolCallProgress(
             session_update="tool_call_update", tool_call_id=self._tool_call_id, field_meta=meta
         )
