@@ -25,8 +25,8 @@ import msgspec
 from .._consumer._loss import LossReport
 from .._text import plural
 from .._tools._errors import ToolError
-from .._tools._shell import ShellOutcome
-from .._tools._tool import ToolResult
+from .._tools._result import ToolResult
+from .._tools._shell_outcome import ShellOutcome
 
 __all__ = ("CallEnd", "error_text", "loss_json", "loss_line", "model_text")
 

@@ -29,7 +29,7 @@ Nothing here imports the MCP SDK or an event loop: values in, JSON-able dicts ou
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
@@ -46,7 +46,10 @@ from kigi_tool_protocol import (
 
 from .._call._outcome import error_text, model_text
 from .._tools._errors import ToolError
-from .._tools._tool import Tool, ToolResult
+from .._tools._result import ToolResult
+
+if TYPE_CHECKING:
+    from .._tools._tool import Tool
 
 __all__ = (
     "META_CAPABILITIES",
