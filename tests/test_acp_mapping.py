@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from acp.schema import ClientCapabilities, ToolCallProgress
+from acp.schema import ClientCapabilities, ToolCallProgress, ToolCallStart
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -27,6 +27,28 @@ from kigi_tool_runtime.acp import (
     ToolCallMapper,
     tool_title,
 )
+
+
+class _Mapper(ToolCallMapper):
+    """The mapper, its updates validated as the SDK's models (nothing salvaged
+    away: the model holds exactly the JSON given)."""
+
+    def start(self, *args: Any) -> ToolCallStart:  # type: ignore[override]
+        return _model(super().start(*args), ToolCallStart)
+
+    def frame(self, *args: Any) -> ToolCallProgress | None:  # type: ignore[override]
+        update = super().frame(*args)
+        return None if update is None else _model(update, ToolCallProgress)
+
+    def finish(self, *args: Any) -> list[ToolCallProgress]:  # type: ignore[override]
+        return [_model(update, ToolCallProgress) for update in super().finish(*args)]
+
+
+def _model(update: dict[str, Any], kind: Any) -> Any:
+    model = kind.model_validate(update)
+    assert model.model_dump(mode="json", by_alias=True, exclude_unset=True) == update
+    return model
+
 
 # -- modes -----------------------------------------------------------------------------
 
@@ -210,7 +232,7 @@ def test_append_client_gets_the_live_text_once(frames: list[tuple[float, int, st
     """An appending client gets every frame's text, markers inline, and the
     closing text: the live text exactly, each append with kigi's offsets and frame."""
     deltas, closing = _deltas(frames)
-    mapper = ToolCallMapper("c1", LiveOutput.APPEND)
+    mapper = _Mapper("c1", LiveOutput.APPEND)
     updates = [u for now, d in deltas if (u := mapper.frame(d, now)) is not None]
     assert all(META_FRAME in (u.field_meta or {}) for u in updates)
     assert len(updates) == sum(1 for _, d in deltas if d.text)
@@ -235,7 +257,7 @@ def test_replacements_are_paced_within_the_bound(
     deltas, closing = _deltas(frames)
     pacing = Pacing()
     for output in (LiveOutput.REPLACE, LiveOutput.CONTENT):
-        mapper = ToolCallMapper("c1", output, tail_bytes=tail_bytes, pacing=pacing)
+        mapper = _Mapper("c1", output, tail_bytes=tail_bytes, pacing=pacing)
         updates = [u for now, d in deltas if (u := mapper.frame(d, now)) is not None]
         elapsed = deltas[-1][0] if deltas else 0.0
         updates += mapper.finish(_end(closing), elapsed)
@@ -275,7 +297,7 @@ def test_append_and_replace_client_resynchronises_at_losses(
     a later one, at the end at the latest); together, by their offsets, they
     are the live text, and a replacement comes only after a loss."""
     deltas, closing = _deltas(frames)
-    mapper = ToolCallMapper("c1", LiveOutput.APPEND_AND_REPLACE, tail_bytes=1100)
+    mapper = _Mapper("c1", LiveOutput.APPEND_AND_REPLACE, tail_bytes=1100)
     known = bytearray()
     pending = False
     updates: list[tuple[bool, ToolCallProgress]] = []
@@ -314,7 +336,7 @@ def test_start_and_last_updates() -> None:
     """The start names the call, its kind and (terminal modes) its terminal;
     the last says completed or failed, the model's text, the exit and the loss."""
     for output in LiveOutput:
-        mapper = ToolCallMapper("c1", output)
+        mapper = _Mapper("c1", output)
         start = mapper.start("echo hi", "execute", {"command": "echo hi"})
         assert (start.tool_call_id, start.title, start.kind) == ("c1", "echo hi", "execute")
         assert start.status == "in_progress"
@@ -332,11 +354,11 @@ def test_start_and_last_updates() -> None:
             assert (ok.content or [])[0].type == "terminal"
         else:
             assert exit_meta is None
-        (failed,) = ToolCallMapper("c1", output).finish(_end(exit_code=3), 1.0)
+        (failed,) = _Mapper("c1", output).finish(_end(exit_code=3), 1.0)
         assert failed.status == "failed"
         error = ToolError("cancelled", "call 'c1' was cancelled")
         end = CallEnd.of("c1", "bash", error, None, frames=0)
-        (cancelled,) = ToolCallMapper("c1", output).finish(end, 1.0)
+        (cancelled,) = _Mapper("c1", output).finish(end, 1.0)
         assert cancelled.status == "failed"
         assert cancelled.raw_output == {
             "error": {"kind": "cancelled", "code": error.code, "message": error.message}
@@ -346,7 +368,7 @@ def test_start_and_last_updates() -> None:
 def test_tail_must_hold_a_frame_and_its_marker() -> None:
     """A tail too small for the tool's frames is refused, saying what to give."""
     with pytest.raises(ValueError, match="at least 17412"):
-        ToolCallMapper("c1", LiveOutput.REPLACE, tail_bytes=4096, max_delta_bytes=16384)
+        _Mapper("c1", LiveOutput.REPLACE, tail_bytes=4096, max_delta_bytes=16384)
 
 
 def test_title_is_the_command() -> None:

@@ -21,7 +21,14 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " Python SDK): pip install 'kigi-tool-runtime[acp]'"
     ) from exc
 
-from ._host import LAST_UPDATE_WAIT_S, AcpToolCalls, SessionUpdates, is_cancelled, run_tool_call
+from ._host import (
+    LAST_UPDATE_WAIT_S,
+    AcpToolCalls,
+    SessionUpdates,
+    is_cancelled,
+    run_tool_call,
+    tool_title,
+)
 from ._mapping import (
     DEFAULT_TAIL_BYTES,
     META_FRAME,
@@ -36,7 +43,6 @@ from ._mapping import (
     Pacing,
     TextTail,
     ToolCallMapper,
-    tool_title,
 )
 
 __all__: tuple[str, ...] = (

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import shlex
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
@@ -35,9 +36,16 @@ from .._producer._chunk import cap_of
 from .._tools._errors import ToolError, ToolErrorKind
 from .._tools._shell import ShellTool
 from .._tools._tool import Tool
-from ._mapping import DEFAULT_TAIL_BYTES, LiveOutput, Pacing, ToolCallMapper, ToolKind, tool_title
+from ._mapping import DEFAULT_TAIL_BYTES, LiveOutput, Pacing, ToolCallMapper, ToolKind, Update
 
-__all__ = ("LAST_UPDATE_WAIT_S", "AcpToolCalls", "SessionUpdates", "is_cancelled", "run_tool_call")
+__all__ = (
+    "LAST_UPDATE_WAIT_S",
+    "AcpToolCalls",
+    "SessionUpdates",
+    "is_cancelled",
+    "run_tool_call",
+    "tool_title",
+)
 
 #: How long a cancelled task's call may take to send its last update: the
 #: connection is usually fine and it goes at once; a stuck one must not hold
@@ -52,6 +60,20 @@ class SessionUpdates(Protocol):
     (or anything that sends ``session/update`` the same way)."""
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None: ...
+
+
+def tool_title(tool: Tool[Any], arguments: Any) -> str:
+    """A call's title: the shell tool's command (an argv joined as a shell
+    would read it), else the tool's id."""
+    if isinstance(arguments, Mapping):
+        command = arguments.get("command")
+    else:
+        command = getattr(arguments, "command", None)
+    if isinstance(tool, ShellTool) and isinstance(command, str):
+        return command
+    if isinstance(tool, ShellTool) and isinstance(command, list | tuple):
+        return shlex.join(str(part) for part in command)
+    return tool.id
 
 
 def is_cancelled(end: CallEnd) -> bool:
@@ -184,8 +206,13 @@ class AcpToolCalls:
                 for update in mapper.finish(end, now):
                     await self._send(session_id, update)
 
-    async def _send(self, session_id: str, update: ToolCallStart | ToolCallProgress) -> None:
-        await self._connection.session_update(session_id=session_id, update=update)
+    async def _send(self, session_id: str, update: Update) -> None:
+        model: ToolCallStart | ToolCallProgress
+        if update["sessionUpdate"] == "tool_call":
+            model = ToolCallStart.model_validate(update)
+        else:
+            model = ToolCallProgress.model_validate(update)
+        await self._connection.session_update(session_id=session_id, update=model)
 
 
 async def run_tool_call(

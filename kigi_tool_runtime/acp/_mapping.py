@@ -45,32 +45,24 @@ Rule 5. Every update that carries live text carries kigi's figures under
         ``_meta["dev.kigi/frame"]``, so a client that declared appends has
         every frame and can fold them itself.
 
-No I/O and no event loop: the caller passes the clock (``now``, in seconds).
+No I/O and no event loop, and not the SDK either (its package loads its
+connections): updates are the JSON the SDK's models validate, and the caller
+passes the clock (``now``, in seconds).
 """
 
 from __future__ import annotations
 
 import enum
-import shlex
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import msgspec
-from acp.schema import (
-    ClientCapabilities,
-    ContentToolCallContent,
-    TerminalToolCallContent,
-    TextContentBlock,
-    ToolCallProgress,
-    ToolCallStart,
-)
 
 from .._call._live import LOSS_MARKER, LiveDelta
 from .._call._outcome import CallEnd
-from .._tools._shell import ShellOutcome, ShellTool
-from .._tools._tool import Tool
+from .._tools._shell_outcome import ShellOutcome
 
 __all__ = (
     "DEFAULT_TAIL_BYTES",
@@ -86,7 +78,6 @@ __all__ = (
     "Pacing",
     "TextTail",
     "ToolCallMapper",
-    "tool_title",
 )
 
 #: ``_meta`` keys of the terminal convention Zed's Claude and Codex adapters use.
@@ -116,6 +107,10 @@ _MARKER_ROOM: Final = 1024
 #: The most bytes one frame's delta holds above its cap (one whole character).
 _CHAR_BYTES: Final = 4
 
+#: One ``session/update``'s ``update``: the JSON of the SDK's ``ToolCallStart``
+#: or ``ToolCallProgress``.
+Update = dict[str, Any]
+
 ToolKind = Literal[
     "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"
 ]
@@ -136,19 +131,19 @@ class LiveOutput(enum.Enum):
     CONTENT = "content"
 
     @classmethod
-    def of(cls, capabilities: ClientCapabilities | Mapping[str, Any] | None) -> LiveOutput:
-        """The mode a client's capabilities declare (``None``: it declared none).
+    def of(cls, capabilities: object) -> LiveOutput:
+        """The mode a client's capabilities declare: the SDK's
+        ``ClientCapabilities``, its JSON, or ``None`` (it declared none).
 
         Raises:
-            TypeError: ``capabilities`` is neither a ``ClientCapabilities``, a
-                mapping of its JSON nor ``None``.
+            TypeError: ``capabilities`` is none of those.
         """
         if capabilities is None:
             meta: Any = None
-        elif isinstance(capabilities, ClientCapabilities):
-            meta = capabilities.field_meta
         elif isinstance(capabilities, Mapping):
             meta = capabilities.get("_meta")
+        elif hasattr(capabilities, "field_meta"):  # the SDK's model
+            meta = capabilities.field_meta
         else:
             raise TypeError(
                 "capabilities must be ClientCapabilities, a mapping or None,"
@@ -301,22 +296,6 @@ class TextTail:
         self._hidden = (low + gap[0], high + gap[1])
 
 
-def tool_title(tool: Tool[Any], arguments: Any) -> str:
-    """A call's title: the shell tool's command, else the tool's id."""
-    command = _field(arguments, "command")
-    if isinstance(tool, ShellTool) and isinstance(command, str):
-        return command
-    if isinstance(tool, ShellTool) and isinstance(command, list | tuple):
-        return shlex.join(str(part) for part in command)
-    return tool.id
-
-
-def _field(arguments: Any, name: str) -> Any:
-    if isinstance(arguments, Mapping):
-        return arguments.get(name)
-    return getattr(arguments, name, None)
-
-
 def _json(value: Any) -> Any:
     try:
         return msgspec.to_builtins(value)
@@ -382,22 +361,23 @@ class ToolCallMapper:
     def tail(self) -> TextTail:
         return self._tail
 
-    def start(self, title: str, kind: ToolKind, raw_input: Any) -> ToolCallStart:
+    def start(self, title: str, kind: ToolKind, raw_input: Any) -> Update:
         """The ``tool_call`` that opens the call (Rule 1)."""
-        terminal = self._output.terminal
         self.updates += 1
-        return ToolCallStart(
-            session_update="tool_call",
-            tool_call_id=self._tool_call_id,
-            title=title,
-            kind=kind,
-            status="in_progress",
-            raw_input=_json(raw_input),
-            content=[self._terminal()] if terminal else None,
-            field_meta=({TERMINAL_INFO: {"terminal_id": self._tool_call_id}} if terminal else None),
-        )
+        update: Update = {
+            "sessionUpdate": "tool_call",
+            "toolCallId": self._tool_call_id,
+            "title": title,
+            "kind": kind,
+            "status": "in_progress",
+            "rawInput": _json(raw_input),
+        }
+        if self._output.terminal:
+            update["content"] = [self._terminal()]
+            update["_meta"] = {TERMINAL_INFO: {"terminal_id": self._tool_call_id}}
+        return update
 
-    def frame(self, delta: LiveDelta, now: float) -> ToolCallProgress | None:
+    def frame(self, delta: LiveDelta, now: float) -> Update | None:
         """The update for one frame, ``None`` when none is due (Rules 2-5)."""
         offset = self._tail.total
         gap = delta.gap
@@ -426,9 +406,9 @@ class ToolCallMapper:
             return self._append(delta.text, offset, live, delta)
         return self._replace(now, live, delta)
 
-    def finish(self, end: CallEnd, now: float) -> list[ToolCallProgress]:
+    def finish(self, end: CallEnd, now: float) -> list[Update]:
         """The closing update, if any, and the last one (Rules 1, 3)."""
-        updates: list[ToolCallProgress] = []
+        updates: list[Update] = []
         offset = self._tail.total
         self._tail.append(end.closing)
         live = {"seq": None, "total_bytes": None, "gap": False}
@@ -443,27 +423,31 @@ class ToolCallMapper:
 
     # -- the updates ---------------------------------------------------------------
 
-    def _terminal(self) -> TerminalToolCallContent:
-        return TerminalToolCallContent(type="terminal", terminal_id=self._tool_call_id)
+    def _terminal(self) -> dict[str, Any]:
+        return {"type": "terminal", "terminalId": self._tool_call_id}
+
+    def _progress(self, meta: dict[str, Any], **fields: Any) -> Update:
+        self.updates += 1
+        return {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": self._tool_call_id,
+            **fields,
+            "_meta": meta,
+        }
 
     def _append(
         self, text: str, offset: int, live: dict[str, Any], delta: LiveDelta | None
-    ) -> ToolCallProgress:
+    ) -> Update:
         meta: dict[str, Any] = {
             TERMINAL_OUTPUT_DELTA: {"terminal_id": self._tool_call_id, "data": text},
             META_LIVE: {**live, "offset": offset, "end": self._tail.total},
         }
         if delta is not None:
             meta[META_FRAME] = _json(delta.frame)
-        self.updates += 1
         self.sent_bytes += len(text.encode("utf-8"))
-        return ToolCallProgress(
-            session_update="tool_call_update", tool_call_id=self._tool_call_id, field_meta=meta
-        )
+        return self._progress(meta)
 
-    def _replace(
-        self, now: float, live: dict[str, Any], delta: LiveDelta
-    ) -> ToolCallProgress | None:
+    def _replace(self, now: float, live: dict[str, Any], delta: LiveDelta) -> Update | None:
         since = None if self._last_replace is None else now - self._last_replace
         new_bytes = self._tail.total - self._replaced_at
         size = self._tail.total - self._tail.start
@@ -471,40 +455,30 @@ class ToolCallMapper:
             return None
         return self._replacement(now, live, delta)
 
-    def _replacement(
-        self, now: float, live: dict[str, Any], delta: LiveDelta | None
-    ) -> ToolCallProgress:
+    def _replacement(self, now: float, live: dict[str, Any], delta: LiveDelta | None) -> Update:
         start = self._tail.start
         text = self._tail.snapshot()
         self._last_replace = now
         self._replaced_at = self._tail.total
-        self.updates += 1
         self.sent_bytes += len(text.encode("utf-8"))
         meta: dict[str, Any] = {META_LIVE: {**live, "offset": start, "end": self._tail.total}}
         if delta is not None:
             meta[META_FRAME] = _json(delta.frame)
         if self._output is LiveOutput.CONTENT:
-            return ToolCallProgress(
-                session_update="tool_call_update",
-                tool_call_id=self._tool_call_id,
-                content=[_text(text)],
-                field_meta=meta,
-            )
+            return self._progress(meta, content=[_text(text)])
         data = TERMINAL_REDRAW + text
         self.sent_bytes += len(TERMINAL_REDRAW)
         meta[TERMINAL_OUTPUT] = {"terminal_id": self._tool_call_id, "data": data}
-        return ToolCallProgress(
-            session_update="tool_call_update", tool_call_id=self._tool_call_id, field_meta=meta
-        )
+        return self._progress(meta)
 
-    def _last(self, end: CallEnd) -> ToolCallProgress:
+    def _last(self, end: CallEnd) -> Update:
         value = end.value
         failed = not end.ok or (
             isinstance(value, ShellOutcome)
             and (value.exit_code != 0 or value.signal is not None or value.timed_out)
         )
         meta: dict[str, Any] = {META_LOSS: end.loss_json()}
-        content: list[Any] = [_text(end.text)]
+        content: list[dict[str, Any]] = [_text(end.text)]
         if self._output.terminal:
             content.insert(0, self._terminal())
             outcome = value if isinstance(value, ShellOutcome) else None
@@ -519,19 +493,16 @@ class ToolCallMapper:
             if error is None
             else {"error": {"kind": error.kind.value, "code": error.code, "message": error.message}}
         )
-        self.updates += 1
-        return ToolCallProgress(
-            session_update="tool_call_update",
-            tool_call_id=self._tool_call_id,
+        return self._progress(
+            meta,
             status="failed" if failed else "completed",
             content=content,
-            raw_output=raw_output,
-            field_meta=meta,
+            rawOutput=raw_output,
         )
 
 
-def _text(text: str) -> ContentToolCallContent:
-    return ContentToolCallContent(type="content", content=TextContentBlock(type="text", text=text))
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "content", "content": {"type": "text", "text": text}}
 
 
 def _total_bytes(delta: LiveDelta) -> int | None:
