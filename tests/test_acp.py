@@ -21,8 +21,14 @@ from acp_editor import AGENT, CAPABILITIES, Call, Editor, agent, content_text, m
 from processes import until_group_gone
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
-from kigi_tool_runtime import LiveText, Reassembler
-from kigi_tool_runtime.acp import META_FRAME, META_LIVE, TERMINAL_OUTPUT, TERMINAL_OUTPUT_DELTA
+from kigi_tool_runtime import LiveText, Reassembler, ShellTool
+from kigi_tool_runtime.acp import (
+    META_FRAME,
+    META_LIVE,
+    TERMINAL_OUTPUT,
+    TERMINAL_OUTPUT_DELTA,
+    AcpToolCalls,
+)
 from kigi_tool_runtime.testing import python_writer_argv
 
 #: Every test's own bound on the agent it drives.
@@ -411,3 +417,27 @@ def test_node_editor_on_the_typescript_sdk(node_editor: Path) -> None:
     _check_markers_match_the_report(call, text)
     assert call.replacements()
     assert text.endswith("0199999\n")
+
+
+class _Updates:
+    """Anything that sends ``session/update`` (the SessionUpdates protocol)."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.sent.append(update)
+
+
+async def test_a_call_refused_up_front_sends_nothing_and_leaves_nothing_running() -> None:
+    """A deadline the runner refuses, or a tail too small for the tool's
+    frames, raises ValueError before any update, and no call stays registered."""
+    updates = _Updates()
+    calls = AcpToolCalls(updates)
+    with pytest.raises(ValueError, match="timeout_ms"):
+        await calls.run("s1", ShellTool(), {"command": "true"}, timeout_ms=-1)
+    with pytest.raises(ValueError, match="tail_bytes"):
+        await AcpToolCalls(updates, tail_bytes=2048).run("s1", ShellTool(), {"command": "true"})
+    assert updates.sent == []
+    assert calls.running("s1") == 0
+    assert calls.cancel("s1") == 0

@@ -146,7 +146,8 @@ class AcpToolCalls:
         returned, not raised.
 
         Raises:
-            ValueError: ``tail_bytes`` cannot hold one of the tool's frames.
+            ValueError: ``tail_bytes`` cannot hold one of the tool's frames, or
+                ``timeout_ms`` is negative.
             ConnectionError: the connection closed (the tool is stopped).
         """
         call_id = tool_call_id if tool_call_id is not None else f"kigi-{next(_ids)}"
@@ -162,10 +163,10 @@ class AcpToolCalls:
         if kind is None:
             kind = "execute" if isinstance(tool, ShellTool) else "other"
         loop = asyncio.get_running_loop()
-        calls = self._running.setdefault(session_id, set())
+        call = ServedCall(tool, arguments, call_id=call_id, timeout_ms=timeout_ms)
         # Registered before the start goes out, so a cancel that comes while it
         # is sent still reaches the call (it then ends at once).
-        call = ServedCall(tool, arguments, call_id=call_id, timeout_ms=timeout_ms)
+        calls = self._running.setdefault(session_id, set())
         calls.add(call)
         async with call:
             try:
