@@ -1,15 +1,16 @@
-"""``kigi-stream serve``: the built-in tools over stdin and stdout as JSON-RPC
-lines until end of input or a stop signal (then 128 + N), or over MCP or NATS
-when asked."""
+"""``kigi-stream serve``: the shell tool, or the tools ``--tools`` names
+(``_tools_spec``), over stdin and stdout as JSON-RPC lines until end of input
+or a stop signal (then 128 + N), or over MCP or NATS when asked."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
-from typing import Final
+from typing import Any, Final
 
 from .._tools._shell import ShellTool
+from .._tools._tool import Tool
 from .._transport._rpc_server import SERVED_METHODS
 from .._transport._server import Server
 from .._transport._stdio import open_stdio
@@ -17,6 +18,7 @@ from ._exits import UsageError
 from ._nats import serve_nats
 from ._parser import SERVE_EXAMPLE
 from ._signals import StopSignals
+from ._tools_spec import ToolSpecError, load_tools
 
 __all__ = ()
 
@@ -31,20 +33,32 @@ def serve(args: argparse.Namespace) -> int:
     """Serve as ``args`` say; return the exit status.
 
     Raises:
-        UsageError: ``--nats`` with ``--mcp``, a bad ``--mcp-http`` address, or
-            the ``mcp`` extra missing.
+        UsageError: ``--nats`` with ``--mcp``, a bad ``--mcp-http`` address,
+            the ``mcp`` extra missing, or a ``--tools`` spec that names no
+            usable tools.
         NatsUsageError: a ``--nats`` worker cannot start.
     """
+    if args.nats and (args.mcp or args.mcp_http is not None):
+        raise UsageError("--nats and --mcp serve in two different ways; give one")
+    tools = _tools(args)
     if args.nats:
-        if args.mcp or args.mcp_http is not None:
-            raise UsageError("--nats and --mcp serve in two different ways; give one")
-        return serve_nats(args)
+        return serve_nats(args, tools)
     if args.mcp or args.mcp_http is not None:
-        return _serve_mcp(args)
-    return asyncio.run(_serve_stdio(args.max_frame_bytes))
+        return _serve_mcp(args, tools)
+    return asyncio.run(_serve_stdio(tools, args.max_frame_bytes))
 
 
-def _serve_mcp(args: argparse.Namespace) -> int:
+def _tools(args: argparse.Namespace) -> list[Tool[Any]]:
+    """The tools to serve: those ``--tools`` names, and the shell tool when
+    ``--shell`` asks for it or no ``--tools`` is given."""
+    shell = [ShellTool()] if args.shell or not args.tools else []
+    try:
+        return load_tools(args.tools, shell)
+    except ToolSpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _serve_mcp(args: argparse.Namespace, tools: list[Tool[Any]]) -> int:
     try:
         from ._mcp import parse_http_address, run_mcp_serve
     except ImportError as exc:
@@ -53,10 +67,10 @@ def _serve_mcp(args: argparse.Namespace) -> int:
         address = None if args.mcp_http is None else parse_http_address(args.mcp_http)
     except ValueError as exc:
         raise UsageError(f"--mcp-http: {exc}") from None
-    return run_mcp_serve(address, max_frame_bytes=args.max_frame_bytes)
+    return run_mcp_serve(address, max_frame_bytes=args.max_frame_bytes, tools=tools)
 
 
-async def _serve_stdio(max_frame_bytes: int) -> int:
+async def _serve_stdio(tools: list[Tool[Any]], max_frame_bytes: int) -> int:
     # A stop signal ends serving as end of input does: every call in flight is
     # cancelled (its command's process group stopped) and answered, the final
     # flush bounded, then 128 + N. A second signal cuts the wait short: the
@@ -68,7 +82,7 @@ async def _serve_stdio(max_frame_bytes: int) -> int:
         if stops.count <= 2:
             serving.cancel()
 
-    server = Server([ShellTool()], max_frame_bytes=max_frame_bytes)
+    server = Server(tools, max_frame_bytes=max_frame_bytes)
     reader, sink = await open_stdio()
     with StopSignals(on_signal) as stops:
         if sys.stdin.isatty():
