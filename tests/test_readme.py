@@ -61,6 +61,8 @@ _EXPECTED_OUTPUT = {
         "no gaps",
         "exit code 0",
     ),
+    # An ACP agent: run by tests/test_acp.py against the SDK's client.
+    "AcpToolCalls(conn)": ("agent",),
     # Run as files, by tests/test_serve_tools.py: a user's tools.py, and the
     # program serving it with serve_stdio.
     "TOOLS = [Count()]": (),

@@ -36,6 +36,7 @@ CORE_MODULES = (
     "kigi_tool_runtime._tools._errors",
     "kigi_tool_runtime._tools._result",
     "kigi_tool_runtime._tools._shell_outcome",
+    "kigi_tool_runtime.acp._mapping",
     "kigi_tool_runtime.mcp._mapping",
     "kigi_tool_runtime.mcp._outbox",
     "kigi_tool_runtime.nats._protocol",

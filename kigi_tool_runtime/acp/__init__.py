@@ -1,0 +1,68 @@
+"""Run kigi tools as ACP tool calls from an agent built on the Agent Client
+Protocol's Python SDK, their output live in the editor's terminal view.
+
+Needs the ``acp`` extra (``agent-client-protocol``, the ACP Python SDK 0.12):
+``pip install 'kigi-tool-runtime[acp]'``.
+
+- :class:`AcpToolCalls` runs calls on an ``AgentSideConnection`` and cancels a
+  session's calls from ``session/cancel``; :func:`run_tool_call` runs one.
+- The output travels as the client declared in ``clientCapabilities._meta``
+  (:class:`LiveOutput`): ``terminal_output_delta`` appends,
+  ``terminal_output`` replacements of the retained tail, or plain ``content``
+  updates; every loss is marked, and resynchronised where the client replaces.
+- :class:`ToolCallMapper` is the sans-IO mapping under it.
+"""
+
+try:
+    import acp as _acp  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError(
+        "kigi_tool_runtime.acp needs the 'acp' extra (agent-client-protocol, the ACP"
+        " Python SDK): pip install 'kigi-tool-runtime[acp]'"
+    ) from exc
+
+from ._host import (
+    LAST_UPDATE_WAIT_S,
+    AcpToolCalls,
+    SessionUpdates,
+    is_cancelled,
+    run_tool_call,
+    tool_title,
+)
+from ._mapping import (
+    DEFAULT_TAIL_BYTES,
+    META_FRAME,
+    META_LIVE,
+    META_LOSS,
+    TERMINAL_EXIT,
+    TERMINAL_INFO,
+    TERMINAL_OUTPUT,
+    TERMINAL_OUTPUT_DELTA,
+    TERMINAL_REDRAW,
+    LiveOutput,
+    Pacing,
+    TextTail,
+    ToolCallMapper,
+)
+
+__all__: tuple[str, ...] = (
+    "DEFAULT_TAIL_BYTES",
+    "LAST_UPDATE_WAIT_S",
+    "META_FRAME",
+    "META_LIVE",
+    "META_LOSS",
+    "TERMINAL_EXIT",
+    "TERMINAL_INFO",
+    "TERMINAL_OUTPUT",
+    "TERMINAL_OUTPUT_DELTA",
+    "TERMINAL_REDRAW",
+    "AcpToolCalls",
+    "LiveOutput",
+    "Pacing",
+    "SessionUpdates",
+    "TextTail",
+    "ToolCallMapper",
+    "is_cancelled",
+    "run_tool_call",
+    "tool_title",
+)
