@@ -27,7 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
+import msgspec
+
+from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, WireError
 
 from .._consumer._loss import TRUNCATION_MARKER, Gap, LossReport
 from .._consumer._reassembler import Appended, Reassembler
@@ -64,6 +66,22 @@ class LiveDelta:
     def gap(self) -> Gap | None:
         """The loss this frame showed, if any."""
         return self.appended.gap
+
+
+def frame_json(frame: ToolCallProgressFrame[Any]) -> dict[str, Any]:
+    """``frame`` as JSON values, as the kigi JSON codec writes it (the codec is
+    a plain msgspec JSON encoder, so these values encode to the same bytes):
+    what a host carries when its own messages hold the exact frame.
+
+    Raises:
+        WireError: the frame holds a value JSON cannot carry.
+    """
+    try:
+        value = msgspec.to_builtins(frame)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise WireError(f"cannot encode {type(frame).__name__}: {exc}") from exc
+    assert isinstance(value, dict)
+    return value
 
 
 class LiveText:

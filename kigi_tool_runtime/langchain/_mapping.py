@@ -37,6 +37,7 @@ from kigi_tool_protocol import ToolCallProgressFrame
 
 from .._call._live import LiveDelta
 from .._call._outcome import CallEnd
+from .._call._schema import root_object_schema
 
 if TYPE_CHECKING:
     from .._tools._tool import Tool
@@ -83,35 +84,10 @@ def args_schema(tool: Tool[Any]) -> dict[str, Any]:
         ValueError: the root reference does not resolve, or the root is not an
             ``object`` schema.
     """
-    schema = dict(tool.input_schema())
-    ref = schema.get("$ref")
-    if isinstance(ref, str):
-        defs = dict(schema.get("$defs") or {})
-        name = ref.removeprefix("#/$defs/")
-        if name == ref or name not in defs:
-            raise ValueError(
-                f"tool {tool.id!r}: the schema's root reference {ref!r} does not resolve"
-            )
-        root = dict(defs.pop(name))
-        del schema["$ref"]
-        schema.pop("$defs", None)
-        if _refers_to(defs, ref) or _refers_to(root, ref):
-            defs[name] = root  # recursive: keep the definition it refers to
-        schema = {**root, **schema}
-        if defs:
-            schema["$defs"] = defs
-    if schema.get("type") != "object":
-        kind = schema.get("type")
-        raise ValueError(f"tool {tool.id!r}: an argument schema must be an object, got {kind!r}")
-    return schema
-
-
-def _refers_to(value: Any, ref: str) -> bool:
-    if isinstance(value, dict):
-        return value.get("$ref") == ref or any(_refers_to(v, ref) for v in value.values())
-    if isinstance(value, list):
-        return any(_refers_to(v, ref) for v in value)
-    return False
+    try:
+        return root_object_schema(tool.input_schema())
+    except ValueError as exc:
+        raise ValueError(f"tool {tool.id!r}: {exc}") from None
 
 
 class LiveChunk(str):

@@ -40,10 +40,10 @@ from kigi_tool_protocol import (
     ToolCallProgressFrame,
     ToolCapabilities,
     ToolScope,
-    WireError,
     json_codec,
 )
 
+from .._call._live import frame_json
 from .._call._outcome import error_text, model_text
 from .._call._schema import root_object_schema
 from .._tools._errors import ToolError
@@ -155,20 +155,6 @@ class ProgressNumbering:
         return self.sent
 
 
-def _frame_json(frame: ToolCallProgressFrame[Any]) -> Any:
-    """The frame as the kigi JSON codec writes it, as a JSON value (the codec
-    is a plain msgspec JSON encoder, so its builtins encode to the same bytes;
-    a test pins that).
-
-    Raises:
-        WireError: the frame holds a value JSON cannot carry.
-    """
-    try:
-        return msgspec.to_builtins(frame)
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        raise WireError(f"cannot encode {type(frame).__name__}: {exc}") from exc
-
-
 def progress_params(
     progress_token: str | int, seq: int, frame: ToolCallProgressFrame[Any]
 ) -> dict[str, Any]:
@@ -191,7 +177,7 @@ def progress_params(
     params: dict[str, Any] = {"progressToken": progress_token, "progress": seq + 1}
     if message is not None:
         params["message"] = message
-    params["_meta"] = {META_FRAME: _frame_json(frame), META_SEQ: seq}
+    params["_meta"] = {META_FRAME: frame_json(frame), META_SEQ: seq}
     return params
 
 

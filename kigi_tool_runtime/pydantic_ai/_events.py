@@ -30,12 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgspec
 from pydantic_ai import CustomEvent
 
 from kigi_tool_protocol import WireError
 
 from .._call._live import LiveDelta
+from .._call._live import frame_json as _frame_json
 from .._call._outcome import CallEnd
 
 __all__ = ("OUTPUT_END_EVENT", "OUTPUT_EVENT", "KigiToolOutput", "KigiToolOutputEnd")
@@ -53,11 +53,9 @@ def frame_json(delta: LiveDelta) -> dict[str, Any]:
         WireError: the frame holds a value JSON cannot carry.
     """
     try:
-        value = msgspec.to_builtins(delta.frame)
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        return _frame_json(delta.frame)
+    except WireError as exc:
         raise WireError(f"cannot encode the frame of seq {delta.seq}: {exc}") from exc
-    assert isinstance(value, dict)
-    return value
 
 
 def _attributed(event: CustomEvent, payload: dict[str, Any]) -> dict[str, Any]:
