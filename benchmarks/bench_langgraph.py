@@ -28,6 +28,7 @@ import sys
 import time
 from typing import Any
 
+from _flood import flood_command
 from _goals import Goals, add_check_flag
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -41,20 +42,6 @@ from kigi_tool_runtime.langchain import ToolEventFolder, as_langchain_tool
 
 MB = 1_000_000
 BLOCK = 64 * 1024
-
-FLOOD = (
-    "import os, sys\n"
-    "line = b'the quick brown fox jumps over the lazy dog 0123456789 '\n"
-    "line += '\u00e9\u20ac\\n'.encode()\n"
-    "block = line * (65536 // len(line))\n"
-    "left = int(sys.argv[1])\n"
-    "while left > 0:\n"
-    "    left -= os.write(1, block[: min(left, len(block))])\n"
-)
-
-
-def _command(size: int) -> list[str]:
-    return [sys.executable, "-c", FLOOD, str(size)]
 
 
 class Round:
@@ -92,7 +79,7 @@ async def served_call(size: int, cap: int) -> Round:
     deltas = 0
     delivered = 0
     async with ServedCall(
-        ShellTool(max_delta_bytes=cap), {"command": _command(size)}, call_id="bench"
+        ShellTool(max_delta_bytes=cap), {"command": flood_command(size)}, call_id="bench"
     ) as call:
         async for delta in call:
             deltas += 1
@@ -103,7 +90,7 @@ async def served_call(size: int, cap: int) -> Round:
 def _graph(cap: int, size: int) -> Any:
     bash = as_langchain_tool(ShellTool(max_delta_bytes=cap))
     turn = AIMessage(
-        "", tool_calls=[{"id": "bench-0", "name": "bash", "args": {"command": _command(size)}}]
+        "", tool_calls=[{"id": "bench-0", "name": "bash", "args": {"command": flood_command(size)}}]
     )
     model = GenericFakeChatModel(messages=iter([turn, AIMessage("done")]), disable_streaming=True)
 

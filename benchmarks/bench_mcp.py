@@ -27,6 +27,7 @@ import sys
 import time
 from typing import Any
 
+from _flood import flood_command
 from _goals import Goals, add_check_flag
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
@@ -37,20 +38,7 @@ from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
 
 MB = 1_000_000
 
-FLOOD = (
-    "import os, sys\n"
-    "line = b'the quick brown fox jumps over the lazy dog 0123456789 '\n"
-    "line += '\u00e9\u20ac\\n'.encode()\n"
-    "block = line * (65536 // len(line))\n"
-    "left = int(sys.argv[1])\n"
-    "while left > 0:\n"
-    "    left -= os.write(1, block[: min(left, len(block))])\n"
-)
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]
-
-
-def _command(size: int) -> list[str]:
-    return [sys.executable, "-c", FLOOD, str(size)]
 
 
 class Round:
@@ -78,7 +66,7 @@ def _dropped(result: Any) -> int:
 
 async def stdio_transport(client: Client, size: int) -> Round:
     started = time.perf_counter()
-    call = client.call("bash", {"command": _command(size)})
+    call = client.call("bash", {"command": flood_command(size)})
     async for item in call:
         if isinstance(item, ToolCallResult):
             break
@@ -91,7 +79,7 @@ async def stdio_transport(client: Client, size: int) -> Round:
 
 async def mcp_official(client: McpClient, folder: ProgressFolder, size: int) -> Round:
     started = time.perf_counter()
-    folded = await folder.call_tool(client, "bash", {"command": _command(size)})
+    folded = await folder.call_tool(client, "bash", {"command": flood_command(size)})
     elapsed = time.perf_counter() - started
     assert not folded.result.is_error, folded.result.content
     (report,) = folded.reports()
@@ -152,7 +140,7 @@ class RawMcp:
                 "method": "tools/call",
                 "params": {
                     "name": "bash",
-                    "arguments": {"command": _command(size)},
+                    "arguments": {"command": flood_command(size)},
                     "_meta": {"progressToken": f"raw-{request_id}"},
                 },
             }

@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _flood import flood_command
 from _goals import Goals, add_check_flag
 from nats_server import NatsServer
 
@@ -48,15 +49,6 @@ from kigi_tool_runtime.nats import NatsClient, connect, find_nats_server
 MB = 1_000_000
 KIND = "bash_output_chunk"
 
-FLOOD = (
-    "import os, sys\n"
-    "line = b'the quick brown fox jumps over the lazy dog 0123456789 '\n"
-    "line += '\u00e9\u20ac\\n'.encode()\n"
-    "block = line * (65536 // len(line))\n"
-    "left = int(sys.argv[1])\n"
-    "while left > 0:\n"
-    "    left -= os.write(1, block[: min(left, len(block))])\n"
-)
 
 STAMPED = (
     "import sys, time\n"
@@ -94,7 +86,7 @@ async def calls_per_second(start: Caller, count: int) -> float:
 async def megabytes_per_second(start: Caller, calls: int, size: int) -> tuple[float, float, int]:
     began = time.perf_counter()
     running = [
-        await start("bash", {"command": [sys.executable, "-c", FLOOD, str(size)]})
+        await start("bash", {"command": flood_command(size)})
         for _ in range(calls)
     ]
     for call in running:

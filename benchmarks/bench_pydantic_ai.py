@@ -27,6 +27,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from _flood import flood_command
 from _goals import Goals, add_check_flag
 from pydantic_ai import Agent
 from pydantic_ai.messages import ToolReturnPart
@@ -36,20 +37,6 @@ from kigi_tool_runtime import ServedCall, ShellTool
 from kigi_tool_runtime.pydantic_ai import KigiToolOutput, KigiToolset, ToolOutputFolder
 
 MB = 1_000_000
-
-FLOOD = (
-    "import os, sys\n"
-    "line = b'the quick brown fox jumps over the lazy dog 0123456789 '\n"
-    "line += '\u00e9\u20ac\\n'.encode()\n"
-    "block = line * (65536 // len(line))\n"
-    "left = int(sys.argv[1])\n"
-    "while left > 0:\n"
-    "    left -= os.write(1, block[: min(left, len(block))])\n"
-)
-
-
-def _command(size: int) -> list[str]:
-    return [sys.executable, "-c", FLOOD, str(size)]
 
 
 class Round:
@@ -67,7 +54,7 @@ class Round:
 
 async def served_call(size: int) -> Round:
     started = time.perf_counter()
-    async with ServedCall(ShellTool(), {"command": _command(size)}, call_id="c1") as call:
+    async with ServedCall(ShellTool(), {"command": flood_command(size)}, call_id="c1") as call:
         async for _ in call:
             pass
     elapsed = time.perf_counter() - started
@@ -85,7 +72,7 @@ def _model(size: int) -> FunctionModel:
         if isinstance(messages[-1].parts[-1], ToolReturnPart):
             yield "done"
         else:
-            arguments = json.dumps({"command": _command(size)})
+            arguments = json.dumps({"command": flood_command(size)})
             yield {0: DeltaToolCall("bash", arguments, tool_call_id="c1")}
 
     return FunctionModel(stream_function=stream)

@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from _flood import flood_command
 from _goals import Goals, add_check_flag
 
 from kigi_tool_protocol import ToolCallResult
@@ -45,20 +46,6 @@ MB = 1_000_000
 #: The goal: the transport delivers at least this share of the in-process rate.
 GOAL_SHARE = 0.5
 
-FLOOD = (
-    "import os, sys\n"
-    "line = b'the quick brown fox jumps over the lazy dog 0123456789 '\n"
-    "line += '\u00e9\u20ac\\n'.encode()\n"
-    "block = line * (65536 // len(line))\n"
-    "left = int(sys.argv[1])\n"
-    "while left > 0:\n"
-    "    left -= os.write(1, block[: min(left, len(block))])\n"
-)
-
-
-def _command(size: int) -> list[str]:
-    return [sys.executable, "-c", FLOOD, str(size)]
-
 
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (not its children)."""
@@ -70,7 +57,7 @@ async def in_process(size: int) -> tuple[float, int, int]:
     """Seconds, delivered text bytes and gap frames of the shell tool alone."""
     delivered = gaps = 0
     started = time.perf_counter()
-    run = run_tool(ShellTool(), ShellArgs(command=_command(size)), ctx=ToolContext("bench"))
+    run = run_tool(ShellTool(), ShellArgs(command=flood_command(size)), ctx=ToolContext("bench"))
     async with run:
         async for event in run:
             if isinstance(event, ToolResult | ToolError):
@@ -86,7 +73,7 @@ async def in_process(size: int) -> tuple[float, int, int]:
 async def through_transport(client: Client, size: int) -> tuple[float, int, int]:
     """Seconds, reassembled text bytes and gaps of one call through serve."""
     started = time.perf_counter()
-    call = client.call("bash", {"command": _command(size)})
+    call = client.call("bash", {"command": flood_command(size)})
     async for item in call:
         if isinstance(item, ToolCallResult):
             break
