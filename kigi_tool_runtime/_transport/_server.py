@@ -34,7 +34,8 @@ Rule 4. A bad line never stops the server: unparseable JSON (nested too deeply
         message that is not a valid request -32600, an unknown method -32601,
         bad params -32602 (``invalid_params`` data), a line longer than the frame
         limit -32018 (``frame_too_large`` data, without the line ever being held
-        whole). The ``id`` is echoed when it could be read, else ``null``.
+        whole). The ``id`` is echoed when it could be read, else ``null`` (a
+        lone surrogate escape is a -32700 that names it and keeps the id).
         :class:`JsonRpcResponse` cannot carry a ``null`` id, so those replies are
         written by hand (``null_id_error``). Unknown notifications are ignored.
         A call whose ``id`` is that of a call still in flight is refused with
