@@ -4,10 +4,13 @@ memory: real servers, real files and pipes left unread, figures read from
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 CLI = [sys.executable, "-m", "kigi_tool_runtime"]
 
@@ -62,3 +65,45 @@ def test_serve_stops_reading_a_file_while_its_replies_cannot_be_written(
             server.kill()
     print(f"stdin read: {offset / 2**20:.1f} MiB of 64 MiB; RSS {rss_kib / 1024:.0f} MiB")
     assert offset < 8 * 1024 * 1024
+
+
+#: What the README and ``CALL_QUEUE_BYTES`` say a shell call whose reader stopped
+#: holds (about 5 MiB), with room for the allocator's own variance.
+PER_CALL_KIB = 7 * 1024
+
+
+@pytest.mark.slow
+def test_calls_whose_reader_stopped_hold_about_5_mib_each() -> None:
+    """Eight calls of ``yes`` on a server whose stdout nobody reads: the
+    server's memory grows by about the documented 5 MiB per call (its figure
+    measured from an idle server's), however long the flood goes on."""
+    calls = 8
+    with subprocess.Popen(
+        [*CLI, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    ) as server:
+        assert server.stdin is not None
+        assert server.stdout is not None
+        try:
+            server.stdin.write(b'{"jsonrpc":"2.0","id":"l","method":"tools.list"}\n')
+            server.stdin.flush()
+            assert server.stdout.readline()  # the server is up and idle
+            base = _proc_field(server.pid, "status", "VmRSS:")
+            for number in range(calls):
+                arguments = {"command": "yes"}
+                params = {"tool_id": "bash", "tool_call_id": f"c{number}", "arguments": arguments}
+                request = {"jsonrpc": "2.0", "id": number, "method": "tool.call", "params": params}
+                server.stdin.write(json.dumps(request).encode() + b"\n")
+            server.stdin.flush()
+            peak = base
+            for _ in range(50):  # 5 s of flood, well past the writer's stall
+                time.sleep(0.1)
+                peak = max(peak, _proc_field(server.pid, "status", "VmRSS:"))
+            stats = _proc_field(server.pid, "status", "VmRSS:")
+        finally:
+            server.kill()
+    per_call = (peak - base) / calls
+    print(
+        f"idle {base / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB, now {stats / 1024:.0f} MiB:"
+        f" {per_call / 1024:.1f} MiB per call"
+    )
+    assert per_call <= PER_CALL_KIB

@@ -28,7 +28,8 @@ Rule 3. Memory is bounded, and a slow reader slows the tool before anything
         the consumer sees a hole in the text between the frame before the drop
         and the frame carrying ``dropped_count``; its ``total_bytes`` still
         counts everything. The final response is never dropped and is written
-        after the call's last queued frame.
+        after the call's last queued frame. One writer turn hands the output at
+        most :data:`MAX_WRITE_BYTES`, whatever the number of calls.
 Rule 4. A bad line never stops the server: unparseable JSON (nested too deeply
         to decode included) gets -32700, a
         message that is not a valid request -32600, an unknown method -32601,
@@ -96,8 +97,12 @@ __all__ = (
 )
 
 #: Encoded progress bytes one call may have waiting to be written. 1 MiB is 64
-#: full 16 KiB deltas: a reader that pauses for a moment loses nothing, one that
-#: stopped costs at most this per call (Rule 3), older frames are dropped past it.
+#: full 16 KiB deltas: a reader that pauses for a moment loses nothing; past it
+#: older frames are dropped (Rule 3). This is the server's share of what a call
+#: whose reader stopped holds, not all of it: a shell tool call also holds its
+#: tail (1 MiB kept, in storage of twice that) and the frames on their way from
+#: the tool to this queue, about 5 MiB in all (64 calls of ``yes``, the most one
+#: connection runs, took a server from 28 to about 320 MiB).
 CALL_QUEUE_BYTES: Final = 1024 * 1024
 
 #: Seconds in which no written byte left the output after which the peer counts
@@ -122,8 +127,13 @@ MAX_CONTROL_LINES: Final = 1024
 MAX_CONTROL_BYTES: Final = 1024 * 1024
 
 #: Bytes taken from one call's queue per writer turn before the next call gets
-#: its turn: fairness between calls, and a bound on what sits in the transport.
+#: its turn: fairness between calls.
 WRITE_BATCH_BYTES: Final = 256 * 1024
+
+#: Bytes one writer turn hands the output at most, whatever the number of calls:
+#: what sits in the transport while a peer stops reading (64 calls' turns were
+#: 16 MiB). The calls left out this turn go first in the next.
+MAX_WRITE_BYTES: Final = 1024 * 1024
 
 #: The message of the error a call gets when the server itself stops it (end of
 #: input, broken output), as the Rust servers word it.
@@ -270,6 +280,8 @@ class _Writer:
                 self._control_bytes = 0
                 self._space.set()
                 for _ in range(len(ready)):
+                    if len(batch) >= MAX_WRITE_BYTES:
+                        break
                     outbox = ready.popleft()
                     taken, finished = outbox.take(WRITE_BATCH_BYTES, batch)
                     self.frames_written += taken
