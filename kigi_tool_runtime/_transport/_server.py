@@ -52,6 +52,13 @@ Rule 6. End of input cancels every call in flight, writes their final
         for :data:`WRITER_STALL_S` (a peer that stopped reading): the lines it
         never wrote are counted (``ServerStats.lines_abandoned``), and
         ``serve`` returns all the same.
+Rule 7. A tool that does not stop within ``stop_wait`` of its call being
+        stopped (it swallows ``CancelledError``) is given up on: its call ends
+        all the same, with an error that says the tool was left running, and
+        its id is listed in ``ServerStats.calls_abandoned``. Its task runs on
+        in the event loop (which ``asyncio.run`` waits for on its way out;
+        ``kigi-stream serve`` exits without waiting, which also ends the
+        process groups the tool held on the lifeline, ``_process.hold``).
 """
 
 from __future__ import annotations
@@ -147,9 +154,10 @@ _MAX_DROPPED: Final = U32_MAX
 
 class ServerStats(NamedTuple):
     """Counters of a :class:`Server`: calls started and still in flight, progress
-    frames written and dropped (Rule 3), input lines rejected (Rule 4), and
-    lines (replies and frames) never written because the final flush gave up
-    on a peer that stopped reading (Rule 6)."""
+    frames written and dropped (Rule 3), input lines rejected (Rule 4), lines
+    (replies and frames) never written because the final flush gave up on a
+    peer that stopped reading (Rule 6), and the ids of calls whose tool did not
+    stop within ``stop_wait`` of being stopped and was left running (Rule 7)."""
 
     calls_started: int
     calls_in_flight: int
@@ -157,6 +165,7 @@ class ServerStats(NamedTuple):
     frames_dropped: int
     lines_rejected: int
     lines_abandoned: int = 0
+    calls_abandoned: tuple[str, ...] = ()
 
 
 class Sink(Protocol):
@@ -307,6 +316,23 @@ class _Writer:
             self._moved.set()
 
 
+#: Seconds a stopped tool's task, still pending once its run has ended, is given
+#: to finish the step it is in before it counts as left running (Rule 7): a
+#: task that has handed over its terminal ends within a turn or two.
+_LAST_STEP_S: Final = 0.2
+
+
+async def _left_running(tool_id: str, call_id: str) -> bool:
+    """Whether the task ``run_tool`` ran the tool of call ``call_id`` in is still
+    running (it names it ``tool {tool_id} call {call_id}``) after a short grace."""
+    name = f"tool {tool_id} call {call_id}"
+    task = next((t for t in asyncio.all_tasks() if t.get_name() == name and not t.done()), None)
+    if task is None:
+        return False
+    await asyncio.wait({task}, timeout=_LAST_STEP_S)
+    return not task.done()
+
+
 class _Call(NamedTuple):
     ctx: ToolContext
     task: asyncio.Task[None]
@@ -352,6 +378,7 @@ class Server:
         # cancelled error says so (a call its peer cancelled first keeps the
         # peer's reason, whichever cancel the call saw last).
         self._stopped_by_server: set[str] = set()
+        self._abandoned: list[str] = []  # Rule 7
 
     @property
     def tools(self) -> dict[str, Tool[Any]]:
@@ -368,6 +395,7 @@ class Server:
             0 if writer is None else writer.frames_dropped,
             self._protocol.lines_rejected,
             0 if writer is None else writer.abandoned,
+            tuple(self._abandoned),
         )
 
     async def serve(self, reader: asyncio.StreamReader, writer: Sink) -> None:
@@ -458,6 +486,7 @@ class Server:
     ) -> None:
         session_id = outbox.session_id
         final: bytes | None = None
+        stopped: ToolError | None = None  # the cancel or timeout that ended the call
         # A tool's declared max_frame_bytes bounds every line sent for it: a
         # frame past it ends the call with frame_too_large, never goes out.
         declared = tool.capabilities.max_frame_bytes
@@ -477,6 +506,8 @@ class Server:
                     elif isinstance(event, ToolError):
                         if event.kind == "cancelled" and ctx.call_id in self._stopped_by_server:
                             event.message = SERVER_CANCEL_MESSAGE
+                        if event.kind in ("cancelled", "timeout"):
+                            stopped = event
                         final = self._tool_error_line(request_id, session_id, event, tool.id)
                     else:
                         frame = progress_to_frame(outbox.call_id, event)
@@ -515,6 +546,13 @@ class Server:
                         if outbox.queued_bytes + len(body) > self._call_queue_bytes:
                             await out.wait_for_room(outbox, len(body))
                         out.progress(outbox, frame.kind, body)
+            if stopped is not None and await _left_running(tool.id, ctx.call_id):
+                # Rule 7: the run gave up on a tool that ignored its stop.
+                self._abandoned.append(ctx.call_id)
+                stopped.message += (
+                    f"; the tool did not stop within {self._stop_wait:g} s and was left running"
+                )
+                final = self._tool_error_line(request_id, session_id, stopped, tool.id)
         except Exception as exc:  # encoding a result failed: still answer the call
             error = ToolError("internal_error", f"the server failed to answer: {exc}")
             final = self._tool_error_line(request_id, session_id, error, tool.id)
