@@ -216,7 +216,9 @@ class _Lifeline:
                     return
                 line = b"".join(b"+%d\n" % pgid for pgid in self._groups) + line
             try:
-                os.write(self._fd, line)  # a few bytes: whole, or an error
+                view = memoryview(line)
+                while view:  # a replacement's list may pass the pipe's atomic size
+                    view = view[os.write(self._fd, view) :]
                 return
             except OSError:  # the helper died: replace it
                 os.close(self._fd)
