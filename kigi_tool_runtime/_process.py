@@ -21,6 +21,7 @@ Rule 4. A group given to :func:`hold` dies with this process, however this
         process dies (SIGKILL included), until it is given to :func:`release`:
         a helper process holds a pipe whose write end only this process holds,
         and SIGKILLs every group it holds once that pipe ends (``_lifeline.py``).
+        The helper runs, and the pipe is open, only while a group is held.
         The shell tool holds each command's group while it runs the command.
 
 Not Linux's ``PR_SET_PDEATHSIG``: that needs code run in the child between
@@ -157,6 +158,7 @@ class _Lifeline:
         self._lock = threading.Lock()
         self._fd = -1
         self._helper: subprocess.Popen[bytes] | None = None
+        self._retired: list[subprocess.Popen[bytes]] = []  # ended, maybe not reaped
         self._groups: set[int] = set()
         self._warned = False
         os.register_at_fork(after_in_child=self._forked)
@@ -169,6 +171,7 @@ class _Lifeline:
             os.close(self._fd)
         self._fd = -1
         self._helper = None
+        self._retired = []
         self._groups = set()
 
     def _start(self) -> bool:
@@ -210,8 +213,7 @@ class _Lifeline:
         replacing it as needed; a replacement is told every held group."""
         for _ in range(2):
             if self._fd < 0:
-                if self._helper is not None:
-                    self._helper.poll()  # reap one that died
+                self._retire()
                 if not self._start():
                     return
                 line = b"".join(b"+%d\n" % pgid for pgid in self._groups) + line
@@ -224,6 +226,14 @@ class _Lifeline:
                 os.close(self._fd)
                 self._fd = -1
 
+    def _retire(self) -> None:
+        """Let the helper go (the lock is held; its pipe is closed already, so
+        it ends), and reap the helpers that have ended."""
+        if self._helper is not None:
+            self._retired.append(self._helper)
+            self._helper = None
+        self._retired = [helper for helper in self._retired if helper.poll() is None]
+
     def hold(self, pgid: int) -> None:
         with self._lock:
             self._groups.add(pgid)
@@ -234,6 +244,12 @@ class _Lifeline:
             if pgid in self._groups:
                 self._groups.discard(pgid)
                 self._send(b"-%d\n" % pgid)
+                if not self._groups and self._fd >= 0:
+                    # Nothing held: no helper, no descriptor (it reads the end
+                    # of its pipe with nothing to stop, and exits).
+                    os.close(self._fd)
+                    self._fd = -1
+                    self._retire()
 
     def helper_pid(self) -> int | None:
         """The helper's pid while one runs (for tests)."""

@@ -77,3 +77,36 @@ def test_the_entry_point_is_the_kigi_stream_command() -> None:
     )
     assert done.returncode == module.returncode == 0
     assert done.stdout == module.stdout
+
+
+HELD_SIGINT = """
+import signal, sys
+from kigi_tool_runtime._cli import _run
+from kigi_tool_runtime._cli._main import main
+
+
+class SignalledFirst(_run.StopSignals):
+    def __enter__(self):
+        # A Ctrl-C in the last moment before the handlers are in place, with
+        # the event loop already made: it is held, then taken by them.
+        signal.raise_signal(signal.SIGINT)
+        return super().__enter__()
+
+
+_run.StopSignals = SignalledFirst
+sys.exit(main(["run", "--", "sh", "-c", "echo started"]))
+"""
+
+
+def test_a_sigint_just_before_runs_handlers_are_in_place_is_held_then_taken() -> None:
+    """A SIGINT while ``run``'s event loop is made but its stop signals' handlers
+    are not yet in place is held and handed to them: exit 130, no traceback,
+    and the command never runs."""
+    done = subprocess.run(
+        [sys.executable, "-c", HELD_SIGINT], capture_output=True, timeout=END_S, check=False
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 130, err
+    assert "Traceback" not in err
+    assert b"started" not in done.stdout
+    assert "cancelled" in err  # the summary: the call was stopped

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from processes import until_gone, until_group_gone
+from processes import pid_alive, until_gone, until_group_gone
 
 from kigi_tool_runtime._lifeline import HeldGroups
 from kigi_tool_runtime._process import group_alive, hold, lifeline_pid, release
@@ -133,7 +133,8 @@ def test_a_sigkilled_server_takes_its_commands_with_it(tmp_path: Path) -> None:
 def test_a_released_group_outlives_its_starter_and_a_dead_helper_is_replaced() -> None:
     """In this process: a held group the helper was told to release is left
     alone; a helper that died is replaced on the next hold and told every group
-    still held (so killing it does not unhook them)."""
+    still held (so killing it does not unhook them); once nothing is held the
+    helper ends (and its pipe is closed)."""
 
     async def main() -> None:
         first = await asyncio.create_subprocess_exec("sleep", "300", start_new_session=True)
@@ -151,6 +152,9 @@ def test_a_released_group_outlives_its_starter_and_a_dead_helper_is_replaced() -
             release(second.pid)
             assert group_alive(first.pid)
             assert group_alive(second.pid)
+            release(first.pid)  # nothing held: the helper ends
+            await until_gone("the helper still runs", lambda: pid_alive(replaced))
+            assert lifeline_pid() is None
         finally:
             release(first.pid)
             for proc in (first, second):
