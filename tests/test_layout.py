@@ -17,6 +17,7 @@ import kigi_tool_runtime
 PUBLIC = (
     "kigi_tool_protocol",
     "kigi_tool_runtime",
+    "kigi_tool_runtime.langchain",
     "kigi_tool_runtime.mcp",
     "kigi_tool_runtime.nats",
     "kigi_tool_runtime.testing",

@@ -61,6 +61,12 @@ _EXPECTED_OUTPUT = {
         "no gaps",
         "exit code 0",
     ),
+    # Run as files, by tests/test_serve_tools.py: a user's tools.py, and the
+    # program serving it with serve_stdio.
+    "TOOLS = [Count()]": (),
+    "serve_stdio(TOOLS)": (),
+    # Needs the langchain extra: run by tests/test_langchain.py.
+    "ToolEventFolder()": ("grüße ✓ 😀", "bash_output_chunk: 17 bytes in", "complete: True"),
     # Needs a NATS server: run by tests/test_nats.py against a real one.
     "NatsClient.connect(": ("grüße from a worker", "exit code 0", "True True"),
 }
@@ -152,8 +158,8 @@ def test_readme_serve_session_runs_as_shown() -> None:
     """The serve section's session, run as written, prints what the README shows
     (timing aside): the call's progress and result, the cancel's answer and the
     cancelled call's error."""
-    (session,) = (c for c in _blocks("sh") if "| kigi-stream serve" in c)
-    (shown,) = (t for t in _blocks("text") if '"method":"tool_call_progress"' in t)
+    (session,) = (c for c in _blocks("sh") if "| kigi-stream serve\n" in c)
+    (shown,) = (t for t in _blocks("text") if '"kind":"bash_output_chunk"' in t)
     done = subprocess.run(
         ["bash", "-c", session],
         capture_output=True,

@@ -13,7 +13,8 @@ Commands:
   longer than a moment shows a live status line on stderr (bytes, rate and
   elapsed time, redrawn while the command is silent too); piped, stderr only
   gets the summary.
-- ``serve``: the built-in tools (``bash``) over stdin/stdout; ``serve --help``
+- ``serve``: the shell tool (``bash``), or the tools ``--tools MODULE:ATTR``
+  names (``_tools_spec``), over stdin/stdout; ``serve --help``
   lists the methods, and on a terminal it prints a one-line hint to stderr.
   SIGINT, SIGTERM or SIGHUP ends it like end of input (calls in flight are
   cancelled, their commands stopped and their replies written), then it exits

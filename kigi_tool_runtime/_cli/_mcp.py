@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 from .._tools._shell import ShellTool
+from .._tools._tool import Tool
 from ..mcp._server import McpToolServer
 from ..mcp._transports import DEFAULT_HTTP_HOST, bind_socket, serve_http_mcp, serve_stdio_mcp
 from ._signals import StopSignals
@@ -39,14 +42,22 @@ def parse_http_address(text: str) -> tuple[str, int]:
     return host, port
 
 
-def run_mcp_serve(address: tuple[str, int] | None, *, max_frame_bytes: int) -> int:
-    """Serve the shell tool over MCP: stdio when ``address`` is ``None``, else
-    streamable HTTP on ``address`` (host, port). Returns the exit status."""
-    return asyncio.run(_serve(address, max_frame_bytes))
+def run_mcp_serve(
+    address: tuple[str, int] | None,
+    *,
+    max_frame_bytes: int,
+    tools: Sequence[Tool[Any]] | None = None,
+) -> int:
+    """Serve ``tools`` (default: the shell tool) over MCP: stdio when
+    ``address`` is ``None``, else streamable HTTP on ``address`` (host, port).
+    Returns the exit status."""
+    return asyncio.run(_serve(address, max_frame_bytes, tools))
 
 
-async def _serve(address: tuple[str, int] | None, max_frame_bytes: int) -> int:
-    server = McpToolServer([ShellTool()])
+async def _serve(
+    address: tuple[str, int] | None, max_frame_bytes: int, tools: Sequence[Tool[Any]] | None
+) -> int:
+    server = McpToolServer([ShellTool()] if tools is None else tools)
     if address is not None:
 
         def ready(url: str) -> None:

@@ -20,9 +20,11 @@ import argparse
 import asyncio
 import contextlib
 import sys
+from collections.abc import Sequence
 from typing import Any, Final
 
 from .._consumer._loss import DEFAULT_GAP_MARKER
+from .._tools._tool import Tool
 from .._transport._client import RemoteToolError
 from ._signals import StopSignals
 
@@ -97,8 +99,8 @@ async def _connect(nats: Any, url: str) -> Any:
         raise NatsUsageError(f"cannot connect to {url}: {str(exc) or repr(exc)}") from None
 
 
-def serve_nats(args: argparse.Namespace) -> int:
-    """Run a worker until a stop signal.
+def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = None) -> int:
+    """Run a worker of ``tools`` (default: the shell tool) until a stop signal.
 
     Raises:
         NatsUsageError: the ``nats`` extra is missing, an option is missing, or
@@ -116,8 +118,9 @@ def serve_nats(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         connection = await _connect(nats, args.nats)
+        served = [ShellTool()] if tools is None else tools
         worker = nats.Worker(
-            connection, [ShellTool()], prefix=args.prefix, max_in_flight=args.max_in_flight
+            connection, served, prefix=args.prefix, max_in_flight=args.max_in_flight
         )
 
         def on_signal(number: int) -> None:

@@ -9,9 +9,9 @@ from typing import Final, NoReturn, get_args
 
 from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, MAX_FRAME_BYTES_CEILING, __version__
 
-from .._consumer._follow import DEFAULT_POLL_INTERVAL
 from .._consumer._reassembler import SeqScope
 from .._tools._shell import DEFAULT_TAIL_CAPACITY, DEFAULT_TICK_S
+from .._transport._file_follow import DEFAULT_POLL_INTERVAL
 from ._exits import EXIT_USAGE
 from ._nats import add_follow_options, add_serve_options
 from ._status import size_text
@@ -26,10 +26,11 @@ MAX_RUN_TIMEOUT_S: Final = 100 * 365 * 24 * 3600
 MAX_POLL_INTERVAL_S: Final = 24 * 3600
 
 SERVE_DESCRIPTION: Final = """\
-Serve the built-in tools (bash) as JSON-RPC 2.0, one message per line:
-requests on stdin; replies and tool_call_progress notifications on stdout.
-Calls run concurrently. End of input (or SIGINT, SIGTERM, SIGHUP) cancels the
-calls in flight, answers each, and exits.
+Serve tools (the shell tool bash, or your own with --tools MODULE:ATTR) as
+JSON-RPC 2.0, one message per line: requests on stdin; replies and
+tool_call_progress notifications on stdout (--mcp, --mcp-http and --nats serve
+the same tools over MCP or NATS). Calls run concurrently. End of input (or
+SIGINT, SIGTERM, SIGHUP) cancels the calls in flight, answers each, and exits.
 
 methods:
   tools.list         no params needed: the tools and their input schemas
@@ -172,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve",
-        help="serve the built-in tools (bash) as JSON-RPC 2.0 over stdin/stdout",
+        help="serve the shell tool, or your own (--tools), over stdio, MCP or NATS",
         description=SERVE_DESCRIPTION,
         epilog=f"example request (one line):\n  {SERVE_EXAMPLE}\n\n"
         "The README shows a whole session: a request, its progress, the result, a cancel.",
@@ -185,6 +186,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help=f"longest input line accepted (default {MAX_FRAME_BYTES_CEILING},"
         f" {size_text(MAX_FRAME_BYTES_CEILING)})",
+    )
+    serve.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="serve these tools instead of the shell tool (repeatable): ATTR in MODULE (a module"
+        " name or a .py file) is a Tool, a list of tools or a function returning them",
+    )
+    serve.add_argument(
+        "--shell",
+        action="store_true",
+        help="serve the shell tool (bash) too; the default when no --tools is given",
     )
     serve.add_argument(
         "--mcp", action="store_true", help="speak MCP over stdin/stdout (needs the mcp extra)"

@@ -19,7 +19,7 @@ import msgspec
 
 from kigi_tool_protocol import encode_progress_line, progress_to_frame
 
-from .._consumer._loss import DEFAULT_GAP_MARKER, TRUNCATION_MARKER
+from .._consumer._loss import TRUNCATION_MARKER
 from .._consumer._reassembler import Reassembler
 from .._process import signal_name
 from .._producer._chunk import cap_of
@@ -38,6 +38,7 @@ from ._exits import (
     stdout_closed,
 )
 from ._fdwriter import FdWriter, OutputStalled
+from ._held_printer import HeldPrinter
 from ._signals import StopSignals
 from ._status import Status
 
@@ -148,7 +149,6 @@ async def _run_async(
     # it (and clearing it) while the output's last line is unfinished would
     # erase that line, so it waits for a newline.
     out_on_terminal = sys.stdout.isatty()
-    ends_line = True  # the output so far is empty or ends with a newline
     # Text is printed as it lands, never kept: memory stays flat however much
     # the command writes.
     reassembler = Reassembler(known_calls=[_CALL_ID], keep_text=False)
@@ -160,6 +160,16 @@ async def _run_async(
     loop = asyncio.get_running_loop()
     running = asyncio.current_task()
     assert running is not None
+    # A gap's marker, and the text after it, wait for the frame that proves
+    # how many bytes it lost (the next drain, a tick later), or a moment.
+    printer = HeldPrinter(
+        out,
+        status,
+        reassembler,
+        tick=tool.tick,
+        on_terminal=out_on_terminal,
+        on_closed=ctx.cancel,
+    )
 
     def on_signal(number: int) -> None:
         # The first signal stops the command and leaves the rest of its output
@@ -186,34 +196,25 @@ async def _run_async(
                         continue
                     frame = progress_to_frame(_CALL_ID, event)
                     appended = reassembler.appended(frame, seq)
-                    text = ""
                     if json_mode:
-                        data = encode_progress_line(_CALL_ID, frame.kind, frame.body, seq=seq)
-                    else:
-                        text = appended.render(DEFAULT_GAP_MARKER)
-                        data = text.encode("utf-8", "surrogateescape")
-                        if text:
-                            status.clear()
-                            # Not drawn while the text is on its way: it would land
-                            # between the status line and its clearing.
-                            status.held = True
-                    if data:
+                        line = encode_progress_line(_CALL_ID, frame.kind, frame.body, seq=seq)
                         with contextlib.suppress(OutputStalled):  # counted in out.unwritten
-                            await out.write(data)
-                            if status.enabled:  # the status line shares the screen: in order
-                                await out.drain()
-                    if text:
-                        ends_line = text.endswith("\n")
-                        status.held = out_on_terminal and not ends_line
+                            await out.write(line)
+                    else:
+                        await printer.print(appended)
                     seq += 1
                     frames += 1
                     status.update(getattr(frame.body, "total_bytes", 0))
+            # A result: the tool finished its stream, holding nothing back.
+            await printer.finish(ended=isinstance(terminal, ToolResult))
+            if printer.closed:
+                raise BrokenPipeError  # found by a timed release of held text
             if not json_mode and any(report.truncated for report in reassembler.reports()):
                 # The text stops at the limit: say so where it stops.
-                marker = ("" if ends_line else "\n") + TRUNCATION_MARKER + "\n"
+                marker = ("" if printer.ends_line else "\n") + TRUNCATION_MARKER + "\n"
                 with contextlib.suppress(OutputStalled):
                     await out.write(marker.encode())
-                ends_line = True
+                printer.ends_line = True
             with contextlib.suppress(OutputStalled):
                 await out.drain()  # all written before the summary
         except BrokenPipeError:
@@ -227,6 +228,7 @@ async def _run_async(
             while running.uncancel():
                 pass
         finally:
+            printer.close()
             out.close()
             if ticker is not None:
                 ticker.cancel()
@@ -241,7 +243,7 @@ async def _run_async(
     duration = time.monotonic() - started
     # Output without a final newline on the summary's own screen or file would
     # run into it (`abckigi-stream: ...`): the summary starts a line of its own.
-    glued = not ends_line and _same_destination(sys.stdout, sys.stderr)
+    glued = not printer.ends_line and _same_destination(sys.stdout, sys.stderr)
     return _finish(terminal, reassembler, frames, duration, stops.first, glued=glued)
 
 
@@ -254,8 +256,15 @@ def _finish(
     *,
     glued: bool = False,
 ) -> int:
-    reports = reassembler.reports()
+    # A result ends the stream (its tool finished it): the figures are final.
+    reports = reassembler.reports(ended=isinstance(terminal, ToolResult))
     gaps = sum(len(report.gaps) for report in reports)
+    gap_text = plural(gaps, "gap", "gaps")
+    if gaps:
+        least = sum(report.lost_bytes_min for report in reports)
+        most = sum(report.lost_bytes for report in reports)
+        lost = plural(most, "byte", "bytes") if least == most else f"{least}-{most} bytes"
+        gap_text += f" ({lost} lost)"
     truncated = any(report.truncated for report in reports)
     total = sum(report.total_bytes or 0 for report in reports)
     outcome = (
@@ -270,7 +279,7 @@ def _finish(
     parts = [
         plural(total, "byte", "bytes"),
         plural(frames, "frame", "frames"),
-        plural(gaps, "gap", "gaps"),
+        gap_text,
         "truncated" if truncated or past_limit else "not truncated",
     ]
     if past_limit:

@@ -1,6 +1,6 @@
-"""``kigi-stream serve``: the built-in tools over stdin and stdout as JSON-RPC
-lines until end of input or a stop signal (then 128 + N), or over MCP or NATS
-when asked."""
+"""``kigi-stream serve``: the shell tool, or the tools ``--tools`` names
+(``_tools_spec``), over stdin and stdout as JSON-RPC lines until end of input
+or a stop signal (then 128 + N), or over MCP or NATS when asked."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from ._exits import UsageError
 from ._nats import serve_nats
 from ._parser import SERVE_EXAMPLE
 from ._signals import StopSignals
+from ._tools_spec import ToolSpecError, load_tools
 
 __all__ = ()
 
@@ -34,17 +35,19 @@ def serve(args: argparse.Namespace) -> int:
     """Serve as ``args`` say; return the exit status.
 
     Raises:
-        UsageError: ``--nats`` with ``--mcp``, a bad ``--mcp-http`` address, or
-            the ``mcp`` extra missing.
+        UsageError: ``--nats`` with ``--mcp``, a bad ``--mcp-http`` address,
+            the ``mcp`` extra missing, or a ``--tools`` spec that names no
+            usable tools.
         NatsUsageError: a ``--nats`` worker cannot start.
     """
+    if args.nats and (args.mcp or args.mcp_http is not None):
+        raise UsageError("--nats and --mcp serve in two different ways; give one")
+    tools = _tools(args)
     if args.nats:
-        if args.mcp or args.mcp_http is not None:
-            raise UsageError("--nats and --mcp serve in two different ways; give one")
-        return serve_nats(args)
+        return serve_nats(args, tools)
     if args.mcp or args.mcp_http is not None:
-        return _serve_mcp(args)
-    return serve_tools([ShellTool()], max_frame_bytes=args.max_frame_bytes)
+        return _serve_mcp(args, tools)
+    return serve_tools(tools, max_frame_bytes=args.max_frame_bytes)
 
 
 def serve_tools(
@@ -58,7 +61,17 @@ def serve_tools(
     return asyncio.run(_serve_stdio(tools, max_frame_bytes, stop_wait))
 
 
-def _serve_mcp(args: argparse.Namespace) -> int:
+def _tools(args: argparse.Namespace) -> list[Tool[Any]]:
+    """The tools to serve: those ``--tools`` names, and the shell tool when
+    ``--shell`` asks for it or no ``--tools`` is given."""
+    shell = [ShellTool()] if args.shell or not args.tools else []
+    try:
+        return load_tools(args.tools, shell)
+    except ToolSpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _serve_mcp(args: argparse.Namespace, tools: list[Tool[Any]]) -> int:
     try:
         from ._mcp import parse_http_address, run_mcp_serve
     except ImportError as exc:
@@ -67,7 +80,7 @@ def _serve_mcp(args: argparse.Namespace) -> int:
         address = None if args.mcp_http is None else parse_http_address(args.mcp_http)
     except ValueError as exc:
         raise UsageError(f"--mcp-http: {exc}") from None
-    return run_mcp_serve(address, max_frame_bytes=args.max_frame_bytes)
+    return run_mcp_serve(address, max_frame_bytes=args.max_frame_bytes, tools=tools)
 
 
 async def _serve_stdio(tools: list[Tool[Any]], max_frame_bytes: int, stop_wait: float) -> int:

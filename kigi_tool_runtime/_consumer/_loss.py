@@ -248,9 +248,13 @@ class LossReport:
 
     ``frames`` is how many frames the stream absorbed; ``text_bytes`` the UTF-8
     length of the text held; ``total_bytes`` the last total the producer
-    reported (``None`` before any decodable frame). ``undelivered_bytes`` is
-    ``total_bytes - text_bytes`` (lost plus still in flight; exact when the text
-    has no U+FFFD, since one U+FFFD stands for 1 to 3 source bytes).
+    reported (``None`` before any decodable frame). ``delivered_range``: the
+    source bytes the frames delivered, at least and at most (each U+FFFD, 3
+    bytes of text, stands for 1 to 3 of them, so a binary command's text is
+    longer than its output; its totals narrow the range); ``None``: exactly
+    ``text_bytes``. ``undelivered_bytes`` is ``total_bytes`` minus the most
+    bytes delivered (lost plus still in flight; exact when the delivered
+    bytes are).
     ``truncated``: the producer hit its output limit, so content past it was
     never counted or sent (its size is unknown). ``unseen_bytes``: bytes the
     last total counts past what the frames delivered and the producer may
@@ -276,6 +280,21 @@ class LossReport:
     anomalies_not_kept: int = 0
     lost_range: tuple[int, int] | None = None
     overrun_bytes: int = 0
+    delivered_range: tuple[int, int] | None = None
+
+    @property
+    def delivered_bytes(self) -> int:
+        """Upper bound on the source bytes the frames delivered."""
+        if self.delivered_range is not None:
+            return self.delivered_range[1]
+        return self.text_bytes
+
+    @property
+    def delivered_bytes_min(self) -> int:
+        """Lower bound on the source bytes the frames delivered."""
+        if self.delivered_range is not None:
+            return self.delivered_range[0]
+        return self.text_bytes
 
     @property
     def lost_bytes(self) -> int:
@@ -296,7 +315,7 @@ class LossReport:
         """Bytes the producer counted that the text does not hold (0 before any total)."""
         if self.total_bytes is None:
             return 0
-        return max(self.total_bytes - self.text_bytes, 0)
+        return max(self.total_bytes - self.delivered_bytes, 0)
 
     @property
     def complete(self) -> bool:
@@ -311,11 +330,12 @@ class LossReport:
         )
 
     def summary(self) -> str:
-        """One line: bytes, frames, gaps, truncation, anomalies."""
+        """One line: the source bytes delivered, frames, gaps, truncation, anomalies."""
         call, subkind = self.key
         total = "no total yet" if self.total_bytes is None else f"total {self.total_bytes}"
         frames = plural(self.frames, "frame", "frames")
-        size = plural(self.text_bytes, "byte", "bytes")
+        least, most = self.delivered_bytes_min, self.delivered_bytes
+        size = plural(most, "byte", "bytes") if least == most else f"{least}-{most} bytes"
         parts = [f"{call}/{subkind}: {size} in {frames} ({total})"]
         if self.gaps:
             low, high = self.lost_bytes_min, self.lost_bytes

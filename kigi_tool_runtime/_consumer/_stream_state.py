@@ -305,6 +305,11 @@ class StreamState:
             and self._cur_lo > last
         ):
             overrun = self._cur_lo - last
+        delivered = None
+        if self._replacements:
+            delivered = self._delivered(
+                gaps, lost_range, ended and not self.truncated and not unseen
+            )
         return LossReport(
             key=self.key,
             frames=self.frames,
@@ -317,7 +322,29 @@ class StreamState:
             anomalies_not_kept=self._anomalies_cut,
             lost_range=lost_range,
             overrun_bytes=overrun,
+            delivered_range=delivered,
         )
+
+    def _delivered(
+        self, gaps: list[Gap], lost_range: tuple[int, int] | None, whole: bool
+    ) -> tuple[int, int]:
+        """The source bytes the frames delivered, at least and at most: each
+        U+FFFD stands for 1 to 3 of them. In a fold from the stream's start they
+        and the bytes lost are within the last total; ``whole``: the stream has
+        ended with nothing unseen and nothing held, so they make it up exactly."""
+        low, high = self._bytes - 2 * self._replacements, self._bytes
+        last = self.total_bytes
+        if last is None or not self._from_start or low > last:
+            return low, high  # no base, or an overrun: what arrived, as it is
+        lost_low, lost_high = (
+            lost_range
+            if lost_range is not None
+            else (sum(gap.lost_bytes_min for gap in gaps), sum(gap.lost_bytes for gap in gaps))
+        )
+        high = max(low, min(high, last - lost_low))
+        if whole and (lost_range is not None or not gaps):
+            low = min(high, max(low, last - lost_high))
+        return low, high
 
     def render(self, marker: GapMarker = DEFAULT_GAP_MARKER) -> str:
         """The text with ``marker`` inserted wherever bytes were lost ("" when

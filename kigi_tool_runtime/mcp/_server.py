@@ -23,7 +23,7 @@ Rule 3. ``notifications/cancelled`` for a call, the host going away (end of
         call's ``ToolContext`` is cancelled and the driver waits (bounded by the
         runner's stop wait) for the tool to stop, so the shell tool's process
         group is gone before the handler returns. A cancelled request gets no
-        response (MCP forbids one).
+        response on stdio (MCP forbids one); over streamable HTTP the SDK sends an error.
 Rule 4. The call's deadline is the tool's own (``ToolCapabilities.timeout_ms``),
         or ``_meta["dev.kigi/deadline_ms"]`` when the request sets it; past it the
         call ends with a ``timeout`` error result.

@@ -1,0 +1,722 @@
+"""kigi tools in real LangGraph: a fake chat model calls the shell tool through a
+``ToolNode``; the output streams live on the ``tools`` channel, the
+``ToolMessage`` carries the model's text and the loss report, and
+``ToolEventFolder`` folds the events back into what the stdio client reports
+for the same command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolCallTransformer, ToolNode, ToolRuntime, tools_condition
+from processes import until_group_gone
+
+from kigi_tool_runtime import (
+    LOSS_MARKER,
+    TRUNCATION_MARKER,
+    Appended,
+    CallProgress,
+    Client,
+    RemoteToolError,
+    ShellTool,
+    Tool,
+    ToolResult,
+)
+from kigi_tool_runtime._process import group_alive
+from kigi_tool_runtime.langchain import (
+    MAX_TEXT_BYTES,
+    KigiToolError,
+    LiveChunk,
+    ToolEventFolder,
+    as_langchain_tool,
+    langchain_tool_name,
+)
+
+V3_WARNING = "ignore:The v3 streaming protocol on Pregel is experimental"
+LOSS_LINE = re.compile(re.escape(LOSS_MARKER).replace(r"\{lost\}", r"\d+(-\d+)?") + "\n")
+
+#: 2-, 3- and 4-byte characters, each split across ticks: the first byte of
+#: each goes out, then the command sleeps past a tick, then the rest.
+SPLIT = (
+    "printf 'a\\303'; sleep 0.15; printf '\\251 \\342\\234'; sleep 0.15;"
+    " printf '\\223 \\360\\237'; sleep 0.15; printf '\\230\\200 end\\n'"
+)
+SPLIT_TEXT = "aé ✓ 😀 end\n"
+
+
+#: Every call a test makes has a deadline of its own.
+CALL_DEADLINE_MS = 30_000
+
+
+def kigi_bash(**shell: Any) -> BaseTool:
+    """The shell tool (``ShellTool(**shell)``) as a LangChain tool whose calls
+    end by the test's deadline."""
+    return as_langchain_tool(ShellTool(**shell), timeout_ms=CALL_DEADLINE_MS)
+
+
+def agent_graph(
+    tools: Sequence[Any],
+    calls: Sequence[dict[str, Any]],
+    *,
+    eager: bool = True,
+    parallel: bool = False,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """A real LangGraph agent loop: a fake chat model that asks for ``calls``
+    (tool name and arguments, ids ``call-0``, ``call-1``, ...), one turn each
+    or all in one turn (``parallel``), then answers ``done``; a ``ToolNode``
+    runs the tools."""
+    asked = [
+        {"id": f"call-{i}", "name": call["name"], "args": call["args"]}
+        for i, call in enumerate(calls)
+    ]
+    turns = (
+        [AIMessage("", tool_calls=asked)]
+        if parallel
+        else [AIMessage("", tool_calls=[one]) for one in asked]
+    )
+    model = GenericFakeChatModel(messages=iter([*turns, AIMessage("done")]), disable_streaming=True)
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode(list(tools)))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    graph = builder.compile()
+    # LangGraph streams a running node's tools events live only when it
+    # streams concurrently ("custom" or "messages" among the modes does too).
+    graph.stream_eager = eager
+    return graph
+
+
+def bash_call(command: Any, **args: Any) -> dict[str, Any]:
+    return {"name": "bash", "args": {"command": command, **args}}
+
+
+def _start() -> dict[str, Any]:
+    return {"messages": [HumanMessage("run it")]}
+
+
+def tool_messages(state: dict[str, Any]) -> list[ToolMessage]:
+    return [m for m in state["messages"] if isinstance(m, ToolMessage)]
+
+
+def run_sync(graph: Any, folder: ToolEventFolder) -> tuple[list[Any], dict[str, Any]]:
+    """Stream a run with the ``tools`` and ``values`` modes; the tools events
+    (folded as they come) and the final state."""
+    events: list[Any] = []
+    state: dict[str, Any] = {}
+    for mode, payload in graph.stream(_start(), stream_mode=["tools", "values"]):
+        if mode == "tools":
+            events.append(payload)
+            folder.absorb((mode, payload))
+        else:
+            state = payload
+    return events, state
+
+
+async def run_async(graph: Any, folder: ToolEventFolder) -> tuple[list[Any], dict[str, Any]]:
+    events: list[Any] = []
+    state: dict[str, Any] = {}
+    async for mode, payload in graph.astream(_start(), stream_mode=["tools", "values"]):
+        if mode == "tools":
+            events.append(payload)
+            folder.absorb((mode, payload))
+        else:
+            state = payload
+    return events, state
+
+
+def deltas(events: list[Any], call_id: str) -> list[Any]:
+    return [
+        e["delta"]
+        for e in events
+        if e["event"] == "tool-output-delta" and e["tool_call_id"] == call_id
+    ]
+
+
+def _check_split_run(events: list[Any], state: dict[str, Any], folder: ToolEventFolder, cap: int):
+    chunks = deltas(events, "call-0")
+    assert chunks, events
+    assert all(isinstance(chunk, LiveChunk) and chunk.frame is not None for chunk in chunks)
+    assert "".join(chunks) == SPLIT_TEXT
+    assert "\ufffd" not in "".join(chunks)
+    for chunk in chunks:  # each delta is capped, or one whole character
+        size = len(chunk.encode())
+        assert size <= max(cap, 1) or len(chunk) == 1, (cap, chunk)
+    (message,) = tool_messages(state)
+    assert message.status == "success"
+    assert message.content.startswith(SPLIT_TEXT)
+    assert "exit code 0" in message.content
+    assert message.artifact["value"]["exit_code"] == 0
+    assert message.artifact["loss"]["complete"] is True
+    assert message.artifact["loss"]["frames"] == len(chunks)
+    folded = folder.call("call-0")
+    assert folded is not None
+    assert folded.kigi
+    assert folded.finished
+    assert folded.complete
+    assert folded.text == SPLIT_TEXT
+    report = folded.report()
+    assert report is not None
+    assert report.frames == len(chunks)
+    assert folded.artifact == message.artifact
+
+
+@pytest.mark.parametrize("cap", [0, 1, 2, 3, 4, 64])
+def test_split_characters_stream_whole_through_a_sync_graph(cap: int) -> None:
+    bash = kigi_bash(tick=0.02, max_delta_bytes=cap)
+    folder = ToolEventFolder()
+    events, state = run_sync(agent_graph([bash], [bash_call(SPLIT)]), folder)
+    _check_split_run(events, state, folder, cap)
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "tool-started"
+    assert kinds[-1] == "tool-finished"
+    assert set(kinds[1:-1]) == {"tool-output-delta"}
+
+
+@pytest.mark.parametrize("cap", [0, 1, 4, 64])
+async def test_split_characters_stream_whole_through_an_async_graph(cap: int) -> None:
+    bash = kigi_bash(tick=0.02, max_delta_bytes=cap)
+    folder = ToolEventFolder()
+    async with asyncio.timeout(30):
+        events, state = await run_async(agent_graph([bash], [bash_call(SPLIT)]), folder)
+    _check_split_run(events, state, folder, cap)
+
+
+def test_without_tools_streaming_the_call_runs_the_same_and_emits_nothing() -> None:
+    bash = kigi_bash(tick=0.02, max_delta_bytes=2)
+    state = agent_graph([bash], [bash_call(SPLIT)]).invoke(_start())
+    (message,) = tool_messages(state)
+    assert message.content.startswith(SPLIT_TEXT)
+    assert message.artifact["loss"]["complete"] is True
+
+
+def _waits_for(go: Path) -> str:
+    """A command that prints ``one``, waits (at most 20 s) for ``go`` to
+    exist, then prints ``two``: only a consumer that saw ``one`` while the
+    command ran can let it finish in time."""
+    return (
+        f"echo one; for i in $(seq 1000); do [ -e {go} ] && break; sleep 0.02; done;"
+        f" [ -e {go} ] && echo two"
+    )
+
+
+@pytest.mark.parametrize(
+    ("eager", "modes"), [(True, ["tools"]), (False, ["tools", "custom"])], ids=["eager", "custom"]
+)
+def test_deltas_arrive_while_the_command_runs(
+    eager: bool, modes: list[str], tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    bash = kigi_bash(tick=0.02)
+    graph = agent_graph([bash], [bash_call(_waits_for(go))], eager=eager)
+    seen: list[str] = []
+    for mode, payload in graph.stream(_start(), stream_mode=modes):
+        if mode == "tools" and payload["event"] == "tool-output-delta":
+            seen.append(payload["delta"])
+            go.touch()
+        if mode == "tools" and payload["event"] == "tool-finished":
+            assert payload["output"].artifact["value"]["exit_code"] == 0
+    assert "".join(seen) == "one\ntwo\n"
+
+
+class ToolCallingFake(GenericFakeChatModel):
+    """The fake chat model an agent factory can bind tools to (it calls the
+    tools its scripted messages name)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+def test_create_agent_runs_the_tool_and_answers_a_bad_argument() -> None:
+    bash = kigi_bash(tick=0.02, max_delta_bytes=2)
+    turns = [
+        AIMessage("", tool_calls=[{"id": "a1", "name": "bash", "args": {"command": SPLIT}}]),
+        AIMessage("", tool_calls=[{"id": "a2", "name": "bash", "args": {"command": ""}}]),
+        AIMessage("done"),
+    ]
+    model = ToolCallingFake(messages=iter(turns), disable_streaming=True)
+    agent = create_agent(model, [bash])
+    folder = ToolEventFolder()
+    for event in agent.stream(_start(), stream_mode=["tools", "custom"]):
+        folder.absorb(event)
+    good, bad = folder.call("a1"), folder.call("a2")
+    assert good is not None
+    assert bad is not None
+    assert good.text == SPLIT_TEXT
+    assert good.complete
+    assert bad.error is not None
+    assert bad.error.startswith("invalid_params error (-32602): ")
+    assert "at `$.command`" in bad.error
+
+
+async def test_parallel_calls_fold_apart() -> None:
+    bash = kigi_bash(tick=0.02, max_delta_bytes=3)
+    counting = "for i in 1 2 3; do echo $i; sleep 0.05; done"
+    graph = agent_graph([bash], [bash_call(SPLIT), bash_call(counting)], parallel=True)
+    folder = ToolEventFolder()
+    async with asyncio.timeout(30):
+        events, state = await run_async(graph, folder)
+    started = [e for e in events if e["event"] == "tool-started"]
+    # The ToolRuntime LangGraph injects is no argument of the call.
+    assert sorted(e["input"]["command"] for e in started) == sorted([SPLIT, counting])
+    assert all(set(e["input"]) == {"command"} for e in started)
+    assert folder.call("call-0").text == SPLIT_TEXT  # type: ignore[union-attr]
+    assert folder.call("call-1").text == "1\n2\n3\n"  # type: ignore[union-attr]
+    assert all(call.complete for call in folder.kigi_calls())
+    assert len(tool_messages(state)) == 2
+
+
+def test_the_args_schema_is_the_tools_and_the_name_follows_the_rules() -> None:
+    bash = kigi_bash()
+    assert bash.name == "bash"
+    assert bash.description == ShellTool().description
+    schema = bash.tool_call_schema
+    assert isinstance(schema, dict)
+    assert schema["type"] == "object"
+    assert schema["required"] == ["command"]
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) == {"command", "cwd", "env", "timeout_ms", "output_limit"}
+    assert "$ref" not in schema
+    openai = convert_to_openai_tool(bash)
+    assert openai["function"]["name"] == "bash"
+    assert "runtime" not in openai["function"]["parameters"]["properties"]
+    assert langchain_tool_name("fs:read") == "fs__read"
+    with pytest.raises(ValueError, match="1 to 64 ASCII letters"):
+        langchain_tool_name("bash", "has space")
+    with pytest.raises(ValueError, match="name="):
+        langchain_tool_name("x" * 65)
+
+
+class RuntimeArgs(msgspec.Struct):
+    runtime: str
+
+
+class Clashing(Tool[RuntimeArgs]):
+    id = "clash"
+    args_type = RuntimeArgs
+
+    async def run(self, ctx: Any, args: RuntimeArgs) -> ToolResult:  # pragma: no cover
+        return ToolResult(value=args.runtime)
+
+
+def test_a_tool_with_an_argument_named_runtime_is_refused() -> None:
+    with pytest.raises(ValueError, match="ToolRuntime"):
+        as_langchain_tool(Clashing())
+    with pytest.raises(TypeError, match="kigi Tool"):
+        as_langchain_tool(object())  # type: ignore[arg-type]
+
+
+async def _stdio_client(tool_source: str) -> Client:
+    """A real stdio server (``serve_stdio``) in a child process serving the
+    shell tool ``tool_source`` builds, and a client of it."""
+    code = (
+        "import asyncio\nfrom kigi_tool_runtime import ShellTool, serve_stdio\n"
+        f"asyncio.run(serve_stdio([{tool_source}]))\n"
+    )
+    return await Client.spawn([sys.executable, "-c", code])
+
+
+async def test_a_bad_argument_is_the_stdio_servers_error_on_the_tool_error_path() -> None:
+    bash = kigi_bash()
+    folder = ToolEventFolder()
+    async with asyncio.timeout(30):
+        events, state = await run_async(agent_graph([bash], [bash_call(5)]), folder)
+        async with await _stdio_client("ShellTool()") as client:
+            with pytest.raises(RemoteToolError) as caught:
+                await client.call("bash", {"command": 5}).result()
+    expected = str(caught.value)
+    assert caught.value.kind.value == "invalid_params"
+    (error,) = [e for e in events if e["event"] == "tool-error"]
+    assert expected in error["message"]
+    assert error["message"].startswith("invalid_params error (-32602): ")
+    (message,) = tool_messages(state)
+    assert message.status == "error"
+    assert message.content == error["message"]
+    assert "Traceback" not in message.content
+    folded = folder.call("call-0")
+    assert folded is not None
+    assert not folded.kigi
+    assert folded.error == error["message"]
+    assert not folded.complete
+    assert state["messages"][-1].content == "done"  # the model was answered, the run went on
+
+
+def test_a_bad_argument_raises_kigi_tool_error_when_invoked_directly() -> None:
+    bash = kigi_bash()
+    with pytest.raises(KigiToolError) as caught:
+        bash.invoke({"command": "true", "bogus": 1})
+    assert caught.value.kind.value == "invalid_params"
+    assert caught.value.code == -32602
+    assert "unknown field `bogus`" in caught.value.message
+    assert caught.value.end is None
+
+
+def test_a_failing_command_is_a_result_with_its_exit_status() -> None:
+    bash = kigi_bash(tick=0.02)
+    folder = ToolEventFolder()
+    events, state = run_sync(agent_graph([bash], [bash_call("echo failing >&2; exit 3")]), folder)
+    (message,) = tool_messages(state)
+    assert message.status == "success"
+    assert message.content.startswith("failing\n")
+    assert "exit code 3" in message.content
+    assert message.artifact["value"]["exit_code"] == 3
+    assert "".join(deltas(events, "call-0")) == "failing\n"
+    folded = folder.call("call-0")
+    assert folded is not None
+    assert folded.text == "failing\n"
+    assert folded.complete
+
+
+async def test_a_kigi_error_mid_call_is_the_tool_error_path_with_its_kind() -> None:
+    bash = as_langchain_tool(ShellTool(tick=0.02), timeout_ms=300)
+    folder = ToolEventFolder()
+    async with asyncio.timeout(30):
+        events, state = await run_async(
+            agent_graph([bash], [bash_call("echo started; sleep 30")]), folder
+        )
+    (error,) = [e for e in events if e["event"] == "tool-error"]
+    assert error["message"].startswith("timeout error (")
+    (message,) = tool_messages(state)
+    assert message.status == "error"
+    assert message.content == error["message"]
+    folded = folder.call("call-0")
+    assert folded is not None
+    assert folded.text == "started\n"
+    assert folded.error == error["message"]
+
+
+FLOOD_TOOL = "ShellTool(tick=5.0, max_delta_bytes=64, tail_capacity=256)"
+#: One write of 60000 bytes into an empty pipe: the reader gets it in one read,
+#: so the tail keeps the same last 256 bytes in every run.
+FLOOD = [sys.executable, "-c", "import os; os.write(1, b'x' * 59999 + b'\\n')"]
+
+
+async def test_a_flood_through_a_small_tail_folds_to_what_the_stdio_client_reports() -> None:
+    bash = kigi_bash(tick=5.0, max_delta_bytes=64, tail_capacity=256)
+    heard: list[Appended] = []
+    folder = ToolEventFolder(on_appended=lambda call, appended: heard.append(appended))
+    async with asyncio.timeout(60):
+        events, state = await run_async(agent_graph([bash], [bash_call(FLOOD)]), folder)
+        async with await _stdio_client(FLOOD_TOOL) as client:
+            call = client.call("bash", {"command": FLOOD}, tool_call_id="call-0", keep_text=True)
+            stdio: list[Appended] = [
+                item.appended async for item in call if isinstance(item, CallProgress)
+            ]
+    live = "".join(deltas(events, "call-0"))
+    assert LOSS_LINE.match(live), live[:200]  # the gap is said live, where it was
+    assert live.endswith("x\n")
+    (message,) = tool_messages(state)
+    loss = message.artifact["loss"]
+    assert loss["complete"] is False
+    assert loss["total_bytes"] == 60000
+    assert loss["gaps"]
+    assert loss["gaps"][0]["at_char"] == 0
+    assert "[kigi: the live output lost" in message.content
+    folded = folder.call("call-0")
+    assert folded is not None
+    expected = call.reassembler.reports(ended=True)[0]
+    assert folded.report() == expected
+    assert not expected.complete
+    assert folded.text == call.reassembler.stream("call-0", "bash_output_chunk").text  # type: ignore[union-attr]
+    assert heard == stdio
+    assert loss["lost_bytes"]["max"] == expected.lost_bytes
+
+
+def test_output_cut_at_the_limit_ends_live_with_the_truncation_marker() -> None:
+    bash = kigi_bash(tick=0.02, max_delta_bytes=16, limit=300)
+    folder = ToolEventFolder()
+    events, state = run_sync(agent_graph([bash], [bash_call("seq 1 1000")]), folder)
+    chunks = deltas(events, "call-0")
+    live = "".join(chunks)
+    assert live.endswith("\n" + TRUNCATION_MARKER + "\n")
+    assert chunks[-1].frame is None  # the closing text: said once the call ended
+    (message,) = tool_messages(state)
+    assert message.artifact["loss"]["truncated"] is True
+    assert message.artifact["loss"]["complete"] is False
+    folded = folder.call("call-0")
+    assert folded is not None
+    assert folded.closing == str(chunks[-1])
+    report = folded.report()
+    assert report is not None
+    assert report.truncated
+    assert not folded.complete
+    assert live.startswith("1\n2\n3\n")
+
+
+@pytest.mark.filterwarnings(V3_WARNING)
+def test_v3_tool_call_streams_fold_like_the_tools_channel() -> None:
+    bash = kigi_bash(tick=0.02, max_delta_bytes=3)
+    folder = ToolEventFolder()
+    graph = agent_graph([bash], [bash_call(SPLIT)])
+    run = graph.stream_events(_start(), version="v3", transformers=[ToolCallTransformer])
+    folded = [folder.fold_tool_call(stream) for stream in run.tool_calls]
+    assert [call.tool_call_id for call in folded] == ["call-0"]
+    assert folded[0].text == SPLIT_TEXT
+    assert folded[0].complete
+    assert run.output["messages"][-1].content == "done"
+
+
+@pytest.mark.filterwarnings(V3_WARNING)
+async def test_v3_async_tool_call_streams_fold_too() -> None:
+    bash = kigi_bash(tick=0.02, max_delta_bytes=3)
+    folder = ToolEventFolder()
+    graph = agent_graph([bash], [bash_call(SPLIT)])
+    async with asyncio.timeout(30):
+        run = await graph.astream_events(_start(), version="v3", transformers=[ToolCallTransformer])
+        folded = [await folder.afold_tool_call(stream) async for stream in run.tool_calls]
+    assert folded[0].text == SPLIT_TEXT
+    assert folded[0].complete
+
+
+def test_events_of_ordinary_langchain_tools_are_kept_apart() -> None:
+    @tool
+    def plain(word: str, runtime: ToolRuntime) -> str:
+        """Stream a word in two pieces."""
+        runtime.emit_output_delta(word[:2])
+        runtime.emit_output_delta(word[2:])
+        return word
+
+    bash = kigi_bash(tick=0.02)
+    folder = ToolEventFolder()
+    graph = agent_graph(
+        [bash, plain], [{"name": "plain", "args": {"word": "hello"}}, bash_call("echo hi")]
+    )
+    run_sync(graph, folder)
+    ordinary = folder.call("call-0")
+    assert ordinary is not None
+    assert not ordinary.kigi
+    assert ordinary.notes == ["he", "llo"]
+    assert ordinary.text is None
+    assert ordinary.report() is None
+    assert [call.tool_call_id for call in folder.kigi_calls()] == ["call-1"]
+    assert folder.kigi_calls()[0].text == "hi\n"
+    assert len(folder.reassembler.streams) == 1
+
+
+def test_the_folder_takes_every_form_and_ignores_the_rest() -> None:
+    folder = ToolEventFolder()
+    started = {"event": "tool-started", "tool_call_id": "t", "tool_name": "x"}
+    assert folder.absorb(started) is None
+    folder.absorb(
+        (("sub",), "tools", {"event": "tool-output-delta", "tool_call_id": "t", "delta": "a"})
+    )
+    folder.absorb(
+        {
+            "method": "tools",
+            "params": {
+                "namespace": [],
+                "data": {"event": "tool-error", "tool_call_id": "t", "message": "boom"},
+            },
+        }
+    )
+    for other in [
+        ("updates", {"agent": {}}),
+        {"event": "other"},
+        "text",
+        None,
+        (),
+        {"method": "messages", "params": {}},
+    ]:
+        folder.absorb(other)
+    call = folder.call("t")
+    assert call is not None
+    assert call.tool_name == "x"
+    assert call.notes == ["a"]
+    assert call.error == "boom"
+    assert folder.ignored == 6
+    assert MAX_TEXT_BYTES == 64 * 1024 * 1024
+
+
+def test_a_live_chunk_copies_with_its_frame() -> None:
+    import copy
+    import pickle
+
+    bash = kigi_bash(tick=0.02)
+    events, _ = run_sync(agent_graph([bash], [bash_call("echo hi")]), ToolEventFolder())
+    (chunk,) = deltas(events, "call-0")
+    for twin in (copy.deepcopy(chunk), pickle.loads(pickle.dumps(chunk))):
+        assert isinstance(twin, LiveChunk)
+        assert twin == "hi\n"
+        assert twin.frame == chunk.frame
+        assert twin.seq == 0
+    # A serializer sees the text: a string, whatever crosses the wire.
+    assert json.dumps({"delta": chunk}) == '{"delta": "hi\\n"}'
+    assert orjson.dumps(chunk) == b'"hi\\n"'
+    serde = JsonPlusSerializer()
+    assert serde.loads_typed(serde.dumps_typed({"delta": chunk})) == {"delta": "hi\n"}
+
+
+def test_sync_invoke_inside_a_running_loop_is_a_clear_error() -> None:
+    bash = kigi_bash()
+
+    async def inside() -> None:
+        bash.invoke({"command": "true"})
+
+    with pytest.raises(RuntimeError, match="ainvoke"):
+        asyncio.run(inside())
+
+
+def test_direct_invoke_gives_the_message_and_artifact() -> None:
+    bash = kigi_bash()
+    content = bash.invoke({"command": "echo direct"})
+    assert content.startswith("direct\n")
+    message = bash.invoke(
+        {"type": "tool_call", "id": "d1", "name": "bash", "args": {"command": "echo direct"}}
+    )
+    assert isinstance(message, ToolMessage)
+    assert message.artifact["value"]["output"] == "direct\n"
+    assert message.artifact["tool_call_id"].startswith("lc-")  # no ToolRuntime: no stream
+
+
+# -- lifecycle: a cancelled run leaves no process ------------------------------
+
+HOLD = "echo $$; exec sleep 30"
+
+
+async def test_cancelling_the_graph_task_stops_the_process_group() -> None:
+    bash = kigi_bash(tick=0.02)
+    graph = agent_graph([bash], [bash_call(HOLD)])
+    found: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def run() -> None:
+        async for mode, payload in graph.astream(_start(), stream_mode=["tools", "values"]):
+            if mode == "tools" and payload["event"] == "tool-output-delta" and not found.done():
+                found.set_result(int(str(payload["delta"]).strip()))
+
+    async with asyncio.timeout(30):
+        task = asyncio.create_task(run())
+        pgid = await found
+        assert group_alive(pgid)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not group_alive(pgid)  # gone before the cancellation went on
+
+
+async def _cut_when(marker: Path, cut: asyncio.Timeout) -> None:
+    while not marker.exists():
+        await asyncio.sleep(0.02)
+    cut.reschedule(asyncio.get_running_loop().time())
+
+
+async def _ainvoke_until(graph: Any, marker: Path) -> None:
+    """``graph.ainvoke`` under an ``asyncio.timeout`` that expires once the
+    command has written ``marker``."""
+    async with asyncio.timeout(None) as cut:
+        armed = asyncio.create_task(_cut_when(marker, cut))
+        try:
+            await graph.ainvoke(_start())
+        finally:
+            armed.cancel()
+
+
+async def test_a_timeout_around_ainvoke_stops_the_process_group(tmp_path: Path) -> None:
+    marker = tmp_path / "pgid"
+    command = f"echo $$ > {marker}.tmp; mv {marker}.tmp {marker}; exec sleep 30"
+    bash = kigi_bash(tick=0.02)
+    graph = agent_graph([bash], [bash_call(command)])
+    async with asyncio.timeout(30):
+        with pytest.raises(TimeoutError):
+            await _ainvoke_until(graph, marker)
+    assert not group_alive(int(marker.read_text()))
+
+
+#: Scripts that run a held command and wait for SIGINT; each writes the
+#: command's process group id to the file named by argv[1] (the command does).
+_INTERRUPTED = {
+    "sync direct invoke": """
+        bash.invoke({"command": HOLD})
+    """,
+    "sync graph invoke": """
+        with stop_on_interrupt():
+            graph.invoke({"messages": [HumanMessage("run it")]})
+    """,
+    "async graph ainvoke": """
+        asyncio.run(graph.ainvoke({"messages": [HumanMessage("run it")]}))
+    """,
+}
+
+_PRELUDE = """
+import asyncio, sys
+sys.path.insert(0, {tests!r})
+from langchain_core.messages import HumanMessage
+from test_langchain import agent_graph, bash_call
+from kigi_tool_runtime import ShellTool
+from kigi_tool_runtime.langchain import as_langchain_tool, stop_on_interrupt
+marker = sys.argv[1]
+HOLD = f"echo $$ > {{marker}}.tmp; mv {{marker}}.tmp {{marker}}; sleep 30; touch {{marker}}.done"
+bash = as_langchain_tool(ShellTool(tick=0.02))
+graph = agent_graph([bash], [bash_call(HOLD)])
+"""
+
+
+@pytest.mark.parametrize("how", sorted(_INTERRUPTED))
+async def test_a_keyboard_interrupt_stops_the_process_group(how: str, tmp_path: Path) -> None:
+    marker = tmp_path / "pgid"
+    script = _PRELUDE.format(tests=str(Path(__file__).parent)) + textwrap.dedent(_INTERRUPTED[how])
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, str(marker), stderr=subprocess.PIPE
+    )
+    try:
+        async with asyncio.timeout(60):
+            while not marker.exists():
+                assert child.returncode is None
+                await asyncio.sleep(0.02)
+            pgid = int(marker.read_text())
+            assert group_alive(pgid)
+            child.send_signal(signal.SIGINT)
+            _, stderr = await child.communicate()
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    assert child.returncode != 0
+    assert b"KeyboardInterrupt" in stderr, stderr.decode()
+    await until_group_gone(pgid, seconds=5)
+    assert not (tmp_path / "pgid.done").exists()  # stopped, not run to its end
+
+
+def test_readme_langgraph_section_runs() -> None:
+    """The README's "Use it from LangGraph" example runs as written: the live
+    text, then the fold's summary, the model's status line and the artifact's
+    verdict."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Use it from LangGraph") :]
+    block = section[section.index("```python\n") + len("```python\n") :]
+    block = block[: block.index("```")]
+    done = subprocess.run(
+        [sys.executable, "-c", block], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "grüße ✓ 😀"
+    assert re.fullmatch(
+        r"call-1/bash_output_chunk: 17 bytes in \d+ frames? \(total 17\), no gaps", lines[1]
+    )
+    assert re.fullmatch(r"\[exit code 0; 17 bytes of output; \d+ ms\]", lines[2])
+    assert lines[3:] == ["complete: True"]
