@@ -9,7 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from processes import until_group_gone
 
 from kigi_tool_runtime._process import group_alive
@@ -55,6 +57,20 @@ def test_a_tool_that_swallows_its_cancellation_does_not_keep_serve_alive() -> No
     answered with an error saying the tool was left running, stderr names the
     call, the process exits (status 0) without waiting for the tool, and the
     process group the tool held is gone with it."""
+    _check_stubborn_server([sys.executable, "-c", STUBBORN], "1")
+
+
+@pytest.mark.slow
+def test_kigi_stream_serve_tools_gives_up_on_a_stubborn_tool(tmp_path: Path) -> None:
+    """The same through ``kigi-stream serve --tools`` itself, with the default
+    stop wait (10 s)."""
+    module = tmp_path / "stubborn.py"
+    module.write_text(STUBBORN.split("\nsys.exit(")[0] + "\nTOOL = Stubborn()\n")
+    argv = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--tools", f"{module}:TOOL"]
+    _check_stubborn_server(argv, "10")
+
+
+def _check_stubborn_server(argv: list[str], stop_wait: str) -> None:
     request = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -62,7 +78,7 @@ def test_a_tool_that_swallows_its_cancellation_does_not_keep_serve_alive() -> No
         "params": {"tool_call_id": "c1", "tool_id": "stubborn", "arguments": {}},
     }
     with subprocess.Popen(
-        [sys.executable, "-c", STUBBORN],
+        argv,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -84,8 +100,9 @@ def test_a_tool_that_swallows_its_cancellation_does_not_keep_serve_alive() -> No
         assert reply["id"] == 1
         assert reply["error"]["data"]["code"] == "cancelled"
         message = reply["error"]["message"]
-        assert "did not stop within 1 s and was left running" in message
-        assert b"the tool of call 'c1' did not stop within 1 s of its cancellation" in err
+        assert f"did not stop within {stop_wait} s and was left running" in message
+        notice = f"the tool of call 'c1' did not stop within {stop_wait} s of its cancellation"
+        assert notice.encode() in err
 
         async def gone() -> None:
             async with asyncio.timeout(EXIT_S):
