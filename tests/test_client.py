@@ -284,6 +284,35 @@ def test_bad_call_arguments_are_rejected() -> None:
     _run(body)
 
 
+def test_a_reader_that_stops_sees_a_marked_hole_and_a_report_that_says_so() -> None:
+    """The issue's case, smaller: ``seq`` floods a real server while the consumer
+    takes nothing until the call has ended. The text printed from the items, as
+    the README prints it, holds a gap marker exactly where lines are missing
+    (the lines before it and after it each run on without a hole), the marker
+    counts the missing bytes, and the summary does not say the call was whole."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE, call_buffer_frames=8) as client:
+            call = client.call("bash", {"command": "seq 1 200000"}, timeout=60)
+            await client._flush()
+            while call.outcome is None:  # a reader that stopped, until the end
+                await asyncio.sleep(0.05)
+            progress, _ = await _collect(call)
+            assert call.frames_dropped > 0
+            printed = "".join(item.appended.render() for item in progress)
+            head, marker, tail = re.split(r"(\[\.\.\. [0-9-]+ bytes lost \.\.\.\])", printed)
+            lost = int(marker.split()[1])
+            whole = "".join(f"{n}\n" for n in range(1, 200001))
+            assert head == ""  # the oldest items were dropped: the text starts lost
+            assert whole.endswith(tail)
+            assert lost == len(whole) - len(tail)
+            [report] = call.reassembler.reports(ended=True)
+            assert not report.complete
+            assert "dropped_frames" in call.reassembler.summary(ended=True)
+
+    _run(body)
+
+
 def test_arguments_json_cannot_carry_leave_no_call_behind() -> None:
     """Unencodable arguments raise WireError from call(), send nothing, and leave
     the call id free: the next call with it runs."""
@@ -303,8 +332,10 @@ def test_arguments_json_cannot_carry_leave_no_call_behind() -> None:
 
 
 def test_a_consumer_that_falls_behind_loses_the_oldest_items_visibly() -> None:
-    """Past the per-call buffer the oldest untaken items are dropped and counted, the
-    reassembled view still holds every frame, and the result arrives."""
+    """Past the per-call buffer the oldest untaken items are dropped and counted,
+    the first item left renders a gap marker for their bytes before its text,
+    the loss report says so (not complete), the reassembled view still holds
+    every frame, and the result arrives."""
 
     async def body() -> None:
         # Ten writes, each after a pause longer than the server's tick: ten frames.
@@ -321,7 +352,16 @@ def test_a_consumer_that_falls_behind_loses_the_oldest_items_visibly() -> None:
             assert state is not None
             assert state.frames == len(progress) + call.frames_dropped
             assert state.text == "".join(f"{i};" for i in range(10))
-            assert state.report().complete
+            report = state.report()
+            assert not report.complete
+            dropped = [a for a in report.anomalies if a.kind == "dropped_frames"]
+            assert len(dropped) == call.frames_dropped
+            assert "the client dropped the untaken progress item" in dropped[0].detail
+            kept = "".join(item.appended.text or "" for item in progress)
+            lost = 20 - len(kept)
+            printed = "".join(item.appended.render() for item in progress)
+            assert printed == f"[... {lost} bytes lost ...]" + kept
+            assert state.text.endswith(kept)
             value: Any = result.output.value
             assert value["total_bytes"] == 20
 

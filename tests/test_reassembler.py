@@ -1113,3 +1113,28 @@ def test_a_record_limit_above_the_ceiling_holds_for_the_frame_too() -> None:
     assert added.anomalies == ()
     assert added.note == note
     assert reassembler.anomalies == ()
+
+
+def test_record_loss_makes_the_stream_incomplete_where_it_was_noticed() -> None:
+    """A loss after absorbing (records that never reached their reader) is a
+    ``dropped_frames`` anomaly of its stream at the last record absorbed; the
+    figures and text stay as folded; before any record it is a ValueError, and
+    without a stream it is the connection's."""
+    from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
+    from kigi_tool_runtime._consumer._loss import StreamKey
+
+    folded = Reassembler()
+    with pytest.raises(ValueError, match="nothing can have been lost"):
+        folded.record_loss(None, "x")
+    for total, delta in ((2, "ab"), (4, "cd")):
+        body = PartialResultPayload(delta=delta, total_bytes=total)
+        folded.absorb_frame(ToolCallProgressFrame(tool_call_id="c", kind="k", body=body))
+    key = StreamKey("c", "k")
+    anomaly = folded.record_loss(key, "one item dropped")
+    assert (anomaly.kind, anomaly.index, anomaly.key) == ("dropped_frames", 1, key)
+    [report] = folded.reports(ended=True)
+    assert not report.complete
+    assert report.anomalies == (anomaly,)
+    assert report.text_bytes == 4
+    assert folded.stream("c", "k").text == "abcd"  # type: ignore[union-attr]
+    assert folded.record_loss(None, "elsewhere") in folded.anomalies

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import msgspec
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -28,6 +29,7 @@ from kigi_tool_runtime._transport._rpc_server import (
     Reply,
     ServerProtocol,
     StartCall,
+    lone_surrogate,
 )
 
 TOOLS = [{"id": "bash"}]
@@ -606,3 +608,76 @@ def test_batched_frames_are_the_same_bytes_as_encode_progress_line() -> None:
         + encode_progress_line("c", "k", bodies[3], seq=2, session_id="sess_q", dropped_count=1)
         + b'{"final":true}\n'
     )
+
+
+# -- lone surrogate escapes ------------------------------------------------------
+
+_HIGH = st.integers(0xD800, 0xDBFF).map(chr)
+_LOW = st.integers(0xDC00, 0xDFFF).map(chr)
+_PLAIN = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=4)
+
+
+@given(st.lists(st.one_of(_PLAIN, _HIGH, _LOW, st.just("\\")), max_size=12))
+def test_lone_surrogate_finds_each_unpaired_escape_and_only_those(pieces: list[str]) -> None:
+    """A JSON string written with ``\\uXXXX`` escapes: ``lone_surrogate`` finds
+    one exactly when the text holds a surrogate no neighbour pairs, and with each
+    lone one replaced by U+FFFD the line decodes to what UTF-16 decoding with
+    replacement makes of the text (pairs joined, lone halves replaced)."""
+    text = "".join(pieces)
+    line = json.dumps({"id": 3, "s": text}).encode()
+    units = text.encode("utf-16-le", "surrogatepass")
+    expected = units.decode("utf-16-le", "replace")
+    found = lone_surrogate(line)
+    if not _has_lone(text):
+        assert found is None
+        assert msgspec.json.decode(line)["s"] == expected
+        return
+    assert found is not None
+    offset, escape, readable = found
+    assert line[offset : offset + 6].decode() == escape
+    assert 0xD800 <= int(escape[2:], 16) <= 0xDFFF
+    assert msgspec.json.decode(readable) == {"id": 3, "s": expected}
+
+
+def _has_lone(text: str) -> bool:
+    """Whether ``text`` holds a surrogate code point not part of a high-low pair."""
+    at = 0
+    while at < len(text):
+        char = text[at]
+        paired = at + 1 < len(text) and "\udc00" <= text[at + 1] <= "\udfff"
+        if "\ud800" <= char <= "\udbff" and paired:
+            at += 2
+            continue
+        if "\ud800" <= char <= "\udfff":
+            return True
+        at += 1
+    return False
+
+
+def test_a_request_with_a_lone_surrogate_is_answered_with_its_id() -> None:
+    """A lone surrogate escape (which the decoder calls truncated input) gets a
+    -32700 that names the escape and echoes the request's id and session."""
+    protocol = _protocol()
+    line = (
+        b'{"jsonrpc":"2.0","id":"r-9","session_id":"s1","method":"tool.call",'
+        b'"params":{"tool_id":"bash","tool_call_id":"c1","arguments":{"command":"echo \\ud800"}}}'
+    )
+    events = protocol.receive_line(line)
+    reply = _reply(events)
+    assert reply["id"] == "r-9"
+    assert reply["session_id"] == "s1"
+    assert reply["error"]["code"] == -32700
+    message = reply["error"]["message"]
+    assert "\\ud800" in message
+    assert "lone UTF-16 surrogate" in message
+    assert "truncated" not in message
+    assert protocol.calls_in_flight == 0
+    assert protocol.lines_rejected == 1
+
+
+def test_a_lone_surrogate_in_the_id_itself_leaves_the_id_null() -> None:
+    """An id holding the surrogate is not the sender's id once replaced: null."""
+    reply = _reply(_protocol().receive_line(b'{"jsonrpc":"2.0","id":"a\\udc00","method":"x"}'))
+    assert reply["id"] is None
+    assert reply["error"]["code"] == -32700
+    assert "\\udc00" in reply["error"]["message"]

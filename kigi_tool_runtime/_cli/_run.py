@@ -97,10 +97,35 @@ def run_command(args: argparse.Namespace) -> int:
         shell_args = ShellArgs(command=command)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    # From here until the stop signals' handlers are in place (and after they
+    # are gone), a Ctrl-C is held, not raised: raised while asyncio.run makes or
+    # closes its loop, it left a loop half made, whose collection printed a
+    # traceback. A held one is sent again once the handlers can take it.
+    held = _HeldSignals()
+    previous = signal.signal(signal.SIGINT, held)
     try:
-        return asyncio.run(_run_async(tool, shell_args, json_mode=args.json))
+        return asyncio.run(_run_async(tool, shell_args, json_mode=args.json, held=held))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class _HeldSignals:
+    """A signal handler that keeps the signals it gets, for :meth:`replay`."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    def __call__(self, number: int, frame: object) -> None:
+        self.received.append(number)
+
+    def replay(self) -> None:
+        """Send this process every signal held so far, once (to the handlers
+        in place now)."""
+        received, self.received = self.received, []
+        for number in received:
+            signal.raise_signal(number)
 
 
 def _same_destination(one: IO[Any], other: IO[Any]) -> bool:
@@ -112,7 +137,9 @@ def _same_destination(one: IO[Any], other: IO[Any]) -> bool:
     return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
 
 
-async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool) -> int:
+async def _run_async(
+    tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool, held: _HeldSignals | None = None
+) -> int:
     # A write that could block (a full pipe) is made from a thread: stdout that
     # nobody reads never blocks the event loop, so the signal handlers and the
     # tool keep running.
@@ -155,6 +182,8 @@ async def _run_async(tool: ShellTool, shell_args: ShellArgs, *, json_mode: bool)
             running.cancel()
 
     with StopSignals(on_signal) as stops:
+        if held is not None:
+            held.replay()  # a Ctrl-C that came before the handlers
         ticker = asyncio.create_task(status.tick()) if status.enabled else None
         try:
             # Without --timeout the call has no deadline either; with it, the tool's

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from typing import Any, Final
 
+from .._tools._runner import STOP_WAIT_S
 from .._tools._shell import ShellTool
 from .._tools._tool import Tool
 from .._transport._rpc_server import SERVED_METHODS
@@ -45,7 +47,18 @@ def serve(args: argparse.Namespace) -> int:
         return serve_nats(args, tools)
     if args.mcp or args.mcp_http is not None:
         return _serve_mcp(args, tools)
-    return asyncio.run(_serve_stdio(tools, args.max_frame_bytes))
+    return serve_tools(tools, max_frame_bytes=args.max_frame_bytes)
+
+
+def serve_tools(
+    tools: list[Tool[Any]], *, max_frame_bytes: int, stop_wait: float = STOP_WAIT_S
+) -> int:
+    """Serve ``tools`` on stdin and stdout as the whole of this process's work,
+    until end of input or a stop signal; return the exit status. A tool left
+    running because it ignored its cancellation (Server Rule 7) is named on
+    stderr, and the process exits at once without waiting for it: the process
+    groups held on the lifeline then end with it."""
+    return asyncio.run(_serve_stdio(tools, max_frame_bytes, stop_wait))
 
 
 def _tools(args: argparse.Namespace) -> list[Tool[Any]]:
@@ -70,7 +83,7 @@ def _serve_mcp(args: argparse.Namespace, tools: list[Tool[Any]]) -> int:
     return run_mcp_serve(address, max_frame_bytes=args.max_frame_bytes, tools=tools)
 
 
-async def _serve_stdio(tools: list[Tool[Any]], max_frame_bytes: int) -> int:
+async def _serve_stdio(tools: list[Tool[Any]], max_frame_bytes: int, stop_wait: float) -> int:
     # A stop signal ends serving as end of input does: every call in flight is
     # cancelled (its command's process group stopped) and answered, the final
     # flush bounded, then 128 + N. A second signal cuts the wait short: the
@@ -82,7 +95,7 @@ async def _serve_stdio(tools: list[Tool[Any]], max_frame_bytes: int) -> int:
         if stops.count <= 2:
             serving.cancel()
 
-    server = Server(tools, max_frame_bytes=max_frame_bytes)
+    server = Server(tools, max_frame_bytes=max_frame_bytes, stop_wait=stop_wait)
     reader, sink = await open_stdio()
     with StopSignals(on_signal) as stops:
         if sys.stdin.isatty():
@@ -95,10 +108,21 @@ async def _serve_stdio(tools: list[Tool[Any]], max_frame_bytes: int) -> int:
                 raise
             while serving.uncancel():
                 pass
-    abandoned = server.statistics().lines_abandoned
-    if abandoned:
+    stats = server.statistics()
+    if stats.lines_abandoned:
         sys.stderr.write(
-            f"kigi-stream serve: stdout was not being read; {abandoned} lines"
+            f"kigi-stream serve: stdout was not being read; {stats.lines_abandoned} lines"
             " (replies and progress frames) were never written\n"
         )
-    return stops.exit_status()
+    status = stops.exit_status()
+    if stats.calls_abandoned:
+        calls = ", ".join(repr(call) for call in stats.calls_abandoned)
+        sys.stderr.write(
+            f"kigi-stream serve: the tool of call {calls} did not stop within {stop_wait:g} s"
+            " of its cancellation; exiting without waiting for it\n"
+        )
+        sys.stderr.flush()
+        # asyncio.run would wait for the tool's task on its way out, for as
+        # long as the tool likes: end here instead (Server Rule 7).
+        os._exit(status)
+    return status

@@ -592,6 +592,27 @@ class Reassembler:
         self.ignored += later.ignored
         return self
 
+    def record_loss(self, key: StreamKey | None, detail: str) -> Anomaly:
+        """Report records this reassembler absorbed that never reached their
+        reader (a bounded queue between the two dropped them): its figures hold
+        them, the reader's text does not. A ``dropped_frames`` anomaly of the
+        stream ``key`` (of the connection when ``None``) at the last record
+        absorbed, where the loss was noticed, saying ``detail``; the stream's
+        report is then not ``complete``. Returns the anomaly.
+
+        Raises:
+            ValueError: no record was absorbed yet (nothing could be lost).
+        """
+        if not self._records:
+            raise ValueError("no record was absorbed: nothing can have been lost")
+        state = None if key is None else self._streams.get(key)
+        anomaly = Anomaly("dropped_frames", self._records - 1, detail, key)
+        if state is None:
+            self._anomalies.append(anomaly)
+        else:
+            state.add_anomaly(anomaly)
+        return anomaly
+
     def settled(self, appended: Appended) -> Appended:
         """``appended`` (from :meth:`appended`) with its gap's bounds as every
         record absorbed since proves them: the later frames of the gap's run

@@ -21,6 +21,10 @@ Rule 5. After the child exits the pipe is drained for at most ``exit_drain``
         seconds: a grandchild that keeps it open cannot hang the tool (its
         later writes fail once the pipe is closed). A background process that
         outlives a normal exit is not killed; only timeout and cancellation are.
+Rule 6. While the tool runs the command, its process group dies with the
+        process the tool runs in, however that process dies (a SIGKILLed
+        server's commands do not run on): the group is held on the lifeline
+        (``_process.hold``) from its start until the tool is done with it.
 
 POSIX only: process groups, ``killpg`` and a non-blocking pipe read from the
 event loop (``add_reader``).
@@ -40,7 +44,7 @@ import msgspec
 
 from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, StreamingSpec, ToolCapabilities
 
-from .._process import group_alive, signal_name, spawn_in_group, stop_group
+from .._process import group_alive, hold, release, signal_name, spawn_in_group, stop_group
 from .._producer._chunk import cap_of
 from .._producer._output import OutputStream
 from ._errors import ToolError, ToolErrorKind
@@ -525,6 +529,7 @@ class ShellTool(Tool[ShellArgs]):
                     # before its grace is over.
                     await self._terminate(proc)
             finally:
+                release(proc.pid)
                 reader.close()
                 if not exit_task.done():
                     exit_task.cancel()
@@ -558,6 +563,7 @@ class ShellTool(Tool[ShellArgs]):
         except BaseException:
             os.close(read_fd)
             raise
+        hold(proc.pid)  # Rule 6: the group dies with this process
         return proc, _PipeReader(loop, read_fd, stream, self.read_chunk)
 
     async def _watchdog(

@@ -17,9 +17,14 @@ Rule 2. A request never hangs: a server that closes its output (exits,
 Rule 3. Memory is bounded: each call buffers at most
         ``call_buffer_frames`` (default :data:`CALL_BUFFER_FRAMES`) progress
         items its consumer has not taken.
-        Past that the oldest untaken item is dropped and counted
-        (``Call.frames_dropped``); the reassembled view has absorbed it already,
-        so only that item's event is lost, never a figure. A call keeps its
+        Past that the oldest untaken item is dropped, and the drop is a loss
+        told three ways: counted (``Call.frames_dropped``); marked where it
+        happened, as a gap the next item of its stream renders before its own
+        text (``appended.gap``, inferred, the dropped items' bytes); and in the
+        call's loss report, a ``dropped_frames`` anomaly of the stream
+        (``Reassembler.record_loss``), so the report is not ``complete``. The
+        reassembler's figures (and its text, with ``keep_text``) hold the
+        dropped items all the same. A call keeps its
         text only when asked (``Client.call(keep_text=True)``), and at most
         :data:`MAX_CALL_TEXT_BYTES` of it; otherwise its reassembler keeps
         figures and losses, and each item's ``appended`` carries its delta.
@@ -43,6 +48,7 @@ import os
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import IO, Any, Final, NamedTuple, Protocol, Self
 
@@ -57,7 +63,8 @@ from kigi_tool_protocol import (
 )
 
 from .._call._caller import CallProgress, RemoteToolError
-from .._consumer._reassembler import Reassembler
+from .._consumer._loss import Gap, StreamKey
+from .._consumer._reassembler import Appended, Reassembler
 from .._lines import LineReader, read_lines
 from .._process import group_alive, spawn_in_group, stop_group, widen_pipe
 from .._tools._runner import STOP_WAIT_S
@@ -225,7 +232,11 @@ class Call(CallHandle):
         self._started = loop.time()
         self._deadline = None if timeout is None else self._started + timeout + TIMEOUT_GRACE_S
         self._timeout = timeout
-        self._items: deque[CallProgress | object] = deque()
+        # Untaken items with where each stands: (item, its text's offset in
+        # its stream, its record index in the reassembler).
+        self._items: deque[tuple[CallProgress, int, int] | object] = deque()
+        self._chars: dict[StreamKey, int] = {}  # characters appended per stream
+        self._lost: dict[StreamKey, Gap] = {}  # dropped, for the next item to mark
         self._getter: asyncio.Future[None] | None = None
         #: Frames dropped because the consumer fell behind (Rule 3).
         self.frames_dropped = 0
@@ -245,12 +256,61 @@ class Call(CallHandle):
     def _put_progress(self, frame: ToolCallProgressFrame[Any], seq: int | None) -> None:
         if self._done:
             return
-        appended = self.reassembler.appended(frame, seq)
-        if len(self._items) >= self._link.buffer_frames:
-            self._items.popleft()  # Rule 3: the oldest untaken item
+        reassembler = self.reassembler
+        appended = reassembler.appended(frame, seq)
+        index = reassembler.records - 1
+        items = self._items
+        if len(items) >= self._link.buffer_frames:
+            oldest = items.popleft()  # Rule 3: the oldest untaken item
+            assert isinstance(oldest, tuple)
             self.frames_dropped += 1
-        self._items.append(CallProgress(frame, seq, appended))
+            self._drop(*oldest)
+        key = appended.key
+        offset = 0
+        if key is not None:
+            offset = self._chars.get(key, 0)
+            self._chars[key] = offset + len(appended.text or "")
+            lost = self._lost.pop(key, None)
+            if lost is not None:
+                appended = _marked(appended, lost)
+        items.append((CallProgress(frame, seq, appended), offset, index))
         self._wake()
+
+    def _drop(self, item: CallProgress, offset: int, index: int) -> None:
+        """Rule 3: tell the loss of ``item`` in the report and, on the next item
+        of its stream, in the text."""
+        appended = item.appended
+        key = appended.key
+        text = appended.text or ""
+        size = len(text.encode("utf-8", "surrogatepass"))
+        replaced = text.count("\ufffd")  # each stands for 1 to 3 source bytes
+        upper, lower = size, size - 2 * replaced
+        own = appended.gap
+        if own is not None:  # the item's own gap is lost with it
+            upper += own.lost_bytes
+            lower += own.lost_bytes_min
+        what = f"{size} bytes of text" + (f" and a gap of {own.describe()} bytes" if own else "")
+        self.reassembler.record_loss(
+            key,
+            f"the client dropped the untaken progress item of record {index} ({what}):"
+            f" its consumer fell {self._link.buffer_frames} items behind",
+        )
+        if key is None or (not upper and own is None):
+            return  # nothing its stream's text would have shown
+        total = getattr(item.frame.body, "total_bytes", 0)
+        gap = Gap(offset, index, total if isinstance(total, int) else 0, upper, lower, 0, True)
+        for position, queued in enumerate(self._items):
+            if isinstance(queued, tuple) and queued[0].appended.key == key:
+                later, later_offset, later_index = queued
+                marked = _marked(later.appended, gap)
+                self._items[position] = (
+                    CallProgress(later.frame, later.seq, marked),
+                    later_offset,
+                    later_index,
+                )
+                return
+        earlier = self._lost.get(key)
+        self._lost[key] = gap if earlier is None else _joined(earlier, gap)
 
     def _end(self, outcome: ToolCallResult | RemoteToolError) -> None:
         if self._done:
@@ -296,8 +356,9 @@ class Call(CallHandle):
             if isinstance(outcome, RemoteToolError):
                 raise outcome
             return outcome
-        assert isinstance(item, CallProgress)
-        return item
+        assert isinstance(item, tuple)
+        progress: CallProgress = item[0]
+        return progress
 
     def _remaining(self, loop: asyncio.AbstractEventLoop) -> float | None:
         return None if self._deadline is None else self._deadline - loop.time()
@@ -327,6 +388,26 @@ class Call(CallHandle):
             self._end(RemoteToolError(wire, f"call {self.tool_call_id!r} was abandoned"))
             await self._link.flush_notice()
         self._finished = True
+
+
+def _joined(first: Gap, second: Gap) -> Gap:
+    """One gap for two losses side by side in a stream (``first`` before)."""
+    return Gap(
+        first.offset,
+        second.index,
+        max(first.total_bytes, second.total_bytes),
+        first.lost_bytes + second.lost_bytes,
+        first.lost_bytes_min + second.lost_bytes_min,
+        0,
+        True,
+    )
+
+
+def _marked(appended: Appended, lost: Gap) -> Appended:
+    """``appended`` with the loss ``lost`` (dropped items just before it) in its
+    gap, rendered before its text with its own gap, if any (Rule 3)."""
+    own = appended.gap
+    return replace(appended, gap=lost if own is None else _joined(lost, own))
 
 
 def _check_bounds(max_frame_bytes: int, call_buffer_frames: int) -> None:

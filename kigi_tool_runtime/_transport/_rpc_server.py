@@ -15,7 +15,9 @@ Rule 4. A bad line never stops the server: unparseable JSON gets -32700, a
         message that is not a valid request -32600, an unknown method -32601,
         bad params -32602 (``invalid_params`` data), a line longer than the
         frame limit -32018 (``frame_too_large`` data). The ``id`` is echoed when
-        it could be read (a str, or an int in the i64 range), else ``null``.
+        it could be read (a str, or an int in the i64 range), else ``null``;
+        a line whose only fault is a lone surrogate escape (``"\\ud800"``,
+        which stands for no character) gets a -32700 naming it, with its id.
         Unknown notifications, and responses, are ignored. A call whose ``id``
         is that of a call still in flight is refused with -32600 and a ``null``
         id, so the refusal cannot be taken for the running call's reply.
@@ -35,6 +37,7 @@ at most ``max_calls`` are in flight.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Final, NamedTuple
@@ -267,8 +270,7 @@ class ServerProtocol:
             message = "invalid request: a message must be a JSON object"
             return [self._reject(null_id_error(_INVALID_REQUEST, message), None)]
         except msgspec.DecodeError as exc:
-            message = f"parse error: {cut(str(exc))}"
-            return [self._reject(null_id_error(_PARSE_ERROR, message), None)]
+            return [self._parse_error(line, exc)]
         except RecursionError:
             message = "parse error: nested too deeply"
             return [self._reject(null_id_error(_PARSE_ERROR, message), None)]
@@ -305,6 +307,33 @@ class ServerProtocol:
         return [
             self._reject(error_line(request_id, session_id, _METHOD_NOT_FOUND, message), request_id)
         ]
+
+    def _parse_error(self, line: bytes, exc: msgspec.DecodeError) -> Reply:
+        """-32700 for ``line``; with its id when the only fault is a lone
+        surrogate escape (which the decoder reports as truncated input)."""
+        lone = lone_surrogate(line)
+        if lone is None:
+            message = f"parse error: {cut(str(exc))}"
+            return self._reject(null_id_error(_PARSE_ERROR, message), None)
+        offset, escape, readable = lone
+        message = (
+            f"parse error: the JSON escape {escape} at byte {offset} is a lone UTF-16"
+            " surrogate, which stands for no character (a surrogate escape must be"
+            " half of a pair)"
+        )
+        request_id = session_id = None
+        try:
+            probe = _probe_decoder.decode(readable)
+        except (msgspec.DecodeError, RecursionError):
+            pass  # something else is wrong too: the id stays unread
+        else:
+            request_id = echo_id(probe.id)
+            if isinstance(request_id, str) and _REPLACEMENT in request_id:
+                request_id = None  # the id held the surrogate: not the sender's id
+            if isinstance(probe.session_id, str) and probe.session_id:
+                session_id = probe.session_id if _REPLACEMENT not in probe.session_id else None
+        line = error_line(request_id, session_id, _PARSE_ERROR, message)
+        return self._reject(line, request_id)
 
     def _reject(self, line: bytes, request_id: str | int | None) -> Reply:
         self.lines_rejected += 1
@@ -475,6 +504,52 @@ class CallOutbox:
             out += self.final
             return taken, True
         return taken, False
+
+
+#: A ``\\uXXXX`` escape of a UTF-16 surrogate (its backslash not itself
+#: escaped: an even run of backslashes before it), high (group 2) or low (3).
+_SURROGATE_ESCAPE: Final = re.compile(
+    rb"(?<!\\)((?:\\\\)*)\\u(?:([dD][89abAB][0-9a-fA-F]{2})|([dD][c-fC-F][0-9a-fA-F]{2}))"
+)
+_REPLACEMENT: Final = "\ufffd"
+
+
+def lone_surrogate(line: bytes) -> tuple[int, str, bytes] | None:
+    """The first lone surrogate escape in ``line`` (a high one not followed at
+    once by a low one, or a low one alone): its byte offset, the escape as
+    written, and ``line`` with every lone one replaced by ``\\ufffd`` (so what
+    else it says can be read). ``None`` when it has none."""
+    if b"\\u" not in line:
+        return None
+    pieces: list[bytes] = []
+    first: tuple[int, str] | None = None
+    at = 0
+    matches = list(_SURROGATE_ESCAPE.finditer(line))
+    paired = False  # the previous match was a high escape this one completes
+    for number, match in enumerate(matches):
+        if paired:
+            paired = False
+            continue
+        following = matches[number + 1] if number + 1 < len(matches) else None
+        if (
+            match.group(2) is not None
+            and following is not None
+            and following.group(3) is not None
+            and following.start() == match.end()
+            and not following.group(1)
+        ):
+            paired = True
+            continue
+        start = match.end(1)
+        if first is None:
+            first = (start, line[start : match.end()].decode("ascii"))
+        pieces.append(line[at:start])
+        pieces.append(b"\\ufffd")
+        at = match.end()
+    if first is None:
+        return None
+    pieces.append(line[at:])
+    return first[0], first[1], b"".join(pieces)
 
 
 def _problem(probe: _Probe, request_id: str | int | None) -> str | None:

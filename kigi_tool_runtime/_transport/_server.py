@@ -28,13 +28,15 @@ Rule 3. Memory is bounded, and a slow reader slows the tool before anything
         the consumer sees a hole in the text between the frame before the drop
         and the frame carrying ``dropped_count``; its ``total_bytes`` still
         counts everything. The final response is never dropped and is written
-        after the call's last queued frame.
+        after the call's last queued frame. One writer turn hands the output at
+        most :data:`MAX_WRITE_BYTES`, whatever the number of calls.
 Rule 4. A bad line never stops the server: unparseable JSON (nested too deeply
         to decode included) gets -32700, a
         message that is not a valid request -32600, an unknown method -32601,
         bad params -32602 (``invalid_params`` data), a line longer than the frame
         limit -32018 (``frame_too_large`` data, without the line ever being held
-        whole). The ``id`` is echoed when it could be read, else ``null``.
+        whole). The ``id`` is echoed when it could be read, else ``null`` (a
+        lone surrogate escape is a -32700 that names it and keeps the id).
         :class:`JsonRpcResponse` cannot carry a ``null`` id, so those replies are
         written by hand (``null_id_error``). Unknown notifications are ignored.
         A call whose ``id`` is that of a call still in flight is refused with
@@ -50,6 +52,13 @@ Rule 6. End of input cancels every call in flight, writes their final
         for :data:`WRITER_STALL_S` (a peer that stopped reading): the lines it
         never wrote are counted (``ServerStats.lines_abandoned``), and
         ``serve`` returns all the same.
+Rule 7. A tool that does not stop within ``stop_wait`` of its call being
+        stopped (it swallows ``CancelledError``) is given up on: its call ends
+        all the same, with an error that says the tool was left running, and
+        its id is listed in ``ServerStats.calls_abandoned``. Its task runs on
+        in the event loop (which ``asyncio.run`` waits for on its way out;
+        ``kigi-stream serve`` exits without waiting, which also ends the
+        process groups the tool held on the lifeline, ``_process.hold``).
 """
 
 from __future__ import annotations
@@ -95,8 +104,12 @@ __all__ = (
 )
 
 #: Encoded progress bytes one call may have waiting to be written. 1 MiB is 64
-#: full 16 KiB deltas: a reader that pauses for a moment loses nothing, one that
-#: stopped costs at most this per call (Rule 3), older frames are dropped past it.
+#: full 16 KiB deltas: a reader that pauses for a moment loses nothing; past it
+#: older frames are dropped (Rule 3). This is the server's share of what a call
+#: whose reader stopped holds, not all of it: a shell tool call also holds its
+#: tail (1 MiB kept, in storage of twice that) and the frames on their way from
+#: the tool to this queue, about 4.5 MiB in all (64 calls of ``yes``, the most one
+#: connection runs, took a server from 28 to about 300 MiB).
 CALL_QUEUE_BYTES: Final = 1024 * 1024
 
 #: Seconds in which no written byte left the output after which the peer counts
@@ -121,8 +134,13 @@ MAX_CONTROL_LINES: Final = 1024
 MAX_CONTROL_BYTES: Final = 1024 * 1024
 
 #: Bytes taken from one call's queue per writer turn before the next call gets
-#: its turn: fairness between calls, and a bound on what sits in the transport.
+#: its turn: fairness between calls.
 WRITE_BATCH_BYTES: Final = 256 * 1024
+
+#: Bytes one writer turn hands the output at most, whatever the number of calls:
+#: what sits in the transport while a peer stops reading (64 calls' turns were
+#: 16 MiB). The calls left out this turn go first in the next.
+MAX_WRITE_BYTES: Final = 1024 * 1024
 
 #: The message of the error a call gets when the server itself stops it (end of
 #: input, broken output), as the Rust servers word it.
@@ -136,9 +154,10 @@ _MAX_DROPPED: Final = U32_MAX
 
 class ServerStats(NamedTuple):
     """Counters of a :class:`Server`: calls started and still in flight, progress
-    frames written and dropped (Rule 3), input lines rejected (Rule 4), and
-    lines (replies and frames) never written because the final flush gave up
-    on a peer that stopped reading (Rule 6)."""
+    frames written and dropped (Rule 3), input lines rejected (Rule 4), lines
+    (replies and frames) never written because the final flush gave up on a
+    peer that stopped reading (Rule 6), and the ids of calls whose tool did not
+    stop within ``stop_wait`` of being stopped and was left running (Rule 7)."""
 
     calls_started: int
     calls_in_flight: int
@@ -146,6 +165,7 @@ class ServerStats(NamedTuple):
     frames_dropped: int
     lines_rejected: int
     lines_abandoned: int = 0
+    calls_abandoned: tuple[str, ...] = ()
 
 
 class Sink(Protocol):
@@ -269,6 +289,8 @@ class _Writer:
                 self._control_bytes = 0
                 self._space.set()
                 for _ in range(len(ready)):
+                    if len(batch) >= MAX_WRITE_BYTES:
+                        break
                     outbox = ready.popleft()
                     taken, finished = outbox.take(WRITE_BATCH_BYTES, batch)
                     self.frames_written += taken
@@ -292,6 +314,23 @@ class _Writer:
             self._ready.clear()
             self._space.set()
             self._moved.set()
+
+
+#: Seconds a stopped tool's task, still pending once its run has ended, is given
+#: to finish the step it is in before it counts as left running (Rule 7): a
+#: task that has handed over its terminal ends within a turn or two.
+_LAST_STEP_S: Final = 0.2
+
+
+async def _left_running(tool_id: str, call_id: str) -> bool:
+    """Whether the task ``run_tool`` ran the tool of call ``call_id`` in is still
+    running (it names it ``tool {tool_id} call {call_id}``) after a short grace."""
+    name = f"tool {tool_id} call {call_id}"
+    task = next((t for t in asyncio.all_tasks() if t.get_name() == name and not t.done()), None)
+    if task is None:
+        return False
+    await asyncio.wait({task}, timeout=_LAST_STEP_S)
+    return not task.done()
 
 
 class _Call(NamedTuple):
@@ -339,6 +378,7 @@ class Server:
         # cancelled error says so (a call its peer cancelled first keeps the
         # peer's reason, whichever cancel the call saw last).
         self._stopped_by_server: set[str] = set()
+        self._abandoned: list[str] = []  # Rule 7
 
     @property
     def tools(self) -> dict[str, Tool[Any]]:
@@ -355,6 +395,7 @@ class Server:
             0 if writer is None else writer.frames_dropped,
             self._protocol.lines_rejected,
             0 if writer is None else writer.abandoned,
+            tuple(self._abandoned),
         )
 
     async def serve(self, reader: asyncio.StreamReader, writer: Sink) -> None:
@@ -445,6 +486,7 @@ class Server:
     ) -> None:
         session_id = outbox.session_id
         final: bytes | None = None
+        stopped: ToolError | None = None  # the cancel or timeout that ended the call
         # A tool's declared max_frame_bytes bounds every line sent for it: a
         # frame past it ends the call with frame_too_large, never goes out.
         declared = tool.capabilities.max_frame_bytes
@@ -464,11 +506,17 @@ class Server:
                     elif isinstance(event, ToolError):
                         if event.kind == "cancelled" and ctx.call_id in self._stopped_by_server:
                             event.message = SERVER_CANCEL_MESSAGE
+                        if event.kind in ("cancelled", "timeout"):
+                            stopped = event
                         final = self._tool_error_line(request_id, session_id, event, tool.id)
                     else:
                         frame = progress_to_frame(outbox.call_id, event)
                         try:
-                            body = msgspec.Raw(json_codec.encode(frame.body))
+                            encoded = json_codec.encode(frame.body)
+                            # msgspec's bytes keep the room its buffer grew to
+                            # (36 KiB for a 24 KiB body): an exact copy is what
+                            # the queue's budget counts, for a few microseconds.
+                            body = msgspec.Raw(memoryview(encoded).tobytes())
                             # The writer encodes the kind later, into a batch it shares
                             # with every call, where a failure would stop the whole
                             # connection: a kind JSON cannot carry ends this call here.
@@ -502,6 +550,13 @@ class Server:
                         if outbox.queued_bytes + len(body) > self._call_queue_bytes:
                             await out.wait_for_room(outbox, len(body))
                         out.progress(outbox, frame.kind, body)
+            if stopped is not None and await _left_running(tool.id, ctx.call_id):
+                # Rule 7: the run gave up on a tool that ignored its stop.
+                self._abandoned.append(ctx.call_id)
+                stopped.message += (
+                    f"; the tool did not stop within {self._stop_wait:g} s and was left running"
+                )
+                final = self._tool_error_line(request_id, session_id, stopped, tool.id)
         except Exception as exc:  # encoding a result failed: still answer the call
             error = ToolError("internal_error", f"the server failed to answer: {exc}")
             final = self._tool_error_line(request_id, session_id, error, tool.id)

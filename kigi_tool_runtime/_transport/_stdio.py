@@ -1,5 +1,12 @@
 """Connecting a server to this process's standard streams: pipes, sockets and
-terminals natively through the event loop, regular files with blocking I/O."""
+terminals natively through the event loop, regular files with blocking I/O.
+
+Rule 1. Input is read only as fast as it is taken: a regular file is read (in
+        a thread) while the reader holds at most twice its limit, as the event
+        loop pauses a pipe, so a server whose replies cannot be written (its
+        stdout not read) stops reading a file of requests too, instead of
+        loading all of it.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +42,37 @@ class _FileSink:
         return None
 
 
+class _FileFeed:
+    """Feeds a ``StreamReader`` from a regular file, pausing as the reader asks
+    (Rule 1): it is the reader's transport, for ``pause_reading`` and
+    ``resume_reading`` alone."""
+
+    def __init__(self, reader: asyncio.StreamReader, fd: int) -> None:
+        self._reader = reader
+        self._fd = fd
+        self._reading = asyncio.Event()
+        self._reading.set()
+        # What the event loop's pipe transport is to a reader: the reader
+        # pauses it past twice its limit and resumes it at its limit.
+        reader.set_transport(self)  # type: ignore[arg-type]
+
+    def pause_reading(self) -> None:
+        self._reading.clear()
+
+    def resume_reading(self) -> None:
+        self._reading.set()
+
+    async def run(self) -> None:
+        reader = self._reader
+        while True:
+            await self._reading.wait()
+            chunk = await asyncio.to_thread(os.read, self._fd, FILE_READ_BYTES)
+            if not chunk:
+                break
+            reader.feed_data(chunk)
+        reader.feed_eof()
+
+
 def _is_pipe_like(fd: int) -> bool:
     mode = os.fstat(fd).st_mode
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
@@ -55,13 +93,8 @@ async def open_stdio() -> tuple[asyncio.StreamReader, Sink]:
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(stdin_fd, "rb", closefd=False)
         )
     else:
-
-        async def feed() -> None:
-            while chunk := await asyncio.to_thread(os.read, stdin_fd, FILE_READ_BYTES):
-                reader.feed_data(chunk)
-            reader.feed_eof()
-
-        _background.add(task := loop.create_task(feed()))
+        feed = _FileFeed(reader, stdin_fd)
+        _background.add(task := loop.create_task(feed.run()))
         task.add_done_callback(_background.discard)
     sink: Sink
     if _is_pipe_like(stdout_fd):
