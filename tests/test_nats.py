@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("nats", reason="the 'nats' extra is not installed (pip install '.[nats]')")
 
+import nats.js.errors
 from nats_server import NatsServer, server_binary
 
 from kigi_tool_protocol import TextProgress, ToolCallResult
@@ -786,3 +787,91 @@ def test_cli_follow_of_a_call_not_there_says_it_waits(nats_server: NatsServer) -
             if follow.poll() is None:
                 follow.kill()
                 follow.wait()
+
+
+# -- issue: the new surfaces keep the old promises ----------------------------------------
+
+
+def _serve_process(url: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", url, "--prefix", PREFIX],
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _kill_started(starts: Path) -> None:
+    for pid in starts.read_text().split() if starts.exists() else []:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def test_a_claim_the_frames_stream_discarded_still_stops_a_second_run(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A call whose output pushed its claim out of the frames stream (its byte
+    limit), whose worker process is then SIGKILLed: the queue delivers the call
+    again, and the worker that gets it sees the claim (kept in the claims
+    stream, which the frames' limits do not touch) and does not start the
+    command a second time."""
+    starts = tmp_path / "starts"
+    code = (
+        "import os, sys, time\n"
+        f"open({str(starts)!r}, 'a').write('%d\\n' % os.getpid())\n"
+        "for i in range(30):\n"
+        "    sys.stdout.write(str(i % 10) * 10000 + '\\n'); sys.stdout.flush()\n"
+        "print('written', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        connection = await connect(nats_server.url)
+        client = NatsClient(
+            connection,
+            prefix=PREFIX,
+            lease=3.0,
+            limits=StreamLimits(frames_max_bytes=64 * 1024),
+            owns_connection=True,
+        )
+        fleet.client = client
+        # The first worker sets the shared consumer's ack wait (2 s), then leaves.
+        await fleet.add_worker()
+        fleet.workers[0].stop()
+        await fleet.tasks[0]
+        worker = _serve_process(nats_server.url)
+        try:
+            call = await client.call("bash", {"command": py(code)}, tool_call_id="pushed-out")
+            await call.follower.aclose()
+            js = connection.jetstream()
+            frames = client.subjects.frames_stream
+            for _ in range(200):
+                # Wait until the output pushed the claim's copy out of the frames.
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    last = await js.get_last_msg(
+                        frames, client.subjects.frame("pushed-out", "progress")
+                    )
+                    if b"written" in (last.data or b""):
+                        break
+                await asyncio.sleep(0.05)
+            with pytest.raises(nats.js.errors.NotFoundError):
+                await js.get_last_msg(frames, client.subjects.frame("pushed-out", "claim"))
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(timeout=10)
+            _kill_started(starts)  # what a dead worker's command does is not this test's
+            rescuer = await fleet.add_worker()
+            for _ in range(100):
+                stats = rescuer.statistics()
+                if stats.calls_not_rerun or stats.calls_run:
+                    break
+                await asyncio.sleep(0.1)
+            assert rescuer.statistics().calls_not_rerun == 1
+            assert rescuer.statistics().calls_run == 0
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(timeout=10)
+            await fleet.close()
+            _kill_started(starts)
+        assert len(starts.read_text().split()) == 1
+
+    run(main(), 40)

@@ -17,6 +17,15 @@ Rule 2. A follower never hangs on a dead worker. Once the call has started
         ``connection_lost`` error saying how far the output got, accepted only
         if the call has no end yet (so it is the one terminal every follower
         sees), and ends locally if even that does not come back.
+Rule 2a. Before a lease verdict, and whenever a lease passes with nothing of
+        the call seen, a follower reads the call's records in the claims stream
+        (``_protocol`` Rule 6): a done record means the call ended, so it takes
+        the end message if the stream still has it and otherwise ends with the
+        loss said (:meth:`CallLedger.end_gone`), never with a verdict that the
+        worker died; a claim alone means the call started (its worker is
+        silent: Rule 2); neither means the call has not started, and it waits.
+        So a follower of a call whose frames were discarded, purged or deleted
+        ends within a lease.
 Rule 3. A call is ``CallProgress* (ToolCallResult | RemoteToolError)`` as with
         the stdio client; ``cancel()`` writes the call's cancel message, which
         reaches the worker running it (or stops it before it starts);
@@ -57,9 +66,11 @@ from .._transport._rpc_server import wire_error_line as _wire_error_line
 from ._protocol import (
     DEFAULT_PREFIX,
     CallLedger,
+    Done,
     FollowPosition,
     Subjects,
     check_call_id,
+    decode_done,
     decode_end,
     encode_submit,
     request_digest,
@@ -274,8 +285,21 @@ class Follower:
 
     async def _check_lease(self) -> None:
         now = asyncio.get_running_loop().time()
-        if not self._started or now - self._alive < self._lease or self.ledger.ended:
+        if now - self._alive < self._lease or self.ledger.ended:
             return
+        if self._verdict_at is None:
+            try:
+                claimed, done = await self._records()
+            except _RETRYABLE_READ:
+                return  # the server is away: try again at the next poll
+            if done is not None:
+                await self._ended_elsewhere(done)
+                return
+            if not self._started:
+                if not claimed:
+                    self._alive = now  # not started yet: look again a lease later
+                    return
+                self._started = True  # claimed, and its worker is silent
         if self._verdict_at is not None:
             # The verdict was written (or refused for an end that exists) but
             # has not been delivered within another lease: end here (Rule 2).
@@ -299,6 +323,46 @@ class Follower:
                 {Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"},
                 retry_for=self._lease,
             )
+
+    async def _records(self) -> tuple[bool, Done | None]:
+        """Whether the call has a claim, and its done record, from the claims
+        stream (Rule 2a)."""
+        subjects = self.subjects
+        claimed = False
+        done: Done | None = None
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            got = await self._js.get_last_msg(subjects.claims_stream, subjects.done(self.call_id))
+            done = decode_done(got.data or b"")
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await self._js.get_last_msg(subjects.claims_stream, subjects.claim(self.call_id))
+            claimed = True
+        return claimed or done is not None, done
+
+    async def _ended_elsewhere(self, done: Done) -> None:
+        """Rule 2a: the call ended; take its end message, or say it is gone."""
+        subjects = self.subjects
+        try:
+            end = await self._js.get_last_msg(
+                subjects.frames_stream, subjects.frame(self.call_id, "end")
+            )
+        except nats.js.errors.NotFoundError:
+            end = None
+        if end is not None and end.seq is not None:
+            if end.seq >= self.ledger.position.stream_seq:
+                event = self.ledger.feed(end.seq, "end", end.data or b"", dict(end.headers or {}))
+                self._items.extend(event.progress)
+            else:
+                self.ledger.conclude(decode_end(end.data or b""))
+            return
+        info = await self._js.stream_info(subjects.frames_stream)
+        self.ledger.stream_starts_at(info.state.first_seq)
+        if done.end_seq is not None and done.end_seq < info.state.first_seq:
+            why = f"the stream's limits discarded it, at stream sequence {done.end_seq}"
+        elif done.end_seq is not None:
+            why = f"it was deleted or purged, from stream sequence {done.end_seq}"
+        else:
+            why = "deleted, purged or discarded"
+        self._items.extend(self.ledger.end_gone(done, why).progress)
 
     def _lost_error(self, *, undelivered: bool) -> RemoteToolError:
         who = "its worker" if self.worker is None else f"worker {self.worker!r}"
