@@ -875,3 +875,76 @@ def test_a_claim_the_frames_stream_discarded_still_stops_a_second_run(
         assert len(starts.read_text().split()) == 1
 
     run(main(), 40)
+
+
+def test_a_deleted_end_is_a_loss_not_a_dead_worker(nats_server: NatsServer) -> None:
+    """A finished call whose end message was deleted: a follower replays its
+    frames, then ends with an error that says the call ended with a result and
+    its end is gone; it never says the worker died, and writes no end."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            call = await client.call("bash", {"command": "echo done"}, tool_call_id="ended-ok")
+            assert (await call.result()).output.value["exit_code"] == 0
+            js = client.connection.jetstream()
+            frames, end = client.subjects.frames_stream, client.subjects.frame("ended-ok", "end")
+            stored = await js.get_last_msg(frames, end)
+            assert stored.seq is not None
+            await js.delete_msg(frames, stored.seq)
+            for position in (None, call.follower.position):
+                follower = client.follow("ended-ok", position=position)
+                async with follower:
+                    async with asyncio.timeout(8):
+                        [_ async for _ in follower]
+                outcome = follower.outcome
+                assert isinstance(outcome, RemoteToolError)
+                assert outcome.kind == "internal_error"
+                assert "ended with a result" in outcome.message
+                assert "end message is no longer in the stream" in outcome.message
+                assert "deleted" in outcome.message
+                stream = follower.reassembler.stream("ended-ok", "bash_output_chunk")
+                assert position is not None or (stream is not None and stream.text == "done\n")
+            with pytest.raises(nats.js.errors.NotFoundError):
+                await js.get_last_msg(frames, end)  # no verdict was written
+        finally:
+            await fleet.close()
+
+    run(main(), 30)
+
+
+def test_a_follower_of_a_purged_or_discarded_call_ends_with_the_loss(
+    nats_server: NatsServer,
+) -> None:
+    """The frames stream purged, or its limits discarded all of a call: a
+    follower (and ``follow --nats``) ends at once with the call's outcome said
+    lost and a loss report that counts every byte, never waits."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            code = "import sys; sys.stdout.write('x' * 3000)"
+            call = await client.call("bash", {"command": py(code)}, tool_call_id="purged")
+            await call.result()
+            js = client.connection.jetstream()
+            await js.purge_stream(client.subjects.frames_stream)
+            follower = client.follow("purged")
+            async with follower:
+                async with asyncio.timeout(5):
+                    [_ async for _ in follower]
+            assert isinstance(follower.outcome, RemoteToolError)
+            assert "no longer in the stream" in follower.outcome.message
+            [report] = follower.reassembler.reports()
+            assert not report.complete
+            assert report.lost_bytes == 3000
+        finally:
+            await fleet.close()
+
+    run(main(), 30)
+    done = cli("follow", "--nats", nats_server.url, "--call", "purged", "--nats-prefix", PREFIX)
+    assert done.returncode == 1, done.stderr
+    assert b"no longer holds sequences" in done.stderr
+    assert b"no longer in the stream" in done.stderr
+    assert b"3000 bytes lost" in done.stdout, done.stdout
