@@ -37,6 +37,7 @@ from kigi_tool_runtime.nats import (
     StreamLimits,
     Worker,
     connect,
+    ensure_streams,
 )
 from kigi_tool_runtime.nats._protocol import encode_claim
 
@@ -948,3 +949,49 @@ def test_a_follower_of_a_purged_or_discarded_call_ends_with_the_loss(
     assert b"no longer holds sequences" in done.stderr
     assert b"no longer in the stream" in done.stderr
     assert b"3000 bytes lost" in done.stdout, done.stdout
+
+
+def test_a_call_message_the_worker_cannot_read_is_answered(nats_server: NatsServer) -> None:
+    """Call messages a worker cannot decode but whose call id it can read
+    (5,000 levels of nesting, a lone surrogate, ``deadline_ms: -1``) end at
+    once with an ``invalid_params`` error saying why, not at the caller's
+    timeout; the worker counts them rejected and goes on to run a good call."""
+
+    def message(call_id: str, arguments: str, extra: str = "") -> bytes:
+        return (
+            f'{{"jsonrpc":"2.0","id":"{call_id}","method":"tool.call","params":'
+            f'{{"tool_call_id":"{call_id}","tool_id":"bash","arguments":{arguments}{extra}}}}}\n'
+        ).encode()
+
+    bad = {
+        "deep": message("deep", "[" * 5000 + "]" * 5000),
+        "surrogate": message("surrogate", '{"command":"echo \\ud800"}'),
+        "negative": message("negative", '{"command":"echo hi"}', ',"deadline_ms":-1'),
+    }
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            js = client.connection.jetstream()
+            await ensure_streams(js, client.subjects)
+            followers = {}
+            for call_id, data in bad.items():
+                followers[call_id] = client.follow(call_id)
+                await followers[call_id].open()
+                await js.publish(client.subjects.calls, data, headers={"Nats-Msg-Id": call_id})
+            for call_id, follower in followers.items():
+                async with follower:
+                    async with asyncio.timeout(2.5):  # under the lease
+                        [_ async for _ in follower]
+                outcome = follower.outcome
+                assert isinstance(outcome, RemoteToolError), call_id
+                assert outcome.wire.code == "invalid_params", outcome.message
+                assert outcome.message.startswith("the call message cannot be read: ")
+            good = await client.call("bash", {"command": "echo fine"})
+            assert (await good.result()).output.value["output"] == "fine\n"
+            assert fleet.workers[0].statistics().messages_rejected == 3
+        finally:
+            await fleet.close()
+
+    run(main(), 30)

@@ -350,3 +350,67 @@ def test_a_note_on_the_progress_subject_is_progress_and_a_response_is_not() -> N
     response = {"jsonrpc": "2.0", "id": 1, "result": json.loads(note)["params"]}
     assert ledger.feed(2, "progress", json.dumps(response).encode()).progress == ()
     assert ledger.reassembler.ignored == 1
+
+
+call_ids = st.text("abcXYZ019_-", min_size=1, max_size=20)
+
+
+@given(call_ids, json_values, st.sampled_from(["", '"\\ud800"', "[" * 3000 + "]" * 3000]))
+def test_the_call_id_of_a_call_message_is_read_even_when_the_rest_is_not(
+    call_id: str, arguments: Any, poison: str
+) -> None:
+    """``call_id_of`` reads the id of any call message a client writes, and of
+    one whose arguments hold what no decoder takes (a lone surrogate, 3,000
+    levels of nesting) or whose deadline is out of range."""
+    from kigi_tool_runtime.nats._protocol import call_id_of
+
+    params = ToolCallParams(tool_call_id=call_id, tool_id="bash", arguments=arguments)
+    data = encode_submit(params)
+    assert call_id_of(data) == call_id
+    spoiled = json.loads(data)
+    spoiled["params"]["arguments"] = {"x": arguments, "tool_call_id": "other", "id": "other"}
+    spoiled["params"]["deadline_ms"] = -1
+    text = json.dumps(spoiled, ensure_ascii=False)
+    if poison:
+        text = text.replace('"arguments": {', f'"arguments": {{"p": {poison}, ', 1)
+    assert call_id_of(text.encode("utf-8", "surrogatepass")) == call_id
+
+
+def test_a_message_that_names_no_single_call_has_no_call_id() -> None:
+    """No id, ids that differ, ids only nested in the arguments, an id that is
+    not a subject token, or no object at the top: no call id."""
+    from kigi_tool_runtime.nats._protocol import call_id_of
+
+    for data in (
+        b"",
+        b"[]",
+        b'{"id":"a","params":{"tool_call_id":"b"}}',
+        b'{"params":{"arguments":{"tool_call_id":"a","id":"a"}}}',
+        b'[{"id":"a","params":{"tool_call_id":"a"}}]',
+        b'{"id":"a.b","params":{"tool_call_id":"a.b"}}',
+        b'{"id":1,"params":{"tool_call_id":"1"}}',
+    ):
+        assert call_id_of(data) is None, data
+
+
+def test_an_end_that_is_gone_ends_the_call_with_its_lost_tail() -> None:
+    """``end_gone`` ends a call from its done record: the frames not received
+    are a gap at the stream's last total, the report is incomplete, and the
+    outcome says how the call ended."""
+    from kigi_tool_runtime.nats import Done
+
+    messages, source = make_messages([b"abcdefghij", b"klmnopqrst"], [])
+    ledger = feed(CallLedger(CALL), messages[:2])  # the claim and a first frame
+    *_, (_, _, _, end_headers) = messages
+    total, count = json.loads(end_headers[TOTALS_HEADER])[KIND]
+    done = Done(worker="w", frames=count, totals={KIND: (total, count)}, end_seq=9)
+    event = ledger.end_gone(done, "it was deleted")
+    assert isinstance(event.outcome, RemoteToolError)
+    assert event.outcome.wire.code == "internal_error"
+    assert "ended with a result (worker 'w'" in event.outcome.message
+    [report] = ledger.reassembler.reports()
+    assert not report.complete
+    stream = ledger.reassembler.stream(CALL, KIND)
+    assert stream is not None
+    assert report.lost_bytes == len(source) - len((stream.text or "").encode())
+    assert ledger.end_gone(done, "again") == type(event)()
