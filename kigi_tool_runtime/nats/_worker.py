@@ -42,6 +42,10 @@ Rule 7. A queue message that is not a call it can decode is never delivered
         again; when it names a call id anyway (``_protocol`` Rule 7) that call
         ends with an ``invalid_params`` error saying why, so no caller waits
         for it.
+Rule 8. Setting up (the streams, the shared consumer) is retried for
+        :data:`SETUP_RETRY_S` seconds while the server answers with a
+        transient error (away, starting, another worker creating the same
+        stream or consumer at the same moment); past that the error is raised.
 """
 
 from __future__ import annotations
@@ -96,6 +100,7 @@ from ._protocol import (
     request_digest,
 )
 from ._streams import (
+    RETRYABLE,
     WRONG_LAST_SEQUENCE,
     StreamLimits,
     ensure_streams,
@@ -135,6 +140,10 @@ BATCH_BYTES: Final = 256 * 1024
 #: tool waits (the shell tool keeps reading its child into its bounded tail and
 #: reports what it skipped as a gap), so a slow server costs bounded memory.
 CALL_QUEUE_BYTES: Final = 1024 * 1024
+
+#: Seconds a worker retries setting up its streams and consumer through
+#: transient errors (Rule 8) before :meth:`Worker.run` raises.
+SETUP_RETRY_S: Final = 10.0
 
 #: Seconds one pull waits for calls when the queue is empty.
 FETCH_WAIT_S: Final = 1.0
@@ -340,19 +349,7 @@ class Worker:
         Raises:
             nats.js.errors.APIError: the streams or the consumer cannot be set up.
         """
-        await ensure_streams(self._js, self.subjects, self._limits)
-        config = ConsumerConfig(
-            durable_name=self.subjects.workers,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=self._ack_wait,
-            max_ack_pending=-1,
-        )
-        pull = await self._js.pull_subscribe(
-            self.subjects.calls,
-            durable=self.subjects.workers,
-            stream=self.subjects.calls_stream,
-            config=config,
-        )
+        pull = await self._set_up()
         cancels = await self._nc.subscribe(self.subjects.cancels, cb=self._on_cancel)
         beats = asyncio.create_task(self._beat_loop(), name="kigi worker heartbeat")
         try:
@@ -391,6 +388,32 @@ class Worker:
             with contextlib.suppress(nats.errors.Error):
                 await pull.unsubscribe()
         return self.statistics()
+
+    async def _set_up(self) -> Any:
+        """The streams and the shared consumer's subscription (Rule 8)."""
+        config = ConsumerConfig(
+            durable_name=self.subjects.workers,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self._ack_wait,
+            max_ack_pending=-1,
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETUP_RETRY_S
+        while True:
+            try:
+                await ensure_streams(self._js, self.subjects, self._limits)
+                return await self._js.pull_subscribe(
+                    self.subjects.calls,
+                    durable=self.subjects.workers,
+                    stream=self.subjects.calls_stream,
+                    config=config,
+                )
+            except (*RETRYABLE, nats.js.errors.BadRequestError, nats.errors.NoServersError):
+                # BadRequest: another worker made the same stream or consumer
+                # in between; the next try finds it.
+                if loop.time() >= deadline or self._stopping.is_set():
+                    raise
+                await asyncio.sleep(0.2)
 
     async def _wait_stop_or(self, waiting: Any) -> None:
         stop = asyncio.ensure_future(self._stopping.wait())
