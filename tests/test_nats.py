@@ -1091,3 +1091,57 @@ def test_readme_nats_shell_block_runs_as_written(tmp_path: Path) -> None:
     said = err.decode()
     assert said.count("resume with --from-seq 6") == 2, said
     assert said.count("the call ended with a result") == 2
+
+
+def test_the_wire_as_docs_nats_wire_md_specifies_it(nats_server: NatsServer) -> None:
+    """A call submitted as another language would (hand-written JSON with
+    spaces) is claimed in the claims stream with the digest the doc's recipe
+    computes from the arguments as written; its end has the Kigi-Frames and
+    Kigi-Totals headers, its done record the documented fields; the streams
+    and the durable consumer have the documented names."""
+    import json
+
+    from test_nats_protocol import _wire_doc_digest
+
+    arguments = b'{ "command" : "printf \\"a\\\\nb\\\\n\\"" }'
+    submit = (
+        b'{"jsonrpc": "2.0", "id": "hand-1", "method": "tool.call", "params":'
+        b' {"tool_call_id": "hand-1", "tool_id": "bash", "arguments": ' + arguments + b"}}\n"
+    )
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            js = client.connection.jetstream()
+            await ensure_streams(js, client.subjects)
+            follower = client.follow("hand-1")
+            async with follower:
+                await js.publish("kt.calls", submit, headers={"Nats-Msg-Id": "hand-1"})
+                async with asyncio.timeout(10):
+                    [_ async for _ in follower]
+            assert isinstance(follower.outcome, ToolCallResult)
+            names = {info.config.name for info in await js.streams_info()}
+            assert {"KT_CALLS", "KT_FRAMES", "KT_CLAIMS"} <= names
+            assert (await js.consumer_info("KT_CALLS", "KT_WORKERS")).config.ack_wait == 2.0
+            claim = json.loads((await js.get_last_msg("KT_CLAIMS", "kt.claims.hand-1")).data)
+            assert claim["request"] == _wire_doc_digest()("hand-1", "bash", arguments)
+            copy = await js.get_last_msg("KT_FRAMES", "kt.frames.hand-1.claim")
+            assert json.loads(copy.data) == claim
+            end = await js.get_last_msg("KT_FRAMES", "kt.frames.hand-1.end")
+            assert end.headers is not None
+            assert end.headers["Kigi-Frames"] == str(follower.ledger.frames)
+            totals = json.loads(end.headers["Kigi-Totals"])
+            assert totals == {"bash_output_chunk": [4, follower.ledger.frames]}
+            done = json.loads((await js.get_last_msg("KT_CLAIMS", "kt.done.hand-1")).data)
+            assert done == {
+                "worker": claim["worker"],
+                "frames": follower.ledger.frames,
+                "totals": totals,
+                "end_seq": end.seq,
+                "error": None,
+            }
+        finally:
+            await fleet.close()
+
+    run(main(), 30)

@@ -3,6 +3,7 @@ loss accounting across stream sequences (no server)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -414,3 +415,60 @@ def test_an_end_that_is_gone_ends_the_call_with_its_lost_tail() -> None:
     assert stream is not None
     assert report.lost_bytes == len(source) - len((stream.text or "").encode())
     assert ledger.end_gone(done, "again") == type(event)()
+
+
+@functools.cache
+def _wire_doc_digest() -> Any:
+    """The request digest as docs/nats-wire.md writes it (its Python block)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "nats-wire.md").read_text("utf-8")
+    block = doc[doc.index("```python\n") + len("```python\n") :]
+    namespace: dict[str, Any] = {}
+    exec(block[: block.index("```")], namespace)  # the doc's own recipe, as a reader runs it
+    return namespace["request_digest"]
+
+
+optional_strings = st.none() | st.text()
+
+
+@given(
+    call_ids,
+    st.from_regex(r"[A-Za-z0-9_-]+(:[A-Za-z0-9_-]+)?", fullmatch=True),
+    json_values,
+    st.none() | st.integers(1, 2**64 - 1),
+    optional_strings,
+    optional_strings,
+    optional_strings,
+)
+def test_the_documented_digest_recipe_is_the_digest(
+    call_id: str,
+    tool_id: str,
+    arguments: Any,
+    deadline: Any,
+    behavior: Any,
+    cwd: Any,
+    trace: Any,
+) -> None:
+    """docs/nats-wire.md's recipe, fed the arguments' bytes as the submit
+    message holds them, gives the digest the worker and the caller compute."""
+    from kigi_tool_protocol import json_codec
+    from kigi_tool_runtime.nats._protocol import request_digest
+
+    params = ToolCallParams(
+        tool_call_id=call_id,
+        tool_id=tool_id,
+        arguments=arguments,
+        deadline_ms=deadline,
+        behavior_version=behavior,
+        cwd=cwd,
+        trace_context=trace,
+    )
+    try:
+        raw = json_codec.encode(arguments)
+    except Exception:  # a lone surrogate: no call can carry it
+        return
+    documented = _wire_doc_digest()(call_id, tool_id, raw, deadline, behavior, cwd, trace)
+    assert documented == request_digest(params)
+    received, _ = decode_submit(encode_submit(params))
+    assert documented == request_digest(received)
