@@ -3,14 +3,16 @@ consumer's loss accounting across stream sequences.
 
 Invariants:
 
-Rule 1. Two streams. ``<PREFIX>_CALLS`` is a work queue on ``<prefix>.calls``:
+Rule 1. Three streams. ``<PREFIX>_CALLS`` is a work queue on ``<prefix>.calls``:
         each message is one ``tool.call`` JSON-RPC request line, exactly as the
         stdio client writes it, with the call id as its request id and its
         ``Nats-Msg-Id`` (a resubmitted call is a duplicate, not a second call).
         ``<PREFIX>_FRAMES`` keeps every call's frames under
         ``<prefix>.frames.<call>.<kind>``, with stated limits (bytes, age).
-Rule 2. A call's frame subjects: ``claim`` (the worker that started it, written
-        only if the subject is empty, so a call is started at most once),
+        ``<PREFIX>_CLAIMS`` keeps each call's claim and done record (Rule 6).
+        ``<PREFIX>`` is the prefix upper-cased with ``-`` written ``_``.
+Rule 2. A call's frame subjects: ``claim`` (a copy of the claim in the claims
+        stream, Rule 6, written only if the subject is empty),
         ``progress`` (``tool_call_progress`` lines, the same bytes as the stdio
         wire, per-call ``seq`` 0, 1, 2, ...; a message holds one or more whole
         lines, its ``Nats-Msg-Id`` is ``<call>:<seq of its first line>`` so a

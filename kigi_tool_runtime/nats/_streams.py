@@ -77,7 +77,8 @@ _STREAM_NOT_FOUND: Final = 10059
 
 @dataclass(frozen=True, slots=True)
 class StreamLimits:
-    """The limits of the two streams.
+    """The limits of the calls and frames streams (the claims stream's follow
+    from them: :func:`ensure_streams`).
 
     ``frames_max_bytes`` and ``frames_max_age`` bound the frames stream (the
     oldest messages are discarded past either: a follower that had not read them
