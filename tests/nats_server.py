@@ -22,10 +22,12 @@ def free_port() -> int:
 
 
 class NatsServer:
-    """One ``nats-server -js`` on ``127.0.0.1:<port>`` storing in ``store``."""
+    """One ``nats-server -js`` on ``127.0.0.1:<port>`` storing in ``store``
+    (without ``-js`` when not ``jetstream``)."""
 
-    def __init__(self, binary: str, store: Path, log: Path) -> None:
+    def __init__(self, binary: str, store: Path, log: Path, *, jetstream: bool = True) -> None:
         self.binary = binary
+        self.jetstream = jetstream
         self.store = store
         self.log = log
         self.port = free_port()
@@ -33,7 +35,9 @@ class NatsServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        argv = [self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store)]
+        argv = [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store)]
+        if self.jetstream:
+            argv.append("-js")
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_DEADLINE_S

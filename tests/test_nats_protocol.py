@@ -3,6 +3,7 @@ loss accounting across stream sequences (no server)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -350,3 +351,124 @@ def test_a_note_on_the_progress_subject_is_progress_and_a_response_is_not() -> N
     response = {"jsonrpc": "2.0", "id": 1, "result": json.loads(note)["params"]}
     assert ledger.feed(2, "progress", json.dumps(response).encode()).progress == ()
     assert ledger.reassembler.ignored == 1
+
+
+call_ids = st.text("abcXYZ019_-", min_size=1, max_size=20)
+
+
+@given(call_ids, json_values, st.sampled_from(["", '"\\ud800"', "[" * 3000 + "]" * 3000]))
+def test_the_call_id_of_a_call_message_is_read_even_when_the_rest_is_not(
+    call_id: str, arguments: Any, poison: str
+) -> None:
+    """``call_id_of`` reads the id of any call message a client writes, and of
+    one whose arguments hold what no decoder takes (a lone surrogate, 3,000
+    levels of nesting) or whose deadline is out of range."""
+    from kigi_tool_runtime.nats._protocol import call_id_of
+
+    params = ToolCallParams(tool_call_id=call_id, tool_id="bash", arguments=arguments)
+    data = encode_submit(params)
+    assert call_id_of(data) == call_id
+    spoiled = json.loads(data)
+    spoiled["params"]["arguments"] = {"x": arguments, "tool_call_id": "other", "id": "other"}
+    spoiled["params"]["deadline_ms"] = -1
+    text = json.dumps(spoiled, ensure_ascii=False)
+    if poison:
+        text = text.replace('"arguments": {', f'"arguments": {{"p": {poison}, ', 1)
+    assert call_id_of(text.encode("utf-8", "surrogatepass")) == call_id
+
+
+def test_a_message_that_names_no_single_call_has_no_call_id() -> None:
+    """No id, ids that differ, ids only nested in the arguments, an id that is
+    not a subject token, or no object at the top: no call id."""
+    from kigi_tool_runtime.nats._protocol import call_id_of
+
+    for data in (
+        b"",
+        b"[]",
+        b'{"id":"a","params":{"tool_call_id":"b"}}',
+        b'{"params":{"arguments":{"tool_call_id":"a","id":"a"}}}',
+        b'[{"id":"a","params":{"tool_call_id":"a"}}]',
+        b'{"id":"a.b","params":{"tool_call_id":"a.b"}}',
+        b'{"id":1,"params":{"tool_call_id":"1"}}',
+    ):
+        assert call_id_of(data) is None, data
+
+
+def test_an_end_that_is_gone_ends_the_call_with_its_lost_tail() -> None:
+    """``end_gone`` ends a call from its done record: the frames not received
+    are a gap at the stream's last total, the report is incomplete, and the
+    outcome says how the call ended."""
+    from kigi_tool_runtime.nats import Done
+
+    messages, source = make_messages([b"abcdefghij", b"klmnopqrst"], [])
+    ledger = feed(CallLedger(CALL), messages[:2])  # the claim and a first frame
+    *_, (_, _, _, end_headers) = messages
+    total, count = json.loads(end_headers[TOTALS_HEADER])[KIND]
+    done = Done(worker="w", frames=count, totals={KIND: (total, count)}, end_seq=9)
+    event = ledger.end_gone(done, "it was deleted")
+    assert isinstance(event.outcome, RemoteToolError)
+    assert event.outcome.wire.code == "internal_error"
+    assert "ended with a result (worker 'w'" in event.outcome.message
+    [report] = ledger.reassembler.reports()
+    assert not report.complete
+    stream = ledger.reassembler.stream(CALL, KIND)
+    assert stream is not None
+    assert report.lost_bytes == len(source) - len((stream.text or "").encode())
+    assert ledger.end_gone(done, "again") == type(event)()
+
+
+@functools.cache
+def _wire_doc_digest() -> Any:
+    """The request digest as docs/nats-wire.md writes it (its Python block)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "nats-wire.md").read_text("utf-8")
+    block = doc[doc.index("```python\n") + len("```python\n") :]
+    namespace: dict[str, Any] = {}
+    exec(block[: block.index("```")], namespace)  # the doc's own recipe, as a reader runs it
+    return namespace["request_digest"]
+
+
+optional_strings = st.none() | st.text()
+
+
+@given(
+    call_ids,
+    st.from_regex(r"[A-Za-z0-9_-]+(:[A-Za-z0-9_-]+)?", fullmatch=True),
+    json_values,
+    st.none() | st.integers(1, 2**64 - 1),
+    optional_strings,
+    optional_strings,
+    optional_strings,
+)
+def test_the_documented_digest_recipe_is_the_digest(
+    call_id: str,
+    tool_id: str,
+    arguments: Any,
+    deadline: Any,
+    behavior: Any,
+    cwd: Any,
+    trace: Any,
+) -> None:
+    """docs/nats-wire.md's recipe, fed the arguments' bytes as the submit
+    message holds them, gives the digest the worker and the caller compute."""
+    from kigi_tool_protocol import json_codec
+    from kigi_tool_runtime.nats._protocol import request_digest
+
+    params = ToolCallParams(
+        tool_call_id=call_id,
+        tool_id=tool_id,
+        arguments=arguments,
+        deadline_ms=deadline,
+        behavior_version=behavior,
+        cwd=cwd,
+        trace_context=trace,
+    )
+    try:
+        raw = json_codec.encode(arguments)
+    except Exception:  # a lone surrogate: no call can carry it
+        return
+    documented = _wire_doc_digest()(call_id, tool_id, raw, deadline, behavior, cwd, trace)
+    assert documented == request_digest(params)
+    received, _ = decode_submit(encode_submit(params))
+    assert documented == request_digest(received)

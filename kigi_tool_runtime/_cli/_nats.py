@@ -3,8 +3,11 @@ contact with the optional ``nats`` extra, imported lazily so the core CLI never
 needs it.
 
 - ``serve --nats URL [--prefix P] [--max-in-flight N]``: a worker that runs the
-  built-in tools for calls from the JetStream work queue. SIGINT, SIGTERM or
-  SIGHUP cancels its calls (their ends are written), then it exits 128 + N.
+  built-in tools for calls from the JetStream work queue. It checks that the
+  server has JetStream before it says it takes calls (exit 2 saying "JetStream
+  is not enabled on URL" when not). SIGINT, SIGTERM or SIGHUP cancels its calls
+  (their ends are written), then it exits 128 + N. Every exit says why on
+  stderr: the signal, or the error (exit 1), never a traceback.
 - ``follow --nats URL --call ID [--from-seq N] [--nats-prefix P]``: print a call's
   reassembled text from the frames stream, from the start or from stream
   sequence N, until the call ends; anomalies and losses on stderr, then the
@@ -107,7 +110,6 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
             the server cannot be reached.
     """
     nats = _load()
-    import nats.errors as nats_errors
 
     from .._tools._shell import ShellTool
 
@@ -116,39 +118,116 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
     except ValueError as exc:
         raise NatsUsageError(str(exc)) from None
 
+    def say(line: str) -> None:
+        sys.stderr.write(f"kigi-stream serve: {line}\n")
+        sys.stderr.flush()
+
     async def main() -> int:
-        connection = await _connect(nats, args.nats)
-        served = [ShellTool()] if tools is None else tools
-        worker = nats.Worker(
-            connection, served, prefix=args.prefix, max_in_flight=args.max_in_flight
-        )
+        worker: Any = None
+        starting: asyncio.Task[Any] | None = None
 
         def on_signal(number: int) -> None:
-            if stops.count == 1:
+            if stops.count != 1:
+                return
+            if worker is not None:
                 worker.stop()
+            elif starting is not None:
+                starting.cancel()
 
-        try:
-            with StopSignals(on_signal) as stops:
-                sys.stderr.write(
-                    f"kigi-stream serve: {worker.worker_id} takes calls from {args.nats}"
-                    f" (prefix {args.prefix}, {args.max_in_flight} at once)\n"
+        with StopSignals(on_signal) as stops:
+            starting = asyncio.ensure_future(_connect(nats, args.nats))
+            try:
+                connection = await starting
+            except asyncio.CancelledError:
+                say(f"stopped by {_signal_name(stops.first)} while connecting")
+                return stops.exit_status(1)
+            try:
+                starting = asyncio.ensure_future(_check_jetstream(connection, args.nats))
+                try:
+                    await starting
+                except asyncio.CancelledError:
+                    say(f"stopped by {_signal_name(stops.first)} while starting")
+                    return stops.exit_status(1)
+                served = [ShellTool()] if tools is None else tools
+                worker = nats.Worker(
+                    connection, served, prefix=args.prefix, max_in_flight=args.max_in_flight
                 )
-                sys.stderr.flush()
+                say(
+                    f"{worker.worker_id} takes calls from {args.nats}"
+                    f" (prefix {args.prefix}, {args.max_in_flight} at once)"
+                )
                 try:
                     stats = await worker.run()
-                except (nats_errors.Error, TimeoutError) as exc:
-                    sys.stderr.write(f"kigi-stream serve: error: {str(exc) or repr(exc)}\n")
+                except Exception as exc:  # every exit says why (nats-py raises many types)
+                    say(f"error: {_describe(exc)}; {worker.worker_id} stopped")
                     return 1
-        finally:
-            with contextlib.suppress(Exception):
-                await connection.drain()
-        sys.stderr.write(
-            f"kigi-stream serve: {stats.calls_run} call(s) run,"
-            f" {stats.frames_published} frame(s) published\n"
+            finally:
+                with contextlib.suppress(Exception):
+                    await connection.drain()
+        why = (
+            "stopped"
+            if stops.first is None
+            else f"stopped by {_signal_name(stops.first)}, its calls cancelled"
+        )
+        say(
+            f"{worker.worker_id} {why}: {stats.calls_run} call(s) run,"
+            f" {stats.frames_published} frame(s) published"
         )
         return stops.exit_status()
 
     return asyncio.run(main())
+
+
+#: Seconds ``serve --nats`` gives a server's JetStream to answer (it may be
+#: starting) before it says JetStream is not enabled.
+JETSTREAM_CHECK_S: Final = 3.0
+
+
+async def _check_jetstream(connection: Any, url: str) -> None:
+    """Raise :class:`NatsUsageError` unless the server at ``url`` has JetStream
+    (asked for :data:`JETSTREAM_CHECK_S` seconds, so a server still starting
+    is waited for)."""
+    import nats.errors
+    import nats.js.errors
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + JETSTREAM_CHECK_S
+    while True:
+        try:
+            await connection.jetstream().account_info()
+            return
+        except (
+            nats.js.errors.ServiceUnavailableError,
+            nats.errors.NoRespondersError,
+            nats.errors.TimeoutError,
+        ):
+            pass  # no JetStream (yet)
+        except nats.js.errors.APIError as exc:
+            if exc.code != 503:
+                raise NatsUsageError(f"JetStream on {url} refused: {_describe(exc)}") from None
+        if loop.time() >= deadline:
+            with contextlib.suppress(Exception):
+                await connection.close()
+            raise NatsUsageError(
+                f"JetStream is not enabled on {url} (start nats-server with -js)"
+            ) from None
+        await asyncio.sleep(0.2)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else repr(exc)
+
+
+def _signal_name(number: int | None) -> str:
+    import signal
+
+    if number is None:
+        return "a signal"
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def follow_nats(args: argparse.Namespace) -> int:

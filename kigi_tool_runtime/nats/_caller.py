@@ -17,6 +17,16 @@ Rule 2. A follower never hangs on a dead worker. Once the call has started
         ``connection_lost`` error saying how far the output got, accepted only
         if the call has no end yet (so it is the one terminal every follower
         sees), and ends locally if even that does not come back.
+Rule 2a. On opening, before a lease verdict, and whenever a lease passes with
+        nothing of the call seen, a follower reads the call's records in the
+        claims stream (``_protocol`` Rule 6): a done record means the call
+        ended, so once what the stream still holds of the call has come, it
+        takes the end message if the stream still has it and otherwise ends
+        with the loss said (:meth:`CallLedger.end_gone`), never with a verdict
+        that the worker died; a claim alone means the call started (its
+        worker is silent: Rule 2); neither means the call has not started,
+        and it waits. So a follower of a call whose frames were discarded,
+        purged or deleted ends, at once or within a lease.
 Rule 3. A call is ``CallProgress* (ToolCallResult | RemoteToolError)`` as with
         the stdio client; ``cancel()`` writes the call's cancel message, which
         reaches the worker running it (or stops it before it starts);
@@ -32,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 from types import TracebackType
@@ -57,9 +68,11 @@ from .._transport._rpc_server import wire_error_line as _wire_error_line
 from ._protocol import (
     DEFAULT_PREFIX,
     CallLedger,
+    Done,
     FollowPosition,
     Subjects,
     check_call_id,
+    decode_done,
     decode_end,
     encode_submit,
     request_digest,
@@ -138,6 +151,7 @@ class Follower:
         self._alive = 0.0
         self._started = False
         self._verdict_at: float | None = None
+        self._done: Done | None = None
         self.worker: str | None = None
 
     @property
@@ -180,6 +194,8 @@ class Follower:
         self._beats = await self._nc.subscribe(subjects.heartbeat(self.call_id), cb=self._on_beat)
         info = await self._js.stream_info(subjects.frames_stream)
         self.ledger.stream_starts_at(info.state.first_seq)
+        with contextlib.suppress(*_RETRYABLE_READ):
+            _, self._done = await self._records()  # Rule 2a
         await self._ended_before_start()
         await self._subscribe()
 
@@ -274,7 +290,25 @@ class Follower:
 
     async def _check_lease(self) -> None:
         now = asyncio.get_running_loop().time()
-        if not self._started or now - self._alive < self._lease or self.ledger.ended:
+        if self.ledger.ended:
+            return
+        idle = now - self._alive >= self._lease
+        if self._done is None:
+            if not idle:
+                return
+            if self._verdict_at is None:
+                try:
+                    claimed, self._done = await self._records()
+                except _RETRYABLE_READ:
+                    return  # the server is away: try again at the next poll
+                if self._done is None and not self._started:
+                    if not claimed:
+                        self._alive = now  # not started yet: look again a lease later
+                        return
+                    self._started = True  # claimed, and its worker is silent
+        if self._done is not None:
+            with contextlib.suppress(*_RETRYABLE_READ):
+                await self._ended_elsewhere(self._done, idle)
             return
         if self._verdict_at is not None:
             # The verdict was written (or refused for an end that exists) but
@@ -299,6 +333,61 @@ class Follower:
                 {Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"},
                 retry_for=self._lease,
             )
+
+    async def _records(self) -> tuple[bool, Done | None]:
+        """Whether the call has a claim, and its done record, from the claims
+        stream (Rule 2a)."""
+        subjects = self.subjects
+        claimed = False
+        done: Done | None = None
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            got = await self._js.get_last_msg(subjects.claims_stream, subjects.done(self.call_id))
+            done = decode_done(got.data or b"")
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await self._js.get_last_msg(subjects.claims_stream, subjects.claim(self.call_id))
+            claimed = True
+        return claimed or done is not None, done
+
+    async def _ended_elsewhere(self, done: Done, idle: bool) -> None:
+        """Rule 2a: the call ended; take its end message, or say it is gone.
+        Until a lease passed with nothing delivered (``idle``), what the stream
+        still holds of the call past this follower's position is left to come
+        in order."""
+        subjects = self.subjects
+        position = self.ledger.position.stream_seq
+        try:
+            end = await self._js.get_last_msg(
+                subjects.frames_stream, subjects.frame(self.call_id, "end")
+            )
+        except nats.js.errors.NotFoundError:
+            end = None
+        if end is not None and end.seq is not None:
+            if not idle and end.seq >= position:
+                return  # it is on its way
+            if end.seq >= position:
+                event = self.ledger.feed(end.seq, "end", end.data or b"", dict(end.headers or {}))
+                self._items.extend(event.progress)
+            else:
+                self.ledger.conclude(decode_end(end.data or b""))
+            return
+        if not idle and self.ledger.frames < done.frames:
+            try:
+                last = await self._js.get_last_msg(
+                    subjects.frames_stream, subjects.frame(self.call_id, "progress")
+                )
+            except nats.js.errors.NotFoundError:
+                last = None
+            if last is not None and last.seq is not None and last.seq >= position:
+                return  # frames still to come, then the loss of the end
+        info = await self._js.stream_info(subjects.frames_stream)
+        self.ledger.stream_starts_at(info.state.first_seq)
+        if done.end_seq is not None and done.end_seq < info.state.first_seq:
+            why = f"the stream's limits discarded it, at stream sequence {done.end_seq}"
+        elif done.end_seq is not None:
+            why = f"it was deleted or purged, from stream sequence {done.end_seq}"
+        else:
+            why = "deleted, purged or discarded"
+        self._items.extend(self.ledger.end_gone(done, why).progress)
 
     def _lost_error(self, *, undelivered: bool) -> RemoteToolError:
         who = "its worker" if self.worker is None else f"worker {self.worker!r}"
@@ -432,6 +521,9 @@ class NatsClient:
         self._owns = owns_connection
         self._ready = False
         self._background: set[asyncio.Task[None]] = set()
+        # The followers of submitted calls: an open one would hold the
+        # connection's drain for its whole timeout.
+        self._followers: weakref.WeakSet[Follower] = weakref.WeakSet()
 
     @classmethod
     async def connect(cls, url: str, **options: Any) -> NatsClient:
@@ -457,9 +549,13 @@ class NatsClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Wait for cancels being written, and close the connection if it is ours."""
+        """Wait for cancels being written, stop following the calls it
+        submitted (the calls themselves go on), and close the connection if it
+        is ours."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        for follower in list(self._followers):
+            await follower.aclose()
         if self._owns and not self.connection.is_closed:
             await self.connection.drain()
 
@@ -520,6 +616,7 @@ class NatsClient:
         except BaseException:
             await follower.aclose()
             raise
+        self._followers.add(follower)
         return NatsCall(self, follower, tool_id, timeout)
 
     def follow(

@@ -3,14 +3,16 @@ consumer's loss accounting across stream sequences.
 
 Invariants:
 
-Rule 1. Two streams. ``<PREFIX>_CALLS`` is a work queue on ``<prefix>.calls``:
+Rule 1. Three streams. ``<PREFIX>_CALLS`` is a work queue on ``<prefix>.calls``:
         each message is one ``tool.call`` JSON-RPC request line, exactly as the
         stdio client writes it, with the call id as its request id and its
         ``Nats-Msg-Id`` (a resubmitted call is a duplicate, not a second call).
         ``<PREFIX>_FRAMES`` keeps every call's frames under
         ``<prefix>.frames.<call>.<kind>``, with stated limits (bytes, age).
-Rule 2. A call's frame subjects: ``claim`` (the worker that started it, written
-        only if the subject is empty, so a call is started at most once),
+        ``<PREFIX>_CLAIMS`` keeps each call's claim and done record (Rule 6).
+        ``<PREFIX>`` is the prefix upper-cased with ``-`` written ``_``.
+Rule 2. A call's frame subjects: ``claim`` (a copy of the claim in the claims
+        stream, Rule 6, written only if the subject is empty),
         ``progress`` (``tool_call_progress`` lines, the same bytes as the stdio
         wire, per-call ``seq`` 0, 1, 2, ...; a message holds one or more whole
         lines, its ``Nats-Msg-Id`` is ``<call>:<seq of its first line>`` so a
@@ -38,6 +40,21 @@ Rule 5. A call id names one call. A ledger told the digest of the call it
         earlier, or concurrently and stored first): the caller never gets
         another call's output as its own. A resubmission of the same call
         (same digest) follows the one call, as a retry should.
+Rule 6. A call's state outlives its frames. ``<PREFIX>_CLAIMS`` keeps, for each
+        call, its claim under ``<prefix>.claims.<call>`` (the one a worker must
+        write, only if the subject is empty, before it starts the call) and
+        its done record under ``<prefix>.done.<call>`` (written after the end:
+        who ended it, how many frames, each stream's last total, and the end's
+        error code or none). The stream's age limit is at least the calls' and
+        the frames' and it has no byte limit, so no claim is discarded while
+        its call can still be delivered, and a follower whose call's frames
+        were discarded or deleted still learns that the call ended
+        (:meth:`CallLedger.end_gone`). The claim's copy on the call's frame
+        subject ``claim`` is for followers; retention may discard it.
+Rule 7. A work-queue message that is not a call it can run but names a call id
+        (top-level ``id`` and ``params.tool_call_id``, equal, a subject token,
+        read even when the rest cannot be decoded: :func:`call_id_of`) gets an
+        ``invalid_params`` end, so its caller is answered at once.
 """
 
 from __future__ import annotations
@@ -75,6 +92,7 @@ __all__ = (
     "DEFAULT_PREFIX",
     "CallLedger",
     "Claim",
+    "Done",
     "FollowPosition",
     "Heartbeat",
     "LedgerEvent",
@@ -119,13 +137,27 @@ class Subjects:
         ValueError: ``prefix`` is not a single subject token.
     """
 
-    __slots__ = ("calls", "calls_stream", "cancels", "frames", "frames_stream", "prefix", "workers")
+    __slots__ = (
+        "calls",
+        "calls_stream",
+        "cancels",
+        "claims",
+        "claims_stream",
+        "frames",
+        "frames_stream",
+        "prefix",
+        "workers",
+    )
 
     def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
         self.prefix = _check_token("prefix", prefix)
         stem = prefix.upper().replace("-", "_")
         self.calls_stream = f"{stem}_CALLS"
         self.frames_stream = f"{stem}_FRAMES"
+        #: The stream of every call's claim and done record (Rule 6).
+        self.claims_stream = f"{stem}_CLAIMS"
+        #: The claims stream's subjects.
+        self.claims = (f"{prefix}.claims.*", f"{prefix}.done.*")
         #: The durable pull consumer that every worker shares.
         self.workers = f"{stem}_WORKERS"
         self.calls = f"{prefix}.calls"
@@ -148,6 +180,22 @@ class Subjects:
             ValueError: ``call_id`` is not a subject token.
         """
         return f"{self.prefix}.frames.{_check_token('tool_call_id', call_id)}.{kind}"
+
+    def claim(self, call_id: str) -> str:
+        """The subject of ``call_id``'s claim in the claims stream (Rule 6).
+
+        Raises:
+            ValueError: ``call_id`` is not a subject token.
+        """
+        return f"{self.prefix}.claims.{_check_token('tool_call_id', call_id)}"
+
+    def done(self, call_id: str) -> str:
+        """The subject of ``call_id``'s done record in the claims stream (Rule 6).
+
+        Raises:
+            ValueError: ``call_id`` is not a subject token.
+        """
+        return f"{self.prefix}.done.{_check_token('tool_call_id', call_id)}"
 
     def heartbeat(self, call_id: str) -> str:
         """The (core NATS, unstored) heartbeat subject of ``call_id``."""
@@ -206,7 +254,22 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
     frames: int
 
 
+class Done(msgspec.Struct, frozen=True, kw_only=True):
+    """A call's done record (Rule 6): the worker that ended it, the progress
+    frames it published, each partial-result stream's last ``total_bytes`` and
+    frame count (as in the ``Kigi-Totals`` header), the frames stream's
+    sequence of the end message (``None`` when not known), and the end's error
+    code (``None`` for a result)."""
+
+    worker: str
+    frames: int
+    totals: dict[str, tuple[int, int]] = {}
+    end_seq: int | None = None
+    error: str | None = None
+
+
 _claim_decoder: Final = msgspec.json.Decoder(Claim)
+_done_decoder: Final = msgspec.json.Decoder(Done)
 _beat_decoder: Final = msgspec.json.Decoder(Heartbeat)
 _encoder: Final = msgspec.json.Encoder()
 
@@ -220,6 +283,19 @@ def decode_claim(data: bytes) -> Claim | None:
     """The claim in ``data``, or ``None`` when it is not one."""
     try:
         return _claim_decoder.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def encode_done(done: Done) -> bytes:
+    """The done record's bytes."""
+    return _encoder.encode(done)
+
+
+def decode_done(data: bytes) -> Done | None:
+    """The done record in ``data``, or ``None`` when it is not one."""
+    try:
+        return _done_decoder.decode(data)
     except (msgspec.DecodeError, RecursionError):
         return None
 
@@ -268,6 +344,67 @@ def decode_submit(data: bytes) -> tuple[ToolCallParams[msgspec.Raw], str | None]
     if _TOKEN.fullmatch(params.tool_call_id) is None:
         raise DecodeError("tool_call_id is not a NATS subject token", "$.params.tool_call_id")
     return params, request.session_id
+
+
+# The next character that matters to call_id_of: a string's start, a
+# container's start or end, or a separator.
+_STRUCTURAL: Final = re.compile(rb'["{}\[\],]')
+# A JSON string from its opening quote: any escapes, no unescaped quote.
+_STRING: Final = re.compile(rb'"((?:[^"\\]|\\.)*)"', re.DOTALL)
+
+
+def call_id_of(data: bytes) -> str | None:
+    """The call id a work-queue message names even when it cannot be decoded
+    (Rule 7): its top-level ``"id"`` and its ``"params"`` object's
+    ``"tool_call_id"``, both plain strings, equal, and a subject token;
+    ``None`` otherwise. It reads only the structure (strings, brackets,
+    commas), so deep nesting, a lone surrogate or a value out of range
+    elsewhere does not hide the id."""
+    stack: list[tuple[int, bytes | None]] = []  # (opening byte, key it sits under)
+    key: bytes | None = None
+    expect_key = False
+    found: dict[str, bytes] = {}
+    at = 0
+    while True:
+        hit = _STRUCTURAL.search(data, at)
+        if hit is None:
+            break
+        at = hit.start()
+        char = data[at]
+        if char == 0x22:  # a string: a key, or a value
+            string = _STRING.match(data, at)
+            if string is None:
+                break  # truncated: what was found so far stands
+            at = string.end()
+            text = string.group(1)
+            if stack and stack[-1][0] == 0x7B and expect_key:
+                key, expect_key = text, False
+            elif len(stack) == 1 and stack[0][0] == 0x7B and key == b"id":
+                found.setdefault("id", text)
+            elif (
+                len(stack) == 2
+                and stack[0][0] == 0x7B
+                and stack[1] == (0x7B, b"params")
+                and key == b"tool_call_id"
+            ):
+                found.setdefault("tool_call_id", text)
+            continue
+        at += 1
+        if char in (0x7B, 0x5B):  # { [
+            stack.append((char, key))
+            key, expect_key = None, char == 0x7B
+        elif char in (0x7D, 0x5D):  # } ]
+            if not stack:
+                break
+            key = stack.pop()[1]
+            expect_key = False
+        elif stack and stack[-1][0] == 0x7B:  # , in an object: a key is next
+            expect_key = True
+    call_id = found.get("id")
+    if call_id is None or call_id != found.get("tool_call_id"):
+        return None
+    text = call_id.decode("ascii", "replace")
+    return text if _TOKEN.fullmatch(text) else None
 
 
 def decode_end(data: bytes) -> ToolCallResult | RemoteToolError:
@@ -441,6 +578,29 @@ class CallLedger:
             return LedgerEvent()
         progress = self._lost_tail(headers or {})
         self.outcome = decode_end(data)
+        return LedgerEvent(progress=progress, outcome=self.outcome)
+
+    def end_gone(self, done: Done, why: str) -> LedgerEvent:
+        """End the call from its done record when its end message is gone
+        (``why`` says how it is known: deleted, discarded by the stream's
+        limits): the frames it published that this ledger did not receive are
+        lost, with a gap at each stream's last total as a lost tail is, and the
+        outcome is an ``internal_error`` that says how the call ended. Nothing
+        is fed once the call has ended."""
+        if self.outcome is not None:
+            return LedgerEvent()
+        headers = {
+            FRAMES_HEADER: str(done.frames),
+            TOTALS_HEADER: _encoder.encode(done.totals).decode(),
+        }
+        progress = self._lost_tail(headers)
+        how = "with a result" if done.error is None else f"with a {done.error!r} error"
+        detail = (
+            f"call {self.call_id!r} ended {how} (worker {done.worker!r},"
+            f" {done.frames} frame(s)), but its end message is no longer in the"
+            f" stream ({why}): what it said is lost"
+        )
+        self.outcome = RemoteToolError(InternalErrorWire(detail=detail), detail)
         return LedgerEvent(progress=progress, outcome=self.outcome)
 
     def conclude(self, outcome: ToolCallResult | RemoteToolError) -> bool:

@@ -50,6 +50,11 @@ FRAMES_MAX_AGE_S: Final = 24 * 3600.0
 #: fleet restart.
 CALLS_MAX_AGE_S: Final = 3600.0
 
+#: Seconds the claims stream keeps a claim beyond the longer of the calls' and
+#: the frames' age limits, so a claim outlives every delivery of its call and
+#: every frame of it (``_protocol`` Rule 6).
+CLAIMS_MARGIN_S: Final = 3600.0
+
 #: Seconds in which JetStream treats a repeated ``Nats-Msg-Id`` as a duplicate:
 #: a producer's retries after a reconnect land within it.
 DUPLICATE_WINDOW_S: Final = 120.0
@@ -72,7 +77,8 @@ _STREAM_NOT_FOUND: Final = 10059
 
 @dataclass(frozen=True, slots=True)
 class StreamLimits:
-    """The limits of the two streams.
+    """The limits of the calls and frames streams (the claims stream's follow
+    from them: :func:`ensure_streams`).
 
     ``frames_max_bytes`` and ``frames_max_age`` bound the frames stream (the
     oldest messages are discarded past either: a follower that had not read them
@@ -97,10 +103,14 @@ class StreamLimits:
 async def ensure_streams(
     js: JetStreamContext, subjects: Subjects, limits: StreamLimits | None = None
 ) -> None:
-    """Create the calls and frames streams if they are missing. With ``limits``
-    given, also bring existing streams to those limits; without, streams that
-    exist keep theirs (so a worker or caller started with defaults never undoes
-    limits an operator set) and missing ones get the defaults.
+    """Create the calls, frames and claims streams if they are missing. With
+    ``limits`` given, also bring existing streams to those limits; without,
+    streams that exist keep theirs (so a worker or caller started with defaults
+    never undoes limits an operator set) and missing ones get the defaults.
+    The claims stream has no byte limit and keeps its records
+    :data:`CLAIMS_MARGIN_S` longer than the longer of the calls' and the
+    frames' age limits as the streams have them (no age limit if either has
+    none), so no claim goes before its call or its frames.
 
     Raises:
         nats.js.errors.APIError: the server refused the configuration.
@@ -130,18 +140,38 @@ async def ensure_streams(
             allow_direct=True,
         ),
     )
+    ages: list[float] = []
     for config in configs:
-        assert config.name is not None
+        ages.append(await _ensure(js, config, update))
+    claims = StreamConfig(
+        name=subjects.claims_stream,
+        subjects=list(subjects.claims),
+        retention=RetentionPolicy.LIMITS,
+        storage=storage,
+        discard=DiscardPolicy.NEW,
+        max_age=0 if min(ages) <= 0 else max(ages) + CLAIMS_MARGIN_S,
+        duplicate_window=DUPLICATE_WINDOW_S,
+        allow_direct=True,
+    )
+    await _ensure(js, claims, update)
+
+
+async def _ensure(js: JetStreamContext, config: StreamConfig, update: bool) -> float:
+    """Create ``config``'s stream if it is missing (or bring it to ``config``
+    when ``update``); answer the stream's age limit in seconds (0: none)."""
+    assert config.name is not None
+    try:
+        info = await js.stream_info(config.name)
+    except nats.js.errors.NotFoundError:
         try:
-            await js.stream_info(config.name)
-        except nats.js.errors.NotFoundError:
-            try:
-                await js.add_stream(config)
-                continue
-            except nats.js.errors.BadRequestError:
-                pass  # created meanwhile by another worker or caller
-        if update:
-            await js.update_stream(config)
+            await js.add_stream(config)
+            return config.max_age or 0.0
+        except nats.js.errors.BadRequestError:
+            # Created meanwhile by another worker or caller.
+            info = await js.stream_info(config.name)
+    if update:
+        info = await js.update_stream(config)
+    return info.config.max_age or 0.0
 
 
 async def connect(
@@ -181,7 +211,9 @@ async def connect(
         ) from None
 
 
-_RETRYABLE: Final = (
+#: The errors a server that is away, restarting or still starting gives: a
+#: publish, or a worker's set-up, is tried again.
+RETRYABLE: Final = (
     asyncio.TimeoutError,
     nats.errors.TimeoutError,
     nats.errors.ConnectionReconnectingError,
@@ -217,7 +249,7 @@ async def publish_retrying(
             return await js.publish(
                 subject, payload, timeout=PUBLISH_TIMEOUT_S, headers=dict(headers)
             )
-        except _RETRYABLE as exc:
+        except RETRYABLE as exc:
             if loop.time() >= deadline:
                 raise TimeoutError(
                     f"JetStream did not take a message on {subject!r} for {retry_for} s: {exc!r}"

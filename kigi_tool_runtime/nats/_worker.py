@@ -6,11 +6,15 @@ Rule 1. Workers compete: every worker on every host pulls from one durable
         consumer with explicit acks, and takes a call only when it has a free
         slot, so at most ``max_in_flight`` calls run on one worker.
 Rule 2. A call is started at most once. Before running it, the worker writes
-        the call's claim, accepted only while the claim subject is empty. A
-        call message delivered again after its worker died before claiming it
-        is simply run; one delivered again after it was claimed (its worker
-        died mid-call) is not run again: it ends with a ``connection_lost``
-        error that says so, unless an end is already there.
+        the call's claim to the claims stream, accepted only while the call
+        has none there (``_protocol`` Rule 6: the frames stream's limits
+        never discard it), then its copy among the call's frames (also once
+        only, so a claim written there alone stops it too). A call message
+        delivered again after its worker died before claiming it is simply
+        run; one delivered again after it was claimed (its worker died
+        mid-call) is not run again: it ends with a ``connection_lost`` error
+        that says so, unless an end is already there; one whose call has a
+        done record (its worker died between the end and the ack) is acked.
 Rule 3. While a call runs, its worker tells the queue it is still working
         (``in_progress``) and publishes a heartbeat, every ``heartbeat``
         seconds. A worker that stops doing both is presumed dead: callers end
@@ -25,7 +29,8 @@ Rule 4. Frames are the stdio wire's bytes: each progress item becomes the
         and a slow or absent server slows the tool (which keeps its own
         bounded tail). The end is the
         JSON-RPC response line; it is written only if the call has none yet,
-        and the call message is acked after it.
+        then the call's done record (``_protocol`` Rule 6), and the call
+        message is acked after both.
 Rule 5. A cancel message for a running call cancels it (it ends ``cancelled``);
         one written before the worker claimed the call ends it at once.
         Stopping the worker cancels its calls, which end with the server's
@@ -33,6 +38,14 @@ Rule 5. A cancel message for a running call cancels it (it ends ``cancelled``);
 Rule 6. Nothing is published that the server would refuse for its size: a
         progress frame or a result larger than the server's ``max_payload``
         ends the call with a ``frame_too_large`` error saying both sizes.
+Rule 7. A queue message that is not a call it can decode is never delivered
+        again; when it names a call id anyway (``_protocol`` Rule 7) that call
+        ends with an ``invalid_params`` error saying why, so no caller waits
+        for it.
+Rule 8. Setting up (the streams, the shared consumer) is retried for
+        :data:`SETUP_RETRY_S` seconds while the server answers with a
+        transient error (away, starting, another worker creating the same
+        stream or consumer at the same moment); past that the error is raised.
 """
 
 from __future__ import annotations
@@ -56,6 +69,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, Header
 from kigi_tool_protocol import (
     ConnectionLostWire,
     DecodeError,
+    InvalidParamsWire,
     PartialResultPayload,
     WireError,
     encode_progress_line,
@@ -73,15 +87,20 @@ from ._protocol import (
     FRAMES_HEADER,
     TOTALS_HEADER,
     Claim,
+    Done,
     Heartbeat,
     Subjects,
+    call_id_of,
     decode_claim,
+    decode_done,
     decode_submit,
     encode_claim,
+    encode_done,
     encode_heartbeat,
     request_digest,
 )
 from ._streams import (
+    RETRYABLE,
     WRONG_LAST_SEQUENCE,
     StreamLimits,
     ensure_streams,
@@ -122,8 +141,30 @@ BATCH_BYTES: Final = 256 * 1024
 #: reports what it skipped as a gap), so a slow server costs bounded memory.
 CALL_QUEUE_BYTES: Final = 1024 * 1024
 
+#: Seconds a worker retries setting up its streams and consumer through
+#: transient errors (Rule 8) before :meth:`Worker.run` raises.
+SETUP_RETRY_S: Final = 10.0
+
 #: Seconds one pull waits for calls when the queue is empty.
 FETCH_WAIT_S: Final = 1.0
+
+
+_error_decoder: Final = msgspec.json.Decoder(dict[str, Any])
+
+
+def _error_code(line: bytes) -> str | None:
+    """The error code of an end line (``None`` for a result, or a line that
+    does not say): what the done record tells a follower that lost the end."""
+    try:
+        response = _error_decoder.decode(line)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    error = response.get("error")
+    if not isinstance(error, dict):
+        return None
+    data = error.get("data")
+    code = data.get("code") if isinstance(data, dict) else None
+    return code if isinstance(code, str) else "error"
 
 
 class WorkerStats(NamedTuple):
@@ -308,19 +349,7 @@ class Worker:
         Raises:
             nats.js.errors.APIError: the streams or the consumer cannot be set up.
         """
-        await ensure_streams(self._js, self.subjects, self._limits)
-        config = ConsumerConfig(
-            durable_name=self.subjects.workers,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=self._ack_wait,
-            max_ack_pending=-1,
-        )
-        pull = await self._js.pull_subscribe(
-            self.subjects.calls,
-            durable=self.subjects.workers,
-            stream=self.subjects.calls_stream,
-            config=config,
-        )
+        pull = await self._set_up()
         cancels = await self._nc.subscribe(self.subjects.cancels, cb=self._on_cancel)
         beats = asyncio.create_task(self._beat_loop(), name="kigi worker heartbeat")
         try:
@@ -360,6 +389,32 @@ class Worker:
                 await pull.unsubscribe()
         return self.statistics()
 
+    async def _set_up(self) -> Any:
+        """The streams and the shared consumer's subscription (Rule 8)."""
+        config = ConsumerConfig(
+            durable_name=self.subjects.workers,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self._ack_wait,
+            max_ack_pending=-1,
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETUP_RETRY_S
+        while True:
+            try:
+                await ensure_streams(self._js, self.subjects, self._limits)
+                return await self._js.pull_subscribe(
+                    self.subjects.calls,
+                    durable=self.subjects.workers,
+                    stream=self.subjects.calls_stream,
+                    config=config,
+                )
+            except (*RETRYABLE, nats.js.errors.BadRequestError, nats.errors.NoServersError):
+                # BadRequest: another worker made the same stream or consumer
+                # in between; the next try finds it.
+                if loop.time() >= deadline or self._stopping.is_set():
+                    raise
+                await asyncio.sleep(0.2)
+
     async def _wait_stop_or(self, waiting: Any) -> None:
         stop = asyncio.ensure_future(self._stopping.wait())
         other = asyncio.ensure_future(waiting)
@@ -387,9 +442,17 @@ class Worker:
     async def _handle(self, msg: Msg) -> None:
         try:
             params, session_id = decode_submit(msg.data)
-        except DecodeError:
-            # Not a call: nobody can be answered; never redeliver it.
+        except DecodeError as exc:
+            # Not a call it can run: never redeliver it; answer the call it
+            # names, if it names one (Rule 7).
             self._rejected += 1
+            call_id = call_id_of(msg.data)
+            if call_id is not None and call_id not in self._running:
+                detail = f"the call message cannot be read: {exc}"
+                wire = InvalidParamsWire(message=detail)
+                line = _wire_error_line(call_id, None, detail, wire)
+                with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+                    await self._finish(call_id, line, 0, {})
             with contextlib.suppress(nats.errors.Error):
                 await msg.term()
             return
@@ -414,18 +477,20 @@ class Worker:
         call_id = running.ctx.call_id
         tool_id = params.tool_id
         subjects = self.subjects
-        try:
-            await publish_retrying(
-                self._js,
-                subjects.frame(call_id, "claim"),
-                encode_claim(running.claim),
-                {Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"},
-            )
-        except nats.js.errors.APIError as exc:
-            if exc.err_code != WRONG_LAST_SEQUENCE:
-                raise
-            await self._not_again(running, tool_id, session_id)
-            return
+        claim = encode_claim(running.claim)
+        # Rule 2: the claim that counts, then its copy among the frames (a
+        # claim found there alone, from a worker that wrote only that, stops
+        # the call as well).
+        for subject in (subjects.claim(call_id), subjects.frame(call_id, "claim")):
+            try:
+                await publish_retrying(
+                    self._js, subject, claim, {Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
+                )
+            except nats.js.errors.APIError as exc:
+                if exc.err_code != WRONG_LAST_SEQUENCE:
+                    raise
+                await self._not_again(running, tool_id, session_id)
+                return
         final: bytes
         tool = self._tools.get(tool_id)
         if tool is None:
@@ -522,31 +587,70 @@ class Worker:
         return final
 
     async def _end(self, running: _Running, line: bytes) -> None:
+        await self._finish(running.ctx.call_id, line, running.frames, running.totals)
+        with contextlib.suppress(nats.errors.Error):
+            await running.msg.ack_sync(timeout=5.0)
+
+    async def _finish(
+        self, call_id: str, line: bytes, frames: int, totals: dict[str, tuple[int, int]]
+    ) -> None:
+        """Write the call's end (unless it has one) and then its done record."""
+        subjects = self.subjects
         headers = {
             Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0",
-            FRAMES_HEADER: str(running.frames),
-            TOTALS_HEADER: json.dumps(running.totals, separators=(",", ":")),
+            FRAMES_HEADER: str(frames),
+            TOTALS_HEADER: json.dumps(totals, separators=(",", ":")),
         }
+        end_seq: int | None = None
+        error: str | None = _error_code(line)
         try:
-            await publish_retrying(
-                self._js, self.subjects.frame(running.ctx.call_id, "end"), line, headers
-            )
+            ack = await publish_retrying(self._js, subjects.frame(call_id, "end"), line, headers)
+            end_seq = ack.seq
         except nats.js.errors.APIError as exc:
             # Already ended: a caller's lease verdict got there first (Rule 2).
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
-        with contextlib.suppress(nats.errors.Error):
-            await running.msg.ack_sync(timeout=5.0)
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                there = await self._js.get_last_msg(
+                    subjects.frames_stream, subjects.frame(call_id, "end")
+                )
+                end_seq = there.seq
+                error = _error_code(there.data or b"")
+        done = Done(
+            worker=self.worker_id, frames=frames, totals=dict(totals), end_seq=end_seq, error=error
+        )
+        with contextlib.suppress(nats.js.errors.APIError):  # one is there already
+            await publish_retrying(
+                self._js,
+                subjects.done(call_id),
+                encode_done(done),
+                {Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"},
+            )
 
     async def _not_again(self, running: _Running, tool_id: str, session_id: str | None) -> None:
         """Rule 2: the call was claimed before this delivery; do not run it again."""
         call_id = running.ctx.call_id
         js = self._js
         subjects = self.subjects
-        earlier: Claim | None = None
         with contextlib.suppress(nats.js.errors.NotFoundError):
-            got = await js.get_last_msg(subjects.frames_stream, subjects.frame(call_id, "claim"))
-            earlier = decode_claim(got.data or b"")
+            got = await js.get_last_msg(subjects.claims_stream, subjects.done(call_id))
+            if decode_done(got.data or b"") is not None:
+                # It ended; its worker stopped before acking it (Rule 2).
+                self._not_rerun += 1
+                with contextlib.suppress(nats.errors.Error):
+                    await running.msg.ack_sync(timeout=5.0)
+                return
+        earlier: Claim | None = None
+        for stream, subject in (
+            (subjects.claims_stream, subjects.claim(call_id)),
+            (subjects.frames_stream, subjects.frame(call_id, "claim")),
+        ):
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                got = await js.get_last_msg(stream, subject)
+                found = decode_claim(got.data or b"")
+                if found is not None and found != running.claim:
+                    earlier = found  # not the one this delivery just wrote
+                    break
         frames = 0
         with contextlib.suppress(nats.js.errors.NotFoundError, msgspec.DecodeError, ValueError):
             last = await js.get_last_msg(
