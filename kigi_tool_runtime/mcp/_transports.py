@@ -19,6 +19,10 @@ Rule 3. End of input cancels every call in flight and returns once their tools
 Rule 4. HTTP: streamable HTTP on ``host:port``, loopback by default, with the
         SDK's DNS-rebinding protection on for loopback hosts. Closing a session
         (the host leaving) cancels its calls.
+Rule 5. stdio: a response that follows notifications is written only once the
+        host has read them (``_hold``), bounded by ``RESPONSE_HOLD_S``, so a
+        client that defers notifications but not responses (the official
+        TypeScript SDK) never finds its call's progress handler gone.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from mcp_types import (
     JSONRPCError,
     JSONRPCMessage,
     JSONRPCNotification,
+    JSONRPCResponse,
     jsonrpc_message_adapter,
 )
 from pydantic import ValidationError
@@ -48,7 +53,9 @@ from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING
 from .._lines import OversizedLine, read_lines
 from .._transport._server import FINAL_FLUSH_S, WRITER_STALL_S
 from .._transport._stdio import open_stdio
+from ._hold import RESPONSE_HOLD_S, ResponseHold
 from ._server import McpToolServer
+from ._unread import Probe, unread_probe, wait_until_read
 
 __all__ = (
     "DEFAULT_HTTP_HOST",
@@ -144,9 +151,11 @@ async def serve_streams_mcp(
     sink: Any,
     *,
     max_line_bytes: int = MAX_FRAME_BYTES_CEILING,
+    hold_responses: bool = True,
 ) -> None:
     """Serve MCP over a line reader and a writer with ``write`` and ``drain``
-    until end of input (Rule 3) or until the output breaks (Rule 2)."""
+    until end of input (Rule 3) or until the output breaks (Rule 2).
+    ``hold_responses=False`` turns Rule 5 off (to measure what it costs)."""
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](WRITE_QUEUE)
     replies = write_send.clone()
@@ -162,19 +171,32 @@ async def serve_streams_mcp(
                     await read_send.send(SessionMessage(item))
 
     writer_done = anyio.Event()
+    probe = unread_probe(sink) if hold_responses else None
+    hold = ResponseHold(enabled=probe is not None)
 
     async def write_loop(scope: anyio.CancelScope) -> None:
         try:
             async with write_recv:
                 async for first in write_recv:
-                    batch = bytearray(_encode(first))
-                    while len(batch) < WRITE_BATCH_BYTES:
-                        try:
-                            batch += _encode(write_recv.receive_nowait())
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            break
-                    sink.write(batch)
-                    await sink.drain()
+                    pending: SessionMessage | None = first
+                    while pending is not None:
+                        if hold.must_wait(is_response=_is_response(pending)):
+                            await _hold_response(sink, probe, hold)
+                        batch = bytearray(_encode(pending))
+                        hold.wrote(is_notification=_is_notification(pending))
+                        pending = None
+                        while len(batch) < WRITE_BATCH_BYTES:
+                            try:
+                                pending = write_recv.receive_nowait()
+                            except (anyio.WouldBlock, anyio.EndOfStream):
+                                break
+                            if hold.must_wait(is_response=_is_response(pending)):
+                                break  # Rule 5: written once the batch is read
+                            batch += _encode(pending)
+                            hold.wrote(is_notification=_is_notification(pending))
+                            pending = None
+                        sink.write(batch)
+                        await sink.drain()
         except (ConnectionError, OSError):
             scope.cancel()  # Rule 2: nobody reads; stop serving (calls are cancelled)
         finally:
@@ -197,6 +219,20 @@ async def serve_streams_mcp(
         tg.cancel_scope.cancel()
 
 
+def _is_response(message: SessionMessage) -> bool:
+    return isinstance(message.message, JSONRPCResponse | JSONRPCError)
+
+
+def _is_notification(message: SessionMessage) -> bool:
+    return isinstance(message.message, JSONRPCNotification)
+
+
+async def _hold_response(sink: Any, probe: Probe | None, hold: ResponseHold) -> None:
+    """Rule 5: wait until the host has read everything written so far."""
+    caught_up = probe is None or await wait_until_read(sink, probe, RESPONSE_HOLD_S)
+    hold.caught_up(in_time=caught_up)
+
+
 def _buffered(sink: Any) -> int | None:
     """Bytes the sink's transport holds unwritten, when it can say."""
     size = getattr(getattr(sink, "transport", None), "get_write_buffer_size", None)
@@ -204,15 +240,21 @@ def _buffered(sink: Any) -> int | None:
 
 
 async def serve_stdio_mcp(
-    server: McpToolServer, *, max_line_bytes: int = MAX_FRAME_BYTES_CEILING
+    server: McpToolServer,
+    *,
+    max_line_bytes: int = MAX_FRAME_BYTES_CEILING,
+    hold_responses: bool = True,
 ) -> None:
-    """Serve MCP over this process's stdin and stdout until end of input.
+    """Serve MCP over this process's stdin and stdout until end of input
+    (``hold_responses``: see :func:`serve_streams_mcp`).
 
     Raises:
         OSError: stdin or stdout is closed or cannot be watched.
     """
     reader, sink = await open_stdio()
-    await serve_streams_mcp(server, reader, sink, max_line_bytes=max_line_bytes)
+    await serve_streams_mcp(
+        server, reader, sink, max_line_bytes=max_line_bytes, hold_responses=hold_responses
+    )
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
