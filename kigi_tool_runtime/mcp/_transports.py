@@ -13,9 +13,12 @@ Rule 2. stdio: messages are written in the order the server hands them over,
         batched into as few writes as the pipe allows, each batch drained
         before the next; a write to a closed output stops serving, which
         cancels every call (their tools stopped) before returning.
-Rule 3. End of input cancels every call in flight and returns once their tools
-        have stopped and what is left is written: while the output moves, for
-        at most ``FINAL_FLUSH_S`` (the kigi server's bounds).
+Rule 3. End of input first lets the requests still in flight that are not
+        calls (a ``ping``, a ``tools/list`` sent just before the end) be
+        answered (``_inflight``), then cancels every call in flight and returns
+        once their tools have stopped and what is left is written: while the
+        output moves, for at most ``FINAL_FLUSH_S`` from the end of input in
+        all (the kigi server's bounds).
 Rule 4. HTTP: streamable HTTP on ``host:port``, loopback by default, with the
         SDK's DNS-rebinding protection on for loopback hosts. Closing a session
         (the host leaving) cancels its calls.
@@ -43,6 +46,7 @@ from mcp_types import (
     JSONRPCError,
     JSONRPCMessage,
     JSONRPCNotification,
+    JSONRPCRequest,
     JSONRPCResponse,
     jsonrpc_message_adapter,
 )
@@ -54,6 +58,7 @@ from .._lines import OversizedLine, read_lines
 from .._transport._server import FINAL_FLUSH_S, WRITER_STALL_S
 from .._transport._stdio import open_stdio
 from ._hold import RESPONSE_HOLD_S, ResponseHold
+from ._inflight import InFlight
 from ._server import McpToolServer
 from ._unread import Probe, unread_probe, wait_until_read
 
@@ -161,16 +166,38 @@ async def serve_streams_mcp(
     replies = write_send.clone()
     sdk_server = server.server
 
+    writer_done = anyio.Event()
+    inflight = InFlight()
+    answered = anyio.Event()
+    end_of_input: list[float] = []  # when input ended (Rule 3's deadline starts)
+
     async def read_loop() -> None:
+        nonlocal answered
         async with read_send, replies:
             async for line in read_lines(reader, max_line_bytes):
                 item = classify_line(line)
                 if isinstance(item, JSONRPCError):
                     await replies.send(SessionMessage(item))
                 elif item is not None:
+                    _forwarded(inflight, item)
                     await read_send.send(SessionMessage(item))
+            # Rule 3: what is in flight and can be answered is, before the
+            # server sees the end (which cancels the rest).
+            end_of_input.append(anyio.current_time())
+            with anyio.move_on_after(FINAL_FLUSH_S):
+                while inflight.awaited and not writer_done.is_set():
+                    answered = anyio.Event()
+                    await answered.wait()
 
-    writer_done = anyio.Event()
+    def take(message: SessionMessage) -> bytes:
+        """``message`` encoded, noted as written (Rules 3, 5)."""
+        hold.wrote(is_notification=_is_notification(message))
+        inner = message.message
+        if isinstance(inner, JSONRPCResponse | JSONRPCError) and inner.id is not None:
+            inflight.answered(inner.id)
+            answered.set()
+        return _encode(message)
+
     probe = unread_probe(sink) if hold_responses else None
     hold = ResponseHold(enabled=probe is not None)
 
@@ -182,8 +209,7 @@ async def serve_streams_mcp(
                     while pending is not None:
                         if hold.must_wait(is_response=_is_response(pending)):
                             await _hold_response(sink, probe, hold)
-                        batch = bytearray(_encode(pending))
-                        hold.wrote(is_notification=_is_notification(pending))
+                        batch = bytearray(take(pending))
                         pending = None
                         while len(batch) < WRITE_BATCH_BYTES:
                             try:
@@ -192,8 +218,7 @@ async def serve_streams_mcp(
                                 break
                             if hold.must_wait(is_response=_is_response(pending)):
                                 break  # Rule 5: written once the batch is read
-                            batch += _encode(pending)
-                            hold.wrote(is_notification=_is_notification(pending))
+                            batch += take(pending)
                             pending = None
                         sink.write(batch)
                         await sink.drain()
@@ -207,8 +232,9 @@ async def serve_streams_mcp(
         tg.start_soon(read_loop)
         await sdk_server.run(read_recv, write_send, sdk_server.create_initialization_options())
         # Rule 3: the last replies are written while the output moves, for at
-        # most FINAL_FLUSH_S; a host that stopped reading cannot keep us.
-        give_up = anyio.current_time() + FINAL_FLUSH_S
+        # most FINAL_FLUSH_S from the end of input; a host that stopped
+        # reading cannot keep us.
+        give_up = (end_of_input[0] if end_of_input else anyio.current_time()) + FINAL_FLUSH_S
         buffered = _buffered(sink)
         while not writer_done.is_set() and anyio.current_time() < give_up:
             with anyio.move_on_after(WRITER_STALL_S):
@@ -217,6 +243,16 @@ async def serve_streams_mcp(
             if buffered is not None and buffered == moved:
                 break  # not a byte taken in WRITER_STALL_S
         tg.cancel_scope.cancel()
+
+
+def _forwarded(inflight: InFlight, message: JSONRPCMessage) -> None:
+    """Note a message handed to the server (Rule 3)."""
+    if isinstance(message, JSONRPCRequest):
+        inflight.forwarded(message.id, message.method)
+    elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+        params = message.params or {}
+        if "requestId" in params:
+            inflight.cancelled(params["requestId"])
 
 
 def _is_response(message: SessionMessage) -> bool:
