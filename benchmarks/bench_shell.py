@@ -33,7 +33,7 @@ from kigi_tool_runtime._tools._shell import READ_CHUNK_BYTES
 MIB = 1024 * 1024
 #: The goal: the shell tool streams at least this fraction of the raw read rate.
 GOAL = 0.5
-#: The read size of the comparison row: what DESIGN.md §4 first asked for.
+#: The read size of the comparison row: what docs/design.md §4 first asked for.
 SMALL_READ = 8 * 1024
 #: Sample memory every this many reads or frames (cheap: one small /proc read).
 SAMPLE_EVERY = 64

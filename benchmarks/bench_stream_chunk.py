@@ -15,7 +15,7 @@ drains run side by side over the same writes:
 - ``bare``: the floor without the frame structs (decode, encode the string).
 
 The baseline is there for speed only: on mixed text it also emits U+FFFD where
-a character straddles two writes (the defect DESIGN.md §2 calls A).
+a character straddles two writes (the defect docs/design.md §2 calls A).
 
 Then 1 GiB is streamed through a 64 KiB ``TailBuffer`` + ``DeltaStreamer`` to
 show memory stays flat (peak traced allocation and ``ru_maxrss`` growth).

@@ -169,7 +169,18 @@ from ._tool_error import (
 from ._version import installed_version as _installed_version
 
 #: The installed distribution's version (from its metadata).
-__version__: str = _installed_version()
+__version__: str
+
+
+def __getattr__(name: str) -> str:
+    # ``__version__`` is read from the distribution's metadata when first asked
+    # for, not on import (see ``_version``).
+    if name == "__version__":
+        value = _installed_version()
+        globals()["__version__"] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = (
     "DEFAULT_MAX_DELTA_BYTES",

@@ -3,6 +3,9 @@ and reassemble it knowing exactly what was lost."""
 
 from kigi_tool_protocol import __version__ as _protocol_version
 
+from ._call._live import LOSS_MARKER, UNDELIVERED_MARKER, LiveDelta, LiveText
+from ._call._outcome import CallEnd, error_text, loss_json, loss_line, model_text
+from ._call._served import ServedCall, check_arguments
 from ._consumer._follow import (
     DEFAULT_POLL_INTERVAL,
     READ_BLOCK_BYTES,
@@ -51,7 +54,7 @@ from ._consumer._reassembler import (
     SeqScope,
 )
 from ._consumer._stream_state import StreamState
-from ._lines import LineReader, LineSplitter, OversizedLine, read_lines
+from ._lines import LineReader, read_lines
 from ._producer._chunk import Chunk, stream_chunk
 from ._producer._deltas import DeltaStreamer
 from ._producer._output import (
@@ -70,6 +73,7 @@ from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
 from ._transport._client import Call, CallProgress, Client, ClientStats, RemoteToolError
 from ._transport._server import Server, ServerStats
 from ._transport._stdio import serve_stdio
+from ._wire._split import LineSplitter, OversizedLine
 
 #: The installed distribution's version (from its metadata; the protocol
 #: package ships in the same distribution).
@@ -81,6 +85,7 @@ __all__: tuple[str, ...] = (
     "DEFAULT_MAX_STREAMS",
     "DEFAULT_POLL_INTERVAL",
     "LIMIT_MARKER",
+    "LOSS_MARKER",
     "MAX_ANOMALIES_KEPT",
     "MAX_DETAIL_CHARS",
     "MAX_HELD_BYTES",
@@ -89,11 +94,13 @@ __all__: tuple[str, ...] = (
     "READ_BLOCK_BYTES",
     "SHELL_SPEC",
     "TRUNCATION_MARKER",
+    "UNDELIVERED_MARKER",
     "Anomaly",
     "AnomalyKind",
     "AnomalyReported",
     "Appended",
     "Call",
+    "CallEnd",
     "CallProgress",
     "Chunk",
     "Client",
@@ -108,6 +115,8 @@ __all__: tuple[str, ...] = (
     "HarnessEvent",
     "LineReader",
     "LineSplitter",
+    "LiveDelta",
+    "LiveText",
     "LossReport",
     "Message",
     "MessageBlock",
@@ -122,6 +131,7 @@ __all__: tuple[str, ...] = (
     "RemoteToolError",
     "RunStats",
     "SeqScope",
+    "ServedCall",
     "Server",
     "ServerStats",
     "ShellArgs",
@@ -144,8 +154,13 @@ __all__: tuple[str, ...] = (
     "ToolRun",
     "ToolStarted",
     "ToolUseBlock",
+    "check_arguments",
+    "error_text",
     "history_is_valid",
     "iter_lines",
+    "loss_json",
+    "loss_line",
+    "model_text",
     "read_from",
     "read_lines",
     "repair_history_after_failure",

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 #: The conformance data the tests load, kept inside the repository so that a
@@ -24,3 +28,15 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run an ``async def`` test on a fresh event loop of its own (``asyncio.run``),
+    so it cannot leak tasks into another test."""
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    names = pyfuncitem._fixtureinfo.argnames
+    kwargs: dict[str, Any] = {name: pyfuncitem.funcargs[name] for name in names}
+    asyncio.run(pyfuncitem.obj(**kwargs))
+    return True

@@ -1,5 +1,5 @@
 """Tests for ``DeltaStreamer``: the cursor it keeps, drain/finish over tails and
-``TailBuffer``s, and the DESIGN.md §2 properties over any write/tick schedule."""
+``TailBuffer``s, and the docs/design.md §2 properties over any write/tick schedule."""
 
 from __future__ import annotations
 

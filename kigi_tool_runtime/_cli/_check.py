@@ -10,8 +10,8 @@ from typing import Final
 
 from .._consumer._follow import READ_BLOCK_BYTES
 from .._consumer._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler
-from .._lines import LineSplitter
 from .._text import plural
+from .._wire._split import LineSplitter
 from ._exits import UsageError, stdout_closed
 from ._framelog import blank, describe, log_source, open_stream, unterminated
 

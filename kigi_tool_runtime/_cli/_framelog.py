@@ -10,8 +10,8 @@ import sys
 from typing import IO, Final
 
 from .._consumer._loss import Anomaly
-from .._lines import OversizedLine
 from .._text import plural
+from .._wire._split import OversizedLine
 from ._exits import UsageError
 
 __all__ = ()

@@ -34,7 +34,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import BinaryIO, Final
 
-from .._lines import OversizedLine
+from .._wire._split import OversizedLine
 from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
 
 __all__ = (

@@ -73,8 +73,8 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
-from .._lines import OversizedLine
 from .._text import excerpt, plural
+from .._wire._split import OversizedLine
 from ._loss import (
     DEFAULT_GAP_MARKER,
     MAX_ANOMALIES_KEPT,

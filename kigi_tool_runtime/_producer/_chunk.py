@@ -1,7 +1,7 @@
 """``stream_chunk``: turn the tail of a growing byte source into capped,
 UTF-8-complete, append-only deltas.
 
-Invariants (DESIGN.md §2 states them normatively; this module keeps them):
+Invariants (docs/design.md §2 states them normatively; this module keeps them):
 
 Rule 1. ``total <= last_total`` yields no frame and leaves the cursor alone.
 Rule 2. The pending bytes are the last ``total - last_total`` bytes of the tail.

@@ -60,10 +60,11 @@ from kigi_tool_protocol import (
 )
 
 from .._consumer._reassembler import Appended, Reassembler
-from .._lines import LineReader, OversizedLine, read_lines
+from .._lines import LineReader, read_lines
 from .._process import group_alive, spawn_in_group, stop_group, widen_pipe
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S
+from .._wire._split import OversizedLine
 from ._rpc_client import (
     CallEnded,
     ClientEvent,

@@ -55,7 +55,7 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
-from .._lines import OversizedLine
+from .._wire._split import OversizedLine
 
 __all__ = ()
 

@@ -67,8 +67,8 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
-from .._lines import OversizedLine
 from .._text import MAX_DETAIL_CHARS, cut, excerpt
+from .._wire._split import OversizedLine
 
 __all__ = ()
 

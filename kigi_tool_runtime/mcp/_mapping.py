@@ -29,7 +29,7 @@ Nothing here imports the MCP SDK or an event loop: values in, JSON-able dicts ou
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
@@ -44,9 +44,12 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
+from .._call._outcome import error_text, model_text
 from .._tools._errors import ToolError
-from .._tools._shell import ShellOutcome
-from .._tools._tool import Tool, ToolResult
+from .._tools._result import ToolResult
+
+if TYPE_CHECKING:
+    from .._tools._tool import Tool
 
 __all__ = (
     "META_CAPABILITIES",
@@ -300,26 +303,6 @@ class StreamSummary(NamedTuple):
         )
 
 
-def model_text(value: Any) -> str:
-    """The text a model reads for a tool's value: a shell outcome's output
-    excerpt (head, omission marker, tail) and a status line; a string as is;
-    anything else as JSON."""
-    if isinstance(value, ShellOutcome):
-        if value.signal is not None:
-            status = f"killed by {value.signal}"
-        else:
-            status = f"exit code {value.exit_code}"
-        if value.timed_out:
-            status += ", timed out"
-        detail = f"{value.total_bytes} bytes of output"
-        if value.omitted_bytes:
-            detail += f", {value.omitted_bytes} left out above"
-        return f"{value.output}\n[{status}; {detail}; {value.duration_ms} ms]"
-    if isinstance(value, str):
-        return value
-    return msgspec.json.encode(value).decode("utf-8")
-
-
 def result_from_terminal(
     terminal: ToolResult | ToolError, tool: Tool[Any], summary: StreamSummary
 ) -> dict[str, Any]:
@@ -347,7 +330,7 @@ def error_result(error: ToolError, tool_id: str, summary: StreamSummary) -> dict
     ``_meta[META_ERROR]``."""
     wire = error.with_tool_id(tool_id).to_wire()
     code = error.code
-    text = f"{error.kind.value} error ({code}): {error.message}"
+    text = error_text(error)
     loss = summary.loss_line()
     if loss is not None:
         text = f"{text}\n{loss}"

@@ -54,9 +54,10 @@ from pydantic import ValidationError
 
 from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING
 
-from .._lines import OversizedLine, read_lines
+from .._lines import read_lines
 from .._transport._server import FINAL_FLUSH_S, WRITER_STALL_S
 from .._transport._stdio import open_stdio
+from .._wire._split import OversizedLine
 from ._hold import RESPONSE_HOLD_S, ResponseHold
 from ._inflight import InFlight
 from ._server import McpToolServer

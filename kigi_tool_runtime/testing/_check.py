@@ -1,7 +1,7 @@
 """``check_stream``: assert every invariant of the streaming contract for one
 frame sequence against the bytes the tool produced.
 
-What a stream must satisfy (DESIGN.md §2, from the consumer's side):
+What a stream must satisfy (docs/design.md §2, from the consumer's side):
 
 Rule 1. Deltas continue the source: every frame that is not a gap frame starts
         exactly where the previous frame ended, and its delta is the decode of

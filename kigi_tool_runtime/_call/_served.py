@@ -1,0 +1,164 @@
+"""``ServedCall``: one tool call as a host serves it, the thin asyncio driver
+over the runner (:func:`run_tool`) and :class:`LiveText`.
+
+Invariants:
+
+Rule 1. Iterating a served call yields one :class:`LiveDelta` per frame the
+        tool streams, in order, numbered from 0, as each is produced; then
+        :attr:`ServedCall.end` says how the call ended. A call always ends:
+        bad arguments, a failure, a deadline and a cancel are error ends.
+Rule 2. Backpressure, not buffering: the next frame is made only when the host
+        asks for it, so a slow host pauses the tool (whose own bounded tail
+        keeps the newest bytes and reports what it skipped as a gap).
+Rule 3. Leaving ``async with`` before the end (a ``break``, an exception, the
+        host's task cancelled) cancels the call and waits, bounded by the
+        runner's stop wait, for the tool to stop: the shell tool's process
+        group is gone when ``__aexit__`` returns.
+Rule 4. :meth:`ServedCall.cancel` may be called from any thread; the call then
+        ends with a ``cancelled`` error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from types import TracebackType
+from typing import Any
+
+from kigi_tool_protocol import progress_to_frame
+
+from .._tools._errors import ToolError
+from .._tools._runner import STOP_WAIT_S, decode_args, run_tool
+from .._tools._tool import Tool, ToolContext, ToolResult
+from ._live import LiveDelta, LiveText
+from ._outcome import CallEnd
+
+__all__ = ("ServedCall", "check_arguments")
+
+
+def check_arguments(tool: Tool[Any], raw_arguments: Any) -> Any:
+    """``raw_arguments`` decoded strictly as ``tool.args_type`` (JSON text, JSON
+    values, or an instance of the type), as every host checks them.
+
+    Raises:
+        ToolError: ``invalid_params``, naming the offending field's path.
+    """
+    return decode_args(tool, raw_arguments)
+
+
+class ServedCall:
+    """Serve one call of ``tool`` with ``arguments`` (see the module's rules).
+
+    ``call_id`` is the call's ``tool_call_id``; ``wants_progress``: whether the
+    host takes live output (without it no frame is made); ``timeout_ms``: the
+    call's deadline (``None``: the tool's own); ``stop_wait``: how long a
+    stopped tool may take to clean up.
+    """
+
+    def __init__(
+        self,
+        tool: Tool[Any],
+        arguments: Any,
+        *,
+        call_id: str,
+        wants_progress: bool = True,
+        timeout_ms: float | None = None,
+        stop_wait: float = STOP_WAIT_S,
+    ) -> None:
+        self._tool = tool
+        self._ctx = ToolContext(call_id, wants_progress=wants_progress)
+        self._run = run_tool(
+            tool, arguments, ctx=self._ctx, timeout_ms=timeout_ms, stop_wait=stop_wait
+        )
+        self._live = LiveText(call_id)
+        self._end: CallEnd | None = None
+        self._gen: AsyncGenerator[LiveDelta, None] | None = None
+
+    def __repr__(self) -> str:
+        return f"ServedCall(tool={self._tool.id!r}, call_id={self._ctx.call_id!r})"
+
+    @property
+    def call_id(self) -> str:
+        return self._ctx.call_id
+
+    @property
+    def tool(self) -> Tool[Any]:
+        return self._tool
+
+    @property
+    def ctx(self) -> ToolContext:
+        """The call's context (its id, whether progress is wanted, its cancel)."""
+        return self._ctx
+
+    @property
+    def live(self) -> LiveText:
+        """The call's live text so far (its fold and loss report)."""
+        return self._live
+
+    @property
+    def end(self) -> CallEnd:
+        """How the call ended.
+
+        Raises:
+            RuntimeError: the call has not ended yet.
+        """
+        if self._end is None:
+            raise RuntimeError(f"call {self.call_id!r} has not ended yet")
+        return self._end
+
+    @property
+    def ended(self) -> bool:
+        return self._end is not None
+
+    def cancel(self) -> None:
+        """Cancel the call (Rule 4). Idempotent."""
+        self._ctx.cancel()
+
+    def __aiter__(self) -> AsyncIterator[LiveDelta]:
+        if self._gen is None:
+            self._gen = self._frames()
+        return self._gen
+
+    async def _frames(self) -> AsyncGenerator[LiveDelta, None]:
+        call_id = self._ctx.call_id
+        live = self._live
+        terminal: ToolResult | ToolError | None = None
+        seq = 0
+        async with self._run as run:
+            async for event in run:
+                if isinstance(event, ToolResult | ToolError):
+                    terminal = event
+                    continue
+                delta = live.add(progress_to_frame(call_id, event), seq)
+                seq += 1
+                yield delta
+        if terminal is None:  # pragma: no cover - the runner always ends with one
+            terminal = ToolError("internal_error", "the tool run ended without a terminal")
+        closing = live.finish()
+        self._end = CallEnd.of(
+            call_id, self._tool.id, terminal, live.report(), frames=live.frames, closing=closing
+        )
+
+    async def run(self) -> CallEnd:
+        """Serve the call to its end, taking every frame, and say how it ended
+        (for a host that shows no live output)."""
+        async for _ in self:
+            pass
+        return self.end
+
+    async def aclose(self) -> None:
+        """Stop the call if it is still running (Rule 3)."""
+        if self._gen is not None:
+            await self._gen.aclose()
+        elif self._end is None:
+            await self._run.aclose()
+
+    async def __aenter__(self) -> ServedCall:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

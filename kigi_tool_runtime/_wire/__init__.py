@@ -1,0 +1,1 @@
+"""The sans-IO wire pieces shared by every transport: line splitting."""
