@@ -154,8 +154,9 @@ def _annotations(caps: ToolCapabilities) -> dict[str, Any] | None:
 def tool_definition(tool: Tool[Any]) -> dict[str, Any]:
     """The MCP ``Tool`` (wire spelling) for ``tool``: name from the id,
     description, ``inputSchema`` from ``args_type``, ``outputSchema`` from the
-    declared ``result_type`` (if any), annotations where the capabilities map,
-    and the kigi capabilities under ``_meta``.
+    declared ``result_type`` (if any), annotations where the capabilities map
+    (``streamingHint`` for a streaming tool, SEP-2998), and the kigi
+    capabilities under ``_meta``.
 
     Raises:
         ValueError: a schema is not an object at the root.
@@ -169,8 +170,13 @@ def tool_definition(tool: Tool[Any]) -> dict[str, Any]:
     if output is not None:
         definition["outputSchema"] = root_object_schema(output)
     annotations = _annotations(tool.capabilities)
-    if annotations is not None:
-        definition["annotations"] = annotations
+    # The SEP-2998 hint is the draft's spelling, kept in its module (imported
+    # here, not at the top: it builds on this module).
+    from ._partial import streaming_annotations
+
+    hinted = {**(annotations or {}), **streaming_annotations(tool.capabilities)}
+    if hinted:
+        definition["annotations"] = hinted
     definition["_meta"] = {META_CAPABILITIES: msgspec.to_builtins(tool.capabilities)}
     return definition
 
