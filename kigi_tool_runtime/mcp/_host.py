@@ -100,6 +100,7 @@ class ProgressFolder:
         self._on_appended = on_appended
         self._on_note = on_note
         self._seen: dict[str, int] = {}
+        self._finals: set[str] = set()
         self._arrived = anyio.Event()
 
     def absorb(
@@ -126,6 +127,9 @@ class ProgressFolder:
         item = notification_from_partial(params)
         if isinstance(item, PartialNote):
             self.partial_notes.append(item)
+            if item.final and item.token is not None:
+                self._finals.add(str(item.token))
+                self._arrived.set()
             return item
         return self._fold(item)
 
@@ -176,14 +180,17 @@ class ProgressFolder:
         result = await client.call_tool(
             name, arguments, read_timeout_seconds=read_timeout_seconds, meta=request_meta
         )
-        return await self.settle(token, result)
+        return await self.settle(token, result, final=partial_results)
 
-    async def settle(self, call_id: str, result: types.CallToolResult) -> FoldedCall:
+    async def settle(
+        self, call_id: str, result: types.CallToolResult, *, final: bool = False
+    ) -> FoldedCall:
         """Wait up to :data:`SETTLE_WAIT_S` until the notifications ``result``
-        announces for ``call_id`` were absorbed (Rule 3); return the folded call."""
+        announces for ``call_id`` were absorbed (Rule 3), and with ``final``
+        its final partial result too; return the folded call."""
         expected = _announced(result)
         with anyio.move_on_after(SETTLE_WAIT_S):
-            while self._seen.get(call_id, 0) < expected:
+            while self._seen.get(call_id, 0) < expected or (final and call_id not in self._finals):
                 self._arrived = anyio.Event()
                 await self._arrived.wait()
         missing = max(expected - self._seen.get(call_id, 0), 0)
