@@ -36,6 +36,9 @@ CORE_MODULES = (
     "kigi_tool_runtime._tools._shell_outcome",
     "kigi_tool_runtime.mcp._mapping",
     "kigi_tool_runtime.mcp._outbox",
+    "kigi_tool_runtime.mcp._hold",
+    "kigi_tool_runtime.mcp._inflight",
+    "kigi_tool_runtime.mcp._partial",
 )
 
 FORBIDDEN = ("asyncio", "subprocess", "socket", "threading", "selectors")
