@@ -36,9 +36,9 @@ Rule 6. A progress token names one running call per connection: a call that
         share a token.
 Rule 7. Each notification's text (``message``, or a partial result's content)
         is the call's live text (``LiveText``): the delta after a one-line
-        marker where bytes were lost (a frame the outbox dropped shows as a gap
-        at the next frame sent); a loss known only at the end is said by one
-        closing notification.
+        marker where bytes were lost (a gap in the tool's output, or frames the
+        outbox dropped before this one, Rule 2); a loss known only at the end
+        is said by one closing notification.
 Rule 8. A call that declares SEP-2998 partial results (``_partial`` Rule 1) gets
         its frames as partial results instead of progress, then a ``final``
         one; any other call gets none.
