@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import socket
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kigi_tool_runtime.mcp._hold import POLL_MAX_S, ResponseHold, poll_delays
+from kigi_tool_runtime.mcp._hold import POLL_S, SPIN_S, ResponseHold, poll_delay
 from kigi_tool_runtime.mcp._unread import probe_for_fd, unread_probe, wait_until_read
 
 
@@ -47,12 +46,12 @@ def test_a_disabled_hold_never_waits_and_counts_what_gave_up() -> None:
     assert not on.must_wait(is_response=True)
 
 
-def test_the_poll_schedule_starts_with_a_yield_and_backs_off_to_its_cap() -> None:
-    """Rule 4: 0 first, strictly growing, never above POLL_MAX_S, ending at it."""
-    delays = poll_delays()
-    assert delays[0] == 0.0
-    assert all(a < b for a, b in itertools.pairwise(delays))
-    assert delays[-1] == POLL_MAX_S
+def test_the_poll_schedule_yields_first_then_polls_each_millisecond() -> None:
+    """Rule 4: bare yields within SPIN_S, then POLL_S."""
+    assert poll_delay(0.0) == 0.0
+    assert poll_delay(SPIN_S / 2) == 0.0
+    assert poll_delay(SPIN_S) == POLL_S
+    assert poll_delay(0.5) == POLL_S
 
 
 def test_a_pipe_reports_the_bytes_its_reader_has_not_read() -> None:

@@ -20,10 +20,12 @@ Rule 2. The hold is bounded: past :data:`RESPONSE_HOLD_S` without the host
 Rule 3. Only an output whose unread bytes the OS reports is held (a pipe, a
         Unix stream socket: what hosts spawn servers on); on any other output
         (a file, a terminal, TCP) nothing is held and nothing changes.
-Rule 4. While held, the unread count is polled on a schedule that starts at a
-        bare yield and backs off to :data:`POLL_MAX_S`, so a host that reads
-        at once costs the call one turn of the loop, and a slow one costs at
-        most a poll interval beyond its own delay.
+Rule 4. While held, the unread count is looked at after each bare yield to
+        the event loop for the first :data:`SPIN_S`, then every
+        :data:`POLL_S` (an event loop sleeps in whole milliseconds, so a
+        shorter pause would cost as much): a host that reads at once costs the
+        call a few turns of the loop, a slow one at most one poll interval
+        beyond its own delay.
 
 Nothing here performs I/O: messages' kinds in, decisions out (``_unread`` asks
 the OS, ``_transports`` waits).
@@ -34,33 +36,29 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = (
-    "POLL_MAX_S",
+    "POLL_S",
     "RESPONSE_HOLD_S",
+    "SPIN_S",
     "ResponseHold",
-    "poll_delays",
+    "poll_delay",
 )
 
 #: Longest a response is held for the host to read what came before it (Rule 2).
 RESPONSE_HOLD_S: Final = 1.0
 
-#: Longest pause between two looks at the unread count (Rule 4).
-POLL_MAX_S: Final = 0.002
+#: How long a held response looks at the unread count after bare yields only
+#: (Rule 4): a host that reads at once has read within this.
+SPIN_S: Final = 0.0001
 
-# The first pause after the bare yield; each later one doubles, up to POLL_MAX_S.
-_POLL_FIRST_S: Final = 0.00005
+#: The pause between two looks after :data:`SPIN_S` (Rule 4).
+POLL_S: Final = 0.001
 
 
-def poll_delays() -> list[float]:
-    """The pauses between looks while a response is held (Rule 4): ``0`` (a
-    bare yield), then 50 µs doubling up to :data:`POLL_MAX_S`, which repeats
-    from the last entry on."""
-    delays = [0.0]
-    delay = _POLL_FIRST_S
-    while delay < POLL_MAX_S:
-        delays.append(delay)
-        delay *= 2
-    delays.append(POLL_MAX_S)
-    return delays
+def poll_delay(waited: float) -> float:
+    """The pause before the next look at the unread count, ``waited`` seconds
+    into a hold (Rule 4): a bare yield (``0``) within :data:`SPIN_S`, then
+    :data:`POLL_S`."""
+    return 0.0 if waited < SPIN_S else POLL_S
 
 
 class ResponseHold:

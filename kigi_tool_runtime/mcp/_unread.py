@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 
-from ._hold import poll_delays
+from ._hold import poll_delay
 
 __all__ = ("unread_probe", "wait_until_read")
 
@@ -92,15 +92,13 @@ def _buffered(sink: Any) -> int:
 async def wait_until_read(sink: Any, probe: Probe, limit: float) -> bool:
     """Wait until ``sink`` holds nothing unwritten and its reader has read every
     byte (Rule 2), for at most ``limit`` seconds. True when it caught up."""
-    give_up = anyio.current_time() + limit
-    delays = poll_delays()
-    step = 0
+    started = anyio.current_time()
     while True:
         if not _buffered(sink):
             left = probe()
             if not left:
                 return True
-        if anyio.current_time() >= give_up:
+        waited = anyio.current_time() - started
+        if waited >= limit:
             return False
-        await anyio.sleep(delays[min(step, len(delays) - 1)])
-        step += 1
+        await anyio.sleep(poll_delay(waited))
