@@ -3,16 +3,10 @@ and reassemble it knowing exactly what was lost."""
 
 from kigi_tool_protocol import __version__ as _protocol_version
 
+from ._call._caller import CallProgress, RemoteToolError
 from ._call._live import DROPPED_MARKER, LOSS_MARKER, UNDELIVERED_MARKER, LiveDelta, LiveText
 from ._call._outcome import CallEnd, error_text, loss_json, loss_line, model_text
 from ._call._served import ServedCall, check_arguments
-from ._consumer._follow import (
-    DEFAULT_POLL_INTERVAL,
-    READ_BLOCK_BYTES,
-    Follower,
-    iter_lines,
-    read_from,
-)
 from ._consumer._history import (
     Message,
     MessageBlock,
@@ -70,7 +64,14 @@ from ._tools._errors import ToolError, ToolErrorKind
 from ._tools._runner import RunStats, ToolRun, run_tool
 from ._tools._shell import SHELL_SPEC, CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
 from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
-from ._transport._client import Call, CallProgress, Client, ClientStats, RemoteToolError
+from ._transport._client import Call, Client, ClientStats
+from ._transport._file_follow import (
+    DEFAULT_POLL_INTERVAL,
+    READ_BLOCK_BYTES,
+    Follower,
+    iter_lines,
+    read_from,
+)
 from ._transport._server import Server, ServerStats
 from ._transport._stdio import serve_stdio
 from ._wire._split import LineSplitter, OversizedLine

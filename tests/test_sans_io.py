@@ -28,6 +28,7 @@ CORE_MODULES = (
     "kigi_tool_runtime._consumer._history",
     "kigi_tool_runtime._call._live",
     "kigi_tool_runtime._call._outcome",
+    "kigi_tool_runtime._call._caller",
     "kigi_tool_runtime._wire._split",
     "kigi_tool_runtime._transport._rpc_server",
     "kigi_tool_runtime._transport._rpc_client",
@@ -39,6 +40,7 @@ CORE_MODULES = (
     "kigi_tool_runtime.mcp._hold",
     "kigi_tool_runtime.mcp._inflight",
     "kigi_tool_runtime.mcp._partial",
+    "kigi_tool_runtime.nats._protocol",
 )
 
 FORBIDDEN = ("asyncio", "subprocess", "socket", "threading", "selectors")

@@ -8,9 +8,9 @@ import argparse
 import sys
 from typing import Final
 
-from .._consumer._follow import READ_BLOCK_BYTES
 from .._consumer._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler
 from .._text import plural
+from .._transport._file_follow import READ_BLOCK_BYTES
 from .._wire._split import LineSplitter
 from ._exits import UsageError, stdout_closed
 from ._framelog import blank, describe, log_source, open_stream, unterminated

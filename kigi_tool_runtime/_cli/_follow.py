@@ -10,9 +10,9 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Final
 
-from .._consumer._follow import READ_BLOCK_BYTES, Follower
 from .._consumer._loss import DEFAULT_GAP_MARKER, LossReport, StreamKey
 from .._consumer._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler
+from .._transport._file_follow import READ_BLOCK_BYTES, Follower
 from .._wire._split import LineSplitter
 from ._exits import EXIT_PIPE_CLOSED, UsageError
 from ._framelog import blank, describe, log_source, open_stream, unterminated

@@ -9,9 +9,9 @@ from typing import Final, NoReturn, get_args
 
 from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, MAX_FRAME_BYTES_CEILING, __version__
 
-from .._consumer._follow import DEFAULT_POLL_INTERVAL
 from .._consumer._reassembler import SeqScope
 from .._tools._shell import DEFAULT_TAIL_CAPACITY, DEFAULT_TICK_S
+from .._transport._file_follow import DEFAULT_POLL_INTERVAL
 from ._exits import EXIT_USAGE
 from ._nats import add_follow_options, add_serve_options
 from ._status import size_text

@@ -43,7 +43,6 @@ import os
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any, Final, NamedTuple, Protocol, Self
 
@@ -55,14 +54,12 @@ from kigi_tool_protocol import (
     TimeoutWire,
     ToolCallProgressFrame,
     ToolCallResult,
-    ToolErrorWire,
-    error_code_for,
 )
 
-from .._consumer._reassembler import Appended, Reassembler
+from .._call._caller import CallProgress, RemoteToolError
+from .._consumer._reassembler import Reassembler
 from .._lines import LineReader, read_lines
 from .._process import group_alive, spawn_in_group, stop_group, widen_pipe
-from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S
 from .._wire._split import OversizedLine
 from ._rpc_client import (
@@ -115,38 +112,6 @@ CLOSE_GRACE_S: Final = STOP_WAIT_S + 2.0
 #: Seconds ``Call.cancel`` and ``Call.aclose`` wait for their notification to
 #: reach a server that is not reading its input before going on without it.
 _NOTICE_FLUSH_S: Final = TIMEOUT_GRACE_S
-
-
-class RemoteToolError(ToolError):
-    """Raised when a call fails: the server replied with an error, the connection
-    was lost, or the call timed out.
-
-    A :class:`ToolError` made from the received ``ToolErrorWire`` (see
-    :meth:`ToolError.from_wire`): ``kind`` is the wire's code and the fields are
-    the wire's, so :meth:`to_wire` gives the wire back unchanged. ``wire`` is the
-    ``ToolErrorWire`` as received; ``number`` the JSON-RPC ``error.code``.
-    ``message`` is the wire's own sentence when its variant carries one, else
-    the reply's ``error.message`` (or the client's account of the failure).
-    """
-
-    def __init__(self, wire: ToolErrorWire, message: str, *, number: int | None = None) -> None:
-        self._init_from_wire(wire, message)
-        self.wire = wire
-        self.number = error_code_for(wire) if number is None else number
-
-    def __repr__(self) -> str:
-        return f"RemoteToolError({self.wire.code!r}, {self.message!r})"
-
-
-@dataclass(frozen=True, slots=True)
-class CallProgress:
-    """One progress frame of a call, as yielded by iterating a :class:`Call`:
-    the frame, its envelope ``seq``, and what it added to the reassembled view
-    (``appended.render()`` is the text to print, gap marker included)."""
-
-    frame: ToolCallProgressFrame[Any]
-    seq: int | None
-    appended: Appended
 
 
 class ClientStats(NamedTuple):

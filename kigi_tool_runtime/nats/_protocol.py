@@ -68,8 +68,8 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
+from .._call._caller import CallProgress, RemoteToolError
 from .._consumer._reassembler import Reassembler
-from .._transport._client import CallProgress, RemoteToolError
 
 __all__ = (
     "DEFAULT_PREFIX",

@@ -34,8 +34,8 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import BinaryIO, Final
 
-from .._wire._split import OversizedLine
-from ._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
+from .._consumer._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
+from .._wire._split import LineSplitter, OversizedLine
 
 __all__ = (
     "DEFAULT_POLL_INTERVAL",
@@ -54,16 +54,8 @@ READ_BLOCK_BYTES: Final = 64 * 1024
 #: tick, so a follower shows each tick's frames about as they are written.
 DEFAULT_POLL_INTERVAL: Final = 0.1
 
-_NEWLINE: Final = b"\n"
-
 # JSON's whitespace (a line of nothing else holds no value: a blank line).
 _JSON_SPACE: Final = b" \t\r"
-_BLANK: Final = frozenset(_JSON_SPACE)
-
-
-def _is_blank(pending: bytearray, block: bytes, start: int, end: int) -> bool:
-    """Whether the line ``pending + block[start:end]`` is only JSON whitespace."""
-    return not pending.strip(_JSON_SPACE) and not block[start:end].strip(_JSON_SPACE)
 
 
 def read_from(
@@ -203,54 +195,26 @@ def _split(
 ) -> Iterator[tuple[bytes | OversizedLine | None, int]]:
     # Each consumed line with the offset past it; None for a skipped empty line.
     # ``size``: the bytes to read from ``offset``; what follows is the next read's.
+    # The project's one splitter cuts the lines; a line still open at the end
+    # stays in it, unconsumed, for the next read.
+    splitter = LineSplitter(limit)
     read = handle.read
-    pending = bytearray()
-    skipping = 0  # > 0: bytes of an over-long line discarded so far
-    line_start = offset  # the file offset of the first byte not yet returned
+    past = offset
     while True:
         block: bytes = read(min(READ_BLOCK_BYTES, size))
         size -= len(block)
         if not block:
             return
-        start = 0
-        if skipping:
-            newline = block.find(_NEWLINE)
-            if newline < 0:
-                skipping += len(block)
+        for line in splitter.feed(block):
+            if isinstance(line, OversizedLine):
+                past += line.size + 1
+                yield line, past
                 continue
-            line_start += skipping + newline + 1
-            yield OversizedLine(skipping + newline, limit), line_start
-            skipping = 0
-            start = newline + 1
-        while True:
-            newline = block.find(_NEWLINE, start)
-            if newline < 0:
-                break
-            length = len(pending) + newline - start
-            line_start += length + 1
-            if length > limit:
-                pending.clear()
-                yield OversizedLine(length, limit), line_start
-            elif length and not (
-                (pending[0] if pending else block[start]) in _BLANK
-                and _is_blank(pending, block, start, newline)
-            ):
-                if pending:
-                    pending += block[start:newline]
-                    line = bytes(pending)
-                    pending.clear()
-                    yield line, line_start
-                else:
-                    yield block[start:newline], line_start
+            past += len(line) + 1
+            if line.strip(_JSON_SPACE):
+                yield line, past
             else:
-                pending.clear()
-                yield (b"" if keep_empty else None), line_start
-            start = newline + 1
-        pending += block[start:]
-        if len(pending) > limit:
-            # Too long already: stop holding it, count it until its newline.
-            skipping = len(pending)
-            pending.clear()
+                yield (b"" if keep_empty else None), past
 
 
 class Follower:
