@@ -23,6 +23,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " pip install 'kigi-tool-runtime[mcp]'"
     ) from exc
 
+from ._hold import RESPONSE_HOLD_S
 from ._host import SETTLE_WAIT_S, FoldedCall, ProgressFolder
 from ._mapping import (
     META_CAPABILITIES,
@@ -68,6 +69,7 @@ __all__: tuple[str, ...] = (
     "META_STREAM",
     "METHOD_PARTIAL_RESULT",
     "OUTBOX_BYTES",
+    "RESPONSE_HOLD_S",
     "SETTLE_WAIT_S",
     "STALL_S",
     "FoldedCall",

@@ -35,13 +35,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = (
-    "POLL_S",
-    "RESPONSE_HOLD_S",
-    "SPIN_S",
-    "ResponseHold",
-    "poll_delay",
-)
+__all__ = ("RESPONSE_HOLD_S",)
 
 #: Longest a response is held for the host to read what came before it (Rule 2).
 RESPONSE_HOLD_S: Final = 1.0

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Final
 
-__all__ = ("InFlight",)
+__all__: tuple[str, ...] = ()
 
 #: Requests that end of input cancels rather than waits for (Rule 2).
 CANCELLED_AT_END: Final = frozenset({"tools/call"})

@@ -46,18 +46,13 @@ from kigi_tool_protocol import (
 from ._mapping import META_FRAME, META_SEQ, frame_json
 
 __all__ = (
-    "CAPABILITY",
-    "CLIENT_CAPABILITIES_META",
     "DRAFT",
     "METHOD_PARTIAL_RESULT",
-    "STREAMING_HINT",
-    "TOKEN",
     "PartialNote",
     "final_params",
     "notification_from_partial",
     "partial_params",
     "partial_result_token",
-    "streaming_annotations",
 )
 
 #: The draft this module implements.

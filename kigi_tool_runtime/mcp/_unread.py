@@ -28,7 +28,7 @@ import anyio
 
 from ._hold import poll_delay
 
-__all__ = ("unread_probe", "wait_until_read")
+__all__: tuple[str, ...] = ()
 
 Probe = Callable[[], "int | None"]
 
