@@ -4,7 +4,7 @@ and reassemble it knowing exactly what was lost."""
 from kigi_tool_protocol import __version__ as _protocol_version
 
 from ._call._caller import CallProgress, RemoteToolError
-from ._call._live import LOSS_MARKER, UNDELIVERED_MARKER, LiveDelta, LiveText
+from ._call._live import DROPPED_MARKER, LOSS_MARKER, UNDELIVERED_MARKER, LiveDelta, LiveText
 from ._call._outcome import CallEnd, error_text, loss_json, loss_line, model_text
 from ._call._served import ServedCall, check_arguments
 from ._consumer._history import (
@@ -85,6 +85,7 @@ __all__: tuple[str, ...] = (
     "DEFAULT_MAX_RECORD_BYTES",
     "DEFAULT_MAX_STREAMS",
     "DEFAULT_POLL_INTERVAL",
+    "DROPPED_MARKER",
     "LIMIT_MARKER",
     "LOSS_MARKER",
     "MAX_ANOMALIES_KEPT",

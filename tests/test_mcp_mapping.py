@@ -245,7 +245,8 @@ def test_shell_tool_definition_has_object_schemas_and_capabilities() -> None:
     assert set(output["required"]) == set(ShellOutcome.__struct_fields__)
     caps = definition["_meta"]["dev.kigi/capabilities"]
     assert caps["streaming"] == {"subkind": "bash_output_chunk", "max_delta_bytes": 16384}
-    assert "annotations" not in definition  # nothing says bash only reads
+    # Nothing says bash only reads; it streams (SEP-2998's hint).
+    assert definition["annotations"] == {"streamingHint": True}
 
 
 class _Inner(msgspec.Struct):

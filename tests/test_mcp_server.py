@@ -136,7 +136,9 @@ def test_construction_errors() -> None:
 def test_a_truncation_notice_is_one_more_notification() -> None:
     """Output refused whole at the shell tool's hard limit ends the stream with
     the truncation notice: it is a notification of its own (progress still
-    rising by one, an empty message), and the folded stream says truncated."""
+    rising by one, an empty message), and the folded stream says truncated;
+    one closing notification, without a frame, says the truncation in its
+    message for hosts that read only text."""
     server = McpToolServer([ShellTool(limit=10)])
     seen: list[tuple[float, str | None]] = []
     folder = ProgressFolder()
@@ -160,5 +162,9 @@ def test_a_truncation_notice_is_one_more_notification() -> None:
 
     _run(body)
     assert [progress for progress, _ in seen] == [float(i) for i in range(1, len(seen) + 1)]
-    assert seen[-1][1] == ""
-    assert "".join(message or "" for _, message in seen) == "0123456789"
+    assert seen[-2][1] == ""
+    assert seen[-1][1] == "\n[... output truncated at the limit ...]\n"
+    assert "".join(message or "" for _, message in seen) == (
+        "0123456789\n[... output truncated at the limit ...]\n"
+    )
+    assert [note.message for note in folder.notes] == [seen[-1][1]]

@@ -494,6 +494,7 @@ async def test_a_host_that_stops_reading_loses_frames_said_in_the_next_frame_and
     STALL_S, the call drops its oldest queued frames instead of waiting; the
     next frame sent says how many (dropped_count), the result counts them all
     and says so to the model, progress still rises by one per notification,
+    the message of each frame after dropped ones says so on a line of its own,
     and the folded stream reports the loss instead of hiding it."""
     # 40 MB over about 4 s, so the flood outlasts the host's pause.
     flood = (
@@ -530,7 +531,11 @@ async def test_a_host_that_stops_reading_loses_frames_said_in_the_next_frame_and
                 break
             params = message["params"]
             progress.append(params["progress"])
-            dropped_counts.append(params["_meta"][META_FRAME].get("dropped_count", 0))
+            dropped = params["_meta"][META_FRAME].get("dropped_count", 0)
+            dropped_counts.append(dropped)
+            # Said where it happened, for hosts that read only `message`.
+            said = f"[... {dropped} frame{'s' if dropped > 1 else ''} dropped here ...]\n"
+            assert (said in params["message"]) == bool(dropped)
             folder.absorb(params)
         assert await raw.close() == 0
     assert progress == [float(i) for i in range(1, len(progress) + 1)]

@@ -76,6 +76,11 @@ _EXPECTED_OUTPUT = {
         "no gaps",
         "exit code 0 complete True",
     ),
+    "declaring_partial_results(stdio_client": (
+        "partial results\n",
+        "bash_output_chunk: 16 bytes in 2 frames (total 16), no gaps",
+        "final: [True]",
+    ),
     # Needs a NATS server: run by tests/test_nats.py against a real one.
     "NatsClient.connect(": ("grüße from a worker", "exit code 0", "True True"),
 }
@@ -273,4 +278,12 @@ def test_readme_mcp_host_section_runs() -> None:
     test extra installs): the folded text arrives whole and nothing is lost."""
     out = _run_block(_block_with("ProgressFolder(on_appended"))
     for line in _EXPECTED_OUTPUT["ProgressFolder(on_appended"]:
+        assert line in out, out
+
+
+def test_readme_mcp_partial_results_section_runs() -> None:
+    """The SEP-2998 example runs as written: the official client in 2026-07-28
+    mode folds the partial results whole and sees the final one."""
+    out = _run_block(_block_with("declaring_partial_results(stdio_client"))
+    for line in _EXPECTED_OUTPUT["declaring_partial_results(stdio_client"]:
         assert line in out, out

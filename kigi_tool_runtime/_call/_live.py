@@ -6,7 +6,9 @@ Invariants:
 Rule 1. Each frame added gives one :class:`LiveDelta` whose ``text`` is what a
         host that reads only text appends: the frame's delta, preceded by a
         one-line marker when the frame opened a gap (or proved bytes lost
-        before it). Concatenated, the texts are the output exactly when nothing was lost.
+        before it), or says the sender dropped frames just before it
+        (``dropped_count``: the bytes those held are counted at the end).
+        Concatenated, the texts are the output exactly when nothing was lost.
 Rule 2. A marker is a line of its own: it starts a line (a newline is put
         before it when the text so far does not end with one) and ends with a
         newline, so a host that shows the latest message, or appends them, shows
@@ -35,11 +37,15 @@ from .._consumer._loss import TRUNCATION_MARKER, Gap, LossReport
 from .._consumer._reassembler import Appended, Reassembler
 from .._text import plural
 
-__all__ = ("LOSS_MARKER", "UNDELIVERED_MARKER", "LiveDelta", "LiveText")
+__all__ = ("DROPPED_MARKER", "LOSS_MARKER", "UNDELIVERED_MARKER", "LiveDelta", "LiveText")
 
 #: The line said where bytes were lost; ``{lost}`` is the count (``"12"``, or
 #: ``"9-12"`` when the frames only bound it).
 LOSS_MARKER: Final = "[... {lost} bytes lost ...]"
+
+#: The line said at a frame the sender dropped frames before; ``{frames}`` is
+#: their count (``"1 frame"``, ``"3 frames"``).
+DROPPED_MARKER: Final = "[... {frames} dropped here ...]"
 
 #: The line said at the end for bytes counted that no frame delivered.
 UNDELIVERED_MARKER: Final = "[... {lost} never delivered ...]"
@@ -125,6 +131,11 @@ class LiveText:
         if appended.gap is not None:
             marker = self._line(LOSS_MARKER.format(lost=appended.gap.describe()))
             parts.append(marker)
+        dropped = frame.dropped_count
+        if dropped:
+            line = self._line(DROPPED_MARKER.format(frames=plural(dropped, "frame", "frames")))
+            marker = line if marker is None else marker + line
+            parts.append(line)
         if delta:
             parts.append(delta)
             self._at_line_start = delta.endswith("\n")

@@ -14,6 +14,10 @@ Rule 3. The official client runs each notification's handler in a task of its
         result says how many notifications its call sent; :meth:`ProgressFolder.settle`
         waits (bounded) until that many were absorbed, and a call that still
         misses some reports them (``missing``) and is not complete.
+Rule 4. SEP-2998 partial results (``_partial``) fold the same way: a partial
+        result's kigi frame is absorbed as its progress twin would be, so the
+        text, loss report and events are the same whichever channel carried
+        them; the final partial result (no frame) is kept as a note.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any, Final, NamedTuple
 
 import anyio
 import mcp_types as types
+from mcp.client.extension import ClientExtension
 
 from kigi_tool_protocol import JsonRpcNotification
 
@@ -31,6 +36,9 @@ from .._consumer._loss import LossReport
 from .._consumer._reassembler import Appended, Reassembler
 from .._consumer._stream_state import StreamState
 from ._mapping import META_STREAM, ProgressNote, notification_from_progress
+from ._partial import TOKEN as PARTIAL_TOKEN
+from ._partial import PartialNote, notification_from_partial
+from ._partial_host import partial_results_extension
 
 __all__ = ("SETTLE_WAIT_S", "FoldedCall", "ProgressFolder")
 
@@ -88,9 +96,11 @@ class ProgressFolder:
     ) -> None:
         self.reassembler = reassembler if reassembler is not None else Reassembler()
         self.notes: list[ProgressNote] = []
+        self.partial_notes: list[PartialNote] = []
         self._on_appended = on_appended
         self._on_note = on_note
         self._seen: dict[str, int] = {}
+        self._finals: set[str] = set()
         self._arrived = anyio.Event()
 
     def absorb(
@@ -107,6 +117,32 @@ class ProgressFolder:
             if self._on_note is not None:
                 self._on_note(item)
             return item
+        return self._fold(item)
+
+    def absorb_partial(self, params: Mapping[str, Any]) -> Appended | PartialNote:
+        """Absorb one SEP-2998 partial result (its params, Rule 4): the kigi
+        frame into the reassembler, exactly as from progress; the final one
+        (and another server's) kept in :attr:`partial_notes`. Never raises for
+        bad input."""
+        item = notification_from_partial(params)
+        if isinstance(item, PartialNote):
+            self.partial_notes.append(item)
+            if item.final and item.token is not None:
+                self._finals.add(str(item.token))
+                self._arrived.set()
+            return item
+        return self._fold(item)
+
+    def extension(self) -> ClientExtension:
+        """The official client's extension that feeds partial results to
+        :meth:`absorb_partial` (``Client(..., extensions=[folder.extension()])``)."""
+
+        def handler(params: Mapping[str, Any]) -> None:
+            self.absorb_partial(params)
+
+        return partial_results_extension(handler)
+
+    def _fold(self, item: JsonRpcNotification[Any]) -> Appended:
         appended = self.reassembler.appended(item)
         call = _call_of(item)
         if call is not None:
@@ -130,24 +166,31 @@ class ProgressFolder:
         *,
         meta: Mapping[str, Any] | None = None,
         read_timeout_seconds: float | None = None,
+        partial_results: bool = False,
     ) -> FoldedCall:
         """Call ``name`` through the official ``client`` with a progress token of
         this folder's making (the kigi call id), wait for its notifications
-        (Rule 3), and return the folded call."""
+        (Rule 3), and return the folded call. ``partial_results``: ask for
+        SEP-2998 partial results instead (a ``partialResultToken``; the client
+        must declare them, see :func:`declaring_partial_results`, and carry
+        :meth:`extension`)."""
         token = f"kigi-{next(_tokens)}"
         request_meta: dict[str, Any] = dict(meta or {})
-        request_meta["progressToken"] = token
+        request_meta[PARTIAL_TOKEN if partial_results else "progressToken"] = token
         result = await client.call_tool(
             name, arguments, read_timeout_seconds=read_timeout_seconds, meta=request_meta
         )
-        return await self.settle(token, result)
+        return await self.settle(token, result, final=partial_results)
 
-    async def settle(self, call_id: str, result: types.CallToolResult) -> FoldedCall:
+    async def settle(
+        self, call_id: str, result: types.CallToolResult, *, final: bool = False
+    ) -> FoldedCall:
         """Wait up to :data:`SETTLE_WAIT_S` until the notifications ``result``
-        announces for ``call_id`` were absorbed (Rule 3); return the folded call."""
+        announces for ``call_id`` were absorbed (Rule 3), and with ``final``
+        its final partial result too; return the folded call."""
         expected = _announced(result)
         with anyio.move_on_after(SETTLE_WAIT_S):
-            while self._seen.get(call_id, 0) < expected:
+            while self._seen.get(call_id, 0) < expected or (final and call_id not in self._finals):
                 self._arrived = anyio.Event()
                 await self._arrived.wait()
         missing = max(expected - self._seen.get(call_id, 0), 0)

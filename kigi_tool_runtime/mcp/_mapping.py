@@ -11,8 +11,9 @@ Rule 1. A call's progress notifications are numbered by :class:`ProgressNumberin
         ``dropped_count`` in its kigi frame (as the stdio server's Rule 2).
 Rule 2. The kigi frame travels whole under ``_meta[META_FRAME]`` (the
         ``ToolCallProgressFrame`` as the kigi JSON codec writes it) with its
-        ``seq`` under ``_meta[META_SEQ]``; ``message`` is the delta text, so a host
-        that ignores ``_meta`` still shows the live output (without gap markers).
+        ``seq`` under ``_meta[META_SEQ]``; ``message`` is the delta text (with
+        Rule 5's markers), so a host that ignores ``_meta`` still shows the
+        live output and where it lost bytes.
 Rule 3. A host folds a progress notification back into exactly the kigi
         ``tool_call_progress`` notification the stdio transport would have
         carried (:func:`notification_from_progress`). A notification without
@@ -22,6 +23,11 @@ Rule 4. Every terminal maps to one ``CallToolResult``: the model-facing text in
         declares a result type, ``isError`` with the kigi error code, kind and
         message for a ``ToolError``, and the progress stream's loss summary
         under ``_meta[META_STREAM]`` (and in the text when frames were dropped).
+Rule 5. A call's ``message`` texts are its live text (``LiveText``): each frame's
+        delta, preceded by a one-line marker where bytes were lost, so a host
+        that reads only ``message`` sees every loss where it happened. A loss
+        known only at the end is said by one more notification without a kigi
+        frame (:func:`closing_params`).
 
 Nothing here imports the MCP SDK or an event loop: values in, JSON-able dicts out.
 """
@@ -54,6 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "META_CAPABILITIES",
+    "META_CLOSING",
     "META_DEADLINE_MS",
     "META_ERROR",
     "META_FRAME",
@@ -62,6 +69,7 @@ __all__ = (
     "ProgressNote",
     "ProgressNumbering",
     "StreamSummary",
+    "closing_params",
     "mcp_tool_name",
     "notification_from_progress",
     "progress_params",
@@ -71,6 +79,9 @@ __all__ = (
 
 #: ``_meta`` key of a progress notification holding the exact kigi frame.
 META_FRAME: Final = "dev.kigi/frame"
+#: ``_meta`` key of the progress notification that only says, in its
+#: ``message``, a loss known at the end of a call (Rule 5).
+META_CLOSING: Final = "dev.kigi/closing"
 #: ``_meta`` key of a progress notification holding the frame's per-call ``seq``.
 META_SEQ: Final = "dev.kigi/seq"
 #: ``_meta`` key of a result holding the progress stream's loss summary.
@@ -105,8 +116,9 @@ def _annotations(caps: ToolCapabilities) -> dict[str, Any] | None:
 def tool_definition(tool: Tool[Any]) -> dict[str, Any]:
     """The MCP ``Tool`` (wire spelling) for ``tool``: name from the id,
     description, ``inputSchema`` from ``args_type``, ``outputSchema`` from the
-    declared ``result_type`` (if any), annotations where the capabilities map,
-    and the kigi capabilities under ``_meta``.
+    declared ``result_type`` (if any), annotations where the capabilities map
+    (``streamingHint`` for a streaming tool, SEP-2998), and the kigi
+    capabilities under ``_meta``.
 
     Raises:
         ValueError: a schema is not an object at the root.
@@ -120,8 +132,13 @@ def tool_definition(tool: Tool[Any]) -> dict[str, Any]:
     if output is not None:
         definition["outputSchema"] = root_object_schema(output)
     annotations = _annotations(tool.capabilities)
-    if annotations is not None:
-        definition["annotations"] = annotations
+    # The SEP-2998 hint is the draft's spelling, kept in its module (imported
+    # here, not at the top: it builds on this module).
+    from ._partial import streaming_annotations
+
+    hinted = {**(annotations or {}), **streaming_annotations(tool.capabilities)}
+    if hinted:
+        definition["annotations"] = hinted
     definition["_meta"] = {META_CAPABILITIES: msgspec.to_builtins(tool.capabilities)}
     return definition
 
@@ -156,10 +173,15 @@ class ProgressNumbering:
 
 
 def progress_params(
-    progress_token: str | int, seq: int, frame: ToolCallProgressFrame[Any]
+    progress_token: str | int,
+    seq: int,
+    frame: ToolCallProgressFrame[Any],
+    text: str | None = None,
 ) -> dict[str, Any]:
     """The params of the ``notifications/progress`` carrying ``frame`` as the
-    call's ``seq``-th notification (Rules 1, 2).
+    call's ``seq``-th notification (Rules 1, 2); ``text`` is its ``message``
+    when given (the live text with its loss markers, Rule 5), else the
+    frame's delta.
 
     Raises:
         WireError: the frame holds a value JSON cannot carry.
@@ -168,7 +190,9 @@ def progress_params(
     if seq < 0:
         raise ValueError(f"seq must be >= 0, got {seq}")
     body = frame.body
-    if isinstance(body, PartialResultPayload):
+    if text is not None and (text or isinstance(body, PartialResultPayload)):
+        message: str | None = text
+    elif isinstance(body, PartialResultPayload):
         message = body.delta
     elif isinstance(body, Mapping) and isinstance(body.get("text"), str):
         message = body["text"]
@@ -179,6 +203,26 @@ def progress_params(
         params["message"] = message
     params["_meta"] = {META_FRAME: frame_json(frame), META_SEQ: seq}
     return params
+
+
+def closing_params(progress_token: str | int, progress: int, text: str) -> dict[str, Any]:
+    """The params of the last ``notifications/progress`` of a call whose live
+    text ends with a loss said only at the end (bytes never delivered, the
+    output truncated; Rule 5): ``message`` is that text, ``progress`` follows
+    the last frame's, and no kigi frame rides under ``_meta`` (the loss is in
+    the frames already), so a kigi host keeps it as a note.
+
+    Raises:
+        ValueError: ``progress`` is below 1.
+    """
+    if progress < 1:
+        raise ValueError(f"progress must be >= 1, got {progress}")
+    return {
+        "progressToken": progress_token,
+        "progress": progress,
+        "message": text,
+        "_meta": {META_CLOSING: True},
+    }
 
 
 class ProgressNote(NamedTuple):

@@ -34,6 +34,14 @@ Rule 6. A progress token names one running call per connection: a call that
         brings the token (or, as text, the call id) of a call still running on
         its connection is refused with ``-32602``, so two calls' progress never
         share a token.
+Rule 7. Each notification's text (``message``, or a partial result's content)
+        is the call's live text (``LiveText``): the delta after a one-line
+        marker where bytes were lost (a gap in the tool's output, or frames the
+        outbox dropped before this one, Rule 2); a loss known only at the end
+        is said by one closing notification.
+Rule 8. A call that declares SEP-2998 partial results (``_partial`` Rule 1) gets
+        its frames as partial results instead of progress, then a ``final``
+        one; any other call gets none.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol, cast
 
 import anyio
 import mcp_types as types
@@ -49,9 +57,11 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from pydantic import BaseModel
 
-from kigi_tool_protocol import WireError, progress_to_frame
+from kigi_tool_protocol import ToolCallProgressFrame, WireError, progress_to_frame
 
+from .._call._live import LiveText
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, ToolRun, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -60,12 +70,14 @@ from ._mapping import (
     ProgressNumbering,
     StreamSummary,
     call_id_for,
+    closing_params,
     mcp_tool_name,
     progress_params,
     result_from_terminal,
     tool_definition,
 )
 from ._outbox import OUTBOX_BYTES, ProgressOutbox, frame_size
+from ._partial import METHOD_PARTIAL_RESULT, final_params, partial_params, partial_result_token
 
 __all__ = (
     "STALL_S",
@@ -198,7 +210,16 @@ class McpToolServer:
                 message=f"_meta[{META_DEADLINE_MS!r}] must be a whole number of milliseconds,"
                 f" got {deadline!r}",
             )
-        call_id = call_id_for(token, ctx.request_id)
+        try:
+            partial = partial_result_token(meta if isinstance(meta, Mapping) else None)
+        except ValueError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        channel: _Channel | None = None
+        if partial is not None:
+            channel = _PartialChannel(partial)
+        elif token is not None:
+            channel = _ProgressChannel(token)
+        call_id = call_id_for(token if token is not None else partial, ctx.request_id)
         try:
             call_id.encode("utf-8")
         except UnicodeEncodeError:
@@ -209,7 +230,7 @@ class McpToolServer:
         # is what a token must be unique on (private in the SDK: fall back to
         # the session when it is gone).
         connection = getattr(ctx.session, "_connection", ctx.session)
-        in_use = (id(connection), call_id) if token is not None else None
+        in_use = (id(connection), call_id) if channel is not None else None
         if in_use is not None and in_use in self._tokens:
             raise MCPError(
                 code=types.INVALID_PARAMS,
@@ -217,7 +238,7 @@ class McpToolServer:
                 " (MCP wants one token per active request); its progress would mix with"
                 " that call's",
             )
-        kctx = ToolContext(call_id, wants_progress=token is not None)
+        kctx = ToolContext(call_id, wants_progress=channel is not None)
         state = _CallState(self._outbox_bytes)
         numbering = ProgressNumbering()
         run = run_tool(
@@ -231,8 +252,8 @@ class McpToolServer:
         if in_use is not None:
             self._tokens.add(in_use)
         try:
-            if token is not None:
-                await self._send_progress(ctx, token, state, numbering)
+            if channel is not None:
+                await self._send_frames(ctx, channel, call_id, state, numbering)
             terminal = await producer
         except BaseException:
             # Rule 3: cancelled (by the host, its going away, or shutdown).
@@ -251,7 +272,7 @@ class McpToolServer:
             self._in_flight -= 1
             if in_use is not None:
                 self._tokens.discard(in_use)
-        summary = StreamSummary(numbering.sent, state.outbox.dropped, token is not None)
+        summary = StreamSummary(numbering.sent, state.outbox.dropped, channel is not None)
         result = result_from_terminal(terminal, tool, summary)
         return types.CallToolResult.model_validate(result, by_name=False)
 
@@ -293,43 +314,115 @@ class McpToolServer:
             terminal = ToolError("internal_error", "the tool run ended without a terminal")
         return terminal
 
-    async def _send_progress(
+    async def _send_frames(
         self,
         ctx: ServerRequestContext[Any],
-        token: str | int,
+        channel: _Channel,
+        call_id: str,
         state: _CallState,
         numbering: ProgressNumbering,
     ) -> None:
         """Send every queued frame, in order, until the tool has ended and the
-        outbox is empty (Rule 1)."""
+        outbox is empty (Rule 1), each with its live text (Rule 7); then the
+        channel's closing notification, if it has one."""
         loop = asyncio.get_running_loop()
         outbox = state.outbox
         session = ctx.session
         request_id = ctx.request_id
+        live = LiveText(call_id)
         while True:
             frame = outbox.take()
             if frame is None:
                 if state.done:
-                    return
+                    break
                 state.wake.clear()
                 await state.wake.wait()
                 continue
             state.room.set()
             # The producer checked that the body and kind encode, and the call
             # checked its id: this cannot fail, so no seq is ever skipped.
-            params = progress_params(token, numbering.take(), frame)
-            # Built by the mapping, so valid by construction: skip re-validating
-            # a 16 KiB delta per frame.
-            note = types.ProgressNotification.model_construct(
-                method="notifications/progress",
-                params=types.ProgressNotificationParams.model_construct(
-                    progress_token=params["progressToken"],
-                    progress=params["progress"],
-                    message=params.get("message"),
-                    meta=params["_meta"],
-                ),
-            )
+            seq = numbering.take()
+            note = channel.frame(seq, frame, live.add(frame, seq).text)
             state.sending_since = loop.time()
             await session.send_notification(note, related_request_id=request_id)
             state.sending_since = None
             self._sent += 1
+        closing = channel.end(numbering.sent, live.finish())
+        if closing is not None:
+            await session.send_notification(closing, related_request_id=request_id)
+
+
+class _Channel(Protocol):
+    """Where a call's frames go: progress (``progressToken``) or SEP-2998
+    partial results (``partialResultToken``, Rule 8)."""
+
+    def frame(
+        self, seq: int, frame: ToolCallProgressFrame[Any], text: str
+    ) -> types.ServerNotification: ...
+
+    def end(self, sent: int, closing: str) -> types.ServerNotification | None: ...
+
+
+class _ProgressChannel:
+    __slots__ = ("token",)
+
+    def __init__(self, token: str | int) -> None:
+        self.token = token
+
+    def frame(
+        self, seq: int, frame: ToolCallProgressFrame[Any], text: str
+    ) -> types.ServerNotification:
+        params = progress_params(self.token, seq, frame, text)
+        # Built by the mapping, so valid by construction: skip re-validating
+        # a 16 KiB delta per frame.
+        return types.ProgressNotification.model_construct(
+            method="notifications/progress",
+            params=types.ProgressNotificationParams.model_construct(
+                progress_token=params["progressToken"],
+                progress=params["progress"],
+                message=params.get("message"),
+                meta=params["_meta"],
+            ),
+        )
+
+    def end(self, sent: int, closing: str) -> types.ServerNotification | None:
+        if not closing:
+            return None
+        params = closing_params(self.token, sent + 1, closing)
+        return types.ProgressNotification.model_construct(
+            method="notifications/progress",
+            params=types.ProgressNotificationParams.model_construct(
+                progress_token=params["progressToken"],
+                progress=params["progress"],
+                message=params["message"],
+                meta=params["_meta"],
+            ),
+        )
+
+
+class _RawNotification(BaseModel):
+    """A notification the SDK has no type for (its sender only dumps it)."""
+
+    method: str
+    params: dict[str, Any]
+
+
+class _PartialChannel:
+    __slots__ = ("token",)
+
+    def __init__(self, token: str | int) -> None:
+        self.token = token
+
+    def frame(
+        self, seq: int, frame: ToolCallProgressFrame[Any], text: str
+    ) -> types.ServerNotification:
+        note = _RawNotification(
+            method=METHOD_PARTIAL_RESULT, params=partial_params(self.token, seq, frame, text)
+        )
+        return cast("types.ServerNotification", note)
+
+    def end(self, sent: int, closing: str) -> types.ServerNotification | None:
+        note = _RawNotification(
+            method=METHOD_PARTIAL_RESULT, params=final_params(self.token, sent, closing)
+        )
+        return cast("types.ServerNotification", note)

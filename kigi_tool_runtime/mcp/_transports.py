@@ -13,12 +13,19 @@ Rule 2. stdio: messages are written in the order the server hands them over,
         batched into as few writes as the pipe allows, each batch drained
         before the next; a write to a closed output stops serving, which
         cancels every call (their tools stopped) before returning.
-Rule 3. End of input cancels every call in flight and returns once their tools
-        have stopped and what is left is written: while the output moves, for
-        at most ``FINAL_FLUSH_S`` (the kigi server's bounds).
+Rule 3. End of input first lets the requests still in flight that are not
+        calls (a ``ping``, a ``tools/list`` sent just before the end) be
+        answered (``_inflight``), then cancels every call in flight and returns
+        once their tools have stopped and what is left is written: while the
+        output moves, for at most ``FINAL_FLUSH_S`` from the end of input in
+        all (the kigi server's bounds).
 Rule 4. HTTP: streamable HTTP on ``host:port``, loopback by default, with the
         SDK's DNS-rebinding protection on for loopback hosts. Closing a session
         (the host leaving) cancels its calls.
+Rule 5. stdio: a response that follows notifications is written only once the
+        host has read them (``_hold``), bounded by ``RESPONSE_HOLD_S``, so a
+        client that defers notifications but not responses (the official
+        TypeScript SDK) never finds its call's progress handler gone.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from mcp_types import (
     JSONRPCError,
     JSONRPCMessage,
     JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
     jsonrpc_message_adapter,
 )
 from pydantic import ValidationError
@@ -49,7 +58,10 @@ from .._lines import read_lines
 from .._transport._server import FINAL_FLUSH_S, WRITER_STALL_S
 from .._transport._stdio import open_stdio
 from .._wire._split import OversizedLine
+from ._hold import RESPONSE_HOLD_S, ResponseHold
+from ._inflight import InFlight
 from ._server import McpToolServer
+from ._unread import Probe, unread_probe, wait_until_read
 
 __all__ = (
     "DEFAULT_HTTP_HOST",
@@ -145,37 +157,72 @@ async def serve_streams_mcp(
     sink: Any,
     *,
     max_line_bytes: int = MAX_FRAME_BYTES_CEILING,
+    hold_responses: bool = True,
 ) -> None:
     """Serve MCP over a line reader and a writer with ``write`` and ``drain``
-    until end of input (Rule 3) or until the output breaks (Rule 2)."""
+    until end of input (Rule 3) or until the output breaks (Rule 2).
+    ``hold_responses=False`` turns Rule 5 off (to measure what it costs)."""
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](WRITE_QUEUE)
     replies = write_send.clone()
     sdk_server = server.server
 
+    writer_done = anyio.Event()
+    inflight = InFlight()
+    answered = anyio.Event()
+    end_of_input: list[float] = []  # when input ended (Rule 3's deadline starts)
+
     async def read_loop() -> None:
+        nonlocal answered
         async with read_send, replies:
             async for line in read_lines(reader, max_line_bytes):
                 item = classify_line(line)
                 if isinstance(item, JSONRPCError):
                     await replies.send(SessionMessage(item))
                 elif item is not None:
+                    _forwarded(inflight, item)
                     await read_send.send(SessionMessage(item))
+            # Rule 3: what is in flight and can be answered is, before the
+            # server sees the end (which cancels the rest).
+            end_of_input.append(anyio.current_time())
+            with anyio.move_on_after(FINAL_FLUSH_S):
+                while inflight.awaited and not writer_done.is_set():
+                    answered = anyio.Event()
+                    await answered.wait()
 
-    writer_done = anyio.Event()
+    def take(message: SessionMessage) -> bytes:
+        """``message`` encoded, noted as written (Rules 3, 5)."""
+        hold.wrote(is_notification=_is_notification(message))
+        inner = message.message
+        if isinstance(inner, JSONRPCResponse | JSONRPCError) and inner.id is not None:
+            inflight.answered(inner.id)
+            answered.set()
+        return _encode(message)
+
+    probe = unread_probe(sink) if hold_responses else None
+    hold = ResponseHold(enabled=probe is not None)
 
     async def write_loop(scope: anyio.CancelScope) -> None:
         try:
             async with write_recv:
                 async for first in write_recv:
-                    batch = bytearray(_encode(first))
-                    while len(batch) < WRITE_BATCH_BYTES:
-                        try:
-                            batch += _encode(write_recv.receive_nowait())
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            break
-                    sink.write(batch)
-                    await sink.drain()
+                    pending: SessionMessage | None = first
+                    while pending is not None:
+                        if hold.must_wait(is_response=_is_response(pending)):
+                            await _hold_response(sink, probe, hold)
+                        batch = bytearray(take(pending))
+                        pending = None
+                        while len(batch) < WRITE_BATCH_BYTES:
+                            try:
+                                pending = write_recv.receive_nowait()
+                            except (anyio.WouldBlock, anyio.EndOfStream):
+                                break
+                            if hold.must_wait(is_response=_is_response(pending)):
+                                break  # Rule 5: written once the batch is read
+                            batch += take(pending)
+                            pending = None
+                        sink.write(batch)
+                        await sink.drain()
         except (ConnectionError, OSError):
             scope.cancel()  # Rule 2: nobody reads; stop serving (calls are cancelled)
         finally:
@@ -186,8 +233,9 @@ async def serve_streams_mcp(
         tg.start_soon(read_loop)
         await sdk_server.run(read_recv, write_send, sdk_server.create_initialization_options())
         # Rule 3: the last replies are written while the output moves, for at
-        # most FINAL_FLUSH_S; a host that stopped reading cannot keep us.
-        give_up = anyio.current_time() + FINAL_FLUSH_S
+        # most FINAL_FLUSH_S from the end of input; a host that stopped
+        # reading cannot keep us.
+        give_up = (end_of_input[0] if end_of_input else anyio.current_time()) + FINAL_FLUSH_S
         buffered = _buffered(sink)
         while not writer_done.is_set() and anyio.current_time() < give_up:
             with anyio.move_on_after(WRITER_STALL_S):
@@ -198,6 +246,30 @@ async def serve_streams_mcp(
         tg.cancel_scope.cancel()
 
 
+def _forwarded(inflight: InFlight, message: JSONRPCMessage) -> None:
+    """Note a message handed to the server (Rule 3)."""
+    if isinstance(message, JSONRPCRequest):
+        inflight.forwarded(message.id, message.method)
+    elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+        params = message.params or {}
+        if "requestId" in params:
+            inflight.cancelled(params["requestId"])
+
+
+def _is_response(message: SessionMessage) -> bool:
+    return isinstance(message.message, JSONRPCResponse | JSONRPCError)
+
+
+def _is_notification(message: SessionMessage) -> bool:
+    return isinstance(message.message, JSONRPCNotification)
+
+
+async def _hold_response(sink: Any, probe: Probe | None, hold: ResponseHold) -> None:
+    """Rule 5: wait until the host has read everything written so far."""
+    caught_up = probe is None or await wait_until_read(sink, probe, RESPONSE_HOLD_S)
+    hold.caught_up(in_time=caught_up)
+
+
 def _buffered(sink: Any) -> int | None:
     """Bytes the sink's transport holds unwritten, when it can say."""
     size = getattr(getattr(sink, "transport", None), "get_write_buffer_size", None)
@@ -205,15 +277,21 @@ def _buffered(sink: Any) -> int | None:
 
 
 async def serve_stdio_mcp(
-    server: McpToolServer, *, max_line_bytes: int = MAX_FRAME_BYTES_CEILING
+    server: McpToolServer,
+    *,
+    max_line_bytes: int = MAX_FRAME_BYTES_CEILING,
+    hold_responses: bool = True,
 ) -> None:
-    """Serve MCP over this process's stdin and stdout until end of input.
+    """Serve MCP over this process's stdin and stdout until end of input
+    (``hold_responses``: see :func:`serve_streams_mcp`).
 
     Raises:
         OSError: stdin or stdout is closed or cannot be watched.
     """
     reader, sink = await open_stdio()
-    await serve_streams_mcp(server, reader, sink, max_line_bytes=max_line_bytes)
+    await serve_streams_mcp(
+        server, reader, sink, max_line_bytes=max_line_bytes, hold_responses=hold_responses
+    )
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

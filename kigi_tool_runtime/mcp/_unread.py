@@ -1,0 +1,104 @@
+"""How many bytes written to an output its reader has not read yet, and waiting
+until it has read them all (the I/O under ``_hold``).
+
+Rule 1. A pipe reports the bytes it holds (``FIONREAD``, on either end); a Unix
+        stream socket the bytes sent and not yet consumed by its peer
+        (``SIOCOUTQ``, which for Unix sockets is released only when the peer
+        has read them). Nothing else is asked: a file, a terminal or a TCP
+        socket has no probe (``_hold`` Rule 3), and a probe that fails later
+        answers ``None``, which ends a wait as if everything had been read.
+Rule 2. :func:`wait_until_read` first waits for the writer's own buffer to be
+        empty, then for the probe to answer zero, on ``_hold``'s poll schedule,
+        for at most ``limit`` seconds; it says whether the reader caught up.
+"""
+
+from __future__ import annotations
+
+import array
+import fcntl
+import os
+import socket
+import stat
+import sys
+import termios
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from ._hold import poll_delay
+
+__all__: tuple[str, ...] = ()
+
+Probe = Callable[[], "int | None"]
+
+
+def _ask(fd: int, request: int) -> int | None:
+    buf = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, request, buf, True)
+    except OSError:
+        return None
+    return buf[0]
+
+
+def probe_for_fd(fd: int) -> Probe | None:
+    """The unread-bytes probe of the output ``fd`` (Rule 1), or ``None``."""
+    if not sys.platform.startswith("linux"):
+        return None  # the semantics above are Linux's
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return None
+    if stat.S_ISFIFO(mode):
+        request = termios.FIONREAD
+    elif stat.S_ISSOCK(mode):
+        try:
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                family, kind = sock.family, sock.type
+        except OSError:
+            return None
+        if family != socket.AF_UNIX or kind != socket.SOCK_STREAM:
+            return None
+        request = termios.TIOCOUTQ  # SIOCOUTQ
+    else:
+        return None
+    if _ask(fd, request) is None:
+        return None
+    return lambda: _ask(fd, request)
+
+
+def unread_probe(sink: Any) -> Probe | None:
+    """The probe of a writer's output: the ``pipe`` an asyncio write transport
+    writes to, when it has one (Rule 1)."""
+    transport = getattr(sink, "transport", None)
+    get_extra = getattr(transport, "get_extra_info", None)
+    pipe = get_extra("pipe") if get_extra is not None else None
+    fileno = getattr(pipe, "fileno", None)
+    if fileno is None:
+        return None
+    try:
+        fd = fileno()
+    except (OSError, ValueError):
+        return None
+    return probe_for_fd(fd) if isinstance(fd, int) else None
+
+
+def _buffered(sink: Any) -> int:
+    size = getattr(getattr(sink, "transport", None), "get_write_buffer_size", None)
+    return 0 if size is None else int(size())
+
+
+async def wait_until_read(sink: Any, probe: Probe, limit: float) -> bool:
+    """Wait until ``sink`` holds nothing unwritten and its reader has read every
+    byte (Rule 2), for at most ``limit`` seconds. True when it caught up."""
+    started = anyio.current_time()
+    while True:
+        if not _buffered(sink):
+            left = probe()
+            if not left:
+                return True
+        waited = anyio.current_time() - started
+        if waited >= limit:
+            return False
+        await anyio.sleep(poll_delay(waited))

@@ -1,0 +1,162 @@
+"""Requests still in flight when a stdio host closes the server's input are
+answered before ``kigi-stream serve --mcp`` exits (``_transports`` Rule 3,
+``_inflight``); calls are cancelled, their tools stopped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from processes import pid_alive
+
+from kigi_tool_runtime._process import group_alive
+from kigi_tool_runtime.mcp._inflight import InFlight
+
+SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+}
+
+
+def _serve(messages: list[dict[str, Any]]) -> tuple[dict[Any, dict[str, Any]], int]:
+    """Write every message in one go, close the input, read to the end: the
+    answers by id, and the exit status."""
+    data = b"".join(json.dumps(message).encode() + b"\n" for message in messages)
+    done = subprocess.run(SERVE, input=data, capture_output=True, timeout=60, check=False)
+    answers = {}
+    for line in done.stdout.splitlines():
+        message = json.loads(line)
+        if "id" in message:
+            answers[message["id"]] = message
+    return answers, done.returncode
+
+
+def test_a_ping_and_a_tools_list_sent_just_before_the_end_are_answered() -> None:
+    answers, status = _serve(
+        [
+            INITIALIZE,
+            INITIALIZED,
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        ]
+    )
+    assert status == 0
+    assert sorted(answers) == [0, 1, 2]
+    assert answers[1]["result"] == {}
+    assert [tool["name"] for tool in answers[2]["result"]["tools"]] == ["bash"]
+
+
+def test_2026_07_28_requests_sent_just_before_the_end_are_answered() -> None:
+    """Stateless: no handshake, the envelope in each request's ``_meta``."""
+    answers, status = _serve(
+        [
+            {
+                "jsonrpc": "2.0",
+                "id": "d",
+                "method": "server/discover",
+                "params": {"_meta": ENVELOPE},
+            },
+            {"jsonrpc": "2.0", "id": "l", "method": "tools/list", "params": {"_meta": ENVELOPE}},
+        ]
+    )
+    assert status == 0
+    assert sorted(answers) == ["d", "l"]
+    assert "2026-07-28" in answers["d"]["result"]["supportedVersions"]
+    assert [tool["name"] for tool in answers["l"]["result"]["tools"]] == ["bash"]
+
+
+def _end_while_running(
+    proc: subprocess.Popen[bytes], call: dict[str, Any], pidfile: Path
+) -> tuple[bytes, float, int]:
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        for message in (INITIALIZE, INITIALIZED, call):
+            proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+        give_up = time.monotonic() + 30
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert time.monotonic() < give_up, "the command never started"
+            time.sleep(0.02)
+        pid = int(pidfile.read_text())
+        started = time.monotonic()
+        for message in (
+            {"jsonrpc": "2.0", "id": 8, "method": "tools/list"},
+            {"jsonrpc": "2.0", "id": 9, "method": "ping"},
+        ):
+            proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.close()
+        out = proc.stdout.read()
+        assert proc.wait(timeout=30) == 0
+        elapsed = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return out, elapsed, pid
+
+
+def test_a_running_call_is_cancelled_while_the_requests_behind_it_are_answered(
+    tmp_path: Path,
+) -> None:
+    """A call still running at the end is cancelled (the SDK answers it with
+    a "Connection closed" error) and its command's process group is gone; the
+    tools/list and ping sent after it get their results; the server exits well
+    before the final flush's bound."""
+    pidfile = tmp_path / "pid"
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "bash", "arguments": {"command": f"echo $$ > {pidfile}; sleep 60"}},
+    }
+    with subprocess.Popen(SERVE, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
+        out, elapsed, pid = _end_while_running(proc, call, pidfile)
+    answers = {m["id"]: m for m in map(json.loads, out.splitlines()) if "id" in m}
+    assert sorted(answers) == [0, 7, 8, 9]
+    assert answers[7]["error"]["code"] == -32000  # the SDK's "Connection closed"
+    assert "result" in answers[8]
+    assert answers[9]["result"] == {}
+    assert not group_alive(pid)
+    assert not pid_alive(pid)
+    assert elapsed < 10  # the final flush's bound: nothing waited for the call
+
+
+def test_in_flight_counts_requests_until_answered_but_never_waits_for_calls() -> None:
+    """``_inflight`` Rules 1-2: reused ids count twice, 1 and "1" are distinct,
+    calls and cancelled requests are not awaited."""
+    inflight = InFlight()
+    inflight.forwarded(1, "ping")
+    inflight.forwarded(1, "tools/list")
+    inflight.forwarded("1", "ping")
+    inflight.forwarded(2, "tools/call")
+    inflight.forwarded(3, "resources/read")
+    assert inflight.awaited == 4
+    inflight.answered(2)
+    inflight.answered(1)
+    assert inflight.awaited == 3
+    inflight.answered(1)
+    inflight.answered("1")
+    assert inflight.awaited == 1
+    inflight.cancelled(3)
+    assert inflight.awaited == 0
+    inflight.answered(99)  # an unknown id changes nothing
+    inflight.cancelled(99)
+    assert inflight.awaited == 0

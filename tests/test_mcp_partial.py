@@ -1,0 +1,339 @@
+"""SEP-2998 partial results (draft): the wire shapes (``mcp._partial``), a real
+``kigi-stream serve --mcp`` / ``--mcp-http`` sending them only to calls that
+declare them, and the official Python client in 2026-07-28 mode folding them
+exactly (``ProgressFolder.absorb_partial``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
+from kigi_tool_runtime import Reassembler
+from kigi_tool_runtime.mcp import (
+    META_STREAM,
+    METHOD_PARTIAL_RESULT,
+    PartialNote,
+    ProgressFolder,
+    declaring_partial_results,
+    final_params,
+    notification_from_partial,
+    notification_from_progress,
+    partial_params,
+    partial_result_token,
+    partial_results_extension,
+    progress_params,
+)
+
+PY = sys.executable
+SERVE = [PY, "-m", "kigi_tool_runtime", "serve"]
+CAPS = "io.modelcontextprotocol/clientCapabilities"
+SPLIT = (
+    "import sys, time\n"
+    "pieces = [b'caf\\xc3', b'\\xa9 \\xe2\\x82', b'\\xac \\xf0\\x9f', b'\\x98\\x80', b' end\\n']\n"
+    "for piece in pieces:\n"
+    "    sys.stdout.buffer.write(piece); sys.stdout.flush(); time.sleep(0.15)\n"
+)
+SPLIT_TEXT = "café € 😀 end\n"
+COMMAND = shlex.join([PY, "-c", SPLIT])
+
+
+# -- the wire shapes ---------------------------------------------------------------
+
+
+def test_only_a_call_declaring_the_capability_with_a_token_gets_partial_results() -> None:
+    """Rule 1: capability and token both, else none; a declared bad token is refused."""
+    declared = {CAPS: {"partialResults": {}}, "partialResultToken": "t"}
+    assert partial_result_token(declared) == "t"
+    assert partial_result_token({**declared, "partialResultToken": 7}) == 7
+    assert partial_result_token({"partialResultToken": "t"}) is None
+    assert partial_result_token({CAPS: {"partialResults": {}}}) is None
+    assert partial_result_token({CAPS: {"partialResults": True}, "partialResultToken": "t"}) is None
+    assert partial_result_token({CAPS: {}, "partialResultToken": "t"}) is None
+    assert partial_result_token(None) is None
+    for bad in (True, None, 1.5, ["t"]):
+        with pytest.raises(ValueError, match="partialResultToken"):
+            partial_result_token({**declared, "partialResultToken": bad})
+
+
+def _frame(delta: str, total: int, **flags: Any) -> ToolCallProgressFrame[PartialResultPayload]:
+    return ToolCallProgressFrame(
+        tool_call_id="c1",
+        kind="bash_output_chunk",
+        body=PartialResultPayload(delta=delta, total_bytes=total, **flags),
+    )
+
+
+def test_a_partial_result_is_seq_content_and_the_exact_frame() -> None:
+    """Rules 2-3: the draft's fields exactly; the final one has no frame."""
+    frame = _frame("café", 5)
+    params = partial_params("t", 0, frame, "café")
+    assert params == {
+        "partialResultToken": "t",
+        "seq": 0,
+        "content": [{"type": "text", "text": "café"}],
+        "_meta": {
+            "dev.kigi/frame": msgspec.to_builtins(frame),
+            "dev.kigi/seq": 0,
+        },
+    }
+    assert final_params("t", 1, "") == {
+        "partialResultToken": "t",
+        "seq": 1,
+        "content": [],
+        "final": True,
+    }
+    closing = final_params("t", 2, "\n[... output truncated at the limit ...]\n")
+    assert closing["content"] == [
+        {"type": "text", "text": "\n[... output truncated at the limit ...]\n"}
+    ]
+    with pytest.raises(ValueError, match="seq"):
+        partial_params("t", -1, frame, "")
+    with pytest.raises(ValueError, match="seq"):
+        final_params("t", -1, "")
+
+
+@given(
+    st.lists(
+        st.tuples(st.text(max_size=8), st.integers(0, 5), st.booleans()), min_size=1, max_size=8
+    )
+)
+def test_a_partial_result_folds_exactly_as_its_progress_twin(
+    parts: list[tuple[str, int, bool]],
+) -> None:
+    """Rule 5: the same frames through both channels give the same fold: the
+    same text, the same gaps, the same report."""
+    via_progress, via_partial = Reassembler(), Reassembler()
+    total = 0
+    for seq, (delta, skipped, gap) in enumerate(parts):
+        total += len(delta.encode()) + skipped
+        frame = _frame(delta, total, gap=gap)
+        twin = notification_from_progress(progress_params("t", seq, frame))
+        partial = notification_from_partial(partial_params("t", seq, frame, delta))
+        assert not isinstance(twin, tuple)
+        assert not isinstance(partial, PartialNote)
+        assert partial == twin
+        via_progress.appended(twin)
+        via_partial.appended(partial)
+    ((_, mine),) = via_partial.streams.items()
+    ((_, theirs),) = via_progress.streams.items()
+    assert mine.text == theirs.text
+    assert mine.report(ended=True) == theirs.report(ended=True)
+
+
+def test_a_partial_result_without_a_frame_is_a_note() -> None:
+    assert notification_from_partial(final_params("t", 3, "x")) == PartialNote("t", 3, "x", True)
+    other = {"partialResultToken": 5, "seq": 0, "content": [{"type": "text", "text": "a"}]}
+    assert notification_from_partial(other) == PartialNote(5, 0, "a", False)
+    assert notification_from_partial({"content": "junk", "seq": -1}) == PartialNote(
+        None, None, "", False
+    )
+
+
+# -- a real server, raw JSON lines ---------------------------------------------------
+
+
+def _raw_call(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """One 2025-11-25 session over stdio: a tools/call with ``meta``; every
+    message the server wrote."""
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "bash", "arguments": {"command": COMMAND}, "_meta": meta},
+        },
+    ]
+    proc = subprocess.Popen([*SERVE, "--mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    with proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        for message in messages:
+            proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+        out = []
+        for line in proc.stdout:
+            out.append(json.loads(line))
+            if out[-1].get("id") == 1:
+                break
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    return out[1:]
+
+
+def test_the_wire_is_the_drafts_numbered_per_token_and_before_the_response() -> None:
+    out = _raw_call({CAPS: {"partialResults": {}}, "partialResultToken": "p-1"})
+    *notes, response = out
+    assert response["id"] == 1
+    assert {note["method"] for note in notes} == {METHOD_PARTIAL_RESULT}
+    params = [note["params"] for note in notes]
+    assert [p["seq"] for p in params] == list(range(len(params)))
+    assert all(p["partialResultToken"] == "p-1" for p in params)
+    *frames, final = params
+    assert final == {"partialResultToken": "p-1", "seq": len(frames), "content": [], "final": True}
+    assert all(set(p) == {"partialResultToken", "seq", "content", "_meta"} for p in frames)
+    assert "".join(p["content"][0]["text"] for p in frames) == SPLIT_TEXT
+    assert response["result"]["_meta"][META_STREAM]["frames_sent"] == len(frames)
+    assert SPLIT_TEXT in response["result"]["content"][0]["text"]  # still whole
+
+
+def test_a_call_that_does_not_declare_gets_no_partial_results() -> None:
+    """A token without the capability: nothing streamed on either channel (no
+    progressToken either); with a progressToken, progress as before."""
+    bare = _raw_call({"partialResultToken": "p-2"})
+    assert [message.get("id") for message in bare] == [1]
+    assert bare[0]["result"]["_meta"][META_STREAM]["progress_requested"] is False
+    progress = _raw_call({"partialResultToken": "p-3", "progressToken": "g"})
+    methods = {message.get("method") for message in progress[:-1]}
+    assert methods == {"notifications/progress"}
+
+
+def test_a_declared_call_with_a_bad_token_is_refused() -> None:
+    (reply,) = _raw_call({CAPS: {"partialResults": {}}, "partialResultToken": True})
+    assert reply["error"]["code"] == -32602
+    assert "partialResultToken" in reply["error"]["message"]
+
+
+# -- the official Python client, 2026-07-28 ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    proc = subprocess.Popen([*SERVE, "--mcp-http", "127.0.0.1:0"], stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline().decode()
+        match = re.search(r"http://127\.0\.0\.1:\d+/mcp", line)
+        assert match, line
+        yield match.group()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+@pytest.fixture(params=["stdio", "http"])
+def transport(request: pytest.FixtureRequest) -> Any:
+    """A fresh client transport factory for the 2026-07-28 client."""
+    if request.param == "stdio":
+        params = StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], "--mcp"])
+        return lambda: stdio_client(params)
+    url = request.getfixturevalue("http_url")
+    return lambda: streamable_http_client(url)
+
+
+def test_the_2026_client_folds_partial_results_exactly(transport: Any) -> None:
+    """Declared per call through the client's transport, received through its
+    extension mechanism: the folded text is exact and complete, no progress
+    arrives, and the final partial result closes the stream."""
+    folder = ProgressFolder()
+    progress: list[Any] = []
+    seqs: list[int] = []
+
+    def on_partial(params: Mapping[str, Any]) -> None:
+        seqs.append(params["seq"])
+        folder.absorb_partial(params)
+
+    async def on_message(message: Any) -> None:
+        progress.append(message)
+
+    async def body() -> None:
+        async with (
+            asyncio.timeout(30),
+            Client(
+                declaring_partial_results(transport()),
+                mode="2026-07-28",
+                extensions=[partial_results_extension(on_partial)],
+                message_handler=on_message,
+            ) as client,
+        ):
+            assert client.protocol_version == "2026-07-28"
+            folded = await folder.call_tool(
+                client, "bash", {"command": COMMAND}, partial_results=True
+            )
+            assert folded.text == SPLIT_TEXT
+            assert folded.complete
+            assert folded.missing == 0
+            async with asyncio.timeout(5):
+                while not folder.partial_notes:
+                    await asyncio.sleep(0.01)
+
+    asyncio.run(body())
+    assert seqs == list(range(len(seqs)))
+    assert [note.final for note in folder.partial_notes] == [True]
+    assert not [m for m in progress if type(m).__name__ == "ProgressNotification"]
+
+
+def test_the_folders_own_extension_folds_them_too(transport: Any) -> None:
+    folder = ProgressFolder()
+
+    async def body() -> None:
+        async with (
+            asyncio.timeout(30),
+            Client(
+                declaring_partial_results(transport()),
+                mode="2026-07-28",
+                extensions=[folder.extension()],
+            ) as client,
+        ):
+            folded = await folder.call_tool(
+                client, "bash", {"command": "printf 'one\\n'"}, partial_results=True
+            )
+            assert folded.text == "one\n"
+            assert folded.complete
+
+    asyncio.run(body())
+
+
+def test_a_2026_client_that_does_not_declare_gets_none(transport: Any) -> None:
+    """The same client without the declaring transport: its partialResultToken
+    alone asks for nothing, so nothing streams."""
+    seen: list[Any] = []
+
+    async def body() -> None:
+        async with (
+            asyncio.timeout(30),
+            Client(
+                transport(),
+                mode="2026-07-28",
+                extensions=[partial_results_extension(seen.append)],
+            ) as client,
+        ):
+            result = await client.call_tool(
+                "bash", {"command": "printf x"}, meta={"partialResultToken": "t"}
+            )
+            assert result.meta is not None
+            assert result.meta[META_STREAM]["frames_sent"] == 0
+
+    asyncio.run(body())
+    assert seen == []
