@@ -122,7 +122,8 @@ def main() -> None:
     proc, url, port = _start()
     try:
         status, session = _post(url, HELLO)
-        assert status == 200 and session is not None
+        assert status == 200
+        assert session is not None
         _post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
         time.sleep(1.0)
         idle = _rss_mib(proc.pid)
@@ -148,7 +149,9 @@ def main() -> None:
         admitted = sum(_post(url, HELLO)[0] == 200 for _ in range(args.sessions))
         opened = _rss_mib(proc.pid)
         print(f"idle server:                {idle:7.1f} MiB")
-        print(f"{args.sessions} initialize requests:  {opened:7.1f} MiB, {admitted} sessions admitted")
+        print(
+            f"{args.sessions} initialize requests:  {opened:7.1f} MiB, {admitted} sessions admitted"
+        )
     finally:
         _stop(proc)
 
