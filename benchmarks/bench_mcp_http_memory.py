@@ -2,9 +2,10 @@
 without end: the server's RSS (``VmRSS`` of its process) when idle, with
 ``--calls`` flooding calls whose streams are never read (after ``--wait``
 seconds), and after ``--sessions`` initialize requests (how many were
-admitted). Figures are printed, nothing is asserted: compare them with the
-limits (64 calls of at most 1 MiB of queued progress each, 64 sessions).
-Needs Linux (``/proc``).
+admitted). Goals: at most 8 MiB per unread call (the shell tool's 1 MiB tail,
+the call's 1 MiB outbox, the 8 messages on their way, allocator overhead), at
+most 64 sessions admitted, and at most 16 MiB added by the initialize flood.
+``--quick``: 8 calls, 3 s, 200 initialize requests. Needs Linux (``/proc``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import time
 import urllib.error
 import urllib.request
 from typing import Any
+
+from _goals import Goals, add_check_flag
 
 VERSION = "2025-11-25"
 HELLO = {
@@ -114,10 +117,15 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--wait", type=float, default=10.0)
     parser.add_argument("--sessions", type=int, default=2000)
+    parser.add_argument("--quick", action="store_true", help="8 calls, 3 s, 200 sessions")
+    add_check_flag(parser)
     parser.add_argument(
         "--own-sessions", action="store_true", help="each call in a session of its own"
     )
     args = parser.parse_args()
+    if args.quick:
+        args.calls, args.wait, args.sessions = 8, 3.0, 200
+    goals = Goals()
 
     proc, url, port = _start()
     try:
@@ -137,6 +145,8 @@ def main() -> None:
         flooded = _rss_mib(proc.pid)
         print(f"idle server:                {idle:7.1f} MiB")
         print(f"{args.calls} unread flooding calls: {flooded:7.1f} MiB after {args.wait:g} s")
+        if args.calls:
+            goals.record("MiB per unread call", (flooded - idle) / args.calls, 8, at_most=True)
         for sock in socks:
             sock.close()
     finally:
@@ -154,6 +164,9 @@ def main() -> None:
         )
     finally:
         _stop(proc)
+    goals.record("sessions admitted", admitted, 64, at_most=True)
+    goals.record("MiB added by the initialize flood", opened - idle, 16, at_most=True)
+    sys.exit(goals.finish(args.check))
 
 
 if __name__ == "__main__":
