@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._transport._rpc_server import MAX_CALLS_IN_FLIGHT
+from ._transport._rpc_server import MAX_CALLS_IN_FLIGHT as MAX_CALLS_IN_FLIGHT
 
-__all__ = ("HTTP_SESSION_IDLE_S", "MAX_CALLS_IN_FLIGHT", "MAX_HTTP_SESSIONS")
+__all__ = ()
 
 #: Streamable HTTP sessions open at once; the next initialize is answered 503
 #: until one ends. A tool server has a few hosts, each with one session; the

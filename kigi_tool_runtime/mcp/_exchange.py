@@ -30,14 +30,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-__all__ = (
-    "Refusal",
-    "RequestHead",
-    "count_events",
-    "null_id_refusal",
-    "read_head",
-    "reused_id_refusal",
-)
+__all__ = ()
 
 #: The JSON-RPC "invalid request" code (MCP and JSON-RPC 2.0 share it).
 INVALID_REQUEST: Final = -32600

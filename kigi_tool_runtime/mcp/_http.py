@@ -44,14 +44,7 @@ from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from .._mcp_limits import HTTP_SESSION_IDLE_S, MAX_HTTP_SESSIONS
 from ._exchange import Refusal, RequestHead, count_events, read_head, reused_id_refusal
 
-__all__ = (
-    "DRAIN_S",
-    "PIPE_EVENTS",
-    "Exchange",
-    "HttpGuard",
-    "exchange_of",
-    "serve_http",
-)
+__all__ = ()
 
 #: Messages of one call that may be on their way to its socket (Rule 3): half
 #: the SDK's per-request buffer, so the response always finds room after them.
