@@ -85,10 +85,7 @@ async def calls_per_second(start: Caller, count: int) -> float:
 
 async def megabytes_per_second(start: Caller, calls: int, size: int) -> tuple[float, float, int]:
     began = time.perf_counter()
-    running = [
-        await start("bash", {"command": flood_command(size)})
-        for _ in range(calls)
-    ]
+    running = [await start("bash", {"command": flood_command(size)}) for _ in range(calls)]
     for call in running:
         await call.result()
     seconds = time.perf_counter() - began

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from .._tools._shell import ShellTool
@@ -58,6 +58,7 @@ async def _serve(
     address: tuple[str, int] | None, max_frame_bytes: int, tools: Sequence[Tool[Any]] | None
 ) -> int:
     server = McpToolServer([ShellTool()] if tools is None else tools)
+    serving: Coroutine[Any, Any, None]
     if address is not None:
 
         def ready(url: str) -> None:
@@ -70,22 +71,29 @@ async def _serve(
         except OSError as exc:
             print(f"kigi-stream serve: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
             return 1
-        await serve_http_mcp(server, sock=sock, on_ready=ready)
-        return 0
-    # A stop signal cancels serving: every call in flight is cancelled (its
-    # command's process group stopped) first, then the exit status is 128 + N.
-    serving = asyncio.current_task()
-    assert serving is not None
+        serving = serve_http_mcp(server, sock=sock, on_ready=ready)
+    else:
+        serving = serve_stdio_mcp(server, max_line_bytes=max_frame_bytes)
+    return await _until_stopped(serving)
+
+
+async def _until_stopped(serving: Coroutine[Any, Any, None]) -> int:
+    """Run ``serving`` until it returns or a stop signal comes. A stop signal
+    cancels it: every call in flight is cancelled (its command's process group
+    stopped) first, over HTTP the connections are closed (bounded), then the
+    exit status is 128 + N. Later signals change nothing: the stop is bounded."""
+    task = asyncio.current_task()
+    assert task is not None
 
     def on_signal(number: int) -> None:
         if stops.count == 1:
-            serving.cancel()
+            task.cancel()
 
     with StopSignals(on_signal) as stops:
         try:
-            await serve_stdio_mcp(server, max_line_bytes=max_frame_bytes)
+            await serving
         except asyncio.CancelledError:
             if not stops.count:
                 raise
-            serving.uncancel()
+            task.uncancel()
     return stops.exit_status()

@@ -10,6 +10,7 @@ from typing import Final, NoReturn, get_args
 from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, MAX_FRAME_BYTES_CEILING, __version__
 
 from .._consumer._reassembler import SeqScope
+from .._mcp_limits import HTTP_SESSION_IDLE_S, MAX_CALLS_IN_FLIGHT, MAX_HTTP_SESSIONS
 from .._tools._shell import DEFAULT_TAIL_CAPACITY, DEFAULT_TICK_S
 from .._transport._file_follow import DEFAULT_POLL_INTERVAL
 from ._exits import EXIT_USAGE
@@ -206,7 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--mcp-http",
         metavar="[HOST:]PORT",
-        help="speak MCP over streamable HTTP (host 127.0.0.1 unless given; needs the mcp extra)",
+        help="speak MCP over streamable HTTP (host 127.0.0.1 unless given; needs the mcp"
+        f" extra): at most {MAX_HTTP_SESSIONS} sessions open, one idle for"
+        f" {HTTP_SESSION_IDLE_S / 60:g} minutes closed, and {MAX_CALLS_IN_FLIGHT} calls"
+        " running (over every session; one more is refused busy)",
     )
 
     follow = commands.add_parser(

@@ -42,6 +42,18 @@ Rule 7. Each notification's text (``message``, or a partial result's content)
 Rule 8. A call that declares SEP-2998 partial results (``_partial`` Rule 1) gets
         its frames as partial results instead of progress, then a ``final``
         one; any other call gets none.
+Rule 9. At most ``max_calls`` calls run at once, over every connection and
+        transport together; one more is refused with the kigi ``tool_busy``
+        code (``-32016``), as the stdio server refuses it. Each running call
+        holds at most its outbox budget of queued progress.
+Rule 10. :meth:`McpToolServer.stop_calls` (server shutdown) refuses every new
+        call (``session_draining``, ``-32008``) and cancels every running one,
+        returning once their tools have stopped (bounded by the stop wait).
+Rule 11. Over HTTP (``_http``) a call whose host went away is cancelled as by
+        ``notifications/cancelled``, and its progress is sent only while fewer
+        than ``_http.PIPE_EVENTS`` of its messages are on their way to its
+        socket: a host that stops reading one call's stream stalls that call
+        alone (Rule 2 applies to it), never the other calls of its session.
 """
 
 from __future__ import annotations
@@ -59,12 +71,14 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from pydantic import BaseModel
 
-from kigi_tool_protocol import ToolCallProgressFrame, WireError, progress_to_frame
+from kigi_tool_protocol import ERROR_CODES, ToolCallProgressFrame, WireError, progress_to_frame
 
 from .._call._live import LiveText
+from .._mcp_limits import MAX_CALLS_IN_FLIGHT
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, ToolRun, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
+from ._http import Exchange, exchange_of
 from ._mapping import (
     META_DEADLINE_MS,
     ProgressNumbering,
@@ -132,12 +146,13 @@ class McpToolServer:
     ``Server``; run it with :func:`serve_stdio_mcp` or :func:`serve_http_mcp`
     (``_transports``), or hand it to the official ``Client`` in-process.
 
-    ``outbox_bytes`` bounds each call's queued progress (Rule 2); ``stop_wait``
-    bounds how long a stopped tool may take to clean up.
+    ``outbox_bytes`` bounds each call's queued progress (Rule 2), ``max_calls``
+    the calls running at once (Rule 7); ``stop_wait`` bounds how long a stopped
+    tool may take to clean up.
 
     Raises:
         ValueError: two tools map to one MCP name, a schema is not an object at
-            the root, or ``outbox_bytes`` is below 1.
+            the root, or ``outbox_bytes`` or ``max_calls`` is below 1.
     """
 
     def __init__(
@@ -145,12 +160,15 @@ class McpToolServer:
         tools: Iterable[Tool[Any]],
         *,
         outbox_bytes: int = OUTBOX_BYTES,
+        max_calls: int = MAX_CALLS_IN_FLIGHT,
         stop_wait: float = STOP_WAIT_S,
         name: str = SERVER_NAME,
         version: str = "0.1.0",
     ) -> None:
         if outbox_bytes < 1:
             raise ValueError(f"outbox_bytes must be at least 1, got {outbox_bytes}")
+        if max_calls < 1:
+            raise ValueError(f"max_calls must be at least 1, got {max_calls}")
         self._tools: dict[str, Tool[Any]] = {}
         definitions = []
         for tool in tools:
@@ -161,6 +179,10 @@ class McpToolServer:
             definitions.append(tool_definition(tool))
         self._definitions = [types.Tool.model_validate(d, by_name=False) for d in definitions]
         self._outbox_bytes = outbox_bytes
+        self._max_calls = max_calls
+        self._closing = False
+        # The running calls (Rules 7 and 8): their contexts and producer tasks.
+        self._calls: dict[int, tuple[ToolContext, asyncio.Task[ToolResult | ToolError]]] = {}
         self._stop_wait = stop_wait
         self._calls_started = 0
         self._in_flight = 0
@@ -183,6 +205,17 @@ class McpToolServer:
     def statistics(self) -> McpServerStats:
         """The server's counters (see :class:`McpServerStats`)."""
         return McpServerStats(self._calls_started, self._in_flight, self._sent, self._dropped)
+
+    async def stop_calls(self) -> None:
+        """Refuse new calls from now on and cancel every running one; return
+        once their tools have stopped, or after the stop wait (Rule 8)."""
+        self._closing = True
+        for kctx, _ in list(self._calls.values()):
+            kctx.cancel()
+        producers = {producer for _, producer in self._calls.values()}
+        if producers:
+            with anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S):
+                await asyncio.wait(producers)
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -238,6 +271,18 @@ class McpToolServer:
                 " (MCP wants one token per active request); its progress would mix with"
                 " that call's",
             )
+        if self._closing:
+            raise MCPError(
+                code=ERROR_CODES["session_draining"],
+                message="the server is shutting down and takes no new calls",
+            )
+        if len(self._calls) >= self._max_calls:
+            raise MCPError(
+                code=ERROR_CODES["tool_busy"],
+                message=f"{self._max_calls} calls are already running on this server;"
+                " retry when one has finished",
+            )
+        exchange = exchange_of(ctx.request)
         kctx = ToolContext(call_id, wants_progress=channel is not None)
         state = _CallState(self._outbox_bytes)
         numbering = ProgressNumbering()
@@ -249,32 +294,45 @@ class McpToolServer:
         producer = asyncio.get_running_loop().create_task(
             self._produce(run, call_id, state), name=f"kigi mcp call {call_id}"
         )
+        self._calls[id(kctx)] = (kctx, producer)
         if in_use is not None:
             self._tokens.add(in_use)
-        try:
-            if channel is not None:
-                await self._send_frames(ctx, channel, call_id, state, numbering)
-            terminal = await producer
-        except BaseException:
-            # Rule 3: cancelled (by the host, its going away, or shutdown).
-            kctx.cancel()
-            state.abandoned = True
-            state.room.set()
-            with (
-                anyio.CancelScope(shield=True),
-                anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S),
-            ):
-                await asyncio.wait({producer})
-            if not producer.done():
-                producer.cancel()
-            raise
-        finally:
-            self._in_flight -= 1
-            if in_use is not None:
-                self._tokens.discard(in_use)
-        summary = StreamSummary(numbering.sent, state.outbox.dropped, channel is not None)
-        result = result_from_terminal(terminal, tool, summary)
-        return types.CallToolResult.model_validate(result, by_name=False)
+        with anyio.CancelScope() as gone_scope:
+            if exchange is not None:
+                exchange.on_leave = gone_scope.cancel  # Rule 11
+            try:
+                if channel is not None:
+                    await self._send_frames(ctx, channel, call_id, state, numbering, exchange)
+                terminal = await producer
+            except BaseException:
+                # Rule 3: cancelled (by the host, its going away, or shutdown).
+                kctx.cancel()
+                state.abandoned = True
+                state.room.set()
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S),
+                ):
+                    await asyncio.wait({producer})
+                if not producer.done():
+                    producer.cancel()
+                raise
+            finally:
+                if exchange is not None:
+                    exchange.on_leave = None
+                self._in_flight -= 1
+                del self._calls[id(kctx)]
+                if in_use is not None:
+                    self._tokens.discard(in_use)
+            summary = StreamSummary(numbering.sent, state.outbox.dropped, channel is not None)
+            result = result_from_terminal(terminal, tool, summary)
+            return types.CallToolResult.model_validate(result, by_name=False)
+        # Rule 11: the host's HTTP stream closed and the call was cancelled; this
+        # answer has nowhere to go (the SDK drops it).
+        raise MCPError(
+            code=ERROR_CODES["connection_lost"],
+            message="the host's stream for this call closed; the call was cancelled",
+        )
 
     async def _produce(
         self, run: ToolRun, call_id: str, state: _CallState
@@ -321,10 +379,12 @@ class McpToolServer:
         call_id: str,
         state: _CallState,
         numbering: ProgressNumbering,
+        exchange: Exchange | None,
     ) -> None:
         """Send every queued frame, in order, until the tool has ended and the
         outbox is empty (Rule 1), each with its live text (Rule 7); then the
-        channel's closing notification, if it has one."""
+        channel's closing notification, if it has one; over HTTP only while the
+        call's pipe has room (Rule 11)."""
         loop = asyncio.get_running_loop()
         outbox = state.outbox
         session = ctx.session
@@ -344,11 +404,15 @@ class McpToolServer:
             seq = numbering.take()
             note = channel.frame(seq, frame, live.add(frame, seq).text)
             state.sending_since = loop.time()
+            if exchange is not None:
+                await exchange.room()
             await session.send_notification(note, related_request_id=request_id)
             state.sending_since = None
             self._sent += 1
         closing = channel.end(numbering.sent, live.finish())
         if closing is not None:
+            if exchange is not None:
+                await exchange.room()
             await session.send_notification(closing, related_request_id=request_id)
 
 

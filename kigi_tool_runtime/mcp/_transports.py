@@ -4,7 +4,8 @@ Invariants:
 
 Rule 1. stdio: one JSON-RPC message per line. A line that is not JSON (or is
         nested too deeply to parse) gets a ``-32700`` error, one that is JSON but
-        not a JSON-RPC message (or nested deeper than the SDK reads) ``-32600``
+        not a JSON-RPC message (or nested deeper than the SDK reads, or a
+        request whose ``id`` is ``null``) ``-32600``
         (its ``id`` echoed when it can be read, else ``null``), a line longer
         than the line limit ``-32600`` without ever being held whole; the
         server keeps serving. (The SDK's own stdio transport drops such lines
@@ -20,8 +21,9 @@ Rule 3. End of input first lets the requests still in flight that are not
         output moves, for at most ``FINAL_FLUSH_S`` from the end of input in
         all (the kigi server's bounds).
 Rule 4. HTTP: streamable HTTP on ``host:port``, loopback by default, with the
-        SDK's DNS-rebinding protection on for loopback hosts. Closing a session
-        (the host leaving) cancels its calls.
+        SDK's DNS-rebinding protection on for loopback hosts. Closing a session,
+        or the socket of a call's stream (the host leaving), cancels its calls;
+        sessions, calls and shutdown are bounded as ``_http`` says.
 Rule 5. stdio: a response that follows notifications is written only once the
         host has read them (``_hold``), bounded by ``RESPONSE_HOLD_S``, so a
         client that defers notifications but not responses (the official
@@ -55,10 +57,13 @@ from pydantic import ValidationError
 from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING
 
 from .._lines import read_lines
+from .._mcp_limits import HTTP_SESSION_IDLE_S, MAX_HTTP_SESSIONS
 from .._transport._server import FINAL_FLUSH_S, WRITER_STALL_S
 from .._transport._stdio import open_stdio
 from .._wire._split import OversizedLine
+from ._exchange import Refusal, read_head
 from ._hold import RESPONSE_HOLD_S, ResponseHold
+from ._http import serve_http
 from ._inflight import InFlight
 from ._server import McpToolServer
 from ._unread import Probe, unread_probe, wait_until_read
@@ -105,6 +110,12 @@ def classify_line(line: bytes | OversizedLine) -> JSONRPCMessage | JSONRPCError 
     too_deep = False
     try:
         message: JSONRPCMessage = jsonrpc_message_adapter.validate_json(line, by_name=False)
+        if isinstance(message, JSONRPCNotification):
+            # The SDK reads a request with "id": null as a notification and
+            # drops it; answer it instead (``_exchange`` Rule 2).
+            refusal = read_head(line)
+            if isinstance(refusal, Refusal):
+                return JSONRPCError.model_validate_json(refusal.body)
         return message
     except ValidationError as exc:
         too_deep = any("recursion limit" in error["msg"] for error in exc.errors())
@@ -321,27 +332,35 @@ async def serve_http_mcp(
     sock: socket.socket | None = None,
     on_ready: Callable[[str], None] | None = None,
     path: str = "/mcp",
+    max_sessions: int = MAX_HTTP_SESSIONS,
+    session_idle_s: float = HTTP_SESSION_IDLE_S,
 ) -> None:
     """Serve MCP over streamable HTTP on ``host:port`` (Rule 4), or on the
     listening ``sock`` (from :func:`bind_socket`; it is closed at the end),
-    until cancelled. ``on_ready`` gets the endpoint's URL once the socket
-    listens (with the real port when ``port`` is 0).
+    until cancelled; then every call is stopped and the connections closed,
+    in a bounded time, before the cancellation goes on (``_http`` Rule 5).
+    ``on_ready`` gets the endpoint's URL once the socket listens (with the
+    real port when ``port`` is 0). At most ``max_sessions`` sessions are open
+    at once, and one idle for ``session_idle_s`` seconds is closed.
 
     Raises:
         OSError: the address cannot be bound.
+        ValueError: ``max_sessions`` or ``session_idle_s`` is not positive.
     """
-    import uvicorn
-
+    if max_sessions < 1 or not session_idle_s > 0:
+        raise ValueError(
+            f"max_sessions and session_idle_s must be positive, got {max_sessions}"
+            f" and {session_idle_s}"
+        )
     if sock is None:
         sock = bind_socket(host, port)
     host, bound_port = sock.getsockname()[:2]
-    app = server.server.streamable_http_app(streamable_http_path=path, host=host)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-    http = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
     try:
         if on_ready is not None:
             on_ready(f"http://{shown}:{bound_port}{path}")
-        await http.serve(sockets=[sock])
+        await serve_http(
+            server, sock, path=path, max_sessions=max_sessions, session_idle_s=session_idle_s
+        )
     finally:
         sock.close()

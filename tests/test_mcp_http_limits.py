@@ -1,0 +1,481 @@
+"""``kigi-stream serve --mcp-http``'s lifecycle and limits, with a real server
+process on a free port, real signals, and raw sockets a host leaves unread or
+closes: stop signals stop the commands first and exit 128 + N, a host that
+goes away stops its call, an unread stream stalls only its own call, ids are
+checked, and calls and sessions are capped."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from processes import until_group_gone
+
+from kigi_tool_runtime._mcp_limits import HTTP_SESSION_IDLE_S, MAX_HTTP_SESSIONS
+from kigi_tool_runtime.mcp import META_STREAM
+
+PY = sys.executable
+VERSION = "2025-11-25"
+#: A command that writes without end, as fast as it is read.
+YES = "exec yes 'a line of output that goes on and on'"
+
+#: A server with small limits, started as a real process (the CLI's are fixed).
+SMALL_SERVER = """
+import asyncio, sys
+from kigi_tool_runtime import ShellTool
+from kigi_tool_runtime.mcp import McpToolServer, serve_http_mcp
+
+def ready(url):
+    print(url, file=sys.stderr, flush=True)
+
+server = McpToolServer([ShellTool()], max_calls=int(sys.argv[1]))
+asyncio.run(serve_http_mcp(server, on_ready=ready, max_sessions=int(sys.argv[2]),
+                           session_idle_s=float(sys.argv[3])))
+"""
+
+
+class Served(NamedTuple):
+    proc: subprocess.Popen[bytes]
+    url: str
+    port: int
+
+
+@contextlib.contextmanager
+def served(argv: list[str] | None = None) -> Iterator[Served]:
+    """A ``serve --mcp-http 127.0.0.1:0`` child (or ``argv``), its URL and port."""
+    proc = subprocess.Popen(
+        argv or [PY, "-m", "kigi_tool_runtime", "serve", "--mcp-http", "127.0.0.1:0"],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline().decode()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/mcp", line)
+        assert match, line
+        yield Served(proc, match.group(), int(match.group(1)))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def _headers(session: str | None) -> dict[str, str]:
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": VERSION,
+    }
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+    return headers
+
+
+def post(
+    url: str, message: Any, session: str | None = None, method: str = "POST"
+) -> tuple[int, dict[str, str], str]:
+    """One POST (or ``method``) read whole: status, headers, body."""
+    data = None if message is None else json.dumps(message).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=_headers(session))
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            headers = {k.lower(): v for k, v in response.headers.items()}
+            return response.status, headers, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, {}, error.read().decode()
+
+
+def events(body: str) -> list[Any]:
+    """The JSON messages of an SSE body (or the one JSON body)."""
+    if body.lstrip().startswith("{"):
+        return [json.loads(body)]
+    return [
+        json.loads(line[len("data: ") :])
+        for line in body.splitlines()
+        if line.startswith("data: ") and line.strip() != "data:"
+    ]
+
+
+def initialize(url: str) -> str:
+    """A new session's id, initialized."""
+    status, headers, body = post(
+        url,
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        },
+    )
+    assert status == 200, body
+    session = headers["mcp-session-id"]
+    post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    return session
+
+
+def call_message(request_id: Any, command: str, token: str | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": "bash", "arguments": {"command": command}}
+    if token is not None:
+        params["_meta"] = {"progressToken": token}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+def unread_call(port: int, session: str, message: Any) -> socket.socket:
+    """Send a POST on a socket of its own, with a small receive buffer, and
+    leave it unread: a host that stopped reading."""
+    body = json.dumps(message).encode()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    head = "".join(
+        f"{name}: {value}\r\n"
+        for name, value in {
+            "Host": f"127.0.0.1:{port}",
+            **_headers(session),
+            "Content-Length": str(len(body)),
+        }.items()
+    )
+    sock.sendall(f"POST /mcp HTTP/1.1\r\n{head}\r\n".encode() + body)
+    return sock
+
+
+def read_to_end(sock: socket.socket, request_id: Any, seconds: float = 30.0) -> list[Any]:
+    """Read a raw SSE response (chunked) to its end, which follows the
+    response for ``request_id``: every message on it, in order."""
+    sock.settimeout(seconds)
+    deadline = time.monotonic() + seconds
+    data = b""
+    while True:
+        assert time.monotonic() < deadline, "no response"
+        chunk = sock.recv(1 << 20)
+        assert chunk, "the server closed the stream before the response"
+        data += chunk
+        # Chunk-size lines stand between events; a data line is one JSON value.
+        found = [
+            json.loads(line[len(b"data: ") :])
+            for line in data.split(b"\r\n")
+            if line.startswith(b"data: {") and line.endswith(b"}")
+        ]
+        # The response is the stream's last event; then the last chunk ends it.
+        if data.endswith(b"\r\n0\r\n\r\n"):
+            assert any(m.get("id") == request_id and "method" not in m for m in found)
+            return found
+
+
+def wait_pid(pidfile: Path, seconds: float = 20.0) -> int:
+    deadline = time.monotonic() + seconds
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.02)
+    return int(pidfile.read_text())
+
+
+def groups_gone(*pids: int) -> None:
+    async def wait() -> None:
+        for pid in pids:
+            await until_group_gone(pid)
+
+    asyncio.run(wait())
+
+
+def stderr_after_ready(proc: subprocess.Popen[bytes]) -> list[str]:
+    assert proc.stderr is not None
+    return proc.stderr.read().decode().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("number", "status"),
+    [(signal.SIGHUP, 129), (signal.SIGTERM, 143), (signal.SIGINT, 130)],
+)
+def test_a_stop_signal_stops_the_running_command_then_exits_128_plus_n(
+    tmp_path: Path, number: int, status: int
+) -> None:
+    """SIGHUP, SIGTERM and Ctrl-C's SIGINT each stop the running command's
+    process group and exit 128 + N, with no traceback and at most one line on
+    stderr."""
+    pidfile = tmp_path / "pid"
+    with served() as server:
+        session = initialize(server.url)
+        sock = unread_call(
+            server.port, session, call_message(1, f"echo $$ > {pidfile}; exec sleep 99.5", "t")
+        )
+        pid = wait_pid(pidfile)
+        server.proc.send_signal(number)
+        assert server.proc.wait(timeout=60) == status
+        groups_gone(pid)
+        lines = stderr_after_ready(server.proc)
+        sock.close()
+    assert len(lines) <= 1, lines
+    assert not any("Traceback" in line for line in lines), lines
+
+
+def test_sigterm_stops_the_server_while_hosts_leave_streams_unread(tmp_path: Path) -> None:
+    """Three flooding calls whose sockets are never read: SIGTERM still stops
+    their commands and the server, in bounded time, exit 143."""
+    with served() as server:
+        session = initialize(server.url)
+        socks, pids = [], []
+        for n in range(3):
+            pidfile = tmp_path / f"pid{n}"
+            message = call_message(n + 1, f"echo $$ > {pidfile}; {YES}", f"t{n}")
+            socks.append(unread_call(server.port, session, message))
+            pids.append(wait_pid(pidfile))
+        time.sleep(2.0)  # long past STALL_S: every stream is full and stalled
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=60) == 143
+        groups_gone(*pids)
+        lines = stderr_after_ready(server.proc)
+        for sock in socks:
+            sock.close()
+    assert len(lines) <= 1, lines
+
+
+@pytest.mark.parametrize("flooding", [False, True])
+def test_a_host_that_closes_its_socket_without_delete_stops_its_call(
+    tmp_path: Path, flooding: bool
+) -> None:
+    """A host whose call's socket closes (no DELETE, the session left open):
+    the call is cancelled and its process group stopped, quiet or flooding,
+    and the session goes on serving."""
+    pidfile = tmp_path / "pid"
+    command = f"echo $$ > {pidfile}; " + (YES if flooding else "exec sleep 60")
+    with served() as server:
+        session = initialize(server.url)
+        sock = unread_call(server.port, session, call_message(1, command, "t"))
+        pid = wait_pid(pidfile)
+        if flooding:
+            time.sleep(1.5)
+        sock.close()
+        groups_gone(pid)
+        status, _, body = post(server.url, call_message(2, "echo still"), session)
+        assert status == 200, body
+        assert "still" in events(body)[-1]["result"]["structuredContent"]["output"]
+
+
+def test_an_unread_stream_does_not_stall_the_other_calls_of_its_session(tmp_path: Path) -> None:
+    """While one call's stream is unread (its command flooding), a call of the
+    same session gets its result; the stalled call, read at last, has lost
+    frames that it counts and says, and every notification it sent arrives,
+    numbered 1, 2, 3, ..."""
+    pidfile = tmp_path / "pid"
+    flood = f"echo $$ > {pidfile}; head -c 30000000 /dev/zero | tr '\\0' x"
+    with served() as server:
+        session = initialize(server.url)
+        sock = unread_call(server.port, session, call_message(1, flood, "flood"))
+        wait_pid(pidfile)
+        time.sleep(2.0)  # the flood's stream is full: the host has stalled
+        status, _, body = post(server.url, call_message(2, "echo hi", "echo"), session)
+        assert status == 200, body
+        assert events(body)[-1]["result"]["structuredContent"]["output"] == "hi\n"
+        messages = read_to_end(sock, 1)
+        sock.close()
+    *notes, result = messages
+    assert [note["params"]["progress"] for note in notes] == [
+        float(i) for i in range(1, len(notes) + 1)
+    ]
+    stream = result["result"]["_meta"][META_STREAM]
+    assert stream["frames_sent"] == len(notes)
+    assert stream["frames_dropped"] > 0
+    said = sum(
+        note["params"]["_meta"]["dev.kigi/frame"].get("dropped_count") or 0 for note in notes
+    )
+    assert said == stream["frames_dropped"]
+
+
+def test_a_request_id_in_flight_is_refused_and_the_first_call_keeps_its_output(
+    tmp_path: Path,
+) -> None:
+    """A second request with the id of a call in flight in the same session
+    (also as a string) is refused with -32600 before it reaches the session;
+    the first call's output and result still arrive on its own stream."""
+    pidfile = tmp_path / "pid"
+    with served() as server:
+        session = initialize(server.url)
+        first = call_message(7, f"echo $$ > {pidfile}; sleep 1; echo first", "first")
+        sock = unread_call(server.port, session, first)
+        wait_pid(pidfile)
+        for reused in (7, "7"):
+            status, _, body = post(server.url, call_message(reused, "echo second"), session)
+            assert status == 400, body
+            (error,) = events(body)
+            assert error["error"]["code"] == -32600
+            assert error["id"] == reused
+        messages = read_to_end(sock, 7)
+        sock.close()
+        # Once the first call has ended, its id is free again.
+        status, _, body = post(server.url, call_message(7, "echo again"), session)
+        assert status == 200, body
+    assert messages[-1]["result"]["structuredContent"]["output"] == "first\n"
+
+
+def test_a_call_with_a_null_id_is_answered_with_an_error_over_http(tmp_path: Path) -> None:
+    """``"id": null`` on a tools/call is refused with -32600 (not taken as a
+    notification and dropped), and the command is never run."""
+    pidfile = tmp_path / "pid"
+    with served() as server:
+        session = initialize(server.url)
+        status, _, body = post(server.url, call_message(None, f"echo $$ > {pidfile}"), session)
+        assert status == 400, body
+        (error,) = events(body)
+        assert error["id"] is None
+        assert error["error"]["code"] == -32600
+        status, _, body = post(server.url, call_message(1, "echo ok"), session)
+        assert status == 200, body
+    assert not pidfile.exists()
+
+
+def test_a_call_with_a_null_id_is_answered_with_an_error_over_stdio(tmp_path: Path) -> None:
+    """The same over ``serve --mcp``: a -32600 error line with a null id, and
+    serving goes on."""
+    pidfile = tmp_path / "pid"
+
+    async def exchange() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            PY,
+            "-m",
+            "kigi_tool_runtime",
+            "serve",
+            "--mcp",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+
+        async def ask(message: Any) -> Any:
+            assert proc.stdin is not None
+            assert proc.stdout is not None
+            proc.stdin.write(json.dumps(message).encode() + b"\n")
+            await proc.stdin.drain()
+            if "id" not in message:
+                return None
+            return json.loads(await proc.stdout.readline())
+
+        async with asyncio.timeout(60):
+            hello = {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            }
+            assert (await ask(hello))["id"] == 0
+            await ask({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            error = await ask(call_message(None, f"echo $$ > {pidfile}"))
+            assert error["id"] is None
+            assert error["error"]["code"] == -32600
+            listing = await ask({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {}})
+            assert listing["id"] == 9
+            assert listing["result"]["tools"][0]["name"] == "bash"
+            proc.stdin.close()
+            assert await proc.wait() == 0
+
+    asyncio.run(exchange())
+    assert not pidfile.exists()
+
+
+def test_calls_past_the_cap_are_refused_busy_until_one_ends(tmp_path: Path) -> None:
+    """With ``max_calls=2``, a third call while two run (their streams unread)
+    is refused with tool_busy (-32016); once a host leaves, a call runs again."""
+    argv = [PY, "-c", SMALL_SERVER, "2", "8", "60"]
+    with served(argv) as server:
+        session = initialize(server.url)
+        socks, pids = [], []
+        for n in range(2):
+            pidfile = tmp_path / f"pid{n}"
+            message = call_message(n + 1, f"echo $$ > {pidfile}; {YES}", f"t{n}")
+            socks.append(unread_call(server.port, session, message))
+            pids.append(wait_pid(pidfile))
+        status, _, body = post(server.url, call_message(3, "echo third"), session)
+        assert status == 200, body
+        (error,) = events(body)
+        assert error["error"]["code"] == -32016
+        assert "2 calls" in error["error"]["message"]
+        socks[0].close()
+        groups_gone(pids[0])
+        # The slot is free once the handler has wound down, just after the group.
+        deadline = time.monotonic() + 20
+        request_id = 4
+        while True:
+            status, _, body = post(server.url, call_message(request_id, "echo fourth"), session)
+            reply = events(body)[-1]
+            if "result" in reply or time.monotonic() > deadline:
+                break
+            assert reply["error"]["code"] == -32016
+            request_id += 1
+            time.sleep(0.1)
+        assert reply["result"]["structuredContent"]["output"] == "fourth\n"
+        socks[1].close()
+        groups_gone(pids[1])
+
+
+def test_sessions_are_capped_and_an_idle_session_is_closed() -> None:
+    """Past ``max_sessions`` a new session is refused (503) until one is
+    deleted; a session with nothing in flight for ``session_idle_s`` is gone
+    (404)."""
+    argv = [PY, "-c", SMALL_SERVER, "4", "3", "1.5"]
+    with served(argv) as server:
+        sessions = [initialize(server.url) for _ in range(3)]
+        status, _, body = post(
+            server.url,
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            },
+        )
+        assert status == 503, body
+        status, _, _ = post(server.url, None, sessions[0], method="DELETE")
+        assert status == 200
+        sessions[0] = initialize(server.url)
+        time.sleep(3.0)
+        listing = {"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}
+        for session in sessions:
+            status, _, body = post(server.url, listing, session)
+            assert status == 404, body
+
+
+def test_the_cli_limits_are_the_documented_ones() -> None:
+    """``serve --help`` and the README state the session cap, the idle timeout
+    and the calls cap the HTTP server runs with."""
+    shown = subprocess.run(
+        [PY, "-m", "kigi_tool_runtime", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "COLUMNS": "200"},
+    ).stdout
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    minutes = f"{HTTP_SESSION_IDLE_S / 60:g} minutes"
+    for text in (" ".join(shown.split()), " ".join(readme.split())):
+        assert f"{MAX_HTTP_SESSIONS} sessions" in text
+        assert minutes in text
+        assert "64 calls" in text
