@@ -57,7 +57,7 @@ __all__ = (
 )
 
 #: The draft this module implements.
-DRAFT: Final = "SEP-2998 (draft): tools/partial_result"
+DRAFT: Final = "SEP-2998 (draft as of 2026-12-01): notifications/tools/partial_result"
 #: The notification's method.
 METHOD_PARTIAL_RESULT: Final = "notifications/tools/partial_result"
 #: The request ``_meta`` key holding the client's capabilities (2026-07-28).
