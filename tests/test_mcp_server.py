@@ -168,3 +168,16 @@ def test_a_truncation_notice_is_one_more_notification() -> None:
         "0123456789\n[... output truncated at the limit ...]\n"
     )
     assert [note.message for note in folder.notes] == [seen[-1][1]]
+
+
+def test_the_sdk_still_keeps_a_sessions_connection_privately() -> None:
+    """Rule 6 keys tokens on ``ctx.session._connection`` because the SDK gives a
+    handler no public way to its connection. Pinned: the session stores the
+    connection it was made with under that name, and has no public accessor;
+    when either changes, the server should use the public way instead."""
+    import inspect
+
+    from mcp.server.session import ServerSession
+
+    assert "self._connection = connection" in inspect.getsource(ServerSession.__init__)
+    assert not hasattr(ServerSession, "connection")
