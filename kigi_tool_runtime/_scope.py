@@ -27,7 +27,7 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-__all__ = ("TaskScope",)
+__all__ = ()  # internal: the package exports none of it
 
 _T = TypeVar("_T")
 
