@@ -5,7 +5,10 @@ that proves the gap's bounds lands, or :data:`MARKER_HOLD_S` passes.
 The wait is a timer beside the frames, not a deadline on reading the next one:
 a frame that lands is printed in the same step that absorbed it, so the hold
 costs a flood nothing per frame. What the timer releases is written under the
-same lock as what the frames release, so the text keeps its order.
+same lock as what the frames release, so the text keeps its order. A timed
+release runs in a task of the caller's :class:`TaskScope` (``tasks``): it ends
+with the caller's block, and a failure of it other than a closed stdout is
+raised there.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Final
 from .._consumer._loss import DEFAULT_GAP_MARKER, Gap
 from .._consumer._marker_hold import MarkerHold
 from .._consumer._reassembler import Appended, Reassembler
+from .._scope import TaskScope
 from ._fdwriter import FdWriter, OutputStalled
 from ._status import Status
 
@@ -37,7 +41,8 @@ MARKER_HOLD_TICKS: Final = 3
 class HeldPrinter:
     """Print what each frame appended to ``out``; see the module's docstring.
     ``on_closed`` is called when stdout turns out closed under a timed release
-    (the frames' own writes raise ``BrokenPipeError`` to their caller)."""
+    (the frames' own writes raise ``BrokenPipeError`` to their caller).
+    ``tasks``: the scope the timed releases run in."""
 
     def __init__(
         self,
@@ -48,7 +53,9 @@ class HeldPrinter:
         tick: float,
         on_terminal: bool,
         on_closed: Callable[[], None],
+        tasks: TaskScope,
     ) -> None:
+        self._tasks = tasks
         self._out = out
         self._status = status
         self._on_terminal = on_terminal
@@ -103,7 +110,7 @@ class HeldPrinter:
         self._timer = None
         self._timed = None
         if self._release is None or self._release.done():
-            self._release = asyncio.get_running_loop().create_task(self._timed_release())
+            self._release = self._tasks.start(self._timed_release(), name="kigi run timed release")
 
     async def _timed_release(self) -> None:
         try:

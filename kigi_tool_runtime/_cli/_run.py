@@ -24,6 +24,7 @@ from .._consumer._reassembler import Reassembler
 from .._process import signal_name
 from .._producer._chunk import cap_of
 from .._producer._tail import MIN_TAIL_CAPACITY
+from .._scope import TaskScope
 from .._text import plural
 from .._tools._errors import ToolError
 from .._tools._runner import run_tool
@@ -160,81 +161,84 @@ async def _run_async(
     loop = asyncio.get_running_loop()
     running = asyncio.current_task()
     assert running is not None
-    # A gap's marker, and the text after it, wait for the frame that proves
-    # how many bytes it lost (the next drain, a tick later), or a moment.
-    printer = HeldPrinter(
-        out,
-        status,
-        reassembler,
-        tick=tool.tick,
-        on_terminal=out_on_terminal,
-        on_closed=ctx.cancel,
-    )
+    # The status ticker and the printer's timed releases end with the run,
+    # and a failure of either is raised here, not lost.
+    async with TaskScope() as tasks:
+        # A gap's marker, and the text after it, wait for the frame that proves
+        # how many bytes it lost (the next drain, a tick later), or a moment.
+        printer = HeldPrinter(
+            out,
+            status,
+            reassembler,
+            tick=tool.tick,
+            on_terminal=out_on_terminal,
+            on_closed=ctx.cancel,
+            tasks=tasks,
+        )
 
-    def on_signal(number: int) -> None:
-        # The first signal stops the command and leaves the rest of its output
-        # STOP_FLUSH_S to be read; a second one stops waiting at once.
-        if stops.count == 1:
-            ctx.cancel()
-            out.give_up_at(loop.time() + STOP_FLUSH_S)
-        elif stops.count == 2:
-            out.give_up()
-            running.cancel()
+        def on_signal(number: int) -> None:
+            # The first signal stops the command and leaves the rest of its output
+            # STOP_FLUSH_S to be read; a second one stops waiting at once.
+            if stops.count == 1:
+                ctx.cancel()
+                out.give_up_at(loop.time() + STOP_FLUSH_S)
+            elif stops.count == 2:
+                out.give_up()
+                running.cancel()
 
-    with StopSignals(on_signal) as stops:
-        if held is not None:
-            held.replay()  # a Ctrl-C that came before the handlers
-        ticker = asyncio.create_task(status.tick()) if status.enabled else None
-        try:
-            # Without --timeout the call has no deadline either; with it, the tool's
-            # capabilities put the call's deadline after the command's.
-            call_timeout = math.inf if tool.default_timeout_ms is None else None
-            async with run_tool(tool, shell_args, ctx=ctx, timeout_ms=call_timeout) as run:
-                async for event in run:
-                    if isinstance(event, ToolResult | ToolError):
-                        terminal = event
-                        continue
-                    frame = progress_to_frame(_CALL_ID, event)
-                    appended = reassembler.appended(frame, seq)
-                    if json_mode:
-                        line = encode_progress_line(_CALL_ID, frame.kind, frame.body, seq=seq)
-                        with contextlib.suppress(OutputStalled):  # counted in out.unwritten
-                            await out.write(line)
-                    else:
-                        await printer.print(appended)
-                    seq += 1
-                    frames += 1
-                    status.update(getattr(frame.body, "total_bytes", 0))
-            # A result: the tool finished its stream, holding nothing back.
-            await printer.finish(ended=isinstance(terminal, ToolResult))
-            if printer.closed:
-                raise BrokenPipeError  # found by a timed release of held text
-            if not json_mode and any(report.truncated for report in reassembler.reports()):
-                # The text stops at the limit: say so where it stops.
-                marker = ("" if printer.ends_line else "\n") + TRUNCATION_MARKER + "\n"
+        with StopSignals(on_signal) as stops:
+            if held is not None:
+                held.replay()  # a Ctrl-C that came before the handlers
+            ticker = tasks.start(status.tick(), name="kigi run status") if status.enabled else None
+            try:
+                # Without --timeout the call has no deadline either; with it, the tool's
+                # capabilities put the call's deadline after the command's.
+                call_timeout = math.inf if tool.default_timeout_ms is None else None
+                async with run_tool(tool, shell_args, ctx=ctx, timeout_ms=call_timeout) as run:
+                    async for event in run:
+                        if isinstance(event, ToolResult | ToolError):
+                            terminal = event
+                            continue
+                        frame = progress_to_frame(_CALL_ID, event)
+                        appended = reassembler.appended(frame, seq)
+                        if json_mode:
+                            line = encode_progress_line(_CALL_ID, frame.kind, frame.body, seq=seq)
+                            with contextlib.suppress(OutputStalled):  # counted in out.unwritten
+                                await out.write(line)
+                        else:
+                            await printer.print(appended)
+                        seq += 1
+                        frames += 1
+                        status.update(getattr(frame.body, "total_bytes", 0))
+                # A result: the tool finished its stream, holding nothing back.
+                await printer.finish(ended=isinstance(terminal, ToolResult))
+                if printer.closed:
+                    raise BrokenPipeError  # found by a timed release of held text
+                if not json_mode and any(report.truncated for report in reassembler.reports()):
+                    # The text stops at the limit: say so where it stops.
+                    marker = ("" if printer.ends_line else "\n") + TRUNCATION_MARKER + "\n"
+                    with contextlib.suppress(OutputStalled):
+                        await out.write(marker.encode())
+                    printer.ends_line = True
                 with contextlib.suppress(OutputStalled):
-                    await out.write(marker.encode())
-                printer.ends_line = True
-            with contextlib.suppress(OutputStalled):
-                await out.drain()  # all written before the summary
-        except BrokenPipeError:
-            ctx.cancel()
-            return stdout_closed()
-        except asyncio.CancelledError:
-            if stops.count < 2:
-                raise
-            # The second signal: the tool's task, still stopping, is cancelled as
-            # the loop closes, which kills the command's process group at once.
-            while running.uncancel():
-                pass
-        finally:
-            printer.close()
-            out.close()
-            if ticker is not None:
-                ticker.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await ticker
-            status.clear()
+                    await out.drain()  # all written before the summary
+            except BrokenPipeError:
+                ctx.cancel()
+                return stdout_closed()
+            except asyncio.CancelledError:
+                if stops.count < 2:
+                    raise
+                # The second signal: the tool's task, still stopping, is cancelled as
+                # the loop closes, which kills the command's process group at once.
+                while running.uncancel():
+                    pass
+            finally:
+                printer.close()
+                out.close()
+                if ticker is not None:
+                    ticker.cancel()
+                    await asyncio.wait({ticker})  # a failure of it is the scope's to raise
+                status.clear()
     if out.unwritten:
         sys.stderr.write(
             f"kigi-stream: stdout was not being read; {out.unwritten} bytes of output"

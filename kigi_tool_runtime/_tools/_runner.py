@@ -12,13 +12,18 @@ Rule 2. Whatever a tool yields after its terminal is dropped and counted
         seconds are spent finding out.
 Rule 3. A run never hangs: a stopped tool (deadline, ``ctx.cancel()``) gets
         ``stop_wait`` seconds to clean up, after which the run ends anyway and
-        the tool's task is left to finish on its own.
+        the tool's task is left to finish on its own. A failure nobody can be
+        handed any more (the tool raises once its run gave up on it, or after
+        its terminal) goes to the event loop's exception handler (logged by
+        default), never nowhere.
 Rule 4. Memory between a tool and a slow consumer is bounded: at most
         :data:`CHANNEL_DEPTH` items wait; past that the tool is paused at its
         ``yield`` (a streaming tool's own bounded tail keeps the newest bytes).
 
 The tool runs in a task of its own (the call's task): stopping the call cancels
-that task, so the tool sees ``CancelledError`` at its next ``await``. If the
+that task, so the tool sees ``CancelledError`` at its next ``await``. That task
+is in no task group on purpose: a group would wait for it, and a tool that
+ignores its cancellation would hang the run (Rule 3). If the
 task iterating the run is itself cancelled, the tool's task is cancelled too,
 its cleanup awaited (bounded by ``stop_wait``), and the ``CancelledError``
 propagates: there is then nobody to hand a terminal to.
@@ -144,6 +149,10 @@ class _Channel:
         item = self._items.popleft()
         _wake(self._putter)
         return item
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
         self._closed = True
@@ -299,6 +308,8 @@ class ToolRun:
         if ctx.cancelled:
             yield self._end(self._stop_error(ToolErrorKind.CANCELLED))
             return
+        # Not in a scope: a tool that ignores its cancellation is left running
+        # after `stop_wait` (Rule 3); its late failures are reported (_report).
         task = loop.create_task(self._pump(args), name=f"tool {tool.id} call {ctx.call_id}")
         # A task cancelled before its first step never runs the pump's `finally`.
         task.add_done_callback(lambda _: self._channel.close())
@@ -420,13 +431,25 @@ class ToolRun:
                 return
             raise
         except ToolError as error:
-            await self._channel.put(error)
+            await self._hand_over(error, error)
         except Exception as exc:
-            await self._channel.put(
-                ToolError.execution(f"tool {tool.id!r} failed: {type(exc).__name__}: {exc}")
+            await self._hand_over(
+                ToolError.execution(f"tool {tool.id!r} failed: {type(exc).__name__}: {exc}"), exc
             )
         finally:
             self._channel.close()
+
+    async def _hand_over(self, error: ToolError, cause: BaseException) -> None:
+        """Pass the tool's failure on as its terminal, or, when the run has
+        already given up on the tool (Rule 3), report it."""
+        if self._channel.closed:
+            _report(
+                f"tool {self._tool.id!r} call {self._ctx.call_id!r} failed after its run"
+                " had given up on it",
+                cause,
+            )
+            return
+        await self._channel.put(error)
 
     async def _call_run(self, args: Any) -> ToolResult | ToolError:
         tool, ctx = self._tool, self._ctx
@@ -473,14 +496,23 @@ class ToolRun:
                         return
         except TimeoutError:
             return
-        except Exception:
-            return  # a failure after the terminal changes nothing
+        except Exception as exc:  # changes nothing for the call, but is not lost
+            _report(
+                f"tool {self._tool.id!r} call {self._ctx.call_id!r} failed after its terminal",
+                exc,
+            )
 
 
 def _abandon(task: asyncio.Task[None]) -> None:
     """Keep a task that ignored cancellation referenced until it ends."""
     _ABANDONED.add(task)
     task.add_done_callback(_ABANDONED.discard)
+
+
+def _report(message: str, exc: BaseException) -> None:
+    """Hand a failure no caller can be given to the event loop's exception
+    handler (Rule 3)."""
+    asyncio.get_running_loop().call_exception_handler({"message": message, "exception": exc})
 
 
 def _spontaneous() -> bool:

@@ -47,6 +47,7 @@ from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, StreamingSpec, ToolCapab
 from .._process import group_alive, hold, release, signal_name, spawn_in_group, stop_group
 from .._producer._chunk import cap_of
 from .._producer._output import OutputStream
+from .._scope import TaskScope
 from ._errors import ToolError, ToolErrorKind
 from ._shell_outcome import ShellOutcome
 from ._tool import Tool, ToolContext, ToolEvent, ToolResult
@@ -470,69 +471,75 @@ class ShellTool(Tool[ShellArgs]):
             exited_at.append(loop.time())
             reader.wake()
 
-        exit_task = loop.create_task(proc.wait())
-        exit_task.add_done_callback(on_exit)
-        timeout_ms = args.timeout_ms or self.default_timeout_ms
-        timed_out: list[bool] = []
-        watchdog = (
-            None
-            if timeout_ms is None
-            else loop.create_task(self._watchdog(proc, started + timeout_ms / 1000, timed_out))
-        )
-        finished = False
-        try:
-            next_tick = started + self.tick if ctx.wants_progress else math.inf
-            drain_until = math.inf
-            while not (reader.eof and exit_task.done()):
-                if exit_task.done() and drain_until == math.inf:
-                    drain_until = loop.time() + self.exit_drain
-                if loop.time() >= drain_until:
-                    break  # Rule 5: a grandchild holds the pipe open
-                # Every pass suspends, so the pipe reader, the timers and the
-                # signal handlers run however the output arrives.
-                ready = stream.frame_ready
-                if ready:
-                    await asyncio.sleep(0)
-                else:
-                    await reader.wait(min(next_tick, drain_until))
-                if ready or stream.frame_ready or loop.time() >= next_tick:
-                    frames = stream.drain()
-                    next_tick = loop.time() + self.tick
-                    for frame in frames:
-                        yield frame
-            reader.close()
-            returncode = await exit_task
-            for frame in stream.finish():
-                yield frame
-            excerpt = stream.excerpt(limit)
-            finished = True
-            yield ToolResult(
-                value=ShellOutcome(
-                    exit_code=returncode if returncode >= 0 else None,
-                    signal=signal_name(-returncode) if returncode < 0 else None,
-                    timed_out=bool(timed_out),
-                    duration_ms=round(((exited_at or [loop.time()])[0] - started) * 1000),
-                    total_bytes=excerpt.total + excerpt.dropped,
-                    truncated=excerpt.omitted + excerpt.dropped > 0,
-                    omitted_bytes=excerpt.omitted + excerpt.dropped,
-                    output=excerpt.text,
+        # Rule 4: the exit watch and the watchdog end with the run (cancelled and
+        # awaited on the way out); a failure of either is raised, not lost.
+        async with TaskScope() as tasks:
+            exit_task = tasks.start(proc.wait(), name=f"exit of {proc.pid}")
+            exit_task.add_done_callback(on_exit)
+            timeout_ms = args.timeout_ms or self.default_timeout_ms
+            timed_out: list[bool] = []
+            watchdog = (
+                None
+                if timeout_ms is None
+                else tasks.start(
+                    self._watchdog(proc, started + timeout_ms / 1000, timed_out),
+                    name=f"watchdog of {proc.pid}",
                 )
             )
-        finally:
-            if watchdog is not None:
-                watchdog.cancel()
+            finished = False
             try:
-                if not finished and (proc.returncode is None or group_alive(proc.pid)):
-                    # Cancelled (or failed) mid-run: stop the whole group. The pipe
-                    # is still read meanwhile (into the bounded stream), so a
-                    # member that writes while it stops is not killed by SIGPIPE
-                    # before its grace is over.
-                    await self._terminate(proc)
-            finally:
-                release(proc.pid)
+                next_tick = started + self.tick if ctx.wants_progress else math.inf
+                drain_until = math.inf
+                while not (reader.eof and exit_task.done()):
+                    if exit_task.done() and drain_until == math.inf:
+                        drain_until = loop.time() + self.exit_drain
+                    if loop.time() >= drain_until:
+                        break  # Rule 5: a grandchild holds the pipe open
+                    # Every pass suspends, so the pipe reader, the timers and the
+                    # signal handlers run however the output arrives.
+                    ready = stream.frame_ready
+                    if ready:
+                        await asyncio.sleep(0)
+                    else:
+                        await reader.wait(min(next_tick, drain_until))
+                    if ready or stream.frame_ready or loop.time() >= next_tick:
+                        frames = stream.drain()
+                        next_tick = loop.time() + self.tick
+                        for frame in frames:
+                            yield frame
                 reader.close()
-                if not exit_task.done():
-                    exit_task.cancel()
+                returncode = await exit_task
+                for frame in stream.finish():
+                    yield frame
+                excerpt = stream.excerpt(limit)
+                finished = True
+                yield ToolResult(
+                    value=ShellOutcome(
+                        exit_code=returncode if returncode >= 0 else None,
+                        signal=signal_name(-returncode) if returncode < 0 else None,
+                        timed_out=bool(timed_out),
+                        duration_ms=round(((exited_at or [loop.time()])[0] - started) * 1000),
+                        total_bytes=excerpt.total + excerpt.dropped,
+                        truncated=excerpt.omitted + excerpt.dropped > 0,
+                        omitted_bytes=excerpt.omitted + excerpt.dropped,
+                        output=excerpt.text,
+                    )
+                )
+            finally:
+                if watchdog is not None:
+                    watchdog.cancel()
+                try:
+                    if not finished and (proc.returncode is None or group_alive(proc.pid)):
+                        # Cancelled (or failed) mid-run: stop the whole group. The pipe
+                        # is still read meanwhile (into the bounded stream), so a
+                        # member that writes while it stops is not killed by SIGPIPE
+                        # before its grace is over.
+                        await self._terminate(proc)
+                finally:
+                    release(proc.pid)
+                    reader.close()
+                    if not exit_task.done():
+                        exit_task.cancel()
 
     async def _spawn(
         self, loop: asyncio.AbstractEventLoop, args: ShellArgs, stream: OutputStream

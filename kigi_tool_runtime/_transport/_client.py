@@ -430,6 +430,14 @@ class Client:
     ``process``, the server the client stops when it closes, must lead its own
     process group, as :meth:`spawn` starts it.
 
+    The client reads the server's output in a task of its own, which
+    :meth:`spawn` and :meth:`connect` start; a client constructed directly
+    starts it on first use (``async with``, :meth:`call`, :meth:`list_tools`,
+    :meth:`aclose`), so constructing one starts nothing. :meth:`aclose` ends
+    that task; if it failed (a bug: a broken connection is not a failure), its
+    error fails every pending call (``connection_lost``, naming it) and is
+    raised from :meth:`aclose`.
+
     Raises:
         ValueError: ``max_frame_bytes`` or ``call_buffer_frames`` is below 1, or
             ``process`` does not lead its own process group.
@@ -462,9 +470,7 @@ class Client:
         self._closed = False
         self._unflushed = False
         self._pipe: asyncio.BaseTransport | None = None  # the read end made by spawn()
-        self._read_task = asyncio.get_running_loop().create_task(
-            self._read_loop(), name="kigi client reader"
-        )
+        self._read_task: asyncio.Task[None] | None = None  # see _reading
 
     @classmethod
     async def spawn(
@@ -538,6 +544,7 @@ class Client:
             call_buffer_frames=call_buffer_frames,
         )
         client._pipe = transport
+        client._reading()
         return client
 
     @classmethod
@@ -556,13 +563,15 @@ class Client:
         Raises:
             ValueError: ``max_frame_bytes`` or ``call_buffer_frames`` is below 1.
         """
-        return cls(
+        client = cls(
             reader,
             writer,
             session_id=session_id,
             max_frame_bytes=max_frame_bytes,
             call_buffer_frames=call_buffer_frames,
         )
+        client._reading()
+        return client
 
     def statistics(self) -> ClientStats:
         """The client's counters (see :class:`ClientStats`)."""
@@ -570,6 +579,7 @@ class Client:
         return ClientStats(protocol.lines, protocol.lines_unused, protocol.calls_made)
 
     async def __aenter__(self) -> Client:
+        self._reading()
         return self
 
     async def __aexit__(
@@ -613,6 +623,7 @@ class Client:
             deadline_ms=None if timeout is None else max(int(timeout * 1000), 1),
         )
         call = Call(self._link, request_id, call_id, tool_id, timeout, keep_text)
+        self._reading()
         if self._protocol.lost is not None:
             call._end(self._connection_lost(tool_id))
             return call
@@ -631,6 +642,7 @@ class Client:
                 (at once when the connection is already gone or closed);
                 ``timeout``, no answer within ``timeout``.
         """
+        self._reading()
         result = await self._request(METHOD_TOOLS_LIST, {}, timeout)
         tools = result.get("tools") if isinstance(result, dict) else None
         if not isinstance(tools, list):
@@ -657,9 +669,15 @@ class Client:
         Cancelled while waiting, it goes on to SIGTERM at once (and SIGKILL
         after ``grace``); cancelled again, to SIGKILL at once. However it ends,
         the spawned server's process group is gone when it returns or raises.
+        The client's reading task has ended too.
+
+        Raises:
+            Exception: the client's reading task failed (see :class:`Client`);
+                everything above was done all the same.
         """
         if self._closed:
             return
+        read_task = self._reading()
         self._closed = True
         with contextlib.suppress(ConnectionError, OSError):
             self._writer.close()
@@ -668,22 +686,37 @@ class Client:
             try:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(wait):
-                        await asyncio.wait({self._read_task})  # never raises
+                        await asyncio.wait({read_task})  # never raises
                         if process is not None:
                             await process.wait()
             finally:  # timed out, cancelled or done: the group must not outlive it
                 if process is not None and (process.returncode is None or group_alive(process.pid)):
-                    await self._stop_server(process, grace)
+                    await self._stop_server(process, grace, read_task)
         finally:
             try:
-                if not self._read_task.done():
-                    self._read_task.cancel()
-                    await asyncio.wait({self._read_task})
+                if not read_task.done():
+                    read_task.cancel()
+                    await asyncio.wait({read_task})
             finally:
                 if self._pipe is not None:
                     self._pipe.close()
+        if not read_task.cancelled() and (failure := read_task.exception()) is not None:
+            raise failure
 
     # -- internals ---------------------------------------------------------------
+
+    def _reading(self) -> asyncio.Task[None]:
+        """The task reading the server's output, started on first use. It is
+        the client's: :meth:`aclose` ends it and raises its failure."""
+        task = self._read_task
+        if task is None:
+            # Not in a scope: the task lives as long as the connection, which
+            # is no block of code (``spawn`` returns it open); ``aclose``
+            # cancels, awaits and raises it.
+            task = self._read_task = asyncio.get_running_loop().create_task(
+                self._read_loop(), name="kigi client reader"
+            )
+        return task
 
     async def _request(self, method: str, params: Any, timeout: float | None) -> Any:
         """Send a request and wait for its result (Rule 2: a lost connection
@@ -713,13 +746,15 @@ class Client:
             self._requests.pop(request_id, None)
             self._protocol.forget_request(request_id)
 
-    async def _stop_server(self, process: asyncio.subprocess.Process, grace: float) -> None:
+    async def _stop_server(
+        self, process: asyncio.subprocess.Process, grace: float, read_task: asyncio.Task[None]
+    ) -> None:
         # SIGTERM first: a SIGKILL cannot be handled, so the server could not stop
         # the process groups of the commands it runs (each its own), and they
         # would live on. The replies it writes while stopping are read within
         # the grace: its output ends when its group has gone, unless something
         # it started outside its group holds it open (then read no longer).
-        await stop_group(process, grace, drained=self._read_task)
+        await stop_group(process, grace, drained=read_task)
 
     def _send(self, line: bytes) -> None:
         if self._protocol.lost is not None:
@@ -804,6 +839,9 @@ class Client:
                 self._act(receive(line))
         except (ConnectionError, OSError) as exc:
             why = f"reading from the server failed: {exc}"
+        except Exception as exc:  # a bug: told to every call, then by aclose
+            why = f"the client's reader failed: {type(exc).__name__}: {exc}"
+            raise
         finally:
             if self.process is not None and self.process.returncode is None:
                 # Give a dying server a moment to be reaped, for a better message.

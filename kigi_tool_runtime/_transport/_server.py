@@ -59,6 +59,11 @@ Rule 7. A tool that does not stop within ``stop_wait`` of its call being
         in the event loop (which ``asyncio.run`` waits for on its way out;
         ``kigi-stream serve`` exits without waiting, which also ends the
         process groups the tool held on the lifeline, ``_process.hold``).
+Rule 8. ``serve`` owns its tasks (the writer, the reader, one per call) in one
+        ``asyncio.TaskGroup``: each has ended when it returns or raises, and a
+        task's failure (the input broke, a bug) is raised from it, a lone one as
+        itself, several in an exception group. The tool tasks of Rule 7 are the
+        runner's, not the group's.
 """
 
 from __future__ import annotations
@@ -373,6 +378,7 @@ class Server:
         self._stop_wait = stop_wait
         self._calls: dict[str, _Call] = {}
         self._writer: _Writer | None = None
+        self._tasks: asyncio.TaskGroup | None = None  # the serving connection's
         self._protocol = ServerProtocol(self._tools, self._describe)
         # Calls the server itself cancelled while shutting down: their
         # cancelled error says so (a call its peer cancelled first keeps the
@@ -403,29 +409,45 @@ class Server:
 
         Raises:
             RuntimeError: this server is already serving.
+            OSError: reading the input failed (Rule 8; the calls were stopped).
         """
         if self._writer is not None:
             raise RuntimeError("this Server is already serving a connection")
         out = self._writer = _Writer(writer, self._call_queue_bytes)
-        write_task = asyncio.create_task(out.run(), name="kigi server writer")
-        read_task = asyncio.create_task(self._read_loop(reader, out), name="kigi server reader")
         try:
-            await asyncio.wait({read_task, write_task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not read_task.done():
+            await self._serve(reader, out)
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) > 1:
+                raise
+            # One failure (an input that broke, say) is raised as itself.
+            raise group.exceptions[0] from None
+
+    async def _serve(self, reader: asyncio.StreamReader, out: _Writer) -> None:
+        # The writer, the reader and every call live in one group, which
+        # ``serve`` does not leave before each has ended. A task that fails
+        # (the reader's input broke; a bug) stops the others and its error is
+        # raised from ``serve``. Rule 6's orderly end runs inside the group, so
+        # by the time the group closes nothing is left to cancel, unless
+        # ``serve`` was cancelled again during it.
+        async with asyncio.TaskGroup() as tasks:
+            self._tasks = tasks
+            write_task = tasks.create_task(out.run(), name="kigi server writer")
+            read_task = tasks.create_task(self._read_loop(reader, out), name="kigi server reader")
+            try:
+                await asyncio.wait({read_task, write_task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
                 read_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await read_task
-            # Rule 6: cancel what is in flight; their cancelled replies still go out.
-            calls = list(self._calls.values())
-            for call in calls:
-                if not call.ctx.cancelled:
-                    self._stopped_by_server.add(call.ctx.call_id)
-                call.ctx.cancel()
-            if calls:
-                await asyncio.gather(*(c.task for c in calls), return_exceptions=True)
-            out.close()
-            await self._final_flush(out, write_task)
+                await asyncio.wait({read_task})  # its failure is the group's to raise
+                # Rule 6: cancel what is in flight; their cancelled replies still go out.
+                calls = list(self._calls.values())
+                for call in calls:
+                    if not call.ctx.cancelled:
+                        self._stopped_by_server.add(call.ctx.call_id)
+                    call.ctx.cancel()
+                if calls:
+                    await asyncio.wait({c.task for c in calls})
+                out.close()
+                await self._final_flush(out, write_task)
 
     @staticmethod
     async def _final_flush(out: _Writer, write_task: asyncio.Task[None]) -> None:
@@ -469,7 +491,8 @@ class Server:
         call_id = params.tool_call_id
         ctx = ToolContext(call_id)
         outbox = _Outbox(call_id, event.session_id)
-        task = asyncio.create_task(
+        assert self._tasks is not None  # calls start only while serving
+        task = self._tasks.create_task(
             self._run_call(self._tools[params.tool_id], params, ctx, event.request_id, outbox, out),
             name=f"kigi call {call_id}",
         )

@@ -6,6 +6,10 @@ Rule 1. Input is read only as fast as it is taken: a regular file is read (in
         loop pauses a pipe, so a server whose replies cannot be written (its
         stdout not read) stops reading a file of requests too, instead of
         loading all of it.
+Rule 2. A regular file that cannot be read fails the reader with the error
+        (``StreamReader.set_exception``): whoever reads it (the server, which
+        then stops its calls and raises it) learns of it; it is never lost in
+        the feeding task.
 """
 
 from __future__ import annotations
@@ -66,7 +70,11 @@ class _FileFeed:
         reader = self._reader
         while True:
             await self._reading.wait()
-            chunk = await asyncio.to_thread(os.read, self._fd, FILE_READ_BYTES)
+            try:
+                chunk = await asyncio.to_thread(os.read, self._fd, FILE_READ_BYTES)
+            except OSError as exc:
+                reader.set_exception(exc)  # Rule 2: the reader's reader learns of it
+                return
             if not chunk:
                 break
             reader.feed_data(chunk)
@@ -94,7 +102,9 @@ async def open_stdio() -> tuple[asyncio.StreamReader, Sink]:
         )
     else:
         feed = _FileFeed(reader, stdin_fd)
-        _background.add(task := loop.create_task(feed.run()))
+        # Not in a scope: the feed lasts as long as the reader it feeds, which
+        # is handed to the caller; its one failure goes to the reader (Rule 2).
+        _background.add(task := loop.create_task(feed.run(), name="kigi stdin file feed"))
         task.add_done_callback(_background.discard)
     sink: Sink
     if _is_pipe_like(stdout_fd):
