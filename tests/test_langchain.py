@@ -697,7 +697,7 @@ async def test_a_keyboard_interrupt_stops_the_process_group(how: str, tmp_path: 
             await child.wait()
     assert child.returncode != 0
     assert b"KeyboardInterrupt" in stderr, stderr.decode()
-    await until_group_gone(pgid, seconds=5)
+    await until_group_gone(pgid)  # GONE_S: far above what it takes on a loaded machine
     assert not (tmp_path / "pgid.done").exists()  # stopped, not run to its end
 
 
