@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +19,11 @@ import pytest
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 from acp.schema import ClientCapabilities, ToolCallProgress, ToolCallStart
 from acp_editor import AGENT, CAPABILITIES, Call, Editor, agent, content_text, markers, prompt
-from processes import until_group_gone
+from processes import pid_alive, until_group_gone
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
 from kigi_tool_runtime import LiveText, Reassembler, ShellTool
+from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime.acp import (
     META_FRAME,
     META_LIVE,
@@ -301,6 +303,42 @@ async def test_cancel_mid_flood_stops_the_call_and_its_processes(how: str) -> No
         again = {"args": {"command": "echo still here"}}
         assert await prompt(conn, session.session_id, again) == "end_turn"
         assert editor.calls()[-1].appends() == ["still here\n"]
+
+
+DYING_EDITOR = Path(__file__).resolve().parent / "acp_dying_editor.py"
+
+
+async def test_an_editor_killed_mid_flood_leaves_no_command_running() -> None:
+    """The editor vanishes (SIGKILL) mid-flood: its pipes break under an
+    agent that is writing an update, and the SDK's send never returns. The
+    call still stops, its process group gone, instead of running on with
+    nobody to show it to."""
+    editor = subprocess.Popen(
+        [sys.executable, str(DYING_EDITOR), json.dumps([sys.executable, "-c", _FOREVER])],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    agent_pid = pgid = None
+    try:
+        async with asyncio.timeout(DEADLINE_S):
+            assert editor.stdout is not None
+            line = await asyncio.to_thread(editor.stdout.readline)
+            match = re.fullmatch(rb"pgid (\d+) agent (\d+)\n", line)
+            assert match is not None, line
+            pgid, agent_pid = int(match[1]), int(match[2])
+            await asyncio.sleep(0.5)  # mid-flood
+            editor.kill()
+            await asyncio.to_thread(editor.wait)
+            await until_group_gone(pgid)
+    finally:
+        editor.kill()
+        editor.wait()
+        assert editor.stdout is not None
+        editor.stdout.close()
+        if agent_pid is not None and pid_alive(agent_pid):
+            os.kill(agent_pid, signal.SIGKILL)  # the SDK's own shutdown may hang
+        if pgid is not None and group_alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 README = Path(__file__).resolve().parents[1] / "README.md"

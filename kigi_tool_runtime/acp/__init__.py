@@ -22,6 +22,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 
 from ._host import (
+    CONNECTION_CHECK_S,
     LAST_UPDATE_WAIT_S,
     AcpToolCalls,
     SessionUpdates,
@@ -46,6 +47,7 @@ from ._mapping import (
 )
 
 __all__: tuple[str, ...] = (
+    "CONNECTION_CHECK_S",
     "DEFAULT_TAIL_BYTES",
     "LAST_UPDATE_WAIT_S",
     "META_FRAME",

@@ -17,6 +17,12 @@ Rule 2. :meth:`AcpToolCalls.cancel` (what an agent's ``session/cancel`` handler
 Rule 3. A call whose task is cancelled (the agent cancelled its prompt task)
         stops its tool the same way, sends the same last update when the
         connection still takes it, and raises ``CancelledError`` on.
+Rule 4. A call ends when its connection does: an update being sent when the
+        client went away (its end of the pipe closed) is given up once the
+        connection says it is gone, checked every
+        :data:`CONNECTION_CHECK_S` seconds, and the call stops its tool and
+        raises ``ConnectionError``. (The SDK's send to a client that died
+        while the pipe was full never returns on its own.)
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from .._tools._tool import Tool
 from ._mapping import DEFAULT_TAIL_BYTES, LiveOutput, Pacing, ToolCallMapper, ToolKind, Update
 
 __all__ = (
+    "CONNECTION_CHECK_S",
     "LAST_UPDATE_WAIT_S",
     "AcpToolCalls",
     "SessionUpdates",
@@ -51,6 +58,9 @@ __all__ = (
 #: connection is usually fine and it goes at once; a stuck one must not hold
 #: the cancel up.
 LAST_UPDATE_WAIT_S: Final = 5.0
+
+#: How often an update still being sent checks whether its connection is gone.
+CONNECTION_CHECK_S: Final = 0.25
 
 _ids = itertools.count(1)
 
@@ -213,7 +223,26 @@ class AcpToolCalls:
             model = ToolCallStart.model_validate(update)
         else:
             model = ToolCallProgress.model_validate(update)
-        await self._connection.session_update(session_id=session_id, update=model)
+        connection = self._connection
+        send = asyncio.ensure_future(connection.session_update(session_id=session_id, update=model))
+        try:
+            while not send.done():
+                await asyncio.wait((send,), timeout=CONNECTION_CHECK_S)
+                if not send.done() and _connection_closed(connection):
+                    raise ConnectionError("the ACP connection closed while an update was sent")
+            send.result()
+        finally:
+            send.cancel()
+
+
+def _connection_closed(connection: SessionUpdates) -> bool:
+    """Whether the SDK connection under ``connection`` is gone (Rule 4): its
+    client closed the pipe, or the agent closed the connection. The SDK (0.12)
+    keeps this on its inner connection only; anything else is never gone."""
+    inner = getattr(connection, "_conn", None)
+    return (
+        getattr(inner, "_disconnected", False) is True or getattr(inner, "_closed", False) is True
+    )
 
 
 async def run_tool_call(
