@@ -64,7 +64,7 @@ from ._tools._errors import ToolError, ToolErrorKind
 from ._tools._runner import RunStats, ToolRun, run_tool
 from ._tools._shell import SHELL_SPEC, CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
 from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
-from ._transport._client import Call, Client, ClientStats
+from ._transport._client import MAX_CALL_TEXT_BYTES, Call, Client, ClientStats
 from ._transport._file_follow import (
     DEFAULT_POLL_INTERVAL,
     READ_BLOCK_BYTES,
@@ -89,6 +89,7 @@ __all__: tuple[str, ...] = (
     "LIMIT_MARKER",
     "LOSS_MARKER",
     "MAX_ANOMALIES_KEPT",
+    "MAX_CALL_TEXT_BYTES",
     "MAX_DETAIL_CHARS",
     "MAX_HELD_BYTES",
     "MIN_TAIL_CAPACITY",

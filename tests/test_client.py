@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from processes import GONE_S, pid_alive, until_gone
 
+import kigi_tool_runtime
 from kigi_tool_protocol import (
     JsonRpcError,
     JsonRpcResponse,
@@ -1203,6 +1204,9 @@ def test_a_call_keeps_no_text_unless_asked_and_then_within_its_bound() -> None:
     with pytest.raises(ValueError, match="passed max_text_bytes=4"):
         _ = state.text
     assert MAX_CALL_TEXT_BYTES == 64 * 1024 * 1024
+    # The README names it: it is importable from the package, not only from
+    # the private module.
+    assert kigi_tool_runtime.MAX_CALL_TEXT_BYTES is MAX_CALL_TEXT_BYTES
 
 
 class Sink:

@@ -79,6 +79,7 @@ from ._rpc_client import (
 )
 
 __all__ = (
+    "MAX_CALL_TEXT_BYTES",
     "Call",
     "CallProgress",
     "Client",
