@@ -26,6 +26,10 @@ Rule 4. A sync graph runs tools in worker threads and, on Ctrl-C, waits for
         them; :func:`stop_on_interrupt` makes a ``SIGINT`` stop every running
         kigi call first, and :func:`cancel_running_calls` does it on demand,
         from any thread.
+Rule 5. Backpressure, not buffering: while more than ``max_pending_events``
+        items wait in the run's stream queue for a consumer that drains it
+        live, a call takes no new frame (see ``_pacing``), so a slow consumer
+        pauses the tool instead of growing LangGraph's queue without bound.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from .._tools._errors import ToolError, ToolErrorKind
 from .._tools._runner import STOP_WAIT_S
 from .._tools._tool import Tool
 from ._mapping import LiveChunk, args_schema, artifact, langchain_tool_name
+from ._pacing import MAX_PENDING_EVENTS, Pacer
 
 __all__ = (
     "KigiToolError",
@@ -102,12 +107,18 @@ class _Served:
     """The two entry points LangChain calls (Rule 1), for one kigi tool."""
 
     def __init__(
-        self, tool: Tool[Any], name: str, timeout_ms: float | None, stop_wait: float
+        self,
+        tool: Tool[Any],
+        name: str,
+        timeout_ms: float | None,
+        stop_wait: float,
+        max_pending_events: int,
     ) -> None:
         self.tool = tool
         self.name = name
         self.timeout_ms = timeout_ms
         self.stop_wait = stop_wait
+        self.max_pending_events = max_pending_events
 
     async def call(
         self,
@@ -126,6 +137,7 @@ class _Served:
             f"lc-{uuid.uuid4().hex[:12]}"
         )
         emit = runtime.emit_output_delta if runtime is not None else None
+        pacer = Pacer.of_current_call(self.max_pending_events) if emit is not None else None
         served = ServedCall(
             tool, args, call_id=call_id, timeout_ms=self.timeout_ms, stop_wait=self.stop_wait
         )
@@ -134,8 +146,9 @@ class _Served:
         try:
             async with served:
                 async for delta in served:
-                    if emit is not None:
+                    if emit is not None and pacer is not None:
                         emit(LiveChunk.of(delta))
+                        await pacer.pace()
         finally:
             with _running_lock:
                 _running.discard(served)
@@ -171,23 +184,29 @@ def as_langchain_tool(
     description: str | None = None,
     timeout_ms: float | None = None,
     stop_wait: float = STOP_WAIT_S,
+    max_pending_events: int = MAX_PENDING_EVENTS,
 ) -> BaseTool:
     """``tool`` as a LangChain tool (see the module's rules), for a ``ToolNode``,
     an agent, or a direct ``invoke`` / ``ainvoke``.
 
     ``name`` overrides the name made from the tool id; ``description`` the
     tool's own; ``timeout_ms`` gives every call a deadline (``None``: the
-    tool's own); ``stop_wait`` is how long a stopped tool may take to clean up.
+    tool's own); ``stop_wait`` is how long a stopped tool may take to clean up;
+    ``max_pending_events`` how many items may wait in a streamed run's queue
+    for its consumer before a call pauses (Rule 5).
     Invoked with a tool call, the result is a ``ToolMessage`` whose content is
     the model's text and whose artifact holds the value and the loss report.
 
     Raises:
         ValueError: the name is not one a chat model accepts, the tool's
             argument schema is not an object, or it has an argument named
-            ``runtime`` (the name LangGraph injects its ``ToolRuntime`` under).
+            ``runtime`` (the name LangGraph injects its ``ToolRuntime`` under),
+            or ``max_pending_events`` is below 1.
     """
     if not isinstance(tool, Tool):
         raise TypeError(f"as_langchain_tool takes a kigi Tool, not {type(tool).__name__}")
+    if max_pending_events < 1:
+        raise ValueError(f"max_pending_events must be at least 1, got {max_pending_events}")
     chosen = langchain_tool_name(tool.id, name)
     schema = args_schema(tool)
     if RUNTIME_ARG in (schema.get("properties") or {}):
@@ -195,7 +214,7 @@ def as_langchain_tool(
             f"tool {tool.id!r} has an argument named {RUNTIME_ARG!r}, the name LangGraph"
             " injects its ToolRuntime under"
         )
-    served = _Served(tool, chosen, timeout_ms, stop_wait)
+    served = _Served(tool, chosen, timeout_ms, stop_wait, max_pending_events)
     return StructuredTool(
         name=chosen,
         description=tool.description if description is None else description,
