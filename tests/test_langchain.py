@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +31,24 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolCallTransformer, ToolNode, ToolRuntime, tools_condition
 from processes import until_group_gone
 
+from kigi_tool_protocol import StreamingSpec, ToolCapabilities
 from kigi_tool_runtime import (
     LOSS_MARKER,
     TRUNCATION_MARKER,
     Appended,
     CallProgress,
     Client,
+    OutputStream,
     RemoteToolError,
+    ShellArgs,
     ShellTool,
     Tool,
+    ToolContext,
+    ToolEvent,
     ToolResult,
 )
 from kigi_tool_runtime._process import group_alive
+from kigi_tool_runtime._tools._runner import CHANNEL_DEPTH
 from kigi_tool_runtime.langchain import (
     MAX_TEXT_BYTES,
     KigiToolError,
@@ -720,3 +726,58 @@ def test_readme_langgraph_section_runs() -> None:
     )
     assert re.fullmatch(r"\[exit code 0; 17 bytes of output; \d+ ms\]", lines[2])
     assert lines[3:] == ["complete: True"]
+
+
+class _CountingFlood(Tool[ShellArgs]):
+    """A streaming tool that makes frames as fast as it is let: 4,000 one-byte
+    deltas, counting how many it has made (``made``)."""
+
+    id = "flood"
+    description = "Make many frames, counting them."
+    args_type = ShellArgs
+    capabilities = ToolCapabilities(streaming=StreamingSpec(subkind="flood", max_delta_bytes=1))
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    async def execute(self, ctx: ToolContext, args: ShellArgs) -> AsyncIterator[ToolEvent]:
+        stream = OutputStream(self.capabilities.streaming, capacity=1 << 16)
+        for _ in range(4000):
+            stream.write(b"x")
+            for frame in stream.drain():
+                self.made += 1
+                yield frame
+            await asyncio.sleep(0)
+        for frame in stream.finish():
+            self.made += 1
+            yield frame
+        yield ToolResult(value="flooded")
+
+
+@pytest.mark.parametrize("bound", [16, 1_000_000])
+async def test_a_slow_consumer_paces_the_call_instead_of_growing_langgraphs_queue(
+    bound: int,
+) -> None:
+    """Backpressure, not buffering (``_tool`` Rule 5): a consumer that takes a
+    while per event never has much more than the bound of the call's frames
+    waiting; without pacing the tool runs thousands ahead of it."""
+    flood = _CountingFlood()
+    tool = as_langchain_tool(flood, max_pending_events=bound)
+    graph = agent_graph([tool], [{"name": "flood", "args": {"command": "unused"}}])
+    taken = 0
+    ahead = 0
+    async with asyncio.timeout(120):
+        async for mode, payload in graph.astream(_start(), stream_mode=["tools", "values"]):
+            if mode == "tools" and payload["event"] == "tool-output-delta":
+                taken += 1
+                ahead = max(ahead, flood.made - taken)
+                await asyncio.sleep(0.002)
+    assert taken >= 4000
+    if bound > 4000:
+        # No pacing in reach: the measure sees the tool run far ahead (the
+        # check below can fail).
+        assert ahead > 1000, ahead
+    else:
+        # The bound, the runner's channel, and about as much again on its way
+        # through LangGraph's hand-off; unpaced it is thousands.
+        assert ahead <= bound + 2 * CHANNEL_DEPTH + 16, ahead
