@@ -40,3 +40,13 @@ def test_a_json_value_ends_the_call_with_its_text() -> None:
     end = CallEnd.of("c1", "t", ToolResult(value={"n": 1}), None, frames=0)
     assert end.ok
     assert end.text == '{"n":1}'
+
+
+def test_a_string_with_a_lone_surrogate_ends_the_call_with_an_internal_error() -> None:
+    """A str value is the model's text as is, unless no host could send it."""
+    end = CallEnd.of("c1", "t", ToolResult(value="x\ud800y"), None, frames=0)
+    assert not end.ok
+    assert end.error is not None
+    assert end.error.kind.value == "internal_error"
+    assert "cannot be sent as JSON" in end.text
+    assert CallEnd.of("c1", "t", ToolResult(value="grüße"), None, frames=0).text == "grüße"

@@ -32,7 +32,12 @@ __all__ = ("CallEnd", "error_text", "loss_json", "loss_line", "model_text")
 
 
 def model_text(value: Any) -> str:
-    """The text a model reads for a tool's value (Rule 1)."""
+    """The text a model reads for a tool's value (Rule 1).
+
+    Raises:
+        ValueError: the value holds something JSON cannot carry (a string with
+            a lone surrogate among them: ``UnicodeEncodeError`` is one).
+    """
     if isinstance(value, ShellOutcome):
         if value.signal is not None:
             status = f"killed by {value.signal}"
@@ -45,6 +50,7 @@ def model_text(value: Any) -> str:
             detail += f", {value.omitted_bytes} left out above"
         return f"{value.output}\n[{status}; {detail}; {value.duration_ms} ms]"
     if isinstance(value, str):
+        value.encode("utf-8")  # a lone surrogate is no text a host can send
         return value
     return msgspec.json.encode(value).decode("utf-8")
 
