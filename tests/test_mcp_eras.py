@@ -7,9 +7,7 @@ and the stateless 2026-07-28 revision (``mode="2026-07-28"``: no
 from __future__ import annotations
 
 import asyncio
-import re
 import shlex
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
+from mcp_http_server import mcp_http_server
 from processes import until_group_gone
 
 from kigi_tool_runtime.mcp import META_ERROR, META_STREAM, ProgressFolder
@@ -39,22 +38,8 @@ SPLIT_TEXT = "café € 😀 end\n"
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
     """A ``kigi-stream serve --mcp-http 127.0.0.1:0`` child and its endpoint."""
-    proc = subprocess.Popen([*SERVE, "--mcp-http", "127.0.0.1:0"], stderr=subprocess.PIPE)
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline().decode()
-        match = re.search(r"http://127\.0\.0\.1:\d+/mcp", line)
-        assert match, line
-        yield match.group()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+    with mcp_http_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(params=["stdio", "http"])

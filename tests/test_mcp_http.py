@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import re
 import shlex
-import subprocess
 import sys
 import time
 import urllib.error
@@ -19,6 +17,7 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from mcp_http_server import mcp_http_server
 from processes import until_group_gone
 
 from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
@@ -52,25 +51,8 @@ def _sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
     """A ``kigi-stream serve --mcp-http 127.0.0.1:0`` child and its endpoint."""
-    proc = subprocess.Popen(
-        [PY, "-m", "kigi_tool_runtime", "serve", "--mcp-http", "127.0.0.1:0"],
-        stderr=subprocess.PIPE,
-    )
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline().decode()
-        match = re.search(r"http://127\.0\.0\.1:\d+/mcp", line)
-        assert match, line
-        yield match.group()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+    with mcp_http_server() as endpoint:
+        yield endpoint
 
 
 async def _wait_pid(pidfile: Path, seconds: float = 10.0) -> int:

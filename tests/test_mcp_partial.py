@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import shlex
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_http_server import mcp_http_server
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
 from kigi_tool_runtime import Reassembler
@@ -224,22 +224,9 @@ def test_a_declared_call_with_a_bad_token_is_refused() -> None:
 
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
-    proc = subprocess.Popen([*SERVE, "--mcp-http", "127.0.0.1:0"], stderr=subprocess.PIPE)
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline().decode()
-        match = re.search(r"http://127\.0\.0\.1:\d+/mcp", line)
-        assert match, line
-        yield match.group()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+    """A ``kigi-stream serve --mcp-http 127.0.0.1:0`` child and its endpoint."""
+    with mcp_http_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(params=["stdio", "http"])
