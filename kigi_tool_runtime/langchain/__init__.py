@@ -32,10 +32,12 @@ from ._mapping import (
     is_kigi_artifact,
     langchain_tool_name,
 )
+from ._pacing import MAX_PENDING_EVENTS
 from ._tool import KigiToolError, as_langchain_tool, cancel_running_calls, stop_on_interrupt
 
 __all__: tuple[str, ...] = (
     "ARTIFACT_KEY",
+    "MAX_PENDING_EVENTS",
     "MAX_TEXT_BYTES",
     "NAME_PATTERN",
     "TOOL_EVENTS",

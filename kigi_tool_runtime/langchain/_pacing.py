@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from langgraph.pregel._tools import _tool_call_writer
 
-__all__ = ("MAX_PENDING_EVENTS", "PENDING_POLL_S", "Pacer")
+__all__ = ("MAX_PENDING_EVENTS",)
 
 #: Items that may wait in a run's stream queue before a call stops taking
 #: frames (Rule 1): as many as the stdio client holds for a call, 1024 full
