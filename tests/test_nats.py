@@ -151,7 +151,9 @@ def test_two_workers_share_a_hundred_concurrent_calls(nats_server: NatsServer) -
 
     async def main() -> None:
         fleet = Fleet(nats_server.url)
-        client = await fleet.start(workers=2, max_in_flight=4)
+        # The product default lease: 100 calls on a loaded machine may delay a
+        # heartbeat past the harness's short one; this test is not about leases.
+        client = await fleet.start(workers=2, max_in_flight=4, lease=10.0)
         try:
             calls = [
                 # Each call sleeps long enough that a worker's four slots fill up.

@@ -1,18 +1,25 @@
 """What a caller is handed back, whatever carried the call (the stdio
-``Client``, a NATS ``NatsCall``): each frame with what it added, and the error
-of a call that failed (sans-IO)."""
+``Client``, a NATS ``NatsCall``): each frame with what it added, the error of
+a call that failed, and the handle both kinds of call share (sans-IO)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
+from typing import Any, Final, Self
 
-from kigi_tool_protocol import ToolCallProgressFrame, ToolErrorWire, error_code_for
+from kigi_tool_protocol import ToolCallProgressFrame, ToolCallResult, ToolErrorWire, error_code_for
 
 from .._consumer._reassembler import Appended
 from .._tools._errors import ToolError
 
 __all__ = ("CallProgress", "RemoteToolError")
+
+#: Seconds after a call's ``timeout`` that the client waits for the server's own
+#: ``timeout`` reply (the server enforces ``deadline_ms`` and kills the tool)
+#: before failing the call itself. Covers a kill's grace on a loaded machine.
+TIMEOUT_GRACE_S: Final = 5.0
 
 
 class RemoteToolError(ToolError):
@@ -45,3 +52,38 @@ class CallProgress:
     frame: ToolCallProgressFrame[Any]
     seq: int | None
     appended: Appended
+
+
+class CallHandle:
+    """What every call handle shares, whatever carries the call: ``await
+    result()`` consumes it to its result, and ``async with`` closes it
+    (:meth:`aclose`, which cancels a call still running). A subclass iterates
+    ``CallProgress`` items and, last, the ``ToolCallResult``."""
+
+    def __aiter__(self) -> AsyncIterator[CallProgress | ToolCallResult]:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def result(self) -> ToolCallResult:
+        """Consume the call and return its result.
+
+        Raises:
+            RemoteToolError: the call failed.
+        """
+        async for item in self:
+            if isinstance(item, ToolCallResult):
+                return item
+        raise AssertionError("a call always ends with a result or an error")  # pragma: no cover
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

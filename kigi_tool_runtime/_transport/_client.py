@@ -50,7 +50,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from types import TracebackType
-from typing import IO, Any, Final, NamedTuple, Protocol, Self
+from typing import IO, Any, Final, NamedTuple, Protocol
 
 from kigi_tool_protocol import (
     MAX_FRAME_BYTES_CEILING,
@@ -62,7 +62,7 @@ from kigi_tool_protocol import (
     ToolCallResult,
 )
 
-from .._call._caller import CallProgress, RemoteToolError
+from .._call._caller import TIMEOUT_GRACE_S, CallHandle, CallProgress, RemoteToolError
 from .._consumer._loss import Gap, StreamKey
 from .._consumer._reassembler import Appended, Reassembler
 from .._lines import LineReader, read_lines
@@ -98,11 +98,6 @@ CALL_BUFFER_FRAMES: Final = 1024
 #: (reading it says so); its figures and the items' deltas go on.
 MAX_CALL_TEXT_BYTES: Final = 64 * 1024 * 1024
 
-
-#: Seconds after a call's ``timeout`` that the client waits for the server's own
-#: ``timeout`` reply (the server enforces ``deadline_ms`` and kills the tool)
-#: before failing the call itself. Covers a kill's grace on a loaded machine.
-TIMEOUT_GRACE_S: Final = 5.0
 
 #: Seconds :meth:`Client.aclose` waits for a server process to exit after its
 #: input closed (it cancels its calls first) before sending its process group
@@ -163,41 +158,6 @@ class _CallLink:
         self.cancel = cancel
         #: Stop waiting for the call and send its cancel, if it was still pending.
         self.abandon = abandon
-
-
-class CallHandle:
-    """What every call handle shares, whatever carries the call: ``await
-    result()`` consumes it to its result, and ``async with`` closes it
-    (:meth:`aclose`, which cancels a call still running). A subclass iterates
-    ``CallProgress`` items and, last, the ``ToolCallResult``."""
-
-    def __aiter__(self) -> AsyncIterator[CallProgress | ToolCallResult]:
-        raise NotImplementedError
-
-    async def aclose(self) -> None:
-        raise NotImplementedError
-
-    async def result(self) -> ToolCallResult:
-        """Consume the call and return its result.
-
-        Raises:
-            RemoteToolError: the call failed.
-        """
-        async for item in self:
-            if isinstance(item, ToolCallResult):
-                return item
-        raise AssertionError("a call always ends with a result or an error")  # pragma: no cover
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 class Call(CallHandle):

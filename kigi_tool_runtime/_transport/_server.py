@@ -88,6 +88,7 @@ from kigi_tool_protocol import (
     progress_to_frame,
 )
 
+from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
 from .._lines import read_lines
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
@@ -117,16 +118,6 @@ __all__ = (
 #: connection runs, took a server from 28 to about 300 MiB).
 CALL_QUEUE_BYTES: Final = 1024 * 1024
 
-#: Seconds in which no written byte left the output after which the peer counts
-#: as having stopped reading (Rule 3): calls stop waiting for queue space and drop their
-#: oldest frames instead, so a tool is never held hostage by a stalled reader.
-#: Long enough that a busy but live reader on a loaded machine is waited for.
-WRITER_STALL_S: Final = 1.0
-
-#: Seconds the final flush (Rule 6) may take in all, however slowly the output
-#: moves: a live reader takes even the largest backlog (every call's queue full)
-#: in far less, and a server asked to stop must stop.
-FINAL_FLUSH_S: Final = 10.0
 
 #: Replies not tied to a running call (errors for bad lines, cancel acks) that may
 #: wait to be written. Past it the server stops reading input until the peer
@@ -147,9 +138,6 @@ WRITE_BATCH_BYTES: Final = 256 * 1024
 #: 16 MiB). The calls left out this turn go first in the next.
 MAX_WRITE_BYTES: Final = 1024 * 1024
 
-#: The message of the error a call gets when the server itself stops it (end of
-#: input, broken output), as the Rust servers word it.
-SERVER_CANCEL_MESSAGE: Final = "tool call cancelled by server"
 
 # The widest envelope seq (u64) and drop count (u32): a frame measured with them
 # fits with any.

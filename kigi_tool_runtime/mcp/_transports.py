@@ -56,9 +56,9 @@ from pydantic import ValidationError
 
 from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING
 
+from .._call._serving import FINAL_FLUSH_S, WRITER_STALL_S
 from .._lines import read_lines
 from .._mcp_limits import HTTP_SESSION_IDLE_S, MAX_HTTP_SESSIONS
-from .._transport._server import FINAL_FLUSH_S, WRITER_STALL_S
 from .._transport._stdio import open_stdio
 from .._wire._split import OversizedLine
 from ._exchange import Refusal, read_head

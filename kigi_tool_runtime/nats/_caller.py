@@ -62,8 +62,8 @@ from kigi_tool_protocol import (
     ToolCallResult,
 )
 
+from .._call._caller import TIMEOUT_GRACE_S, CallHandle, CallProgress, RemoteToolError
 from .._consumer._reassembler import Reassembler
-from .._transport._client import TIMEOUT_GRACE_S, CallHandle, CallProgress, RemoteToolError
 from .._transport._rpc_server import wire_error_line as _wire_error_line
 from ._protocol import (
     DEFAULT_PREFIX,

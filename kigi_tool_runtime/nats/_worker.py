@@ -76,12 +76,12 @@ from kigi_tool_protocol import (
     progress_to_frame,
 )
 
+from .._call._serving import SERVER_CANCEL_MESSAGE
 from .._tools._errors import ToolError
 from .._tools._runner import run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
 from .._transport._rpc_server import result_line as _result_line
 from .._transport._rpc_server import wire_error_line as _wire_error_line
-from .._transport._server import SERVER_CANCEL_MESSAGE
 from ._protocol import (
     DEFAULT_PREFIX,
     FRAMES_HEADER,
