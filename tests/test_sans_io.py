@@ -30,6 +30,8 @@ CORE_MODULES = (
     "kigi_tool_runtime._call._outcome",
     "kigi_tool_runtime._call._caller",
     "kigi_tool_runtime._call._serving",
+    "kigi_tool_runtime._call._queue",
+    "kigi_tool_runtime._call._frame_check",
     "kigi_tool_runtime._call._schema",
     "kigi_tool_runtime._wire._split",
     "kigi_tool_runtime._transport._rpc_server",

@@ -1,0 +1,128 @@
+"""``QueueFeed`` and :func:`produce`: one call's lifecycle between its tool and
+its :class:`CallQueue`, the thin asyncio driver every queued server shares
+(the stdio server, the MCP server, the NATS worker).
+
+Invariants:
+
+Rule 1. :func:`produce` runs the tool to its terminal and returns it: each
+        frame the tool streams is checked and made into an item by the host's
+        ``item_of`` (which raises the :class:`ToolError` that ends the call
+        when the frame cannot be sent: the tool is then stopped) and put in the
+        queue. A run always ends with a terminal (the runner's Rule 1).
+Rule 2. :meth:`QueueFeed.put` waits while the queue refuses the item (the
+        queue's Rule 2): until a take makes room, or until the host has
+        stalled (re-checked as the watch says) and the policy drops, or the
+        queue is given up. A slow host therefore slows the tool first.
+Rule 3. :meth:`QueueFeed.get` hands the host each item in order and then the
+        reply, waiting while there is neither: the reply is always last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
+
+from .._tools._errors import ToolError
+from .._tools._runner import ToolRun
+from .._tools._tool import ToolResult
+from ._queue import CallQueue, Taken
+
+__all__ = ("QueueFeed", "Stall", "produce")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Stall(Protocol):
+    """The verdict a feed asks for (a :class:`StallWatch`, or a driver's own
+    view of its output that keeps one)."""
+
+    def stalled(self, now: float) -> bool: ...
+    def recheck_in(self, now: float) -> float: ...
+
+
+class QueueFeed(Generic[T, R]):
+    """The asyncio side of one :class:`CallQueue` (see the module's rules);
+    ``stall`` gives the host's stall verdict."""
+
+    __slots__ = ("_clock", "_ready", "_room", "queue", "stall")
+
+    def __init__(self, queue: CallQueue[T, R], stall: Stall) -> None:
+        self.queue = queue
+        self.stall = stall
+        self._clock = asyncio.get_running_loop().time
+        self._room = asyncio.Event()  # an item was taken, or the queue given up
+        self._ready = asyncio.Event()  # an item or the reply was queued
+
+    async def put(self, item: T, size: int) -> None:
+        """Queue ``item`` (``size`` bytes), waiting as Rule 2 says."""
+        queue, stall, clock = self.queue, self.stall, self._clock
+        while not queue.offer(item, size, stalled=stall.stalled(clock())):
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(stall.recheck_in(clock())):
+                    await self._room.wait()
+        self._ready.set()
+
+    def finish(self, reply: R) -> None:
+        """Set the reply (the queue's Rule 4)."""
+        self.queue.finish(reply)
+        self._ready.set()
+
+    def took(self) -> None:
+        """A host that takes from :attr:`queue` itself says it took an item."""
+        self._room.set()
+
+    def give_up(self) -> None:
+        """Nobody will take again: no put waits from now on."""
+        self.queue.give_up()
+        self._room.set()
+
+    def take(self) -> Taken[T] | None:
+        """The next item without waiting (``None``: none queued)."""
+        taken = self.queue.take()
+        if taken is not None:
+            self._room.set()
+        return taken
+
+    async def get(self) -> Taken[T] | R:
+        """The next item, or the reply once every item is out (Rule 3)."""
+        queue = self.queue
+        while True:
+            taken = queue.take()
+            if taken is not None:
+                self._room.set()
+                return taken
+            reply = queue.take_reply()
+            if reply is not None:
+                return reply
+            self._ready.clear()
+            await self._ready.wait()
+
+
+async def produce(
+    run: ToolRun,
+    feed: QueueFeed[T, Any],
+    item_of: Callable[[ToolCallProgressFrame[Any]], tuple[T, int]],
+) -> ToolResult | ToolError:
+    """Run the call to its terminal, feeding its frames to ``feed`` (Rule 1)."""
+    call_id = run.ctx.call_id
+    terminal: ToolResult | ToolError | None = None
+    async with run:
+        async for event in run:
+            if isinstance(event, ToolResult | ToolError):
+                terminal = event
+                continue
+            try:
+                item, size = item_of(progress_to_frame(call_id, event))
+            except ToolError as error:
+                terminal = error
+                break
+            await feed.put(item, size)
+    if terminal is None:  # pragma: no cover - the runner always ends with one
+        terminal = ToolError("internal_error", "the tool run ended without a terminal")
+    return terminal
