@@ -1,6 +1,10 @@
 """``kigi-stream run``: one command through the shell tool, its output printed
 live as reassembled text (or as the frames, ``--json``), a status line on a
-terminal, a summary on stderr, and the exit status the command's end calls for."""
+terminal, a summary on stderr, and the exit status the command's end calls for.
+
+The call is a :class:`ServedCall` (the one every host serves), driven without a
+queue: each frame is printed before the next is made, so the output writer
+paces the tool, and the served call's fold is the only one."""
 
 from __future__ import annotations
 
