@@ -78,14 +78,13 @@ from kigi_tool_protocol import (
     ToolCallParams,
     ToolCallProgressFrame,
     ToolCallResult,
-    ToolErrorWire,
-    convert,
     decode_progress_frame,
     decode_progress_line,
     json_codec,
 )
 
 from .._call._caller import CallProgress, RemoteToolError
+from .._call._response import decode_outcome
 from .._consumer._reassembler import Reassembler
 
 __all__ = (
@@ -409,29 +408,10 @@ def call_id_of(data: bytes) -> str | None:
 
 def decode_end(data: bytes) -> ToolCallResult | RemoteToolError:
     """The outcome an end message carries: the result, or the error as a
-    :class:`RemoteToolError`. An end message that is not a response is an
+    :class:`RemoteToolError`; decoded as the stdio client decodes a response
+    (``_call/_response.py``). An end message that is not a response is an
     ``internal_error``, never a silent success."""
-    try:
-        response = json_codec.decode_message(data, params=msgspec.Raw, result=msgspec.Raw)
-    except DecodeError as exc:
-        detail = f"the call's end message is not a JSON-RPC response: {exc}"
-        return RemoteToolError(InternalErrorWire(detail=detail), detail)
-    if not isinstance(response, JsonRpcResponse):
-        detail = "the call's end message is a request or notification, not a response"
-        return RemoteToolError(InternalErrorWire(detail=detail), detail)
-    if response.error is not None:
-        error = response.error
-        try:
-            wire: ToolErrorWire = convert(error.data, ToolErrorWire)
-        except DecodeError:
-            wire = InternalErrorWire(detail=error.message)
-        return RemoteToolError(wire, error.message, number=error.code)
-    assert response.result is not None
-    try:
-        return json_codec.decode(response.result, ToolCallResult)
-    except DecodeError as exc:
-        detail = f"the call's result is not a ToolCallResult: {exc}"
-        return RemoteToolError(InternalErrorWire(detail=detail), detail)
+    return decode_outcome(data, "the call's")
 
 
 # -- the consumer's accounting ------------------------------------------------------------
