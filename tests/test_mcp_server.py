@@ -173,11 +173,20 @@ def test_a_truncation_notice_is_one_more_notification() -> None:
 def test_the_sdk_still_keeps_a_sessions_connection_privately() -> None:
     """Rule 6 keys tokens on ``ctx.session._connection`` because the SDK gives a
     handler no public way to its connection. Pinned: the session stores the
-    connection it was made with under that name, and has no public accessor;
-    when either changes, the server should use the public way instead."""
+    connection it was made with under that name, and neither the session nor
+    the handler's context has a public accessor (``Context.connection`` exists,
+    but the runner does not build a ``Context``); when any of this changes, the
+    server should use the public way instead. (That the key is the connection,
+    not the per-request session, is
+    ``test_a_progress_token_in_use_is_refused_until_its_call_ends``.)"""
+    import dataclasses
     import inspect
 
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.runner import ServerRunner
     from mcp.server.session import ServerSession
 
     assert "self._connection = connection" in inspect.getsource(ServerSession.__init__)
     assert not hasattr(ServerSession, "connection")
+    assert "connection" not in {field.name for field in dataclasses.fields(ServerRequestContext)}
+    assert "ServerRequestContext(" in inspect.getsource(ServerRunner._make_context)
