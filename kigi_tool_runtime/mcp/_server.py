@@ -256,11 +256,12 @@ class McpToolServer:
                 code=types.INVALID_PARAMS, message="the progressToken is not valid Unicode text"
             ) from None
         # The SDK makes a session object per request; the connection under it
-        # is what a token must be unique on. SDK 2.x offers no public way to
-        # reach it from a handler (ServerSession keeps it as `_connection`;
-        # `Context.connection` exists but the runner does not build a Context),
-        # so this reads the private name, falling back to the session when it
-        # is gone; tests/test_mcp_server.py pins the SDK's behaviour.
+        # is what a token must be unique on. SDK 2.x (still in mcp 2.3.0)
+        # offers no public way to reach it from a handler (ServerSession keeps
+        # it as `_connection`; `Context.connection` exists but the runner does
+        # not build a Context), so this reads the private name, falling back to
+        # the session when it is gone; tests/test_mcp_server.py pins the SDK's
+        # behaviour.
         connection = getattr(ctx.session, "_connection", ctx.session)
         in_use = (id(connection), call_id) if channel is not None else None
         if in_use is not None and in_use in self._tokens:
