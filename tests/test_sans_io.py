@@ -42,7 +42,7 @@ CORE_MODULES = (
     "kigi_tool_runtime._tools._shell_outcome",
     "kigi_tool_runtime.acp._mapping",
     "kigi_tool_runtime.mcp._mapping",
-    "kigi_tool_runtime.mcp._outbox",
+    "kigi_tool_runtime.mcp._queued",
     "kigi_tool_runtime.mcp._hold",
     "kigi_tool_runtime.mcp._inflight",
     "kigi_tool_runtime.mcp._partial",

@@ -43,7 +43,6 @@ from ._mapping import (
     result_from_terminal,
     tool_definition,
 )
-from ._outbox import OUTBOX_BYTES, ProgressOutbox
 from ._partial import (
     DRAFT,
     METHOD_PARTIAL_RESULT,
@@ -54,6 +53,7 @@ from ._partial import (
     partial_result_token,
 )
 from ._partial_host import declaring_partial_results, partial_results_extension
+from ._queued import OUTBOX_BYTES
 from ._server import STALL_S, McpServerStats, McpToolServer
 from ._transports import DEFAULT_HTTP_HOST, serve_http_mcp, serve_stdio_mcp, serve_streams_mcp
 
@@ -79,7 +79,6 @@ __all__: tuple[str, ...] = (
     "ProgressFolder",
     "ProgressNote",
     "ProgressNumbering",
-    "ProgressOutbox",
     "StreamSummary",
     "closing_params",
     "declaring_partial_results",
