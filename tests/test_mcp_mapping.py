@@ -37,17 +37,18 @@ from kigi_tool_runtime.mcp import (
     META_SEQ,
     META_STREAM,
     ProgressNote,
-    ProgressNumbering,
-    ProgressOutbox,
-    StreamSummary,
     mcp_tool_name,
+    tool_definition,
+)
+from kigi_tool_runtime.mcp._mapping import (
+    ProgressNumbering,
+    StreamSummary,
     notification_from_progress,
     progress_params,
     result_from_terminal,
-    tool_definition,
+    root_object_schema,
 )
-from kigi_tool_runtime.mcp._mapping import root_object_schema
-from kigi_tool_runtime.mcp._outbox import frame_size
+from kigi_tool_runtime.mcp._outbox import ProgressOutbox, frame_size
 from kigi_tool_runtime.testing import partial_payloads, producer_runs, tool_call_frames
 
 

@@ -28,10 +28,7 @@ import msgspec
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
 
-__all__ = (
-    "OUTBOX_BYTES",
-    "ProgressOutbox",
-)
+__all__ = ()
 
 #: Progress bytes one call may have queued for a host that reads slowly: 64
 #: full 16 KiB deltas, like the stdio server's per-call budget. A host that
