@@ -38,15 +38,17 @@ from kigi_tool_runtime.mcp import (
     META_SEQ,
     META_STREAM,
     ProgressNote,
+    mcp_tool_name,
+    tool_definition,
+)
+from kigi_tool_runtime.mcp._mapping import (
     ProgressNumbering,
     StreamSummary,
-    mcp_tool_name,
     notification_from_progress,
     progress_params,
     result_from_terminal,
-    tool_definition,
+    root_object_schema,
 )
-from kigi_tool_runtime.mcp._mapping import root_object_schema
 from kigi_tool_runtime.mcp._queued import frame_size, sent_frame
 from kigi_tool_runtime.testing import partial_payloads, producer_runs, tool_call_frames
 

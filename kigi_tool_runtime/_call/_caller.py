@@ -37,7 +37,8 @@ from kigi_tool_protocol import (
 from .._consumer._reassembler import Appended
 from .._tools._errors import ToolError
 
-__all__ = ("CallHandle", "CallProgress", "CallTerms", "RemoteToolError")
+# CallHandle and CallTerms are the handles' shared plumbing, not exported.
+__all__ = ("CallProgress", "RemoteToolError")
 
 #: Seconds after a call's ``timeout`` that the client waits for the server's own
 #: ``timeout`` reply (the server enforces ``deadline_ms`` and kills the tool)

@@ -32,7 +32,8 @@ from kigi_tool_protocol import (
 
 from ._caller import RemoteToolError
 
-__all__ = ("Failure", "decode_outcome", "failure_of", "outcome_of")
+# Plumbing for the servers and callers, not exported.
+__all__: tuple[str, ...] = ()
 
 
 class Failure(NamedTuple):
