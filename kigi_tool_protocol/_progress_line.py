@@ -59,6 +59,9 @@ _FRAME_TYPES: Final[dict[Any, Any]] = {
 _encode: Final = msgspec.json.Encoder().encode
 _decode: Final = json_codec.decode
 _decode_message: Final = json_codec.decode_message
+#: The decoder ``json_codec.decode(line, ProgressLine)`` uses (the same object,
+#: so as strict: the ``jsonrpc`` tag is mandatory), called directly.
+_decode_progress: Final = json_codec._decoder(ProgressLine).decode
 
 _ENCODE_ERRORS: Final = (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError)
 
@@ -316,10 +319,20 @@ def decode_progress_line(
         DecodeError: ``line`` is not a JSON-RPC message.
         TypeError: ``line`` is neither bytes-like nor a ``str``.
     """
-    try:
-        return _decode(line, ProgressLine, max_bytes=max_bytes)
-    except DecodeError:  # a too-long line too: decode_message says so again
-        pass
+    if line.__class__ is bytes and len(line) <= max_bytes:
+        # The hot path: the codec's own decoder for the type, called without
+        # the codec's wrapper. Any failure goes to decode_message below, which
+        # reports it, so only msgspec's errors need catching here (a bytes line
+        # cannot raise the UnicodeEncodeError of a str one).
+        try:
+            return _decode_progress(line)  # type: ignore[no-any-return]
+        except (msgspec.MsgspecError, RecursionError):
+            pass
+    else:
+        try:
+            return _decode(line, ProgressLine, max_bytes=max_bytes)
+        except DecodeError:  # a too-long line too: decode_message says so again
+            pass
     return _decode_message(line, max_bytes=max_bytes, params=msgspec.Raw, result=msgspec.Raw)
 
 

@@ -652,15 +652,17 @@ class Reassembler:
         ``seq`` applies when ``record`` is a bare frame; a line or a
         notification carries its own.
         """
-        self._anomalies_cut += keep_first(self._anomalies)
-        before = len(self._anomalies)
+        connection = self._anomalies
+        if len(connection) > MAX_ANOMALIES_KEPT:
+            self._anomalies_cut += keep_first(connection)
+        before = len(connection)
         counters = len(self._seqs)
         if isinstance(record, ToolCallProgressFrame):
             added = self.absorb_frame(record, seq)
         else:
             added = self.absorb_record(record)
         index = self._records - 1
-        anomalies = list(self._anomalies[before:])
+        anomalies = connection[before:]  # a new list: most frames add none
         if len(self._seqs) > counters and self._from_start:
             counter, (first, _, _) = next(reversed(self._seqs.items()))
             if first > 0:
@@ -670,16 +672,11 @@ class Reassembler:
         key, text, note = added
         state = self._streams[key]
         own, gap = added_at(state, index)
-        anomalies.extend(own)
-        anomalies.sort(key=anomaly_rank)
-        return Appended(
-            key,
-            text=text,
-            gap=gap,
-            truncated=state.truncated,
-            anomalies=tuple(anomalies),
-            note=note,
-        )
+        if own:
+            anomalies.extend(own)
+        if len(anomalies) > 1:
+            anomalies.sort(key=anomaly_rank)
+        return Appended(key, text, gap, state.truncated, tuple(anomalies), note)
 
     # -- internals ------------------------------------------------------------
 

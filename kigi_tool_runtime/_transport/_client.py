@@ -137,17 +137,20 @@ class _CallLink:
     """What a :class:`Call` may ask of the connection it runs on: its item bound,
     flushing what was sent, and giving the call up (sending its cancel)."""
 
-    __slots__ = ("abandon", "buffer_frames", "cancel", "flush", "flush_notice")
+    __slots__ = ("abandon", "buffer_frames", "cancel", "flush", "flush_notice", "flushed")
 
     def __init__(
         self,
         buffer_frames: int,
+        flushed: Callable[[], bool],
         flush: Callable[[], Awaitable[None]],
         flush_notice: Callable[[], Awaitable[None]],
         cancel: Callable[[Call], None],
         abandon: Callable[[Call], None],
     ) -> None:
         self.buffer_frames = buffer_frames
+        #: Whether ``flush`` has nothing to do (it would return at once).
+        self.flushed = flushed
         #: Flush what was sent.
         self.flush = flush
         #: Flush a notification, waiting a bounded time for a server not reading.
@@ -309,13 +312,16 @@ class Call(CallHandle):
         if self._finished:
             raise StopAsyncIteration
         loop = asyncio.get_running_loop()
-        try:
-            # A server that stopped reading its input blocks the flush: the
-            # call's deadline bounds that wait too (Rule 2).
-            async with asyncio.timeout(self._remaining(loop)):
-                await self._link.flush()
-        except TimeoutError:
-            self._time_out(loop.time())
+        # Most items find nothing to flush: then the flush, which would return
+        # without waiting (so its deadline could never fire), is skipped.
+        if not self._link.flushed():
+            try:
+                # A server that stopped reading its input blocks the flush: the
+                # call's deadline bounds that wait too (Rule 2).
+                async with asyncio.timeout(self._remaining(loop)):
+                    await self._link.flush()
+            except TimeoutError:
+                self._time_out(loop.time())
         while not self._items:
             self._getter = loop.create_future()
             remaining = self._remaining(loop)
@@ -417,7 +423,12 @@ class Client:
         self._max_frame_bytes = max_frame_bytes
         self._protocol = ClientProtocol(self.session_id, max_frame_bytes=max_frame_bytes)
         self._link = _CallLink(
-            call_buffer_frames, self._flush, self._flush_notice, self._send_cancel, self._abandon
+            call_buffer_frames,
+            self._flushed,
+            self._flush,
+            self._flush_notice,
+            self._send_cancel,
+            self._abandon,
         )
         self._calls: dict[str, Call] = {}  # the pending calls' handles
         self._requests: dict[int, asyncio.Future[Any]] = {}  # requests other than calls
@@ -719,8 +730,12 @@ class Client:
             self._lose("the server's input is closed")
         self._unflushed = True
 
+    def _flushed(self) -> bool:
+        """Whether :meth:`_flush` has nothing to do."""
+        return self._protocol.lost is not None or self._closed or not self._unflushed
+
     async def _flush(self) -> None:
-        if self._protocol.lost is not None or self._closed or not self._unflushed:
+        if self._flushed():
             return
         self._unflushed = False
         try:
