@@ -1,7 +1,7 @@
 """The JSON-RPC server's driver, driven through a real `kigi-stream serve` process
 over pipes (and, for tools of its own, in process over a socket pair or a sink
 that stops reading): flow control, memory bounds, end of input, real tool
-processes. Its protocol rules are tested on ServerProtocol and CallOutbox in
+processes. Its protocol rules are tested on ServerProtocol and take_lines in
 test_rpc_server; one session here proves their wiring."""
 
 from __future__ import annotations
