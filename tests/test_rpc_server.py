@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -20,14 +21,18 @@ from hypothesis.stateful import (
 )
 
 from kigi_tool_protocol import (
+    U32_MAX,
+    U64_MAX,
     JsonRpcNotification,
     JsonRpcResponse,
+    ToolCallProgressFrame,
     decode_progress_line,
     encode_progress_line,
     json_codec,
 )
 from kigi_tool_runtime import OversizedLine
 from kigi_tool_runtime._call._queue import CallQueue, QueuePolicy
+from kigi_tool_runtime._tools._errors import ToolError
 from kigi_tool_runtime._transport._rpc_server import (
     MAX_CALLS_IN_FLIGHT,
     CancelCall,
@@ -36,6 +41,7 @@ from kigi_tool_runtime._transport._rpc_server import (
     ServerProtocol,
     StartCall,
     lone_surrogate,
+    progress_item_of,
     take_lines,
 )
 
@@ -641,6 +647,65 @@ def test_the_final_line_waits_for_the_last_frame() -> None:
     assert take_lines(queue, "c", None, 10**6, out) == (2, True)
     assert out.endswith(b"}}\nend\n")
     assert take_lines(queue, "c", None, 10**6, out) == (0, False)
+
+
+_KINDS = st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=8)
+
+
+@given(
+    kind=_KINDS,
+    session=st.none() | st.text(min_size=1, max_size=8),
+    body=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=3),
+        max_leaves=6,
+    ),
+    slack=st.integers(-2, 2),
+)
+def test_a_frames_size_is_its_widest_line(
+    kind: str, session: str | None, body: Any, slack: int
+) -> None:
+    """The declared limit is held against the line as sent with the widest seq
+    and drop count, byte for byte: a frame that long passes, one byte more ends
+    the call with frame_too_large naming that size."""
+    session = None if session is None or _has_surrogate(session) else session
+    frame = ToolCallProgressFrame(tool_call_id="c", kind=kind, body=body)
+    widest = len(
+        encode_progress_line(
+            "c",
+            kind,
+            msgspec.Raw(msgspec.json.encode(body)),
+            seq=U64_MAX,
+            session_id=session,
+            dropped_count=U32_MAX,
+            newline=False,
+        )
+    )
+    limit = widest + slack
+    item_of = progress_item_of("c", session, limit)
+    if slack >= 0:
+        (got_kind, got_body), size = item_of(frame)
+        assert (got_kind, bytes(got_body), size) == (kind, msgspec.json.encode(body), len(got_body))
+        assert item_of(frame)[0] == (got_kind, got_body)  # the kind's envelope, kept
+    else:
+        with pytest.raises(ToolError) as caught:
+            item_of(frame)
+        assert caught.value.kind == "frame_too_large"
+        assert str(widest) in caught.value.message
+    # Without a limit, nothing is measured.
+    assert progress_item_of("c", session, None)(frame)[1] == len(msgspec.json.encode(body))
+
+
+def _has_surrogate(text: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def test_a_frame_json_cannot_carry_ends_the_call_naming_its_kind() -> None:
+    frame = ToolCallProgressFrame(tool_call_id="c", kind="std\udc80", body=1)
+    with pytest.raises(ToolError) as caught:
+        progress_item_of("c", None, None)(frame)
+    assert caught.value.kind == "internal_error"
+    assert "'std\\udc80'" in caught.value.message
 
 
 # -- lone surrogate escapes ------------------------------------------------------

@@ -53,6 +53,8 @@ from kigi_tool_protocol import (
     METHOD_TOOL_CALL_REQUEST,
     METHOD_TOOL_CANCEL,
     METHOD_TOOLS_LIST,
+    U32_MAX,
+    U64_MAX,
     CustomErrorWire,
     DecodeError,
     FrameTooLargeWire,
@@ -63,15 +65,19 @@ from kigi_tool_protocol import (
     JsonRpcError,
     JsonRpcResponse,
     ToolCallParams,
+    ToolCallProgressFrame,
     ToolErrorWire,
     ToolNotFoundWire,
     append_progress_line,
+    encode_progress_line,
     error_code_for,
     json_codec,
 )
 
+from .._call._frame_check import encoded_body
 from .._call._queue import CallQueue
 from .._text import MAX_DETAIL_CHARS, cut, excerpt
+from .._tools._errors import ToolError
 from .._wire._split import OversizedLine
 
 __all__ = ()
@@ -431,6 +437,54 @@ class ServerProtocol:
 #: One progress frame as a call's queue holds it: its kind and its body,
 #: encoded once (``_call/_frame_check``).
 ProgressItem = tuple[str, msgspec.Raw]
+
+
+# The widest envelope seq (u64) and drop count (u32): a frame measured with them
+# fits with any.
+_MAX_SEQ: Final = U64_MAX
+_MAX_DROPPED: Final = U32_MAX
+_NO_BODY: Final = msgspec.Raw(b"")
+#: Kinds whose envelope size one call keeps; past it the count starts over.
+_ENVELOPES_KEPT: Final = 64
+
+
+def progress_item_of(
+    call_id: str, session_id: str | None, frame_limit: int | None
+) -> Callable[[ToolCallProgressFrame[Any]], tuple[ProgressItem, int]]:
+    """What a call's frame is queued as: its kind and its body, encoded once
+    (``_call/_frame_check``), its size the body's. Raises the ToolError that
+    ends the call when the frame cannot be sent as JSON (the server's Rule 1),
+    or when its line, measured with the widest ``seq`` and ``dropped_count``,
+    would pass ``frame_limit`` (a tool's declared ``max_frame_bytes``):
+    ``frame_too_large`` with that size. A line is its envelope and its body, so
+    the envelope is measured once per kind and the body is not encoded again."""
+    envelopes: dict[str, int] = {}
+
+    def item_of(frame: ToolCallProgressFrame[Any]) -> tuple[ProgressItem, int]:
+        body = encoded_body(frame)
+        if frame_limit is not None:
+            kind = frame.kind
+            envelope = envelopes.get(kind)
+            if envelope is None:
+                if len(envelopes) >= _ENVELOPES_KEPT:
+                    envelopes.clear()
+                envelope = envelopes[kind] = len(
+                    encode_progress_line(
+                        call_id,
+                        kind,
+                        _NO_BODY,
+                        seq=_MAX_SEQ,
+                        session_id=session_id,
+                        dropped_count=_MAX_DROPPED,
+                        newline=False,
+                    )
+                )
+            size = envelope + len(body)
+            if size > frame_limit:
+                raise ToolError.frame_too_large(size, frame_limit)
+        return (frame.kind, body), len(body)
+
+    return item_of
 
 
 def take_lines(

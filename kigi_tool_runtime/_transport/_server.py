@@ -70,30 +70,32 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Final, NamedTuple, Protocol
 
 import msgspec
 
 from kigi_tool_protocol import (
     MAX_FRAME_BYTES_CEILING,
-    U32_MAX,
-    U64_MAX,
     ToolCallParams,
-    ToolCallProgressFrame,
     effective_max_frame_bytes,
-    encode_progress_line,
 )
 
 from .._call._feed import QueueFeed, produce
-from .._call._frame_check import encoded_body
 from .._call._queue import CallQueue, QueuePolicy, StallWatch
 from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
 from .._lines import read_lines
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
-from ._rpc_server import ProgressItem, Reply, ServerProtocol, StartCall, take_lines
+from ._rpc_server import (
+    ProgressItem,
+    Reply,
+    ServerProtocol,
+    StartCall,
+    progress_item_of,
+    take_lines,
+)
 from ._rpc_server import result_line as _result_line
 from ._rpc_server import wire_error_line as _wire_error_line
 
@@ -130,42 +132,6 @@ WRITE_BATCH_BYTES: Final = 256 * 1024
 #: what sits in the transport while a peer stops reading (64 calls' turns were
 #: 16 MiB). The calls left out this turn go first in the next.
 MAX_WRITE_BYTES: Final = 1024 * 1024
-
-
-# The widest envelope seq (u64) and drop count (u32): a frame measured with them
-# fits with any.
-_MAX_SEQ: Final = U64_MAX
-_MAX_DROPPED: Final = U32_MAX
-
-
-def _item_maker(
-    tool: Tool[Any], call_id: str, session_id: str | None
-) -> Callable[[ToolCallProgressFrame[Any]], tuple[ProgressItem, int]]:
-    """What a call's frame is queued as (its kind and body, encoded once), its
-    size the body's; raises the ToolError that ends the call when the frame
-    cannot be sent (Rule 1), or when its line would pass the tool's declared
-    ``max_frame_bytes``."""
-    declared = tool.capabilities.max_frame_bytes
-    limit = None if declared is None else effective_max_frame_bytes(tool.capabilities)
-
-    def item_of(frame: ToolCallProgressFrame[Any]) -> tuple[ProgressItem, int]:
-        body = encoded_body(frame)
-        if limit is not None:
-            # Measured as sent with the widest seq and drop count.
-            line = encode_progress_line(
-                call_id,
-                frame.kind,
-                body,
-                seq=_MAX_SEQ,
-                session_id=session_id,
-                dropped_count=_MAX_DROPPED,
-                newline=False,
-            )
-            if len(line) > limit:
-                raise ToolError.frame_too_large(len(line), limit)
-        return (frame.kind, body), len(body)
-
-    return item_of
 
 
 def _failed_to_answer(exc: Exception) -> ToolError:
@@ -209,7 +175,8 @@ class _CallOut:
         self.feed = QueueFeed(queue, writer, on_ready=self._ready)
 
     def _ready(self) -> None:
-        self._writer.schedule(self)
+        if not self.scheduled:
+            self._writer.schedule(self)
 
 
 class _Writer:
@@ -229,6 +196,7 @@ class _Writer:
         self._space = asyncio.Event()
         self._space.set()
         self._closing = False
+        self.broken = False  # the output broke, or was abandoned: nothing more is written
         self.frames_written = 0
         self.abandoned = 0
         self._clock = asyncio.get_running_loop().time
@@ -236,11 +204,6 @@ class _Writer:
         transport = getattr(sink, "transport", None)
         self._buffer_size = getattr(transport, "get_write_buffer_size", None)
         self._last_buffered: int | None = None
-
-    @property
-    def broken(self) -> bool:
-        """The output broke, or was abandoned: nothing more is written."""
-        return self._watch.broken
 
     def stalled(self, now: float) -> bool:
         """True when a write is pending and no byte of it has left for
@@ -278,11 +241,11 @@ class _Writer:
 
     def schedule(self, call: _CallOut) -> None:
         """``call`` has a frame or its final response to write."""
-        if self.broken:
+        # A call already in the turn is seen by a writer that is not waiting.
+        if call.scheduled or self.broken:
             return
-        if not call.scheduled:
-            call.scheduled = True
-            self._ready.append(call)
+        call.scheduled = True
+        self._ready.append(call)
         self._wake.set()
 
     def close(self) -> None:
@@ -301,6 +264,7 @@ class _Writer:
         """Nothing more is written: drop the queued lines, free every waiting
         call; returns how many call lines were dropped."""
         self._watch.broke()
+        self.broken = True
         lines = 0
         for call in self._ready:
             lines += call.feed.queue.discard()
@@ -548,7 +512,9 @@ class Server:
                 timeout_ms=params.deadline_ms,
                 stop_wait=self._stop_wait,
             )
-            item_of = _item_maker(tool, out.call_id, session_id)
+            declared = tool.capabilities.max_frame_bytes
+            limit = None if declared is None else effective_max_frame_bytes(tool.capabilities)
+            item_of = progress_item_of(out.call_id, session_id, limit)
             terminal = await produce(run, out.feed, item_of)
             if isinstance(terminal, ToolResult):
                 final = _result_line(request_id, session_id, terminal.to_wire(ctx.call_id))
