@@ -48,7 +48,6 @@ from ._consumer._reassembler import (
     SeqScope,
 )
 from ._consumer._stream_state import StreamState
-from ._lines import LineReader, read_lines
 from ._producer._chunk import Chunk, stream_chunk
 from ._producer._deltas import DeltaStreamer
 from ._producer._output import (
@@ -59,7 +58,6 @@ from ._producer._output import (
     ProgressLines,
 )
 from ._producer._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
-from ._text import MAX_DETAIL_CHARS
 from ._tools._errors import ToolError, ToolErrorKind
 from ._tools._runner import RunStats, ToolRun, run_tool
 from ._tools._shell import SHELL_SPEC, CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
@@ -67,14 +65,13 @@ from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
 from ._transport._client import MAX_CALL_TEXT_BYTES, Call, Client, ClientStats
 from ._transport._file_follow import (
     DEFAULT_POLL_INTERVAL,
-    READ_BLOCK_BYTES,
     Follower,
     iter_lines,
     read_from,
 )
 from ._transport._server import Server, ServerStats
 from ._transport._stdio import serve_stdio
-from ._wire._split import LineSplitter, OversizedLine
+from ._wire._split import OversizedLine
 
 #: The installed distribution's version (from its metadata; the protocol
 #: package ships in the same distribution).
@@ -90,11 +87,9 @@ __all__: tuple[str, ...] = (
     "LOSS_MARKER",
     "MAX_ANOMALIES_KEPT",
     "MAX_CALL_TEXT_BYTES",
-    "MAX_DETAIL_CHARS",
     "MAX_HELD_BYTES",
     "MIN_TAIL_CAPACITY",
     "OMISSION_MARKER",
-    "READ_BLOCK_BYTES",
     "SHELL_SPEC",
     "TRUNCATION_MARKER",
     "UNDELIVERED_MARKER",
@@ -116,8 +111,6 @@ __all__: tuple[str, ...] = (
     "GapMarker",
     "GapReported",
     "HarnessEvent",
-    "LineReader",
-    "LineSplitter",
     "LiveDelta",
     "LiveText",
     "LossReport",
@@ -165,7 +158,6 @@ __all__: tuple[str, ...] = (
     "loss_line",
     "model_text",
     "read_from",
-    "read_lines",
     "repair_history_after_failure",
     "run_tool",
     "serve_stdio",

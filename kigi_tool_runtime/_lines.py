@@ -18,10 +18,7 @@ from typing import Final
 
 from ._wire._split import LineSplitter, OversizedLine
 
-__all__ = (
-    "LineReader",
-    "read_lines",
-)
+__all__ = ()
 
 #: Bytes asked of the stream per read. At least what a stream buffers before it
 #: pauses its transport (twice its ``limit``; the client's is 512 KiB), so one

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ("MAX_DETAIL_CHARS",)
+__all__ = ()
 
 #: The longest value an anomaly's detail quotes, in characters: enough to
 #: recognise a key, a method or the start of a line, while a hostile record of

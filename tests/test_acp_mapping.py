@@ -23,10 +23,10 @@ from kigi_tool_runtime.acp import (
     TERMINAL_REDRAW,
     LiveOutput,
     Pacing,
-    TextTail,
     ToolCallMapper,
-    tool_title,
 )
+from kigi_tool_runtime.acp._host import tool_title
+from kigi_tool_runtime.acp._mapping import TextTail
 
 
 class _Mapper(ToolCallMapper):

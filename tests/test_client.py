@@ -38,6 +38,7 @@ from kigi_tool_runtime import (
     ToolError,
     ToolErrorKind,
 )
+from kigi_tool_runtime._call._response import failure_of
 from kigi_tool_runtime._process import PIPE_BYTES, group_alive
 from kigi_tool_runtime._tools._runner import STOP_WAIT_S
 from kigi_tool_runtime._transport import _client as client_module
@@ -48,7 +49,6 @@ from kigi_tool_runtime._transport._client import (
     MAX_CALL_TEXT_BYTES,
     TIMEOUT_GRACE_S,
 )
-from kigi_tool_runtime._transport._rpc_client import failure_of
 from kigi_tool_runtime.testing import progress_line, wire_values
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]

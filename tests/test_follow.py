@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from kigi_tool_protocol import StreamingSpec
 from kigi_tool_runtime import (
     DEFAULT_MAX_RECORD_BYTES,
-    READ_BLOCK_BYTES,
     DeltaStreamer,
     Follower,
     OversizedLine,
@@ -24,6 +23,7 @@ from kigi_tool_runtime import (
     TailBuffer,
     read_from,
 )
+from kigi_tool_runtime._transport._file_follow import READ_BLOCK_BYTES
 from kigi_tool_runtime.testing import damaged_frame_logs, frame_logs, progress_line
 
 KIND = "bash_output_chunk"

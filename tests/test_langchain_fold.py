@@ -19,7 +19,8 @@ from kigi_tool_protocol import (
     progress_to_frame,
 )
 from kigi_tool_runtime import Appended, LiveText, OutputStream, Reassembler, Tool, ToolResult
-from kigi_tool_runtime.langchain import LiveChunk, ToolEventFolder, args_schema
+from kigi_tool_runtime.langchain import LiveChunk, ToolEventFolder
+from kigi_tool_runtime.langchain._mapping import args_schema
 
 CALL = "call-1"
 _PIECES = st.sampled_from(["a", "\n", "é", "✓", "😀"]).map(lambda c: c.encode())

@@ -1,5 +1,5 @@
 """The sans-IO MCP mapping: tool definitions, frames as progress notifications
-(and back), the per-call outbox, and results."""
+(and back), a frame in its call's queue, and results."""
 
 from __future__ import annotations
 
@@ -31,23 +31,25 @@ from kigi_tool_runtime import (
     ToolError,
     ToolResult,
 )
+from kigi_tool_runtime._call._queue import Taken
 from kigi_tool_runtime.mcp import (
     META_ERROR,
     META_FRAME,
     META_SEQ,
     META_STREAM,
     ProgressNote,
-    ProgressNumbering,
-    ProgressOutbox,
-    StreamSummary,
     mcp_tool_name,
+    tool_definition,
+)
+from kigi_tool_runtime.mcp._mapping import (
+    ProgressNumbering,
+    StreamSummary,
     notification_from_progress,
     progress_params,
     result_from_terminal,
-    tool_definition,
+    root_object_schema,
 )
-from kigi_tool_runtime.mcp._mapping import root_object_schema
-from kigi_tool_runtime.mcp._outbox import frame_size
+from kigi_tool_runtime.mcp._queued import frame_size, sent_frame
 from kigi_tool_runtime.testing import partial_payloads, producer_runs, tool_call_frames
 
 
@@ -162,69 +164,46 @@ def test_a_bad_frame_under_meta_is_reported_not_raised() -> None:
     assert [a.kind for a in reassembler.anomalies] == ["undecodable"]
 
 
-# -- the outbox ---------------------------------------------------------------------
+# -- a frame in a call's queue ---------------------------------------------------------
 
 
-def _frame(delta: str, total: int) -> ToolCallProgressFrame[Any]:
+def _frame(delta: str, total: int, kind: str = "k") -> ToolCallProgressFrame[Any]:
     return ToolCallProgressFrame(
-        tool_call_id="c", kind="k", body=PartialResultPayload(delta=delta, total_bytes=total)
+        tool_call_id="c", kind=kind, body=PartialResultPayload(delta=delta, total_bytes=total)
     )
 
 
-@given(
-    st.integers(1, 64),
-    st.lists(st.one_of(st.text(max_size=20), st.none()), max_size=60),
-)
-def test_outbox_bounds_memory_keeps_the_newest_and_reports_every_drop(
-    budget: int, steps: list[str | None]
-) -> None:
-    """Pushing (text) and taking (None) in any order: the queue stays within the
-    budget plus the newest frame, the newest is never dropped, frames leave in
-    order, and the dropped_count of the frames taken plus what is still to be
-    reported add up to every drop."""
-    outbox = ProgressOutbox(budget)
-    pushed = 0
-    reported = 0
-    taken: list[int] = []
-    for step in steps:
-        if step is None:
-            frame = outbox.take()
-            if frame is not None:
-                taken.append(frame.body.total_bytes)
-                reported += frame.dropped_count or 0
-            continue
-        frame = _frame(step, pushed)
-        size = frame_size(frame)
-        outbox.push(frame, size)
-        pushed += 1
-        assert outbox.queued_bytes <= max(budget, size)
-        assert len(outbox) >= 1
-    while (frame := outbox.take()) is not None:
-        taken.append(frame.body.total_bytes)
-        reported += frame.dropped_count or 0
-    assert taken == sorted(taken)
-    assert reported + outbox.dropped_since == outbox.dropped
-    assert outbox.dropped_since == 0
-    assert len(taken) + outbox.dropped == pushed
-    if pushed:
-        assert taken[-1] == pushed - 1  # the newest frame always survives
+@given(st.text(max_size=40))
+def test_a_delta_frame_counts_its_deltas_utf8_bytes(delta: str) -> None:
+    """A delta counts its UTF-8 bytes (a lone surrogate too: it is the mapping's
+    to replace), not its encoded body."""
+    assert frame_size(_frame(delta, 0)) == len(delta.encode("utf-8", "surrogatepass"))
 
 
-def test_outbox_room_and_drops() -> None:
-    """An empty outbox always has room; a full one has none, and a push past the
-    budget drops the oldest and marks the next frame taken."""
-    outbox = ProgressOutbox(10)
-    assert outbox.has_room(100)
-    outbox.push(_frame("aaaaaa", 6), 6)
-    assert not outbox.has_room(5)
-    assert outbox.push(_frame("bbbbbb", 12), 6) == 1
-    frame = outbox.take()
-    assert frame is not None
-    assert frame.body.delta == "bbbbbb"
-    assert frame.dropped_count == 1
-    assert outbox.take() is None
-    with pytest.raises(ValueError, match="budget"):
-        ProgressOutbox(0)
+def test_another_frame_counts_its_encoded_body_and_json_must_carry_it() -> None:
+    """A non-delta frame counts its encoded body; one whose kind or body JSON
+    cannot carry is refused with the internal_error every server gives."""
+    custom = progress_to_frame("c", CustomProgress(subkind="k", payload={"n": [1, 2]}))
+    assert frame_size(custom) == len(json_codec.encode(custom.body))
+    for bad in (
+        _frame("x", 1, kind="k\udc80"),
+        progress_to_frame("c", CustomProgress(subkind="k", payload="\udc80")),
+    ):
+        with pytest.raises(ToolError, match="cannot be sent as JSON") as info:
+            frame_size(bad)
+        assert info.value.kind == "internal_error"
+
+
+def test_a_taken_frame_says_the_drops_before_it() -> None:
+    """The queue's dropped_count is added to the frame's own; none leaves the
+    frame as it is."""
+    frame = _frame("a", 1)
+    assert sent_frame(Taken(frame, 0, None)) is frame
+    assert sent_frame(Taken(frame, 1, 3)).dropped_count == 3
+    had = msgspec.structs.replace(frame, dropped_count=2)
+    said = sent_frame(Taken(had, 2, 3))
+    assert said.dropped_count == 5
+    assert said.body == frame.body
 
 
 # -- tool definitions ------------------------------------------------------------------

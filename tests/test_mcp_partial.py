@@ -30,13 +30,14 @@ from kigi_tool_runtime.mcp import (
     PartialNote,
     ProgressFolder,
     declaring_partial_results,
+    partial_results_extension,
+)
+from kigi_tool_runtime.mcp._mapping import notification_from_progress, progress_params
+from kigi_tool_runtime.mcp._partial import (
     final_params,
     notification_from_partial,
-    notification_from_progress,
     partial_params,
     partial_result_token,
-    partial_results_extension,
-    progress_params,
 )
 
 PY = sys.executable

@@ -173,11 +173,88 @@ def test_a_truncation_notice_is_one_more_notification() -> None:
 def test_the_sdk_still_keeps_a_sessions_connection_privately() -> None:
     """Rule 6 keys tokens on ``ctx.session._connection`` because the SDK gives a
     handler no public way to its connection. Pinned: the session stores the
-    connection it was made with under that name, and has no public accessor;
-    when either changes, the server should use the public way instead."""
+    connection it was made with under that name, and neither the session nor
+    the handler's context has a public accessor (``Context.connection`` exists,
+    but the runner does not build a ``Context``); when any of this changes, the
+    server should use the public way instead. (That the key is the connection,
+    not the per-request session, is
+    ``test_a_progress_token_in_use_is_refused_until_its_call_ends``.)"""
+    import dataclasses
     import inspect
 
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.runner import ServerRunner
     from mcp.server.session import ServerSession
 
     assert "self._connection = connection" in inspect.getsource(ServerSession.__init__)
     assert not hasattr(ServerSession, "connection")
+    assert "connection" not in {field.name for field in dataclasses.fields(ServerRequestContext)}
+    assert "ServerRequestContext(" in inspect.getsource(ServerRunner._make_context)
+
+
+class Burst(Tool[EchoArgs]):
+    """Streams one custom frame per part, as fast as it may."""
+
+    id = "burst"
+    args_type = EchoArgs
+
+    async def execute(self, ctx: ToolContext, args: EchoArgs) -> AsyncIterator[ToolEvent]:
+        for part in args.parts:
+            yield CustomProgress(subkind="n", payload=part)
+        yield ToolResult(value=len(args.parts))
+
+
+class _StuckSession:
+    """A host that takes no notification until let go, keeping what it took."""
+
+    def __init__(self) -> None:
+        self.go = asyncio.Event()
+        self.notes: list[Any] = []
+
+    async def send_notification(self, note: Any, related_request_id: Any = None) -> None:
+        await self.go.wait()
+        self.notes.append(note)
+
+
+class _Context:
+    """The part of the SDK's ``ServerRequestContext`` a call reads."""
+
+    def __init__(self, session: _StuckSession, token: str) -> None:
+        self.session = session
+        self.params = {"name": "burst", "_meta": {"progressToken": token}}
+        self.request_id = 1
+        self.request = None
+
+
+def test_the_counters_count_what_the_queues_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host that takes nothing: once it has stalled, the call's queue drops
+    its oldest frames; the server's frames_dropped counts them while the call
+    runs and after, and equals what the result and the frames say."""
+    import mcp_types as types
+
+    from kigi_tool_runtime.mcp import _server
+
+    monkeypatch.setattr(_server, "STALL_S", 0.01)
+    parts = [f"{i:04}" for i in range(20)]  # 6 encoded bytes each
+    server = McpToolServer([Burst()], outbox_bytes=10)  # room for one frame
+    session = _StuckSession()
+
+    async def body() -> None:
+        params = types.CallToolRequestParams(name="burst", arguments={"parts": parts})
+        call = asyncio.ensure_future(server._call_tool(_Context(session, "t"), params))  # type: ignore[arg-type]
+        # The first frame is being sent, the last is kept: every other is dropped.
+        while server.statistics().frames_dropped < len(parts) - 2:
+            await asyncio.sleep(0.01)
+        assert server.statistics().calls_in_flight == 1
+        session.go.set()
+        result = await call
+        assert result.meta is not None
+        assert result.meta[META_STREAM]["frames_dropped"] == len(parts) - 2
+        said = [note.params.meta["dev.kigi/frame"].get("dropped_count") for note in session.notes]
+        assert said == [None, len(parts) - 2]
+
+    _run(body)
+    stats = server.statistics()
+    assert stats.calls_in_flight == 0
+    assert stats.frames_dropped == len(parts) - 2
+    assert stats.notifications_sent == 2

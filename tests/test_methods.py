@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import kigi_tool_protocol as kp
+from kigi_tool_protocol import _methods
 
 #: The 35 method strings, in the protocol's order.
 EXPECTED = [
@@ -51,9 +52,21 @@ def test_all_35_methods_are_listed_in_order() -> None:
 
 
 def test_each_method_has_a_named_constant() -> None:
-    """Every method string has a METHOD_ constant named after it."""
+    """Every method string has a METHOD_ constant named after it, in
+    ``kigi_tool_protocol._methods``; the package exports the ones the SDK
+    serves or sends."""
     for method in EXPECTED:
-        assert getattr(kp, "METHOD_" + method.upper().replace(".", "_")) == method
+        assert getattr(_methods, "METHOD_" + method.upper().replace(".", "_")) == method
+    exported = {name for name in kp.__all__ if name.startswith("METHOD_")}
+    assert {getattr(kp, name) for name in exported} == {
+        "tools.list",
+        "tool.call",
+        "tool_call_request",
+        "tool.cancel",
+        "tool_call_progress",
+        "hook",
+        "hook_reply",
+    }
 
 
 def test_the_methods_the_sdk_uses() -> None:

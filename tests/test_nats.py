@@ -1147,3 +1147,135 @@ def test_the_wire_as_docs_nats_wire_md_specifies_it(nats_server: NatsServer) -> 
             await fleet.close()
 
     run(main(), 30)
+
+
+# -- the publisher, over a stand-in JetStream ------------------------------------------
+
+
+class _LinesArgs(msgspec.Struct):
+    count: int = 3
+    size: int = 10
+
+
+class _Lines(Tool[_LinesArgs]):
+    """Streams ``count`` lines of text of ``size`` bytes (forever when negative),
+    then a result; says whether it was stopped."""
+
+    id = "lines"
+    args_type = _LinesArgs
+
+    def __init__(self) -> None:
+        self.stopped = asyncio.Event()
+
+    async def execute(self, ctx: ToolContext, args: _LinesArgs) -> AsyncIterator[ToolEvent]:
+        try:
+            n = 0
+            while n != args.count:
+                yield TextProgress(text="x" * args.size)
+                n += 1
+                await asyncio.sleep(0)
+            yield ToolResult(value="done")
+        finally:
+            self.stopped.set()
+
+
+class _StandInJetStream:
+    """Stores what is published (the message id and the body), or fails with
+    ``fail`` once ``stored`` messages are in; the first publish waits for
+    ``hold`` when given (a slow server: lines queue up meanwhile)."""
+
+    def __init__(
+        self,
+        fail: BaseException | None = None,
+        stored: int = 0,
+        hold: asyncio.Event | None = None,
+    ) -> None:
+        self.messages: list[tuple[str, bytes]] = []
+        self.fail = fail
+        self.stored = stored
+        self.hold = hold
+
+    async def publish(
+        self, subject: str, payload: bytes, *, timeout: float, headers: dict[str, str]
+    ) -> Any:
+        if self.hold is not None:
+            await self.hold.wait()
+        await asyncio.sleep(0)
+        if self.fail is not None and len(self.messages) >= self.stored:
+            raise self.fail
+        self.messages.append((headers["Nats-Msg-Id"], payload))
+        return None  # the publisher does not read the acknowledgement
+
+
+class _StandInConnection:
+    max_payload = 1024 * 1024
+
+    def __init__(self, js: _StandInJetStream) -> None:
+        self.js = js
+
+    def jetstream(self) -> _StandInJetStream:
+        return self.js
+
+
+async def _run_on_stand_in(
+    js: _StandInJetStream, tool: _Lines, args: dict[str, int]
+) -> tuple[bytes, Any]:
+    from kigi_tool_protocol import ToolCallParams
+    from kigi_tool_runtime.nats._worker import _Running
+
+    worker = Worker(_StandInConnection(js), [tool], prefix=PREFIX)  # type: ignore[arg-type]
+    params = ToolCallParams(
+        tool_call_id="c1", tool_id="lines", arguments=msgspec.Raw(msgspec.json.encode(args))
+    )
+    claim = Claim(worker=worker.worker_id, delivery=1, request="r")
+    running = _Running(ToolContext("c1"), None, claim)  # type: ignore[arg-type]
+    final = await worker._run(tool, params, running, None)
+    return final, running
+
+
+def test_each_message_is_named_by_the_seq_of_its_first_line() -> None:
+    """Every progress line is numbered 0, 1, 2, ... as the call's queue numbered
+    it; the lines queued during a publish go out together, at most BATCH_BYTES,
+    and each message's Nats-Msg-Id is ``<call>:<seq of its first line>``."""
+    import json
+
+    from kigi_tool_runtime.nats import BATCH_BYTES
+
+    async def main() -> None:
+        tool = _Lines()
+        # The first message is held until the tool has queued every line
+        # (20 of 30 kB: within CALL_QUEUE_BYTES), so the rest queue up.
+        js = _StandInJetStream(hold=tool.stopped)
+        final, running = await _run_on_stand_in(js, tool, {"count": 20, "size": 30_000})
+        assert b'"done"' in final
+        seqs: list[int] = []
+        sizes: list[int] = []
+        for msg_id, body in js.messages:
+            assert len(body) <= BATCH_BYTES
+            lines = body.splitlines(keepends=True)
+            numbers = [json.loads(line)["seq"] for line in lines]
+            assert msg_id == f"c1:{numbers[0]}"
+            seqs.extend(numbers)
+            sizes.append(len(lines))
+        assert seqs == list(range(20))
+        assert running.frames == 20
+        # The first line alone, then what had queued, in batches of whole lines.
+        assert sizes == [1, 8, 8, 3]
+
+    run(main())
+
+
+def test_a_publisher_that_fails_stops_the_tool_and_its_error_is_raised() -> None:
+    """The publisher lives as long as its call: when the server does not take a
+    message, the tool is stopped and the call raises the publisher's error
+    (the worker then leaves the call message to be redelivered)."""
+
+    async def main() -> None:
+        js = _StandInJetStream(OSError("the server went away"), stored=2)
+        tool = _Lines()
+        with pytest.raises(OSError, match="the server went away"):
+            await _run_on_stand_in(js, tool, {"count": -1, "size": 100_000})
+        assert tool.stopped.is_set()
+        assert len(js.messages) == 2
+
+    run(main())

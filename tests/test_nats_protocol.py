@@ -25,7 +25,7 @@ from kigi_tool_protocol import (
     encode_progress_line,
     progress_to_frame,
 )
-from kigi_tool_runtime import OutputStream, RemoteToolError
+from kigi_tool_runtime import OutputStream, Reassembler, RemoteToolError
 from kigi_tool_runtime._transport._rpc_server import result_line, wire_error_line
 from kigi_tool_runtime.nats import CallLedger, Claim, FollowPosition, Subjects
 from kigi_tool_runtime.nats._protocol import (
@@ -472,3 +472,60 @@ def test_the_documented_digest_recipe_is_the_digest(
     assert documented == request_digest(params)
     received, _ = decode_submit(encode_submit(params))
     assert documented == request_digest(received)
+
+
+def _odd_lines() -> list[bytes]:
+    """Progress lines off the common path, and lines that are no frame at all."""
+    note = encode_progress_line(CALL, "text", {"text": "a note"}, seq=None, newline=False)
+    other = (
+        b'{"jsonrpc":"2.0","method":"other","params":{"tool_call_id":"c1","kind":"k","body":{}}}'
+    )
+    return [note, b"not json", other, b'{"jsonrpc":"2.0","id":3,"result":{}}']
+
+
+@given(pieces_strategy, st.data())
+def test_the_ledger_folds_as_the_reassembler_folds_the_lines(
+    pieces: list[bytes], data: st.DataObject
+) -> None:
+    """Fed decoded frames, the ledger's reassembler folds exactly as one fed the
+    same lines would: common frames, notes, and lines that are no frame."""
+    messages, _ = make_messages(pieces, [])
+    lines = [m[2] for m in messages if m[1] == "progress"]
+    for odd in data.draw(st.lists(st.sampled_from(_odd_lines()), max_size=4)):
+        lines.insert(data.draw(st.integers(0, len(lines))), odd)
+    ledger = CallLedger(CALL)
+    for at, line in enumerate(lines):
+        ledger.feed(at + 2, "progress", line)
+    direct = Reassembler(known_calls=[CALL])
+    for line in lines:
+        direct.appended(line)
+    assert ledger.reassembler == direct
+
+
+def test_each_progress_line_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A progress line is parsed once on its way into the reassembler (the ledger
+    hands it the decoded frame), a note's frame layer once more, never again."""
+    import kigi_tool_protocol._progress_line as progress_line_module
+
+    parses: list[str] = []
+
+    def counting(name: str) -> Any:
+        real = getattr(progress_line_module, name)
+
+        def parse(*args: Any, **options: Any) -> Any:
+            parses.append(name)
+            return real(*args, **options)
+
+        return parse
+
+    for name in ("_decode", "_decode_message"):
+        monkeypatch.setattr(progress_line_module, name, counting(name))
+    messages, _ = make_messages([b"abc", b"def", b"ghi"], [])
+    progress = [m for m in messages if m[1] == "progress"]
+    ledger = feed(CallLedger(CALL), progress)
+    assert len(parses) == len(progress)  # one typed pass each
+    parses.clear()
+    note = encode_progress_line(CALL, "text", {"text": "n"}, seq=len(progress), newline=False)
+    ledger.feed(progress[-1][0] + 1, "progress", note)
+    # The typed pass that does not fit a note, the message, then its frame layer.
+    assert parses == ["_decode", "_decode_message", "_decode"]

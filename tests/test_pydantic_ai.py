@@ -47,9 +47,9 @@ from kigi_tool_runtime.pydantic_ai import (
     KigiToolOutputEnd,
     KigiToolset,
     ToolOutputFolder,
-    tool_definition,
     tool_name,
 )
+from kigi_tool_runtime.pydantic_ai._mapping import tool_definition
 from kigi_tool_runtime.testing import check_stream, python_writer_argv
 
 PY = sys.executable

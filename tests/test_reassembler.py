@@ -24,7 +24,6 @@ from kigi_tool_runtime import (
     DEFAULT_GAP_MARKER,
     DEFAULT_MAX_RECORD_BYTES,
     MAX_ANOMALIES_KEPT,
-    MAX_DETAIL_CHARS,
     MAX_HELD_BYTES,
     DeltaStreamer,
     Gap,
@@ -34,6 +33,7 @@ from kigi_tool_runtime import (
     StreamKey,
     TailBuffer,
 )
+from kigi_tool_runtime._text import MAX_DETAIL_CHARS
 from kigi_tool_runtime.testing import (
     FrameLog,
     ScheduleStep,

@@ -5,6 +5,7 @@ happened), ``CallEnd`` (the model's text and the loss report) and
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import sys
 from typing import Any
@@ -24,10 +25,12 @@ from kigi_tool_protocol import (
 from kigi_tool_runtime import (
     TRUNCATION_MARKER,
     CallEnd,
+    CommandNotStarted,
     LiveText,
     OutputStream,
     ServedCall,
     ShellArgs,
+    ShellOutcome,
     ShellTool,
     ToolError,
     ToolResult,
@@ -295,3 +298,56 @@ async def test_a_call_without_progress_streams_nothing_and_ends() -> None:
     assert call.end.frames == 0
     assert call.end.complete
     assert call.end.value.output == "hi\n"
+
+
+async def test_timeout_ms_inf_lifts_the_deadline_the_tool_declares() -> None:
+    """``timeout_ms=math.inf`` (``kigi-stream run`` without ``--timeout``): no
+    deadline, so a command outlives the 100 ms its tool declares, which ends
+    the same call given the tool's own deadline (``None``)."""
+    tool = ShellTool(tick=0.01, default_timeout_ms=None)
+    tool.capabilities = msgspec.structs.replace(tool.capabilities, timeout_ms=100)
+    command = ShellArgs(command="sleep 0.6; echo done")
+    async with asyncio.timeout(30):
+        async with ServedCall(tool, command, call_id="c1", timeout_ms=math.inf) as call:
+            end = await call.run()
+        async with ServedCall(tool, command, call_id="c2") as bounded:
+            cut = await bounded.run()
+    assert end.ok, end.text
+    assert isinstance(end.value, ShellOutcome)
+    assert (end.value.exit_code, end.value.timed_out, end.value.output) == (0, False, "done\n")
+    assert cut.error is not None
+    assert cut.error.kind.value == "timeout"
+
+
+async def test_the_end_carries_the_runs_own_terminal() -> None:
+    """``CallEnd.terminal`` is the very terminal the run ended with, its type
+    kept: ``kigi-stream run`` tells a command that never started (exit 127)
+    from one that failed by it, and reads the shell outcome's figures."""
+    tool = ShellTool(tick=0.01)
+    async with asyncio.timeout(30):
+        async with ServedCall(
+            tool, ShellArgs(command=["/nonexistent/kigi-prog"]), call_id="c1"
+        ) as call:
+            refused = await call.run()
+        async with ServedCall(tool, ShellArgs(command="echo hi; exit 3"), call_id="c2") as call:
+            failed = await call.run()
+    assert isinstance(refused.terminal, CommandNotStarted)
+    assert refused.error is refused.terminal
+    assert isinstance(failed.terminal, ToolResult)
+    assert isinstance(failed.terminal.value, ShellOutcome)
+    assert (failed.terminal.value.exit_code, failed.terminal.value.output) == (3, "hi\n")
+
+
+async def test_the_live_fold_is_the_one_each_delta_came_from() -> None:
+    """``live.reassembler`` is the fold that made each delta's ``appended``
+    (a host that reads figures from it, as ``kigi-stream run`` does, folds
+    nothing itself): it counted every frame once."""
+    tool = ShellTool(tick=0.01, max_delta_bytes=4)
+    async with asyncio.timeout(30):
+        async with ServedCall(tool, _writer(b"abcdefgh", b"ijkl\n"), call_id="c1") as call:
+            deltas = [delta async for delta in call]
+    reports = call.live.reassembler.reports(ended=True)
+    assert len(deltas) > 1
+    assert [report.frames for report in reports] == [len(deltas)] == [call.live.frames]
+    assert reports[0].total_bytes == 13
+    assert "".join(delta.appended.text or "" for delta in deltas) == "abcdefghijkl\n"

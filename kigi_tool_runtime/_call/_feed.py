@@ -34,7 +34,8 @@ from .._tools._runner import ToolRun
 from .._tools._tool import ToolResult
 from ._queue import CallQueue, Taken
 
-__all__ = ("QueueFeed", "Stall", "produce")
+# Plumbing for the servers and callers, not exported.
+__all__: tuple[str, ...] = ()
 
 T = TypeVar("T")
 R = TypeVar("R")

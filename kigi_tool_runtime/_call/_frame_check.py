@@ -19,7 +19,8 @@ from kigi_tool_protocol import ToolCallProgressFrame, WireError, json_codec
 
 from .._tools._errors import ToolError
 
-__all__ = ("encoded_body", "unsendable")
+# Plumbing for the servers and callers, not exported.
+__all__: tuple[str, ...] = ()
 
 
 def unsendable(frame: ToolCallProgressFrame[Any], exc: Exception) -> ToolError:

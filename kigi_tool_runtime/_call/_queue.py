@@ -35,7 +35,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
-__all__ = ("CallQueue", "QueuePolicy", "StallWatch", "Taken")
+# Plumbing for the servers and callers, not exported.
+__all__: tuple[str, ...] = ()
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -1,6 +1,10 @@
 """``kigi-stream run``: one command through the shell tool, its output printed
 live as reassembled text (or as the frames, ``--json``), a status line on a
-terminal, a summary on stderr, and the exit status the command's end calls for."""
+terminal, a summary on stderr, and the exit status the command's end calls for.
+
+The call is a :class:`ServedCall` (the one every host serves), driven without a
+queue: each frame is printed before the next is made, so the output writer
+paces the tool, and the served call's fold is the only one."""
 
 from __future__ import annotations
 
@@ -17,8 +21,9 @@ from typing import IO, Any, Final
 
 import msgspec
 
-from kigi_tool_protocol import encode_progress_line, progress_to_frame
+from kigi_tool_protocol import encode_progress_line
 
+from .._call._served import ServedCall
 from .._consumer._loss import TRUNCATION_MARKER
 from .._consumer._reassembler import Reassembler
 from .._process import signal_name
@@ -27,9 +32,8 @@ from .._producer._tail import MIN_TAIL_CAPACITY
 from .._scope import TaskScope
 from .._text import plural
 from .._tools._errors import ToolError
-from .._tools._runner import run_tool
 from .._tools._shell import CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
-from .._tools._tool import ToolContext, ToolResult
+from .._tools._tool import ToolResult
 from ._exits import (
     EXIT_CANNOT_START,
     EXIT_FAILED,
@@ -143,21 +147,22 @@ async def _run_async(
 ) -> int:
     # A write that could block (a full pipe) is made from a thread: stdout that
     # nobody reads never blocks the event loop, so the signal handlers and the
-    # tool keep running.
+    # tool keep running. The call has no queue: the next frame is made once
+    # this one is written, so a slow stdout slows the tool (ServedCall Rule 2).
     out = FdWriter(sys.stdout.fileno())
     status = Status(sys.stderr, sys.stderr.isatty() and not json_mode)
     # On a terminal, the status line shares the screen with the output: drawing
     # it (and clearing it) while the output's last line is unfinished would
     # erase that line, so it waits for a newline.
     out_on_terminal = sys.stdout.isatty()
-    # Text is printed as it lands, never kept: memory stays flat however much
-    # the command writes.
-    reassembler = Reassembler(known_calls=[_CALL_ID], keep_text=False)
-    ctx = ToolContext(_CALL_ID)
+    # Without --timeout the call has no deadline either; with it, the tool's
+    # capabilities put the call's deadline after the command's.
+    call_timeout = math.inf if tool.default_timeout_ms is None else None
+    served = ServedCall(tool, shell_args, call_id=_CALL_ID, timeout_ms=call_timeout)
+    # The served call's fold, the one each frame goes through: it keeps no
+    # text, so memory stays flat however much the command writes.
+    reassembler = served.live.reassembler
     started = time.monotonic()
-    seq = 0
-    frames = 0
-    terminal: ToolResult | ToolError | None = None
     loop = asyncio.get_running_loop()
     running = asyncio.current_task()
     assert running is not None
@@ -172,7 +177,7 @@ async def _run_async(
             reassembler,
             tick=tool.tick,
             on_terminal=out_on_terminal,
-            on_closed=ctx.cancel,
+            on_closed=served.cancel,
             tasks=tasks,
         )
 
@@ -180,7 +185,7 @@ async def _run_async(
             # The first signal stops the command and leaves the rest of its output
             # STOP_FLUSH_S to be read; a second one stops waiting at once.
             if stops.count == 1:
-                ctx.cancel()
+                served.cancel()
                 out.give_up_at(loop.time() + STOP_FLUSH_S)
             elif stops.count == 2:
                 out.give_up()
@@ -191,27 +196,20 @@ async def _run_async(
                 held.replay()  # a Ctrl-C that came before the handlers
             ticker = tasks.start(status.tick(), name="kigi run status") if status.enabled else None
             try:
-                # Without --timeout the call has no deadline either; with it, the tool's
-                # capabilities put the call's deadline after the command's.
-                call_timeout = math.inf if tool.default_timeout_ms is None else None
-                async with run_tool(tool, shell_args, ctx=ctx, timeout_ms=call_timeout) as run:
-                    async for event in run:
-                        if isinstance(event, ToolResult | ToolError):
-                            terminal = event
-                            continue
-                        frame = progress_to_frame(_CALL_ID, event)
-                        appended = reassembler.appended(frame, seq)
+                async with served:
+                    async for delta in served:
+                        frame = delta.frame
                         if json_mode:
-                            line = encode_progress_line(_CALL_ID, frame.kind, frame.body, seq=seq)
+                            line = encode_progress_line(
+                                _CALL_ID, frame.kind, frame.body, seq=delta.seq
+                            )
                             with contextlib.suppress(OutputStalled):  # counted in out.unwritten
                                 await out.write(line)
                         else:
-                            await printer.print(appended)
-                        seq += 1
-                        frames += 1
+                            await printer.print(delta.appended)
                         status.update(getattr(frame.body, "total_bytes", 0))
                 # A result: the tool finished its stream, holding nothing back.
-                await printer.finish(ended=isinstance(terminal, ToolResult))
+                await printer.finish(ended=served.end.ok)
                 if printer.closed:
                     raise BrokenPipeError  # found by a timed release of held text
                 if not json_mode and any(report.truncated for report in reassembler.reports()):
@@ -223,7 +221,7 @@ async def _run_async(
                 with contextlib.suppress(OutputStalled):
                     await out.drain()  # all written before the summary
             except BrokenPipeError:
-                ctx.cancel()
+                served.cancel()
                 return stdout_closed()
             except asyncio.CancelledError:
                 if stops.count < 2:
@@ -248,6 +246,9 @@ async def _run_async(
     # Output without a final newline on the summary's own screen or file would
     # run into it (`abckigi-stream: ...`): the summary starts a line of its own.
     glued = not printer.ends_line and _same_destination(sys.stdout, sys.stderr)
+    # No end after a second signal: the call was left before its terminal.
+    terminal = served.end.terminal if served.ended else None
+    frames = served.live.frames
     return _finish(terminal, reassembler, frames, duration, stops.first, glued=glued)
 
 

@@ -164,70 +164,78 @@ class Gap:
             return str(self.lost_bytes)
         return f"{self.lost_bytes_min}-{self.lost_bytes}"
 
-    def shifted(self, chars: int, records: int) -> Gap:
-        """Package-internal. This gap, ``chars`` text characters and ``records``
-        records later (for a fold absorbed after others)."""
-        return Gap(
-            self.offset + chars,
-            self.index + records,
-            self.total_bytes,
-            self.upper,
-            self.lower,
-            self.held,
-            self.inferred,
-        )
 
-    def with_open_run(self) -> Gap:
-        """Package-internal. This gap as its gap frame alone proves it, while
-        later frames of its run may still deliver bytes: at most
-        :attr:`lost_bytes`, at least 1."""
-        return Gap(
-            self.offset,
-            self.index,
-            self.total_bytes,
-            self.upper,
-            self.held + 1,
-            self.held,
-            self.inferred,
-        )
+# Package-private steps of the fold (``_stream_state``, ``_marker_hold``): a
+# gap's figures once more of its stream is known.
 
-    def narrowed(self, low: int, size: int) -> Gap:
-        """Package-internal. This gap, once a paced frame delivered ``low`` to
-        ``size`` more source bytes of its run."""
-        return Gap(
-            self.offset,
-            self.index,
-            self.total_bytes,
-            self.upper - low,
-            self.lower - size,
-            self.held,
-            self.inferred,
-        )
 
-    def rebased(self, cursor_lo: int, cursor_hi: int) -> Gap:
-        """Package-internal. This gap's figures, counted from a fold's start,
-        once that fold's cursor bounds are known."""
-        return Gap(
-            self.offset,
-            self.index,
-            self.total_bytes,
-            self.upper - cursor_lo,
-            self.lower - cursor_hi,
-            self.held,
-            self.inferred,
-        )
+def gap_shifted(gap: Gap, chars: int, records: int) -> Gap:
+    """``gap``, ``chars`` text characters and ``records`` records later (for a
+    fold absorbed after others)."""
+    return Gap(
+        gap.offset + chars,
+        gap.index + records,
+        gap.total_bytes,
+        gap.upper,
+        gap.lower,
+        gap.held,
+        gap.inferred,
+    )
 
-    def with_held(self, held: int) -> Gap:
-        """Package-internal. This gap with ``held`` bytes held back at its edge."""
-        return Gap(
-            self.offset,
-            self.index,
-            self.total_bytes,
-            self.upper,
-            self.lower,
-            held,
-            self.inferred,
-        )
+
+def gap_with_open_run(gap: Gap) -> Gap:
+    """``gap`` as its gap frame alone proves it, while later frames of its run
+    may still deliver bytes: at most :attr:`Gap.lost_bytes`, at least 1."""
+    return Gap(
+        gap.offset,
+        gap.index,
+        gap.total_bytes,
+        gap.upper,
+        gap.held + 1,
+        gap.held,
+        gap.inferred,
+    )
+
+
+def gap_narrowed(gap: Gap, low: int, size: int) -> Gap:
+    """``gap``, once a paced frame delivered ``low`` to ``size`` more source
+    bytes of its run."""
+    return Gap(
+        gap.offset,
+        gap.index,
+        gap.total_bytes,
+        gap.upper - low,
+        gap.lower - size,
+        gap.held,
+        gap.inferred,
+    )
+
+
+def gap_rebased(gap: Gap, cursor_lo: int, cursor_hi: int) -> Gap:
+    """``gap``'s figures, counted from a fold's start, once that fold's cursor
+    bounds are known."""
+    return Gap(
+        gap.offset,
+        gap.index,
+        gap.total_bytes,
+        gap.upper - cursor_lo,
+        gap.lower - cursor_hi,
+        gap.held,
+        gap.inferred,
+    )
+
+
+def gap_with_held(gap: Gap, held: int) -> Gap:
+    """``gap`` with ``held`` bytes held back at its edge."""
+    return Gap(
+        gap.offset,
+        gap.index,
+        gap.total_bytes,
+        gap.upper,
+        gap.lower,
+        held,
+        gap.inferred,
+    )
 
 
 GapMarker = str | Callable[[Gap], str]

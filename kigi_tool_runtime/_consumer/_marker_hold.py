@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ._loss import Gap
+from ._loss import Gap, gap_with_held
 from ._reassembler import Appended, Reassembler
 
 __all__ = ()
@@ -113,4 +113,4 @@ class MarkerHold:
         last = gaps[-1] if gaps else None
         if last is None or last.index != gap.index or last.inferred:
             return item  # not the run the stream ended in
-        return replace(item, gap=last.with_held(0))
+        return replace(item, gap=gap_with_held(last, 0))

@@ -85,7 +85,22 @@ from ._loss import (
     StreamKey,
     render_gap_marker,
 )
-from ._stream_state import StreamState, anomaly_rank, insert_anomaly, keep_first, shift_anomaly
+from ._stream_state import (
+    StreamState,
+    absorb_payload,
+    absorb_state,
+    add_anomaly,
+    add_note,
+    added_at,
+    anomaly_rank,
+    first_index_of,
+    gap_opened_at,
+    insert_anomaly,
+    keep_first,
+    recorded_anomalies,
+    shift_anomaly,
+    shifted_copy,
+)
 
 __all__ = (
     "DEFAULT_MAX_RECORD_BYTES",
@@ -335,7 +350,7 @@ class Reassembler:
         self._anomalies_cut += keep_first(self._anomalies)
         merged = [*self._anomalies, *self._seq_prefixes()]
         for state in self._streams.values():
-            merged.extend(state.recorded_anomalies())
+            merged.extend(recorded_anomalies(state))
         merged.sort(key=anomaly_rank)
         return tuple(merged)
 
@@ -468,7 +483,7 @@ class Reassembler:
         state: StreamState | None = self._streams.get((frame.tool_call_id, frame.kind))  # type: ignore[call-overload]
         if state is None:
             state = self._state(frame.tool_call_id, frame.kind, index)
-        state.absorb_payload(payload, index, frame.dropped_count)
+        absorb_payload(state, payload, index, frame.dropped_count)
         return (state.key, payload.delta, None)
 
     def absorb_oversized(self, line: OversizedLine) -> None:
@@ -584,10 +599,10 @@ class Reassembler:
         for key, state in later._streams.items():
             mine = self._streams.get(key)
             if mine is None:
-                self._evict_for_one_more(shift + max(state.first_index, 0))
-                self._streams[key] = state.shifted_copy(shift, self._from_start)
+                self._evict_for_one_more(shift + max(first_index_of(state), 0))
+                self._streams[key] = shifted_copy(state, shift, self._from_start)
             else:
-                mine.absorb_state(state, shift)
+                absorb_state(mine, state, shift)
         self._records += later._records
         self.ignored += later.ignored
         return self
@@ -610,7 +625,7 @@ class Reassembler:
         if state is None:
             self._anomalies.append(anomaly)
         else:
-            state.add_anomaly(anomaly)
+            add_anomaly(state, anomaly)
         return anomaly
 
     def settled(self, appended: Appended) -> Appended:
@@ -622,7 +637,7 @@ class Reassembler:
         if gap is None or gap.inferred or appended.key is None:
             return appended
         state = self._streams.get(appended.key)
-        known = None if state is None else state.gap_opened_at(gap.index)
+        known = None if state is None else gap_opened_at(state, gap.index)
         if known is None or known == gap:
             return appended
         return replace(appended, gap=known)
@@ -654,7 +669,7 @@ class Reassembler:
             return Appended(None, anomalies=tuple(anomalies))
         key, text, note = added
         state = self._streams[key]
-        own, gap = state.added_at(index)
+        own, gap = added_at(state, index)
         anomalies.extend(own)
         anomalies.sort(key=anomaly_rank)
         return Appended(
@@ -682,13 +697,14 @@ class Reassembler:
                 max_text_bytes=self._max_text,
             )
             if self._known is not None and tool_call_id not in self._known:
-                state.add_anomaly(
+                add_anomaly(
+                    state,
                     Anomaly(
                         "unknown_call",
                         index,
                         f"frame for call {tool_call_id!r}, which this harness did not make",
                         key,
-                    )
+                    ),
                 )
         return state
 
@@ -718,7 +734,7 @@ class Reassembler:
         index: int,
     ) -> Added:
         state = self._state(tool_call_id, kind, index)
-        state.absorb_payload(payload, index, dropped)
+        absorb_payload(state, payload, index, dropped)
         return (state.key, payload.delta, None)
 
     def _absorb_other(
@@ -729,15 +745,16 @@ class Reassembler:
         if (kind == "text" and isinstance(body, dict) and isinstance(body.get("text"), str)) or (
             kind == "content" and isinstance(body, list)
         ):
-            state.add_note(body)
+            add_note(state, body)
             return (state.key, None, body)
-        state.add_anomaly(
+        add_anomaly(
+            state,
             Anomaly(
                 "payload_invalid",
                 index,
                 f"body of a {kind!r} frame is not a valid PartialResultPayload: {reason}",
                 state.key,
-            )
+            ),
         )
         return (state.key, None, None)
 

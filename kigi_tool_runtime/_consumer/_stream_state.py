@@ -46,6 +46,11 @@ from ._loss import (
     GapMarker,
     LossReport,
     StreamKey,
+    gap_narrowed,
+    gap_rebased,
+    gap_shifted,
+    gap_with_held,
+    gap_with_open_run,
     render_gap_marker,
 )
 
@@ -437,213 +442,7 @@ class StreamState:
             return self._gaps
         return [prefix, *self._gaps]
 
-    # -- package-internal: what the reassembler reads and adds -------------------
-
-    @property
-    def first_index(self) -> int:
-        """The record index of this stream's first delta (-1: none yet)."""
-        return self._first_index
-
-    def recorded_anomalies(self) -> list[Anomaly]:
-        """The anomalies recorded so far, as held (not yet cut to
-        :data:`MAX_ANOMALIES_KEPT`); the caller must not change the list."""
-        return self._anomalies
-
-    def add_anomaly(self, anomaly: Anomaly) -> None:
-        """Report ``anomaly`` against this stream."""
-        self._anomalies.append(anomaly)
-
-    def add_note(self, body: Any) -> None:
-        """Keep ``body``, a progress body that is not a delta, as a note."""
-        self._notes.append(body)
-
-    def added_at(self, index: int) -> tuple[list[Anomaly], Gap | None]:
-        """What record ``index``, the last absorbed, added to this stream: the
-        anomalies reported at it (in record order) and the gap it opened or
-        proved, if any.
-
-        A gap a gap frame opened is given with what that frame proves: at most
-        its upper bound, and at least 1 byte. Frames after it at the same total
-        carry the rest of its run and lower both bounds, so the bound it would
-        have as the run's last frame is no lower bound yet; the fold narrows it
-        to the exact figure as they arrive."""
-        own = self._anomalies
-        first = len(own)
-        while first and own[first - 1].index == index:
-            first -= 1
-        gaps = self._gaps
-        gap = gaps[-1] if gaps and gaps[-1].index == index else None
-        if gap is not None and not gap.inferred:
-            gap = self.gap_opened_at(index)
-        if gap is None and self._lead_end_index == index:
-            gap = self._prefix_gap()
-        return own[first:], gap
-
-    def gap_opened_at(self, index: int) -> Gap | None:
-        """Package-internal. The gap the gap frame of record ``index`` opened,
-        with the bounds the records absorbed since prove: the fold's figures
-        once its run has ended (a later total, or a later gap), and while the
-        run may still go on, its upper bound and at least 1 byte. ``None`` when
-        no gap frame of this stream is at ``index``."""
-        gaps = self._gaps
-        for position in range(len(gaps) - 1, -1, -1):
-            gap = gaps[position]
-            if gap.index < index:
-                break
-            if gap.index == index and not gap.inferred:
-                last = position == len(gaps) - 1
-                if last and self._run_open and self.total_bytes == gap.total_bytes:
-                    return gap.with_open_run()
-                return gap
-        return None
-
-    # -- absorbing ------------------------------------------------------------
-
-    def absorb_payload(
-        self, payload: PartialResultPayload, index: int, dropped: int | None
-    ) -> None:
-        """Absorb the delta of record ``index`` (``dropped``: its frame's
-        ``dropped_count``). Package-internal: the reassembler's step."""
-        if len(self._anomalies) > MAX_ANOMALIES_KEPT:
-            self._anomalies_cut += keep_first(self._anomalies)
-        total = payload.total_bytes
-        delta = payload.delta
-        gap = payload.gap
-        last = self.total_bytes
-        if (
-            delta
-            and not gap
-            and not dropped
-            and not payload.truncated
-            and not self._run_open
-            and self._lead_end != "open"
-            and self._notice_index < 0
-            and last is not None
-            and total >= last
-            and len(delta) * 4 <= total
-        ):
-            # The steady path: a frame that only appends, in the same run or
-            # the next (the general path below does the same, step by step).
-            chars = self._chars
-            if delta.isascii():
-                size = low = len(delta)
-                held = 0
-            else:
-                size, low, replaced = _sizes(delta)
-                self._replacements += replaced
-                held = _hold_bound(delta)
-            if self._keep_text:
-                self._chunks.append(delta)
-            self._chars = chars + len(delta)
-            self._bytes += size
-            if self._text_limit is not None and self._bytes > self._text_limit:
-                self._drop_text()
-            if total != last:
-                if self._cur_lo > last:
-                    self._anomalies.append(_run_overrun(self.key, index, self._cur_lo, last))
-                if last - held - self._cur_hi > 0:
-                    self._gaps.append(self._inferred_gap(index, last, held))
-                self._cur_lo = last - held + low
-                self._cur_hi = last + size
-                self._run_start = chars
-            else:
-                self._cur_lo += low
-                self._cur_hi += size
-            self.frames += 1
-            self.total_bytes = total
-            return
-        self.frames += 1
-        self._has_text = True
-        chars = self._chars
-        if delta:
-            size, low, replaced = _sizes(delta)
-            if self._keep_text:
-                self._chunks.append(delta)
-            self._chars = chars + len(delta)
-            self._bytes += size
-            if self._text_limit is not None and self._bytes > self._text_limit:
-                self._drop_text()
-            self._replacements += replaced
-        else:
-            size = low = 0
-        if self._notice_index >= 0 and not self._notice_said:
-            self._notice_said = True
-            self._anomalies.append(_after_end(self.key, index))
-        if last is None:
-            self.first_total = total
-            self._first_index = index
-            self._first_gap = gap
-            self._first_hold = MAX_HELD_BYTES if gap else _hold_bound(delta)
-            self._run_start = chars
-            if gap:
-                self._lead_end = "gap"
-            else:
-                self._lead_lo, self._lead_hi, self._lead_chars = low, size, len(delta)
-                self._cur_lo += low
-                self._cur_hi += size
-        else:
-            if total < last:
-                self._anomalies.append(_regressed(self.key, index, last, total))
-            if gap:
-                if self._lead_end == "open":
-                    self._lead_end = "gap"
-            elif self._run_open and total == self._gaps[-1].total_bytes:
-                # The paced remainder of the last gap's surviving tail.
-                self._gaps[-1] = self._gaps[-1].narrowed(low, size)
-            elif self._lead_end == "open" and total == self.first_total:
-                self._lead_lo += low
-                self._lead_hi += size
-                self._lead_chars += len(delta)
-                self._cur_lo += low
-                self._cur_hi += size
-            elif total == last:
-                self._cur_lo += low
-                self._cur_hi += size
-            else:
-                overrun = self._end_run(_hold_bound(delta), index, total > last)
-                if overrun is not None:
-                    self._anomalies.append(overrun)
-                if total < last:
-                    # After a regression (reported on its own) the producer's
-                    # cursor is known only to be at least 0.
-                    self._cur_lo = 0
-                self._run_start = chars
-                self._cur_lo += low
-                self._cur_hi += size
-        if len(delta) * 4 > total and _source_bytes_min(delta) > total:
-            # A character is at most 4 source bytes, so only a delta with more
-            # than a quarter as many characters as the total can overrun it.
-            self._anomalies.append(_overrun(self.key, index, delta, total))
-        self.total_bytes = total
-        if payload.truncated:
-            self.truncated = True
-            if not delta and not gap and self._notice_index < 0:
-                self._notice_index = index
-        if gap:
-            self._gaps.append(
-                Gap(
-                    offset=chars,
-                    index=index,
-                    total_bytes=total,
-                    upper=total - self._cur_lo - low,
-                    lower=total - self._cur_hi - size,
-                )
-            )
-            self._rel_gap = self._rel_gap or not self._anchored
-            self._cur_lo = total - MAX_HELD_BYTES
-            self._cur_hi = total
-            self._anchored = True
-            self._run_open = True
-            self._run_start = chars
-        if dropped:
-            self._anomalies.append(
-                Anomaly(
-                    "dropped_frames",
-                    index,
-                    f"the sender dropped {dropped} frame(s) before this one",
-                    self.key,
-                )
-            )
+    # -- absorbing (the steps are module functions below) ---------------------
 
     def _drop_text(self) -> None:
         # Past max_text_bytes: the figures go on, the text is no longer kept.
@@ -698,127 +497,7 @@ class StreamState:
         gap = self._gaps[-1]
         if held < gap.held:
             self._cur_lo += gap.held - held
-            self._gaps[-1] = gap.with_held(held)
-
-    def absorb_state(self, later: StreamState, records: int) -> None:
-        """Package-internal. Absorb the fold of this stream's later records (``records`` = how many
-        records this fold's owner had absorbed before them)."""
-        self._anomalies_cut += keep_first(self._anomalies)
-        later._anomalies_cut += keep_first(later._anomalies)
-        # Only the first frame after a truncation notice is reported.
-        said = self._notice_index >= 0 and (self._notice_said or later.first_total is not None)
-        anomalies = [
-            shift_anomaly(anomaly, records)
-            for anomaly in later._anomalies
-            if anomaly.kind != "unknown_call" and not (said and anomaly.kind == "frame_after_end")
-        ]
-        self.frames += later.frames
-        self._notes.extend(later._notes)
-        self.truncated = self.truncated or later.truncated
-        self._anomalies_cut += later._anomalies_cut
-        if later.first_total is None:
-            self._anomalies.extend(anomalies)
-            self._anomalies_cut += keep_first(self._anomalies)
-            return
-        chars = self._chars
-        if self.first_total is None:
-            self._adopt(later, records, chars)
-            if self._from_start and not later._from_start and later._lead_end in ("rise", "fall"):
-                # The later fold began where this stream may have been under
-                # way, so it left its first run unjudged; from the start, that
-                # run is the stream's first, and its overrun is certain.
-                first = later.first_total
-                if later._lead_lo > first:
-                    index = later._lead_end_index + records
-                    insert_anomaly(anomalies, _run_overrun(self.key, index, later._lead_lo, first))
-            self._anomalies.extend(anomalies)
-            self._anomalies_cut += keep_first(self._anomalies)
-            return
-        first = later.first_total
-        last = self.total_bytes
-        assert last is not None
-        first_index = later._first_index + records
-        if self._notice_index >= 0 and not self._notice_said:
-            insert_anomaly(anomalies, _after_end(self.key, first_index))
-        if first < last:
-            insert_anomaly(anomalies, _regressed(self.key, first_index, last, first))
-        if later._first_gap:
-            if self._lead_end == "open":
-                self._lead_end = "gap"
-            base_lo, base_hi = self._cur_lo, self._cur_hi
-        else:
-            lead_lo, lead_hi = later._lead_lo, later._lead_hi
-            if self._run_open and first == self._gaps[-1].total_bytes:
-                # The lead is the paced remainder of this fold's last gap.
-                self._gaps[-1] = self._gaps[-1].narrowed(lead_lo, lead_hi)
-                base_lo, base_hi = self._cur_lo - lead_lo, self._cur_hi - lead_hi
-            elif self._lead_end == "open" and first == self.first_total:
-                self._lead_lo += lead_lo
-                self._lead_hi += lead_hi
-                self._lead_chars += later._lead_chars
-                base_lo, base_hi = self._cur_lo, self._cur_hi
-            elif first == last:
-                base_lo, base_hi = self._cur_lo, self._cur_hi
-            else:
-                overrun = self._end_run(later._first_hold, first_index, first > last)
-                if overrun is not None:
-                    insert_anomaly(anomalies, overrun)
-                if first < last:
-                    self._cur_lo = 0
-                self._run_start = chars
-                base_lo, base_hi = self._cur_lo, self._cur_hi
-            if later._lead_end in ("rise", "fall"):
-                # The run holding the lead ends where the lead ended. The later
-                # fold judged that run without what came before it: its verdict
-                # is replaced by the one made here, with this fold's figures.
-                end_index = later._lead_end_index + records
-                anomalies = [
-                    anomaly
-                    for anomaly in anomalies
-                    if not (anomaly.index == end_index and _is_run_overrun(anomaly))
-                ]
-                self.total_bytes = first
-                self._cur_lo, self._cur_hi = base_lo + lead_lo, base_hi + lead_hi
-                overrun = self._end_run(
-                    later._lead_end_hold, later._lead_end_index + records, later._lead_end == "rise"
-                )
-                if overrun is not None:
-                    insert_anomaly(anomalies, overrun)
-            elif later._lead_end == "gap" and self._lead_end == "open":
-                self._lead_end = "gap"
-        gaps = [gap.shifted(chars, records) for gap in later._gaps]
-        if later._rel_gap:
-            gaps[0] = gaps[0].rebased(base_lo, base_hi)
-            # Still relative when this fold had no anchor either.
-            self._rel_gap = self._rel_gap or not self._anchored
-        if later._anchored:
-            self._cur_lo, self._cur_hi = later._cur_lo, later._cur_hi
-            self._anchored = True
-        else:
-            self._cur_lo, self._cur_hi = base_lo + later._cur_lo, base_hi + later._cur_hi
-        if later._gaps:
-            self._run_open = later._run_open
-        if later._first_gap or later._lead_end != "open":
-            self._run_start = chars + later._run_start
-        if self._notice_index >= 0:
-            self._notice_said = True
-        elif later._notice_index >= 0:
-            self._notice_index = later._notice_index + records
-            self._notice_said = later._notice_said
-        self.total_bytes = later.total_bytes
-        if later._text_cut:
-            self._drop_text()
-        if self._keep_text:
-            self._chunks.extend(later._chunks)
-        self._has_text = True
-        self._chars += later._chars
-        self._bytes += later._bytes
-        if self._text_limit is not None and self._bytes > self._text_limit:
-            self._drop_text()
-        self._replacements += later._replacements
-        self._gaps.extend(gaps)
-        self._anomalies.extend(anomalies)
-        self._anomalies_cut += keep_first(self._anomalies)
+            self._gaps[-1] = gap_with_held(gap, held)
 
     def _adopt(self, later: StreamState, records: int, chars: int) -> None:
         """Take ``later``'s payload figures whole (this fold had none)."""
@@ -833,7 +512,7 @@ class StreamState:
         self._chars = chars + later._chars
         self._bytes += later._bytes
         self._replacements += later._replacements
-        self._gaps.extend(gap.shifted(chars, records) for gap in later._gaps)
+        self._gaps.extend(gap_shifted(gap, chars, records) for gap in later._gaps)
         self._cur_lo, self._cur_hi = later._cur_lo, later._cur_hi
         self._anchored = later._anchored
         self._first_gap = later._first_gap
@@ -848,24 +527,6 @@ class StreamState:
         self._run_start = chars + later._run_start
         self._notice_index = later._notice_index + records if later._notice_index >= 0 else -1
         self._notice_said = later._notice_said
-
-    def shifted_copy(self, records: int, from_start: bool) -> StreamState:
-        """Package-internal. A copy whose record indexes are ``records`` later, for
-        a fold that began at the start or not (``from_start``)."""
-        fresh = StreamState(
-            self.key,
-            keep_text=self._keep_text or self._text_cut,
-            from_start=from_start,
-            max_text_bytes=self._text_limit,
-        )
-        fresh.absorb_state(self, records)
-        # An unknown-call report belongs to whoever first saw the stream.
-        fresh._anomalies[:0] = [
-            shift_anomaly(anomaly, records)
-            for anomaly in self._anomalies
-            if anomaly.kind == "unknown_call"
-        ]
-        return fresh
 
 
 def _after_end(key: StreamKey, index: int) -> Anomaly:
@@ -948,3 +609,357 @@ def insert_anomaly(anomalies: list[Anomaly], anomaly: Anomaly) -> None:
     while at < len(anomalies) and anomaly_rank(anomalies[at]) < rank:
         at += 1
     anomalies.insert(at, anomaly)
+
+
+# What the reassembler reads and adds: the fold's steps, package-private
+# (``_reassembler`` imports them; none is part of StreamState's API).
+
+
+def first_index_of(state: StreamState) -> int:
+    """The record index of ``state``'s first delta (-1: none yet)."""
+    return state._first_index
+
+
+def recorded_anomalies(state: StreamState) -> list[Anomaly]:
+    """The anomalies recorded so far, as held (not yet cut to
+    :data:`MAX_ANOMALIES_KEPT`); the caller must not change the list."""
+    return state._anomalies
+
+
+def add_anomaly(state: StreamState, anomaly: Anomaly) -> None:
+    """Report ``anomaly`` against ``state``'s stream."""
+    state._anomalies.append(anomaly)
+
+
+def add_note(state: StreamState, body: Any) -> None:
+    """Keep ``body``, a progress body that is not a delta, as a note."""
+    state._notes.append(body)
+
+
+def added_at(state: StreamState, index: int) -> tuple[list[Anomaly], Gap | None]:
+    """What record ``index``, the last absorbed, added to ``state``: the
+    anomalies reported at it (in record order) and the gap it opened or
+    proved, if any.
+
+    A gap a gap frame opened is given with what that frame proves: at most
+    its upper bound, and at least 1 byte. Frames after it at the same total
+    carry the rest of its run and lower both bounds, so the bound it would
+    have as the run's last frame is no lower bound yet; the fold narrows it
+    to the exact figure as they arrive."""
+    own = state._anomalies
+    first = len(own)
+    while first and own[first - 1].index == index:
+        first -= 1
+    gaps = state._gaps
+    gap = gaps[-1] if gaps and gaps[-1].index == index else None
+    if gap is not None and not gap.inferred:
+        gap = gap_opened_at(state, index)
+    if gap is None and state._lead_end_index == index:
+        gap = state._prefix_gap()
+    return own[first:], gap
+
+
+def gap_opened_at(state: StreamState, index: int) -> Gap | None:
+    """The gap the gap frame of record ``index`` opened,
+    with the bounds the records absorbed since prove: the fold's figures
+    once its run has ended (a later total, or a later gap), and while the
+    run may still go on, its upper bound and at least 1 byte. ``None`` when
+    no gap frame of ``state`` is at ``index``."""
+    gaps = state._gaps
+    for position in range(len(gaps) - 1, -1, -1):
+        gap = gaps[position]
+        if gap.index < index:
+            break
+        if gap.index == index and not gap.inferred:
+            last = position == len(gaps) - 1
+            if last and state._run_open and state.total_bytes == gap.total_bytes:
+                return gap_with_open_run(gap)
+            return gap
+    return None
+
+
+def absorb_payload(
+    state: StreamState, payload: PartialResultPayload, index: int, dropped: int | None
+) -> None:
+    """Absorb into ``state`` the delta of record ``index`` (``dropped``: its
+    frame's ``dropped_count``): the reassembler's step."""
+    if len(state._anomalies) > MAX_ANOMALIES_KEPT:
+        state._anomalies_cut += keep_first(state._anomalies)
+    total = payload.total_bytes
+    delta = payload.delta
+    gap = payload.gap
+    last = state.total_bytes
+    if (
+        delta
+        and not gap
+        and not dropped
+        and not payload.truncated
+        and not state._run_open
+        and state._lead_end != "open"
+        and state._notice_index < 0
+        and last is not None
+        and total >= last
+        and len(delta) * 4 <= total
+    ):
+        # The steady path: a frame that only appends, in the same run or
+        # the next (the general path below does the same, step by step).
+        chars = state._chars
+        if delta.isascii():
+            size = low = len(delta)
+            held = 0
+        else:
+            size, low, replaced = _sizes(delta)
+            state._replacements += replaced
+            held = _hold_bound(delta)
+        if state._keep_text:
+            state._chunks.append(delta)
+        state._chars = chars + len(delta)
+        state._bytes += size
+        if state._text_limit is not None and state._bytes > state._text_limit:
+            state._drop_text()
+        if total != last:
+            if state._cur_lo > last:
+                state._anomalies.append(_run_overrun(state.key, index, state._cur_lo, last))
+            if last - held - state._cur_hi > 0:
+                state._gaps.append(state._inferred_gap(index, last, held))
+            state._cur_lo = last - held + low
+            state._cur_hi = last + size
+            state._run_start = chars
+        else:
+            state._cur_lo += low
+            state._cur_hi += size
+        state.frames += 1
+        state.total_bytes = total
+        return
+    state.frames += 1
+    state._has_text = True
+    chars = state._chars
+    if delta:
+        size, low, replaced = _sizes(delta)
+        if state._keep_text:
+            state._chunks.append(delta)
+        state._chars = chars + len(delta)
+        state._bytes += size
+        if state._text_limit is not None and state._bytes > state._text_limit:
+            state._drop_text()
+        state._replacements += replaced
+    else:
+        size = low = 0
+    if state._notice_index >= 0 and not state._notice_said:
+        state._notice_said = True
+        state._anomalies.append(_after_end(state.key, index))
+    if last is None:
+        state.first_total = total
+        state._first_index = index
+        state._first_gap = gap
+        state._first_hold = MAX_HELD_BYTES if gap else _hold_bound(delta)
+        state._run_start = chars
+        if gap:
+            state._lead_end = "gap"
+        else:
+            state._lead_lo, state._lead_hi, state._lead_chars = low, size, len(delta)
+            state._cur_lo += low
+            state._cur_hi += size
+    else:
+        if total < last:
+            state._anomalies.append(_regressed(state.key, index, last, total))
+        if gap:
+            if state._lead_end == "open":
+                state._lead_end = "gap"
+        elif state._run_open and total == state._gaps[-1].total_bytes:
+            # The paced remainder of the last gap's surviving tail.
+            state._gaps[-1] = gap_narrowed(state._gaps[-1], low, size)
+        elif state._lead_end == "open" and total == state.first_total:
+            state._lead_lo += low
+            state._lead_hi += size
+            state._lead_chars += len(delta)
+            state._cur_lo += low
+            state._cur_hi += size
+        elif total == last:
+            state._cur_lo += low
+            state._cur_hi += size
+        else:
+            overrun = state._end_run(_hold_bound(delta), index, total > last)
+            if overrun is not None:
+                state._anomalies.append(overrun)
+            if total < last:
+                # After a regression (reported on its own) the producer's
+                # cursor is known only to be at least 0.
+                state._cur_lo = 0
+            state._run_start = chars
+            state._cur_lo += low
+            state._cur_hi += size
+    if len(delta) * 4 > total and _source_bytes_min(delta) > total:
+        # A character is at most 4 source bytes, so only a delta with more
+        # than a quarter as many characters as the total can overrun it.
+        state._anomalies.append(_overrun(state.key, index, delta, total))
+    state.total_bytes = total
+    if payload.truncated:
+        state.truncated = True
+        if not delta and not gap and state._notice_index < 0:
+            state._notice_index = index
+    if gap:
+        state._gaps.append(
+            Gap(
+                offset=chars,
+                index=index,
+                total_bytes=total,
+                upper=total - state._cur_lo - low,
+                lower=total - state._cur_hi - size,
+            )
+        )
+        state._rel_gap = state._rel_gap or not state._anchored
+        state._cur_lo = total - MAX_HELD_BYTES
+        state._cur_hi = total
+        state._anchored = True
+        state._run_open = True
+        state._run_start = chars
+    if dropped:
+        state._anomalies.append(
+            Anomaly(
+                "dropped_frames",
+                index,
+                f"the sender dropped {dropped} frame(s) before this one",
+                state.key,
+            )
+        )
+
+
+def absorb_state(state: StreamState, later: StreamState, records: int) -> None:
+    """Absorb into ``state`` the fold of its stream's later records
+    (``records`` = how many records ``state``'s owner had absorbed before them)."""
+    state._anomalies_cut += keep_first(state._anomalies)
+    later._anomalies_cut += keep_first(later._anomalies)
+    # Only the first frame after a truncation notice is reported.
+    said = state._notice_index >= 0 and (state._notice_said or later.first_total is not None)
+    anomalies = [
+        shift_anomaly(anomaly, records)
+        for anomaly in later._anomalies
+        if anomaly.kind != "unknown_call" and not (said and anomaly.kind == "frame_after_end")
+    ]
+    state.frames += later.frames
+    state._notes.extend(later._notes)
+    state.truncated = state.truncated or later.truncated
+    state._anomalies_cut += later._anomalies_cut
+    if later.first_total is None:
+        state._anomalies.extend(anomalies)
+        state._anomalies_cut += keep_first(state._anomalies)
+        return
+    chars = state._chars
+    if state.first_total is None:
+        state._adopt(later, records, chars)
+        if state._from_start and not later._from_start and later._lead_end in ("rise", "fall"):
+            # The later fold began where this stream may have been under
+            # way, so it left its first run unjudged; from the start, that
+            # run is the stream's first, and its overrun is certain.
+            first = later.first_total
+            if later._lead_lo > first:
+                index = later._lead_end_index + records
+                insert_anomaly(anomalies, _run_overrun(state.key, index, later._lead_lo, first))
+        state._anomalies.extend(anomalies)
+        state._anomalies_cut += keep_first(state._anomalies)
+        return
+    first = later.first_total
+    last = state.total_bytes
+    assert last is not None
+    first_index = later._first_index + records
+    if state._notice_index >= 0 and not state._notice_said:
+        insert_anomaly(anomalies, _after_end(state.key, first_index))
+    if first < last:
+        insert_anomaly(anomalies, _regressed(state.key, first_index, last, first))
+    if later._first_gap:
+        if state._lead_end == "open":
+            state._lead_end = "gap"
+        base_lo, base_hi = state._cur_lo, state._cur_hi
+    else:
+        lead_lo, lead_hi = later._lead_lo, later._lead_hi
+        if state._run_open and first == state._gaps[-1].total_bytes:
+            # The lead is the paced remainder of this fold's last gap.
+            state._gaps[-1] = gap_narrowed(state._gaps[-1], lead_lo, lead_hi)
+            base_lo, base_hi = state._cur_lo - lead_lo, state._cur_hi - lead_hi
+        elif state._lead_end == "open" and first == state.first_total:
+            state._lead_lo += lead_lo
+            state._lead_hi += lead_hi
+            state._lead_chars += later._lead_chars
+            base_lo, base_hi = state._cur_lo, state._cur_hi
+        elif first == last:
+            base_lo, base_hi = state._cur_lo, state._cur_hi
+        else:
+            overrun = state._end_run(later._first_hold, first_index, first > last)
+            if overrun is not None:
+                insert_anomaly(anomalies, overrun)
+            if first < last:
+                state._cur_lo = 0
+            state._run_start = chars
+            base_lo, base_hi = state._cur_lo, state._cur_hi
+        if later._lead_end in ("rise", "fall"):
+            # The run holding the lead ends where the lead ended. The later
+            # fold judged that run without what came before it: its verdict
+            # is replaced by the one made here, with this fold's figures.
+            end_index = later._lead_end_index + records
+            anomalies = [
+                anomaly
+                for anomaly in anomalies
+                if not (anomaly.index == end_index and _is_run_overrun(anomaly))
+            ]
+            state.total_bytes = first
+            state._cur_lo, state._cur_hi = base_lo + lead_lo, base_hi + lead_hi
+            overrun = state._end_run(
+                later._lead_end_hold, later._lead_end_index + records, later._lead_end == "rise"
+            )
+            if overrun is not None:
+                insert_anomaly(anomalies, overrun)
+        elif later._lead_end == "gap" and state._lead_end == "open":
+            state._lead_end = "gap"
+    gaps = [gap_shifted(gap, chars, records) for gap in later._gaps]
+    if later._rel_gap:
+        gaps[0] = gap_rebased(gaps[0], base_lo, base_hi)
+        # Still relative when this fold had no anchor either.
+        state._rel_gap = state._rel_gap or not state._anchored
+    if later._anchored:
+        state._cur_lo, state._cur_hi = later._cur_lo, later._cur_hi
+        state._anchored = True
+    else:
+        state._cur_lo, state._cur_hi = base_lo + later._cur_lo, base_hi + later._cur_hi
+    if later._gaps:
+        state._run_open = later._run_open
+    if later._first_gap or later._lead_end != "open":
+        state._run_start = chars + later._run_start
+    if state._notice_index >= 0:
+        state._notice_said = True
+    elif later._notice_index >= 0:
+        state._notice_index = later._notice_index + records
+        state._notice_said = later._notice_said
+    state.total_bytes = later.total_bytes
+    if later._text_cut:
+        state._drop_text()
+    if state._keep_text:
+        state._chunks.extend(later._chunks)
+    state._has_text = True
+    state._chars += later._chars
+    state._bytes += later._bytes
+    if state._text_limit is not None and state._bytes > state._text_limit:
+        state._drop_text()
+    state._replacements += later._replacements
+    state._gaps.extend(gaps)
+    state._anomalies.extend(anomalies)
+    state._anomalies_cut += keep_first(state._anomalies)
+
+
+def shifted_copy(state: StreamState, records: int, from_start: bool) -> StreamState:
+    """A copy of ``state`` whose record indexes are ``records`` later, for
+    a fold that began at the start or not (``from_start``)."""
+    fresh = StreamState(
+        state.key,
+        keep_text=state._keep_text or state._text_cut,
+        from_start=from_start,
+        max_text_bytes=state._text_limit,
+    )
+    absorb_state(fresh, state, records)
+    # An unknown-call report belongs to whoever first saw the stream.
+    fresh._anomalies[:0] = [
+        shift_anomaly(anomaly, records)
+        for anomaly in state._anomalies
+        if anomaly.kind == "unknown_call"
+    ]
+    return fresh

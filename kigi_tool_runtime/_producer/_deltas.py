@@ -34,13 +34,13 @@ from typing import NamedTuple
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
 
 from ._chunk import Tail, advance, bytes_tail, cap_of, check_step, next_delta
-from ._tail import TailBuffer
+from ._tail import TailBuffer, cut_character
 
 __all__ = ("DeltaStreamer",)
 
 
 class Deltas(NamedTuple):
-    """Package-internal. The frames of one drain, as their parts: each delta's
+    """The frames of one drain, as their parts: each delta's
     text, oldest first, and what they share (all frames of one drain carry the
     same ``total_bytes`` and ``truncated``; only the first can report a gap)."""
 
@@ -82,15 +82,6 @@ class DeltaStreamer:
     def last_total(self) -> int:
         """How many source bytes have been surfaced or skipped so far."""
         return self._last_total
-
-    def mark(self) -> tuple[int, bool]:
-        """Package-internal. The cursor and the truncation flag, for :meth:`rewind`."""
-        return self._last_total, self._said_truncated
-
-    def rewind(self, mark: tuple[int, bool]) -> None:
-        """Package-internal. Go back to ``mark`` (from :meth:`mark`): the frames
-        drained since are due again, over the same tail."""
-        self._last_total, self._said_truncated = mark
 
     def step(
         self, tail: Tail, total: int, truncated: bool = False, *, final: bool = False
@@ -151,14 +142,6 @@ class DeltaStreamer:
         character the limit cut in half is left unsent (Rule 5)."""
         return self._frames(self._run_buffer(buffer, True))
 
-    def drain_buffer_deltas(self, buffer: TailBuffer) -> Deltas:
-        """Package-internal. :meth:`drain_buffer`'s frames as :class:`Deltas`."""
-        return self._run_buffer(buffer, False)
-
-    def finish_buffer_deltas(self, buffer: TailBuffer) -> Deltas:
-        """Package-internal. :meth:`finish_buffer`'s frames as :class:`Deltas`."""
-        return self._run_buffer(buffer, True)
-
     def _run_buffer(self, buffer: TailBuffer, final: bool) -> Deltas:
         # The buffer's tail is a flat byte view and its total is never negative,
         # so nothing needs checking.
@@ -166,7 +149,7 @@ class DeltaStreamer:
         truncated = buffer.truncated
         if total > self._last_total:
             # Rule 5: a character the limit cut in half is held, never flushed.
-            flush = final and not buffer.cut_character
+            flush = final and not cut_character(buffer)
             deltas = self._loop(buffer.tail(), total, truncated, flush)
             if deltas.texts:
                 return deltas
@@ -252,3 +235,29 @@ class DeltaStreamer:
         if truncated and texts:
             self._said_truncated = True
         return Deltas(texts, total, truncated, gap)
+
+
+# What ``OutputStream`` takes of a streamer besides its API (package-private):
+# a drain as :class:`Deltas`, and a mark to go back to when the lines of a
+# drain could not be written.
+
+
+def mark(streamer: DeltaStreamer) -> tuple[int, bool]:
+    """``streamer``'s cursor and truncation flag, for :func:`rewind`."""
+    return streamer._last_total, streamer._said_truncated
+
+
+def rewind(streamer: DeltaStreamer, mark: tuple[int, bool]) -> None:
+    """Take ``streamer`` back to ``mark`` (from :func:`mark`): the frames drained
+    since are due again, over the same tail."""
+    streamer._last_total, streamer._said_truncated = mark
+
+
+def drain_buffer_deltas(streamer: DeltaStreamer, buffer: TailBuffer) -> Deltas:
+    """:meth:`DeltaStreamer.drain_buffer`'s frames as :class:`Deltas`."""
+    return streamer._run_buffer(buffer, False)
+
+
+def finish_buffer_deltas(streamer: DeltaStreamer, buffer: TailBuffer) -> Deltas:
+    """:meth:`DeltaStreamer.finish_buffer`'s frames as :class:`Deltas`."""
+    return streamer._run_buffer(buffer, True)

@@ -41,7 +41,14 @@ from typing import Final, NamedTuple
 from kigi_tool_protocol import CustomProgress, StreamingSpec, encode_delta_lines
 
 from ._chunk import MAX_CONTINUATION_BYTES, cap_of
-from ._deltas import Deltas, DeltaStreamer
+from ._deltas import (
+    Deltas,
+    DeltaStreamer,
+    drain_buffer_deltas,
+    finish_buffer_deltas,
+    mark,
+    rewind,
+)
 from ._tail import TailBuffer
 
 __all__ = ("LIMIT_MARKER", "OMISSION_MARKER", "Excerpt", "OutputStream", "ProgressLines")
@@ -286,9 +293,9 @@ class OutputStream:
         if not self._progress:
             # No frame to write; the arguments are checked all the same.
             return self._lines(_NO_DELTAS, tool_call_id, seq, session_id, None)
-        mark = self._streamer.mark()
-        deltas = self._streamer.drain_buffer_deltas(self._tail)
-        lines = self._lines(deltas, tool_call_id, seq, session_id, mark)
+        point = mark(self._streamer)
+        deltas = drain_buffer_deltas(self._streamer, self._tail)
+        lines = self._lines(deltas, tool_call_id, seq, session_id, point)
         self._drained_total = self._tail.total
         return lines
 
@@ -302,9 +309,9 @@ class OutputStream:
             ValueError, TypeError, WireError: as :meth:`drain_lines`.
         """
         if self._progress:
-            mark = self._streamer.mark()
-            deltas = self._streamer.finish_buffer_deltas(self._tail)
-            lines = self._lines(deltas, tool_call_id, seq, session_id, mark)
+            point = mark(self._streamer)
+            deltas = finish_buffer_deltas(self._streamer, self._tail)
+            lines = self._lines(deltas, tool_call_id, seq, session_id, point)
         else:
             lines = self._lines(_NO_DELTAS, tool_call_id, seq, session_id, None)
         self._finished = True
@@ -316,7 +323,7 @@ class OutputStream:
         tool_call_id: str,
         seq: int,
         session_id: str | None,
-        mark: tuple[int, bool] | None,
+        point: tuple[int, bool] | None,
     ) -> ProgressLines:
         try:
             data = encode_delta_lines(
@@ -331,8 +338,8 @@ class OutputStream:
             )
         except BaseException:
             # The tail has not changed since: drained again, the same frames come.
-            if mark is not None:
-                self._streamer.rewind(mark)
+            if point is not None:
+                rewind(self._streamer, point)
             raise
         return ProgressLines(data, len(deltas.texts))
 

@@ -150,13 +150,6 @@ class TailBuffer:
         """True once any byte was dropped at the limit."""
         return self._dropped > 0
 
-    @property
-    def cut_character(self) -> bool:
-        """Package-internal. Whether the limit cut a character in half: the
-        retained bytes end with the start of a character that refused bytes
-        would have completed (Rule 6)."""
-        return self._cut_character
-
     def statistics(self) -> TailStats:
         """The buffer's counters: retained, dropped, total."""
         return TailStats(self._end - self._start, self._dropped, self._total)
@@ -287,3 +280,10 @@ class TailBuffer:
         self._start = 0
         self._end = keep
         return keep
+
+
+def cut_character(buffer: TailBuffer) -> bool:
+    """Whether ``buffer``'s limit cut a character in half: the retained bytes
+    end with the start of a character that refused bytes would have completed
+    (Rule 6). Package-private: ``_deltas`` reads it to leave that start unsent."""
+    return buffer._cut_character

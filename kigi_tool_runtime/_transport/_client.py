@@ -55,14 +55,13 @@ from typing import IO, Any, Final, NamedTuple, Protocol
 from kigi_tool_protocol import (
     MAX_FRAME_BYTES_CEILING,
     METHOD_TOOLS_LIST,
-    CancelledWire,
     InternalErrorWire,
     TimeoutWire,
     ToolCallProgressFrame,
     ToolCallResult,
 )
 
-from .._call._caller import TIMEOUT_GRACE_S, CallHandle, CallProgress, RemoteToolError
+from .._call._caller import TIMEOUT_GRACE_S, CallHandle, CallProgress, CallTerms, RemoteToolError
 from .._consumer._loss import Gap, StreamKey
 from .._consumer._reassembler import Appended, Reassembler
 from .._lines import LineReader, read_lines
@@ -73,7 +72,6 @@ from ._rpc_client import (
     CallEnded,
     ClientEvent,
     ClientProtocol,
-    Failure,
     ProgressReceived,
     ProgressRefused,
 )
@@ -189,10 +187,13 @@ class Call(CallHandle):
             max_text_bytes=MAX_CALL_TEXT_BYTES if keep_text else None,
         )
         self.outcome: ToolCallResult | RemoteToolError | None = None
-        loop = asyncio.get_running_loop()
-        self._started = loop.time()
-        self._deadline = None if timeout is None else self._started + timeout + TIMEOUT_GRACE_S
-        self._timeout = timeout
+        self._terms = CallTerms(
+            tool_id,
+            tool_call_id,
+            timeout,
+            asyncio.get_running_loop().time(),
+            "the server did not answer in time",
+        )
         # Untaken items with where each stands: (item, its text's offset in
         # its stream, its record index in the reassembler).
         self._items: deque[tuple[CallProgress, int, int] | object] = deque()
@@ -273,13 +274,31 @@ class Call(CallHandle):
         earlier = self._lost.get(key)
         self._lost[key] = gap if earlier is None else _joined(earlier, gap)
 
-    def _end(self, outcome: ToolCallResult | RemoteToolError) -> None:
+    def _end(self, outcome: ToolCallResult | RemoteToolError) -> bool:
         if self._done:
-            return
+            return False
         self._done = True
         self.outcome = outcome
         self._items.append(_END)
         self._wake()
+        return True
+
+    # -- what the handle's decisions do here (see CallHandle) ---------------------
+
+    _settle = _end
+
+    def _has_ended(self) -> bool:
+        return self._done
+
+    def _give_up(self) -> None:
+        self._link.abandon(self)
+
+    async def _ask_cancel(self) -> None:
+        self._link.cancel(self)
+        await self._link.flush_notice()
+
+    async def _abandoned(self) -> None:
+        await self._link.flush_notice()
 
     # -- the consumer --------------------------------------------------------------
 
@@ -296,7 +315,7 @@ class Call(CallHandle):
             async with asyncio.timeout(self._remaining(loop)):
                 await self._link.flush()
         except TimeoutError:
-            self._time_out()
+            self._time_out(loop.time())
         while not self._items:
             self._getter = loop.create_future()
             remaining = self._remaining(loop)
@@ -306,7 +325,7 @@ class Call(CallHandle):
                 async with asyncio.timeout(remaining):
                     await self._getter
             except TimeoutError:
-                self._time_out()
+                self._time_out(loop.time())
             finally:
                 self._getter = None
         item = self._items.popleft()
@@ -322,33 +341,7 @@ class Call(CallHandle):
         return progress
 
     def _remaining(self, loop: asyncio.AbstractEventLoop) -> float | None:
-        return None if self._deadline is None else self._deadline - loop.time()
-
-    def _time_out(self) -> None:
-        elapsed_ms = int((asyncio.get_running_loop().time() - self._started) * 1000)
-        wire = TimeoutWire(tool_id=self.tool_id, elapsed_ms=elapsed_ms)
-        message = (
-            f"tool {self.tool_id!r} call {self.tool_call_id!r} timed out after {elapsed_ms} ms"
-            f" (timeout {self._timeout} s; the server did not answer in time)"
-        )
-        self._link.abandon(self)
-        self._end(RemoteToolError(wire, message))
-
-    async def cancel(self) -> None:
-        """Ask the server to cancel the call (hook ``Cancel``). Iterating goes on to
-        the server's reply, normally a ``cancelled`` error."""
-        if not self._done:
-            self._link.cancel(self)
-            await self._link.flush_notice()
-
-    async def aclose(self) -> None:
-        """Stop caring about the call: cancel it if it is still running (Rule 4)."""
-        if not self._done:
-            self._link.abandon(self)
-            wire = CancelledWire(tool_id=self.tool_id)
-            self._end(RemoteToolError(wire, f"call {self.tool_call_id!r} was abandoned"))
-            await self._link.flush_notice()
-        self._finished = True
+        return self._terms.remaining(loop.time())
 
 
 def _joined(first: Gap, second: Gap) -> Gap:
@@ -752,7 +745,7 @@ class Client:
             self._send_cancel(call)
 
     def _connection_lost(self, what: str) -> RemoteToolError:
-        return _error(self._protocol.lost_failure(what))
+        return self._protocol.lost_failure(what).error()
 
     def _lose(self, why: str) -> None:
         if self._protocol.lost is not None:
@@ -777,13 +770,13 @@ class Client:
                 call = self._calls.pop(event.call_id, None)
                 if call is not None:
                     outcome = event.outcome
-                    call._end(_error(outcome) if isinstance(outcome, Failure) else outcome)
+                    call._end(outcome if isinstance(outcome, ToolCallResult) else outcome.error())
             else:
                 future = self._requests.get(event.request_id)
                 if future is None or future.done():
                     continue
                 if event.failure is not None:
-                    future.set_exception(_error(event.failure))
+                    future.set_exception(event.failure.error())
                 else:
                     future.set_result(event.result)
 
@@ -824,7 +817,3 @@ def _check_leads_group(process: asyncio.subprocess.Process) -> None:
             f"server process {process.pid} is in process group {pgid}, not its own:"
             " start it with Client.spawn (its own session and group)"
         )
-
-
-def _error(failure: Failure) -> RemoteToolError:
-    return RemoteToolError(failure.wire, failure.message, number=failure.number)

@@ -39,7 +39,6 @@ from .._wire._split import LineSplitter, OversizedLine
 
 __all__ = (
     "DEFAULT_POLL_INTERVAL",
-    "READ_BLOCK_BYTES",
     "Follower",
     "iter_lines",
     "read_from",

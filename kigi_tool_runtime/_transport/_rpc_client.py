@@ -48,13 +48,12 @@ from kigi_tool_protocol import (
     ToolCallParams,
     ToolCallProgressFrame,
     ToolCallResult,
-    ToolErrorWire,
-    convert,
     decode_progress_frame,
     decode_progress_line,
     json_codec,
 )
 
+from .._call._response import Failure, failure_of, outcome_of
 from .._wire._split import OversizedLine
 
 __all__ = ()
@@ -67,15 +66,6 @@ def tool_id_of(method: str) -> str:
     method spelled as a valid tool id (``tools.list`` -> ``tools:list``)."""
     spelled = method.replace(".", ":", 1).replace(".", "_")
     return spelled if _TOOL_ID.match(spelled) else "request"
-
-
-class Failure(NamedTuple):
-    """How a call or request failed: the error wire, the message, and the
-    JSON-RPC ``error.code`` (None: the wire's own number)."""
-
-    wire: ToolErrorWire
-    message: str
-    number: int | None = None
 
 
 class ProgressReceived(NamedTuple):
@@ -113,18 +103,6 @@ class RequestEnded(NamedTuple):
 
 
 ClientEvent = ProgressReceived | ProgressRefused | CallEnded | RequestEnded
-
-
-def failure_of(response: JsonRpcResponse[Any]) -> Failure:
-    """The failure an error response carries: its ``ToolErrorWire`` (an
-    ``internal_error`` with the message when ``data`` is none), message and code."""
-    error = response.error
-    assert error is not None
-    try:
-        wire: ToolErrorWire = convert(error.data, ToolErrorWire)
-    except DecodeError:
-        wire = InternalErrorWire(detail=error.message)
-    return Failure(wire, error.message, error.code)
 
 
 class _Pending(NamedTuple):
@@ -295,15 +273,7 @@ class ClientProtocol:
         if call_id is None:
             return None
         del self._calls[call_id]
-        if response.error is not None:
-            return CallEnded(call_id, failure_of(response))
-        assert response.result is not None
-        try:
-            result = json_codec.decode(response.result, ToolCallResult)
-        except DecodeError as exc:
-            wire = InternalErrorWire(detail=f"the server's result is not a ToolCallResult: {exc}")
-            return CallEnded(call_id, Failure(wire, wire.detail or ""))
-        return CallEnded(call_id, result)
+        return CallEnded(call_id, outcome_of(response, "the server's"))
 
     # -- the end ----------------------------------------------------------------------
 

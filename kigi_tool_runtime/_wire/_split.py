@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ("LineSplitter", "OversizedLine")
+__all__ = ("OversizedLine",)
 
 
 class OversizedLine(NamedTuple):

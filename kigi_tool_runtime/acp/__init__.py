@@ -22,13 +22,10 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 
 from ._host import (
-    CONNECTION_CHECK_S,
-    LAST_UPDATE_WAIT_S,
     AcpToolCalls,
     SessionUpdates,
     is_cancelled,
     run_tool_call,
-    tool_title,
 )
 from ._mapping import (
     DEFAULT_TAIL_BYTES,
@@ -42,14 +39,11 @@ from ._mapping import (
     TERMINAL_REDRAW,
     LiveOutput,
     Pacing,
-    TextTail,
     ToolCallMapper,
 )
 
 __all__: tuple[str, ...] = (
-    "CONNECTION_CHECK_S",
     "DEFAULT_TAIL_BYTES",
-    "LAST_UPDATE_WAIT_S",
     "META_FRAME",
     "META_LIVE",
     "META_LOSS",
@@ -62,9 +56,7 @@ __all__: tuple[str, ...] = (
     "LiveOutput",
     "Pacing",
     "SessionUpdates",
-    "TextTail",
     "ToolCallMapper",
     "is_cancelled",
     "run_tool_call",
-    "tool_title",
 )

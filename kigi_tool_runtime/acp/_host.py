@@ -45,13 +45,10 @@ from .._tools._tool import Tool
 from ._mapping import DEFAULT_TAIL_BYTES, LiveOutput, Pacing, ToolCallMapper, ToolKind, Update
 
 __all__ = (
-    "CONNECTION_CHECK_S",
-    "LAST_UPDATE_WAIT_S",
     "AcpToolCalls",
     "SessionUpdates",
     "is_cancelled",
     "run_tool_call",
-    "tool_title",
 )
 
 #: How long a cancelled task's call may take to send its last update: the

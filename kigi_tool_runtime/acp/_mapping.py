@@ -76,7 +76,6 @@ __all__ = (
     "TERMINAL_REDRAW",
     "LiveOutput",
     "Pacing",
-    "TextTail",
     "ToolCallMapper",
 )
 

@@ -22,13 +22,11 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " langgraph): pip install 'kigi-tool-runtime[langchain]'"
     ) from exc
 
-from ._fold import MAX_TEXT_BYTES, TOOL_EVENTS, FoldedToolCall, ToolEventFolder
+from ._fold import MAX_TEXT_BYTES, FoldedToolCall, ToolEventFolder
 from ._mapping import (
     ARTIFACT_KEY,
     NAME_PATTERN,
     LiveChunk,
-    args_schema,
-    artifact,
     is_kigi_artifact,
     langchain_tool_name,
 )
@@ -40,13 +38,10 @@ __all__: tuple[str, ...] = (
     "MAX_PENDING_EVENTS",
     "MAX_TEXT_BYTES",
     "NAME_PATTERN",
-    "TOOL_EVENTS",
     "FoldedToolCall",
     "KigiToolError",
     "LiveChunk",
     "ToolEventFolder",
-    "args_schema",
-    "artifact",
     "as_langchain_tool",
     "cancel_running_calls",
     "is_kigi_artifact",

@@ -46,8 +46,6 @@ __all__ = (
     "ARTIFACT_KEY",
     "NAME_PATTERN",
     "LiveChunk",
-    "args_schema",
-    "artifact",
     "is_kigi_artifact",
     "langchain_tool_name",
 )

@@ -23,8 +23,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " pip install 'kigi-tool-runtime[mcp]'"
     ) from exc
 
-from ._hold import RESPONSE_HOLD_S
-from ._host import SETTLE_WAIT_S, FoldedCall, ProgressFolder
+from ._host import FoldedCall, ProgressFolder
 from ._mapping import (
     META_CAPABILITIES,
     META_CLOSING,
@@ -34,24 +33,13 @@ from ._mapping import (
     META_SEQ,
     META_STREAM,
     ProgressNote,
-    ProgressNumbering,
-    StreamSummary,
-    closing_params,
     mcp_tool_name,
-    notification_from_progress,
-    progress_params,
-    result_from_terminal,
     tool_definition,
 )
-from ._outbox import OUTBOX_BYTES, ProgressOutbox
 from ._partial import (
     DRAFT,
     METHOD_PARTIAL_RESULT,
     PartialNote,
-    final_params,
-    notification_from_partial,
-    partial_params,
-    partial_result_token,
 )
 from ._partial_host import declaring_partial_results, partial_results_extension
 from ._server import STALL_S, McpServerStats, McpToolServer
@@ -68,9 +56,6 @@ __all__: tuple[str, ...] = (
     "META_SEQ",
     "META_STREAM",
     "METHOD_PARTIAL_RESULT",
-    "OUTBOX_BYTES",
-    "RESPONSE_HOLD_S",
-    "SETTLE_WAIT_S",
     "STALL_S",
     "FoldedCall",
     "McpServerStats",
@@ -78,20 +63,9 @@ __all__: tuple[str, ...] = (
     "PartialNote",
     "ProgressFolder",
     "ProgressNote",
-    "ProgressNumbering",
-    "ProgressOutbox",
-    "StreamSummary",
-    "closing_params",
     "declaring_partial_results",
-    "final_params",
     "mcp_tool_name",
-    "notification_from_partial",
-    "notification_from_progress",
-    "partial_params",
-    "partial_result_token",
     "partial_results_extension",
-    "progress_params",
-    "result_from_terminal",
     "serve_http_mcp",
     "serve_stdio_mcp",
     "serve_streams_mcp",

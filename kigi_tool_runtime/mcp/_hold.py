@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ("RESPONSE_HOLD_S",)
+__all__ = ()
 
 #: Longest a response is held for the host to read what came before it (Rule 2).
 RESPONSE_HOLD_S: Final = 1.0

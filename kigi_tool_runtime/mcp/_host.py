@@ -40,7 +40,7 @@ from ._partial import TOKEN as PARTIAL_TOKEN
 from ._partial import PartialNote, notification_from_partial
 from ._partial_host import partial_results_extension
 
-__all__ = ("SETTLE_WAIT_S", "FoldedCall", "ProgressFolder")
+__all__ = ("FoldedCall", "ProgressFolder")
 
 #: How long :meth:`ProgressFolder.settle` waits for notifications a result
 #: overtook. They are already received and only wait for their task's turn, so

@@ -67,13 +67,7 @@ __all__ = (
     "META_SEQ",
     "META_STREAM",
     "ProgressNote",
-    "ProgressNumbering",
-    "StreamSummary",
-    "closing_params",
     "mcp_tool_name",
-    "notification_from_progress",
-    "progress_params",
-    "result_from_terminal",
     "tool_definition",
 )
 

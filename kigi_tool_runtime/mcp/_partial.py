@@ -50,10 +50,6 @@ __all__ = (
     "DRAFT",
     "METHOD_PARTIAL_RESULT",
     "PartialNote",
-    "final_params",
-    "notification_from_partial",
-    "partial_params",
-    "partial_result_token",
 )
 
 #: The draft this module implements.

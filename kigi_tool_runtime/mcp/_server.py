@@ -1,7 +1,8 @@
 """``McpToolServer``: serve kigi tools to MCP hosts, their output streaming live.
 
-The thin driver over :mod:`._mapping` and :mod:`._outbox`, on the official SDK's
-low-level ``Server``. Invariants:
+The thin driver over :mod:`._mapping` and the served-call core (one
+``CallQueue`` per call, ``_call/_queue``, fed by ``_call/_feed``), on the
+official SDK's low-level ``Server``. Invariants:
 
 Rule 1. A ``tools/call`` with a ``progressToken`` sends one ``notifications/progress``
         per frame the tool yields, numbered at sending (``_mapping`` Rule 1).
@@ -12,12 +13,12 @@ Rule 1. A ``tools/call`` with a ``progressToken`` sends one ``notifications/prog
         that could lose the race. Without a token the tool is told nobody
         wants progress and nothing is sent.
 Rule 2. A slow host slows the tool first: while the host keeps taking
-        notifications, a full outbox pauses the call (the runner then pauses
+        notifications, a full queue pauses the call (the runner then pauses
         the tool; the shell tool keeps reading into its bounded tail and
         reports what it skipped as a gap). Once one notification has waited
-        :data:`STALL_S` to be taken, the outbox drops its oldest frames instead
-        (``_outbox`` Rule 1); the loss is in the next frame's ``dropped_count``
-        and in the result's ``_meta``.
+        :data:`STALL_S` to be taken, the queue drops its oldest frames instead
+        (``_call/_queue`` Rule 2); the loss is in the next frame's
+        ``dropped_count`` (``_queued`` Rule 2) and in the result's ``_meta``.
 Rule 3. ``notifications/cancelled`` for a call, the host going away (end of
         input, a closed HTTP stream) and server shutdown cancel the tool: the
         call's ``ToolContext`` is cancelled and the driver waits (bounded by the
@@ -37,7 +38,7 @@ Rule 6. A progress token names one running call per connection: a call that
 Rule 7. Each notification's text (``message``, or a partial result's content)
         is the call's live text (``LiveText``): the delta after a one-line
         marker where bytes were lost (a gap in the tool's output, or frames the
-        outbox dropped before this one, Rule 2); a loss known only at the end
+        queue dropped before this one, Rule 2); a loss known only at the end
         is said by one closing notification.
 Rule 8. A call that declares SEP-2998 partial results (``_partial`` Rule 1) gets
         its frames as partial results instead of progress, then a ``final``
@@ -45,7 +46,7 @@ Rule 8. A call that declares SEP-2998 partial results (``_partial`` Rule 1) gets
 Rule 9. At most ``max_calls`` calls run at once, over every connection and
         transport together; one more is refused with the kigi ``tool_busy``
         code (``-32016``), as the stdio server refuses it. Each running call
-        holds at most its outbox budget of queued progress.
+        holds at most its queue's budget of progress (``outbox_bytes``).
 Rule 10. :meth:`McpToolServer.stop_calls` (server shutdown) refuses every new
         call (``session_draining``, ``-32008``) and cancels every running one,
         returning once their tools have stopped (bounded by the stop wait).
@@ -59,7 +60,6 @@ Rule 11. Over HTTP (``_http``) a call whose host went away is cancelled as by
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple, Protocol, cast
 
@@ -71,9 +71,11 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from pydantic import BaseModel
 
-from kigi_tool_protocol import ERROR_CODES, ToolCallProgressFrame, WireError, progress_to_frame
+from kigi_tool_protocol import ERROR_CODES, ToolCallProgressFrame
 
+from .._call._feed import QueueFeed, produce
 from .._call._live import LiveText
+from .._call._queue import CallQueue, QueuePolicy, StallWatch, Taken
 from .._mcp_limits import MAX_CALLS_IN_FLIGHT
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, ToolRun, run_tool
@@ -90,8 +92,8 @@ from ._mapping import (
     result_from_terminal,
     tool_definition,
 )
-from ._outbox import OUTBOX_BYTES, ProgressOutbox, frame_size
 from ._partial import METHOD_PARTIAL_RESULT, final_params, partial_params, partial_result_token
+from ._queued import OUTBOX_BYTES, frame_size, sent_frame
 
 __all__ = (
     "STALL_S",
@@ -121,24 +123,13 @@ class McpServerStats(NamedTuple):
     frames_dropped: int
 
 
-class _CallState:
-    """One call's progress handoff between the tool's task and the sender."""
+#: One call's frames on their way to the host, then its terminal (Rule 2).
+_Feed = QueueFeed[ToolCallProgressFrame[Any], ToolResult | ToolError]
 
-    __slots__ = ("abandoned", "done", "outbox", "room", "sending_since", "wake")
 
-    def __init__(self, budget: int) -> None:
-        self.outbox = ProgressOutbox(budget)
-        self.wake = asyncio.Event()  # a frame was queued, or the tool ended
-        self.room = asyncio.Event()  # a frame was taken
-        self.sending_since: float | None = None
-        self.done = False
-        self.abandoned = False  # nobody will send again: never wait for room
-
-    def stalled(self, now: float) -> bool:
-        if self.abandoned:
-            return True
-        since = self.sending_since
-        return since is not None and now - since >= STALL_S
+def _queued(frame: ToolCallProgressFrame[Any]) -> tuple[ToolCallProgressFrame[Any], int]:
+    """``frame`` as its call's queue holds it, with the bytes it counts."""
+    return frame, frame_size(frame)
 
 
 class McpToolServer:
@@ -181,13 +172,17 @@ class McpToolServer:
         self._outbox_bytes = outbox_bytes
         self._max_calls = max_calls
         self._closing = False
-        # The running calls (Rules 7 and 8): their contexts and producer tasks.
-        self._calls: dict[int, tuple[ToolContext, asyncio.Task[ToolResult | ToolError]]] = {}
+        # The running calls (Rules 9 and 10): their contexts, producer tasks
+        # and queues.
+        self._calls: dict[
+            int,
+            tuple[ToolContext, asyncio.Task[ToolResult | ToolError], CallQueue[Any, Any]],
+        ] = {}
         self._stop_wait = stop_wait
         self._calls_started = 0
         self._in_flight = 0
         self._sent = 0
-        self._dropped = 0
+        self._dropped = 0  # by the calls that ended
         # (connection, call id) of the calls running with a progress token (Rule 6).
         self._tokens: set[tuple[int, str]] = set()
         self.server: Server[Any] = Server(
@@ -204,15 +199,16 @@ class McpToolServer:
 
     def statistics(self) -> McpServerStats:
         """The server's counters (see :class:`McpServerStats`)."""
-        return McpServerStats(self._calls_started, self._in_flight, self._sent, self._dropped)
+        dropped = self._dropped + sum(queue.dropped for _, _, queue in self._calls.values())
+        return McpServerStats(self._calls_started, self._in_flight, self._sent, dropped)
 
     async def stop_calls(self) -> None:
         """Refuse new calls from now on and cancel every running one; return
-        once their tools have stopped, or after the stop wait (Rule 8)."""
+        once their tools have stopped, or after the stop wait (Rule 10)."""
         self._closing = True
-        for kctx, _ in list(self._calls.values()):
+        for kctx, _, _ in list(self._calls.values()):
             kctx.cancel()
-        producers = {producer for _, producer in self._calls.values()}
+        producers = {producer for _, producer, _ in self._calls.values()}
         if producers:
             with anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S):
                 await asyncio.wait(producers)
@@ -260,11 +256,12 @@ class McpToolServer:
                 code=types.INVALID_PARAMS, message="the progressToken is not valid Unicode text"
             ) from None
         # The SDK makes a session object per request; the connection under it
-        # is what a token must be unique on. SDK 2.x offers no public way to
-        # reach it from a handler (ServerSession keeps it as `_connection`;
-        # `Context.connection` exists but the runner does not build a Context),
-        # so this reads the private name, falling back to the session when it
-        # is gone; tests/test_mcp_server.py pins the SDK's behaviour.
+        # is what a token must be unique on. SDK 2.x (still in mcp 2.3.0)
+        # offers no public way to reach it from a handler (ServerSession keeps
+        # it as `_connection`; `Context.connection` exists but the runner does
+        # not build a Context), so this reads the private name, falling back to
+        # the session when it is gone; tests/test_mcp_server.py pins the SDK's
+        # behaviour.
         connection = getattr(ctx.session, "_connection", ctx.session)
         in_use = (id(connection), call_id) if channel is not None else None
         if in_use is not None and in_use in self._tokens:
@@ -287,7 +284,11 @@ class McpToolServer:
             )
         exchange = exchange_of(ctx.request)
         kctx = ToolContext(call_id, wants_progress=channel is not None)
-        state = _CallState(self._outbox_bytes)
+        queue: CallQueue[ToolCallProgressFrame[Any], ToolResult | ToolError] = CallQueue(
+            QueuePolicy.drop_oldest_when_stalled(self._outbox_bytes)
+        )
+        watch = StallWatch(STALL_S)
+        feed = QueueFeed(queue, watch)
         numbering = ProgressNumbering()
         run = run_tool(
             tool, params.arguments or {}, ctx=kctx, timeout_ms=deadline, stop_wait=self._stop_wait
@@ -295,9 +296,9 @@ class McpToolServer:
         self._calls_started += 1
         self._in_flight += 1
         producer = asyncio.get_running_loop().create_task(
-            self._produce(run, call_id, state), name=f"kigi mcp call {call_id}"
+            self._produce(run, feed), name=f"kigi mcp call {call_id}"
         )
-        self._calls[id(kctx)] = (kctx, producer)
+        self._calls[id(kctx)] = (kctx, producer, queue)
         if in_use is not None:
             self._tokens.add(in_use)
         with anyio.CancelScope() as gone_scope:
@@ -305,13 +306,12 @@ class McpToolServer:
                 exchange.on_leave = gone_scope.cancel  # Rule 11
             try:
                 if channel is not None:
-                    await self._send_frames(ctx, channel, call_id, state, numbering, exchange)
+                    await self._send_frames(ctx, channel, call_id, feed, watch, numbering, exchange)
                 terminal = await producer
             except BaseException:
                 # Rule 3: cancelled (by the host, its going away, or shutdown).
                 kctx.cancel()
-                state.abandoned = True
-                state.room.set()
+                feed.give_up()
                 with (
                     anyio.CancelScope(shield=True),
                     anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S),
@@ -325,9 +325,10 @@ class McpToolServer:
                     exchange.on_leave = None
                 self._in_flight -= 1
                 del self._calls[id(kctx)]
+                self._dropped += queue.dropped
                 if in_use is not None:
                     self._tokens.discard(in_use)
-            summary = StreamSummary(numbering.sent, state.outbox.dropped, channel is not None)
+            summary = StreamSummary(numbering.sent, queue.dropped, channel is not None)
             result = result_from_terminal(terminal, tool, summary)
             return types.CallToolResult.model_validate(result, by_name=False)
         # Rule 11: the host's HTTP stream closed and the call was cancelled; this
@@ -337,42 +338,18 @@ class McpToolServer:
             message="the host's stream for this call closed; the call was cancelled",
         )
 
-    async def _produce(
-        self, run: ToolRun, call_id: str, state: _CallState
-    ) -> ToolResult | ToolError:
-        """Run the tool, queue its frames (Rule 2), and return its terminal."""
-        loop = asyncio.get_running_loop()
-        outbox = state.outbox
-        terminal: ToolResult | ToolError | None = None
+    @staticmethod
+    async def _produce(run: ToolRun, feed: _Feed) -> ToolResult | ToolError:
+        """Run the tool, queue its frames (Rule 2), and return its terminal,
+        which is also the queue's reply: the sender's last item (Rule 1)."""
         try:
-            async with run:
-                async for event in run:
-                    if isinstance(event, ToolResult | ToolError):
-                        terminal = event
-                        continue
-                    frame = progress_to_frame(call_id, event)
-                    try:
-                        size = frame_size(frame)
-                        frame.kind.encode("utf-8")
-                    except (WireError, UnicodeEncodeError) as exc:
-                        terminal = ToolError(
-                            "internal_error",
-                            f"a progress frame of kind {frame.kind!r} cannot be sent as JSON:"
-                            f" {exc}",
-                        )
-                        break
-                    while not outbox.has_room(size) and not state.stalled(loop.time()):
-                        state.room.clear()
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(STALL_S):
-                                await state.room.wait()
-                    self._dropped += outbox.push(frame, size)
-                    state.wake.set()
-        finally:
-            state.done = True
-            state.wake.set()
-        if terminal is None:
-            terminal = ToolError("internal_error", "the tool run ended without a terminal")
+            terminal = await produce(run, feed, _queued)
+        except BaseException:
+            # Failed or cancelled: the sender still ends (on a reply it never
+            # sends); awaiting this task raises what ended it.
+            feed.finish(ToolError("internal_error", "the tool run ended without a terminal"))
+            raise
+        feed.finish(terminal)
         return terminal
 
     async def _send_frames(
@@ -380,37 +357,30 @@ class McpToolServer:
         ctx: ServerRequestContext[Any],
         channel: _Channel,
         call_id: str,
-        state: _CallState,
+        feed: _Feed,
+        watch: StallWatch,
         numbering: ProgressNumbering,
         exchange: Exchange | None,
     ) -> None:
-        """Send every queued frame, in order, until the tool has ended and the
-        outbox is empty (Rule 1), each with its live text (Rule 7); then the
+        """Send every queued frame, in order, until the queue's reply (the
+        tool's terminal, Rule 1), each with its live text (Rule 7); then the
         channel's closing notification, if it has one; over HTTP only while the
         call's pipe has room (Rule 11)."""
-        loop = asyncio.get_running_loop()
-        outbox = state.outbox
+        clock = asyncio.get_running_loop().time
         session = ctx.session
         request_id = ctx.request_id
         live = LiveText(call_id)
-        while True:
-            frame = outbox.take()
-            if frame is None:
-                if state.done:
-                    break
-                state.wake.clear()
-                await state.wake.wait()
-                continue
-            state.room.set()
+        while isinstance(taken := await feed.get(), Taken):
+            frame = sent_frame(taken)
             # The producer checked that the body and kind encode, and the call
             # checked its id: this cannot fail, so no seq is ever skipped.
             seq = numbering.take()
             note = channel.frame(seq, frame, live.add(frame, seq).text)
-            state.sending_since = loop.time()
+            watch.sending(clock())
             if exchange is not None:
                 await exchange.room()
             await session.send_notification(note, related_request_id=request_id)
-            state.sending_since = None
+            watch.sent()
             self._sent += 1
         closing = channel.end(numbering.sent, live.finish())
         if closing is not None:

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import uuid
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, Final
 
@@ -55,14 +56,12 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
 
 from kigi_tool_protocol import (
-    CancelledWire,
     ConnectionLostWire,
-    TimeoutWire,
     ToolCallParams,
     ToolCallResult,
 )
 
-from .._call._caller import TIMEOUT_GRACE_S, CallHandle, CallProgress, RemoteToolError
+from .._call._caller import CallHandle, CallProgress, CallTerms, RemoteToolError
 from .._consumer._reassembler import Reassembler
 from .._transport._rpc_server import wire_error_line as _wire_error_line
 from ._protocol import (
@@ -410,22 +409,35 @@ class NatsCall(CallHandle):
     :class:`CallProgress` items and, last, the ``ToolCallResult``; or ``await
     call.result()``. A failed call raises :class:`RemoteToolError`.
 
+    ``cancel`` writes the call's cancel message and waits for the server to
+    take it; ``give_up`` writes it in the background (a timeout, ``aclose``).
+
     Raises (while iterating):
         RemoteToolError: the call failed (the tool's error, ``cancelled``,
             ``timeout``, ``connection_lost`` when its worker died).
     """
 
     def __init__(
-        self, client: NatsClient, follower: Follower, tool_id: str, timeout: float | None
+        self,
+        follower: Follower,
+        tool_id: str,
+        timeout: float | None,
+        *,
+        cancel: Callable[[], Awaitable[None]],
+        give_up: Callable[[], None],
     ) -> None:
-        self._client = client
         self.follower = follower
         self.tool_call_id = follower.call_id
         self.tool_id = tool_id
-        self._timeout = timeout
-        loop = asyncio.get_running_loop()
-        self._started = loop.time()
-        self._deadline = None if timeout is None else self._started + timeout + TIMEOUT_GRACE_S
+        self._cancel = cancel
+        self._give_up_call = give_up
+        self._terms = CallTerms(
+            tool_id,
+            self.tool_call_id,
+            timeout,
+            asyncio.get_running_loop().time(),
+            "no end arrived in time",
+        )
         self._finished = False
 
     def __repr__(self) -> str:
@@ -448,9 +460,9 @@ class NatsCall(CallHandle):
         if self._finished:
             raise StopAsyncIteration
         try:
-            item = await self.follower.next_progress(self._deadline)
+            item = await self.follower.next_progress(self._terms.deadline)
         except TimeoutError:
-            self._time_out()
+            self._time_out(asyncio.get_running_loop().time())
             item = None
         if item is not None:
             return item
@@ -462,31 +474,21 @@ class NatsCall(CallHandle):
             raise outcome
         return outcome
 
-    def _time_out(self) -> None:
-        elapsed_ms = int((asyncio.get_running_loop().time() - self._started) * 1000)
-        wire = TimeoutWire(tool_id=self.tool_id, elapsed_ms=elapsed_ms)
-        message = (
-            f"tool {self.tool_id!r} call {self.tool_call_id!r} timed out after {elapsed_ms} ms"
-            f" (timeout {self._timeout} s; no end arrived in time)"
-        )
-        self._client._spawn_cancel(self.tool_call_id)
-        self.follower.ledger.conclude(RemoteToolError(wire, message))
+    # -- what the handle's decisions do here (see CallHandle) ---------------------
 
-    async def cancel(self) -> None:
-        """Write the call's cancel message; iterating goes on to the worker's
-        reply, normally a ``cancelled`` error."""
-        if not self.follower.ledger.ended:
-            await self._client.cancel(self.tool_call_id)
+    def _settle(self, outcome: ToolCallResult | RemoteToolError) -> bool:
+        return self.follower.ledger.conclude(outcome)
 
-    async def aclose(self) -> None:
-        """Stop caring about the call: cancel it if it is still running."""
-        if not self.follower.ledger.ended:
-            self._client._spawn_cancel(self.tool_call_id)
-            wire = CancelledWire(tool_id=self.tool_id)
-            self.follower.ledger.conclude(
-                RemoteToolError(wire, f"call {self.tool_call_id!r} was abandoned")
-            )
-        self._finished = True
+    def _has_ended(self) -> bool:
+        return self.follower.ledger.ended
+
+    def _give_up(self) -> None:
+        self._give_up_call()
+
+    async def _ask_cancel(self) -> None:
+        await self._cancel()
+
+    async def _release(self) -> None:
         await self.follower.aclose()
 
 
@@ -617,7 +619,13 @@ class NatsClient:
             await follower.aclose()
             raise
         self._followers.add(follower)
-        return NatsCall(self, follower, tool_id, timeout)
+        return NatsCall(
+            follower,
+            tool_id,
+            timeout,
+            cancel=functools.partial(self.cancel, call_id),
+            give_up=functools.partial(self.cancel_later, call_id),
+        )
 
     def follow(
         self,
@@ -660,7 +668,10 @@ class NatsClient:
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
 
-    def _spawn_cancel(self, call_id: str) -> None:
+    def cancel_later(self, call_id: str) -> None:
+        """Write ``call_id``'s cancel message in the background, without waiting
+        for it and without failing (the server may be away): :meth:`aclose`
+        waits for it."""
         task = asyncio.get_running_loop().create_task(self._quiet_cancel(call_id))
         self._background.add(task)
         task.add_done_callback(self._background.discard)

@@ -68,6 +68,7 @@ import msgspec
 
 from kigi_tool_protocol import (
     METHOD_TOOL_CALL,
+    METHOD_TOOL_CALL_PROGRESS,
     DecodeError,
     InternalErrorWire,
     InvalidParamsWire,
@@ -78,14 +79,13 @@ from kigi_tool_protocol import (
     ToolCallParams,
     ToolCallProgressFrame,
     ToolCallResult,
-    ToolErrorWire,
-    convert,
     decode_progress_frame,
     decode_progress_line,
     json_codec,
 )
 
 from .._call._caller import CallProgress, RemoteToolError
+from .._call._response import decode_outcome
 from .._consumer._reassembler import Reassembler
 
 __all__ = (
@@ -409,29 +409,10 @@ def call_id_of(data: bytes) -> str | None:
 
 def decode_end(data: bytes) -> ToolCallResult | RemoteToolError:
     """The outcome an end message carries: the result, or the error as a
-    :class:`RemoteToolError`. An end message that is not a response is an
+    :class:`RemoteToolError`; decoded as the stdio client decodes a response
+    (``_call/_response.py``). An end message that is not a response is an
     ``internal_error``, never a silent success."""
-    try:
-        response = json_codec.decode_message(data, params=msgspec.Raw, result=msgspec.Raw)
-    except DecodeError as exc:
-        detail = f"the call's end message is not a JSON-RPC response: {exc}"
-        return RemoteToolError(InternalErrorWire(detail=detail), detail)
-    if not isinstance(response, JsonRpcResponse):
-        detail = "the call's end message is a request or notification, not a response"
-        return RemoteToolError(InternalErrorWire(detail=detail), detail)
-    if response.error is not None:
-        error = response.error
-        try:
-            wire: ToolErrorWire = convert(error.data, ToolErrorWire)
-        except DecodeError:
-            wire = InternalErrorWire(detail=error.message)
-        return RemoteToolError(wire, error.message, number=error.code)
-    assert response.result is not None
-    try:
-        return json_codec.decode(response.result, ToolCallResult)
-    except DecodeError as exc:
-        detail = f"the call's result is not a ToolCallResult: {exc}"
-        return RemoteToolError(InternalErrorWire(detail=detail), detail)
+    return decode_outcome(data, "the call's")
 
 
 # -- the consumer's accounting ------------------------------------------------------------
@@ -640,35 +621,47 @@ class CallLedger:
         return CallProgress(frame, None, self.reassembler.appended(frame))
 
     def _progress(self, data: bytes) -> tuple[CallProgress, ...]:
+        # Decoded once here; the reassembler is fed the decoded frame. A line
+        # that is no progress frame goes to it as it came, so its report names
+        # what is wrong (Rule 3 of the reassembler).
         try:
             note = decode_progress_line(data)
         except DecodeError:
-            note = None
-        if not isinstance(note, JsonRpcNotification) or not isinstance(
-            note.params, ToolCallProgressFrame
-        ):
-            # Not the common shape: the reassembler says what is wrong (an
-            # anomaly, or a text/content note).
-            appended = self.reassembler.appended(data)
-            if (
-                note is None
-                or isinstance(note, JsonRpcResponse)
-                or not isinstance(note.params, msgspec.Raw)
-            ):
-                return ()
-            try:
-                other = decode_progress_frame(note.params)
-            except DecodeError:
-                return ()
-            # A request's params are read as a frame too; it carries no seq.
-            other_seq = note.seq if isinstance(note, JsonRpcNotification) else None
-            if other.tool_call_id == self.call_id and other_seq is not None:
-                if self._next_call is not None and other_seq > self._next_call:
-                    self.frames_lost += other_seq - self._next_call
-                self._next_call = other_seq + 1
-            return (CallProgress(other, other_seq, appended),)
-        seq = note.seq
-        frame = note.params
+            self.reassembler.appended(data)
+            return ()
+        if isinstance(note, JsonRpcNotification) and isinstance(note.params, ToolCallProgressFrame):
+            return self._frame(note.params, note.seq)
+        if isinstance(note, JsonRpcResponse) or not isinstance(note.params, msgspec.Raw):
+            self.reassembler.appended(data)
+            return ()
+        # Not the common shape: a text/content note, a body that is no payload,
+        # another method. The frame is decoded once, its body as plain JSON.
+        try:
+            other = decode_progress_frame(note.params)
+        except DecodeError:
+            self.reassembler.appended(data)
+            return ()
+        # A request's params are read as a frame too; it carries no seq.
+        seq = note.seq if isinstance(note, JsonRpcNotification) else None
+        if note.method == METHOD_TOOL_CALL_PROGRESS:
+            appended = self.reassembler.appended(other, seq)
+        elif isinstance(note, JsonRpcNotification):
+            appended = self.reassembler.appended(note)  # another method: ignored
+        else:
+            appended = self.reassembler.appended(data)  # a request: ignored
+        self._count_seq(other, seq)
+        return (CallProgress(other, seq, appended),)
+
+    def _count_seq(self, other: ToolCallProgressFrame[Any], seq: int | None) -> None:
+        """A frame off the common path: its ``seq`` hole is counted, no gap is marked."""
+        if other.tool_call_id == self.call_id and seq is not None:
+            if self._next_call is not None and seq > self._next_call:
+                self.frames_lost += seq - self._next_call
+            self._next_call = seq + 1
+
+    def _frame(
+        self, frame: ToolCallProgressFrame[Any], seq: int | None
+    ) -> tuple[CallProgress, ...]:
         out: list[CallProgress] = []
         expected = self._next_call
         missing = 0
@@ -691,7 +684,7 @@ class CallLedger:
                 out.append(self._synthetic_gap(frame.kind, payload.total_bytes))
         if frame.tool_call_id == self.call_id:
             self._kind_frames[frame.kind] = self._kind_frames.get(frame.kind, 0) + 1
-        out.append(CallProgress(frame, seq, self.reassembler.appended(data)))
+        out.append(CallProgress(frame, seq, self.reassembler.appended(frame, seq)))
         return tuple(out)
 
     def _lost_tail(self, headers: dict[str, str]) -> tuple[CallProgress, ...]:

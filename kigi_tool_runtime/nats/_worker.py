@@ -54,7 +54,6 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
@@ -71,12 +70,14 @@ from kigi_tool_protocol import (
     DecodeError,
     InvalidParamsWire,
     PartialResultPayload,
-    WireError,
+    ToolCallProgressFrame,
     encode_progress_line,
-    progress_to_frame,
 )
 
-from .._call._serving import SERVER_CANCEL_MESSAGE
+from .._call._feed import QueueFeed, produce
+from .._call._frame_check import encoded_body
+from .._call._queue import CallQueue, QueuePolicy, StallWatch, Taken
+from .._call._serving import SERVER_CANCEL_MESSAGE, WRITER_STALL_S
 from .._tools._errors import ToolError
 from .._tools._runner import run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -138,7 +139,8 @@ BATCH_BYTES: Final = 256 * 1024
 
 #: Encoded progress one call may have queued for its publisher. Past it the
 #: tool waits (the shell tool keeps reading its child into its bounded tail and
-#: reports what it skipped as a gap), so a slow server costs bounded memory.
+#: reports what it skipped as a gap), so a slow server costs bounded memory:
+#: this, plus the batch on its way (the call's queue's ``QueuePolicy.wait``).
 CALL_QUEUE_BYTES: Final = 1024 * 1024
 
 #: Seconds a worker retries setting up its streams and consumer through
@@ -185,78 +187,42 @@ class WorkerStats(NamedTuple):
 _HEADER_ROOM: Final = 4096
 
 
-class _Outbox:
-    """One call's progress lines on their way to the frames stream (Rule 4): one
-    publisher task sends what has queued up as one message (up to
-    :data:`BATCH_BYTES`), waits for the server's acknowledgement, then sends
-    the next, so order is kept and a retry is stored once; the tool waits
-    while :data:`CALL_QUEUE_BYTES` are queued."""
+async def _publish_progress(
+    feed: QueueFeed[bytes, Any], js: Any, subject: str, call_id: str
+) -> None:
+    """Publish one call's progress lines from ``feed`` until its reply (Rule 4):
+    what has queued up goes out as one message (whole lines, up to
+    :data:`BATCH_BYTES`) with ``Nats-Msg-Id`` ``<call>:<seq of its first
+    line>``, and each is acknowledged before the next is sent.
 
-    def __init__(self, js: Any, subject: str, call_id: str) -> None:
-        self._js = js
-        self._subject = subject
-        self._call_id = call_id
-        self._lines: deque[bytes] = deque()
-        self._queued = 0
-        self._next_seq = 0
-        self._closed = False
-        self._wake = asyncio.Event()
-        self._room = asyncio.Event()
-        self._error: BaseException | None = None
-        self._task = asyncio.create_task(self._pump(), name=f"kigi publisher {call_id}")
-
-    async def put(self, line: bytes) -> None:
-        while self._queued >= CALL_QUEUE_BYTES and self._error is None:
-            self._room.clear()
-            await self._room.wait()
-        if self._error is not None:
-            raise self._error
-        self._lines.append(line)
-        self._queued += len(line)
-        self._wake.set()
-
-    async def close(self) -> None:
-        """Send what is queued; raise what stopped the publisher."""
-        self._closed = True
-        self._wake.set()
-        await self._task
-        if self._error is not None:
-            raise self._error
-
-    async def abort(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    async def _pump(self) -> None:
-        lines = self._lines
-        while True:
-            if not lines:
-                if self._closed:
-                    return
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            batch = [lines.popleft()]
-            size = len(batch[0])
-            while lines and size + len(lines[0]) <= BATCH_BYTES:
-                line = lines.popleft()
-                batch.append(line)
-                size += len(line)
-            try:
-                await publish_retrying(
-                    self._js,
-                    self._subject,
-                    b"".join(batch),
-                    {Header.MSG_ID: f"{self._call_id}:{self._next_seq}"},
-                )
-            except (nats.errors.Error, TimeoutError, OSError) as exc:
-                self._error = exc
-                self._room.set()
-                return
-            self._next_seq += len(batch)
-            self._queued -= size
-            self._room.set()
+    Raises:
+        nats.errors.Error, TimeoutError, OSError: a message was not stored; the
+            queue is given up first, so the tool never waits on it again.
+    """
+    held: Taken[bytes] | None = None  # taken, but past the last batch's bytes
+    while True:
+        first = held if held is not None else await feed.get()
+        held = None
+        if not isinstance(first, Taken):
+            return  # the reply: every line is out
+        # The queue never drops (it waits), so a line's seq at take is the one
+        # it was encoded with (the frames counted as they were queued).
+        assert first.dropped_count is None, "the worker's call queue never drops"
+        batch = [first.item]
+        size = len(first.item)
+        while (more := feed.take()) is not None:
+            if size + len(more.item) > BATCH_BYTES:
+                held = more
+                break
+            batch.append(more.item)
+            size += len(more.item)
+        try:
+            await publish_retrying(
+                js, subject, b"".join(batch), {Header.MSG_ID: f"{call_id}:{first.seq}"}
+            )
+        except (nats.errors.Error, TimeoutError, OSError):
+            feed.give_up()
+            raise
 
 
 @dataclass
@@ -528,63 +494,64 @@ class Worker:
     ) -> bytes:
         ctx = running.ctx
         call_id = ctx.call_id
-        outbox = _Outbox(self._js, self.subjects.frame(call_id, "progress"), call_id)
-        final: bytes | None = None
+        queue: CallQueue[bytes, ToolResult | ToolError] = CallQueue(
+            QueuePolicy.wait(CALL_QUEUE_BYTES)
+        )
+        # The policy never drops: the stall verdict only paces a waiting put.
+        feed = QueueFeed(queue, StallWatch(WRITER_STALL_S))
+
+        def line_of(frame: ToolCallProgressFrame[Any]) -> tuple[bytes, int]:
+            # Numbered as the queue numbers it at take: it never drops, so the
+            # frames queued so far are the seq the next one is taken with.
+            assert running.frames == queue.taken + len(queue)
+            line = encode_progress_line(
+                call_id,
+                frame.kind,
+                encoded_body(frame),
+                seq=running.frames,
+                session_id=session_id,
+            )
+            limit = self._payload_limit()
+            if len(line) > limit:
+                error = ToolError.frame_too_large(len(line), limit)
+                error.message = (
+                    f"a progress frame of {len(line)} bytes exceeds the NATS"
+                    f" server's max_payload ({limit} bytes, less room for headers)"
+                )
+                raise error
+            if isinstance(frame.body, PartialResultPayload):
+                _, count = running.totals.get(frame.kind, (0, 0))
+                running.totals[frame.kind] = (frame.body.total_bytes, count + 1)
+            running.frames += 1
+            self._frames += 1
+            return line, len(line)
+
+        terminal: ToolResult | ToolError
         try:
-            run = run_tool(tool, bytes(params.arguments), ctx=ctx, timeout_ms=params.deadline_ms)
-            async with run:
-                async for event in run:
-                    if isinstance(event, ToolResult):
-                        final = _result_line(call_id, session_id, event.to_wire(call_id))
-                    elif isinstance(event, ToolError):
-                        if self._stopping.is_set() and event.kind == "cancelled":
-                            event.message = SERVER_CANCEL_MESSAGE
-                        final = self._error_line(call_id, session_id, event, tool.id)
-                    else:
-                        frame = progress_to_frame(call_id, event)
-                        try:
-                            line = encode_progress_line(
-                                call_id,
-                                frame.kind,
-                                frame.body,
-                                seq=running.frames,
-                                session_id=session_id,
-                            )
-                        except (WireError, UnicodeEncodeError) as exc:
-                            error = ToolError(
-                                "internal_error",
-                                f"a progress frame of kind {frame.kind!r} cannot be sent"
-                                f" as JSON: {exc}",
-                            )
-                            final = self._error_line(call_id, session_id, error, tool.id)
-                            break
-                        limit = self._payload_limit()
-                        if len(line) > limit:
-                            error = ToolError.frame_too_large(len(line), limit)
-                            error.message = (
-                                f"a progress frame of {len(line)} bytes exceeds the NATS"
-                                f" server's max_payload ({limit} bytes, less room for headers)"
-                            )
-                            final = self._error_line(call_id, session_id, error, tool.id)
-                            break
-                        await outbox.put(line)
-                        if isinstance(frame.body, PartialResultPayload):
-                            _, count = running.totals.get(frame.kind, (0, 0))
-                            running.totals[frame.kind] = (frame.body.total_bytes, count + 1)
-                        running.frames += 1
-                        self._frames += 1
-            await outbox.close()
-        except (nats.errors.Error, TimeoutError, OSError):
-            await outbox.abort()
-            raise
+            # The publisher lives as long as the call: its failure stops the
+            # tool (the group cancels produce) and is raised from here.
+            async with asyncio.TaskGroup() as scope:
+                subject = self.subjects.frame(call_id, "progress")
+                scope.create_task(
+                    _publish_progress(feed, self._js, subject, call_id),
+                    name=f"kigi publisher {call_id}",
+                )
+                run = run_tool(
+                    tool, bytes(params.arguments), ctx=ctx, timeout_ms=params.deadline_ms
+                )
+                terminal = await produce(run, feed, line_of)
+                feed.finish(terminal)
+        except* (nats.errors.Error, TimeoutError, OSError) as failed:
+            raise failed.exceptions[0] from None
+        if isinstance(terminal, ToolError):
+            if self._stopping.is_set() and terminal.kind == "cancelled":
+                terminal.message = SERVER_CANCEL_MESSAGE
+            return self._error_line(call_id, session_id, terminal, tool.id)
+        try:
+            return _result_line(call_id, session_id, terminal.to_wire(call_id))
         except Exception as exc:  # encoding a result failed: still answer the call
-            await outbox.close()
             error = ToolError("internal_error", f"the worker failed to answer: {exc}")
-            final = self._error_line(call_id, session_id, error, tool.id)
-        if final is None:
-            error = ToolError("internal_error", "the tool run ended without a terminal")
-            final = self._error_line(call_id, session_id, error, tool.id)
-        return final
+            return self._error_line(call_id, session_id, error, tool.id)
 
     async def _end(self, running: _Running, line: bytes) -> None:
         await self._finish(running.ctx.call_id, line, running.frames, running.totals)

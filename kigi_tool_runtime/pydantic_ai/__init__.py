@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 
 from ._events import OUTPUT_END_EVENT, OUTPUT_EVENT, KigiToolOutput, KigiToolOutputEnd
 from ._folder import MAX_FOLDED_TEXT_BYTES, FoldedToolCall, ToolOutputFolder
-from ._mapping import tool_definition, tool_name
+from ._mapping import tool_name
 from ._toolset import MAX_PENDING_EVENTS, KigiToolset
 
 __all__: tuple[str, ...] = (
@@ -37,6 +37,5 @@ __all__: tuple[str, ...] = (
     "KigiToolOutputEnd",
     "KigiToolset",
     "ToolOutputFolder",
-    "tool_definition",
     "tool_name",
 )
