@@ -293,6 +293,47 @@ async def test_give_up_frees_a_waiting_put() -> None:
     assert feed.queue.dropped == 1
 
 
+async def test_on_ready_is_called_for_each_item_and_the_reply() -> None:
+    """Rule 4 of the feed: a host taking from many queues hears of each item
+    queued (after it is in the queue) and of the reply."""
+    seen: list[int] = []
+    feed: QueueFeed[int, str]
+
+    def ready() -> None:
+        seen.append(len(feed.queue) + feed.queue.finished)
+
+    feed = QueueFeed(CallQueue(QueuePolicy.wait(100)), StallWatch(1), on_ready=ready)
+    await feed.put(1, 1)
+    await feed.put(2, 1)
+    feed.finish("end")
+    assert seen == [1, 2, 3]
+
+
+class _CountingStall:
+    """A stall verdict that counts how often it is asked."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def stalled(self, now: float) -> bool:
+        self.asked += 1
+        return True
+
+    def recheck_in(self, now: float) -> float:
+        return 0.0
+
+
+async def test_put_asks_the_verdict_only_of_an_item_that_does_not_fit() -> None:
+    stall = _CountingStall()
+    feed: QueueFeed[int, str] = QueueFeed(CallQueue(QueuePolicy.drop_oldest_when_stalled(2)), stall)
+    await feed.put(0, 1)
+    await feed.put(1, 1)
+    assert stall.asked == 0
+    await feed.put(2, 1)  # over the budget: the verdict (stalled) lets it drop
+    assert stall.asked == 1
+    assert feed.queue.dropped == 1
+
+
 class Count(msgspec.Struct):
     count: int = 3
     bad_at: int = -1

@@ -1,7 +1,7 @@
-"""ServerProtocol and CallOutbox, the server's JSON-RPC rules without I/O: plain
+"""ServerProtocol and take_lines, the server's JSON-RPC rules without I/O: plain
 function tests of each rule (reply bytes, codes and messages), a state machine
 over any mix of requests, cancels, hooks, garbage and call ends, and one over a
-call's pushes and takes."""
+call's queued frames taken as lines."""
 
 from __future__ import annotations
 
@@ -9,27 +9,40 @@ import json
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from kigi_tool_protocol import (
+    U32_MAX,
+    U64_MAX,
     JsonRpcNotification,
     JsonRpcResponse,
+    ToolCallProgressFrame,
     decode_progress_line,
     encode_progress_line,
     json_codec,
 )
 from kigi_tool_runtime import OversizedLine
+from kigi_tool_runtime._call._queue import CallQueue, QueuePolicy
+from kigi_tool_runtime._tools._errors import ToolError
 from kigi_tool_runtime._transport._rpc_server import (
     MAX_CALLS_IN_FLIGHT,
-    CallOutbox,
     CancelCall,
     Event,
     Reply,
     ServerProtocol,
     StartCall,
     lone_surrogate,
+    progress_item_of,
+    take_lines,
 )
 
 TOOLS = [{"id": "bash"}]
@@ -480,54 +493,60 @@ def test_events_are_plain_values() -> None:
     assert isinstance(start.params.arguments, msgspec.Raw)
 
 
-# -- A call's outbox ------------------------------------------------------------
+# -- A call's lines ---------------------------------------------------------------
+
+_Queue = CallQueue[tuple[str, msgspec.Raw], bytes]
 
 
-class CallOutboxMachine(RuleBasedStateMachine):
-    """Any mix of pushes (under any budget), takes (of any size) and the final
-    response: seq without holes, every drop reported on the next frame taken,
-    the newest frame always kept, the final response last and once."""
+def _queue(budget: int = 10**6) -> _Queue:
+    return CallQueue(QueuePolicy.drop_oldest_when_stalled(budget))
+
+
+class CallLinesMachine(RuleBasedStateMachine):
+    """Any mix of offers (stalled or not, under any budget), takes (of any
+    size) and the final response: the lines carry seq without holes, every
+    drop on the next line, the final response last and once."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.outbox = CallOutbox("c", "sess")
-        self.pushed = 0  # frames pushed, numbered in their bodies
+        self.queue: _Queue | None = None
+        self.pushed = 0  # frames queued, numbered in their bodies
         self.next_seq = 0
         self.last_taken = -1  # number of the last frame taken
-        self.dropped = 0
         self.reported = 0
         self.finished = False
 
-    @precondition(lambda self: self.outbox.final is None)
-    @rule(size=st.integers(0, 40), budget=st.integers(1, 120))
-    def push(self, size: int, budget: int) -> None:
-        body = msgspec.Raw(json.dumps([self.pushed, "x" * size]).encode())
-        before = len(self.outbox.frames)
-        dropped = self.outbox.push("k", body, budget)
-        self.pushed += 1
-        self.dropped += dropped
-        assert len(self.outbox.frames) == before + 1 - dropped
-        # Over budget only when the newest frame alone is.
-        assert self.outbox.queued_bytes <= budget or len(self.outbox.frames) == 1
-        assert self.outbox.frames[-1] == ("k", body)
+    @initialize(budget=st.integers(1, 120))
+    def start(self, budget: int) -> None:
+        self.queue = _queue(budget)
 
-    @precondition(lambda self: self.outbox.final is None)
+    @precondition(lambda self: self.queue is not None and not self.queue.finished)
+    @rule(size=st.integers(0, 40), stalled=st.booleans())
+    def offer(self, size: int, stalled: bool) -> None:
+        assert self.queue is not None
+        body = msgspec.Raw(json.dumps([self.pushed, "x" * size]).encode())
+        if self.queue.offer(("k", body), len(body), stalled=stalled):
+            self.pushed += 1
+
+    @precondition(lambda self: self.queue is not None and not self.queue.finished)
     @rule()
     def finish(self) -> None:
-        self.outbox.final = b'{"final":true}\n'
+        assert self.queue is not None
+        self.queue.finish(b'{"final":true}\n')
 
-    @precondition(lambda self: not self.finished)
+    @precondition(lambda self: self.queue is not None and not self.finished)
     @rule(max_bytes=st.integers(1, 400))
     def take(self, max_bytes: int) -> None:
+        assert self.queue is not None
         out = bytearray(b"")
-        queued = len(self.outbox.frames)
-        taken, finished = self.outbox.take(max_bytes, out)
+        queued = len(self.queue)
+        taken, finished = take_lines(self.queue, "c", "sess", max_bytes, out)
         lines = bytes(out).splitlines()
         if finished:
             assert lines[-1] == b'{"final":true}'
             lines = lines[:-1]
             self.finished = True
-            assert not self.outbox.frames
+            assert not len(self.queue)
         assert len(lines) == taken <= queued
         if queued:
             assert taken >= 1  # every turn moves at least one frame
@@ -548,66 +567,145 @@ class CallOutboxMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.finished)
     @rule()
     def ended(self) -> None:
-        # The driver takes nothing more from a finished outbox.
-        assert not self.outbox.frames
+        # The driver takes nothing more from a finished queue.
+        assert self.queue is not None
+        assert not len(self.queue)
+        assert self.queue.ended
 
     @invariant()
     def drops_are_accounted(self) -> None:
-        queued = len(self.outbox.frames)
-        assert self.dropped == self.reported + self.outbox.dropped
-        assert self.next_seq + self.dropped + queued == self.pushed
+        if self.queue is None:
+            return
+        queued = len(self.queue)
+        assert self.next_seq + self.queue.dropped + queued == self.pushed
+        assert self.reported <= self.queue.dropped
 
 
-TestCallOutbox = CallOutboxMachine.TestCase
+TestCallLines = CallLinesMachine.TestCase
 
 
-def test_an_outbox_writes_the_served_wire() -> None:
+def test_lines_are_the_served_wire() -> None:
     """Frames go out as tool_call_progress notifications in wire order, with
     session_id only when the call has one and dropped_count only when set."""
-    outbox = CallOutbox("c", None)
+    queue = _queue()
     body = msgspec.Raw(b'{"delta":"hi","total_bytes":2,"truncated":false,"gap":false}')
-    outbox.push("bash_output_chunk", body, budget=10**6)
+    assert queue.offer(("bash_output_chunk", body), len(body))
     out = bytearray()
-    assert outbox.take(10**6, out) == (1, False)
+    assert take_lines(queue, "c", None, 10**6, out) == (1, False)
     assert bytes(out) == (
         b'{"jsonrpc":"2.0","seq":0,"method":"tool_call_progress","params":{"tool_call_id":"c",'
         b'"kind":"bash_output_chunk","body":{"delta":"hi","total_bytes":2,"truncated":false,'
         b'"gap":false}}}\n'
     )
-    outbox = CallOutbox("c", "s")
     text = msgspec.Raw(b'{"text":"x"}')
+    queue = _queue(len(text))
     for _ in range(3):
-        outbox.push("text", text, budget=10**6)
-    assert outbox.take(10**6, bytearray()) == (3, False)
+        assert queue.offer(("text", text), len(text))
+        assert take_lines(queue, "c", "s", 10**6, bytearray()) == (1, False)
     for _ in range(3):
-        outbox.push("text", text, budget=len(text))  # each push drops the one before
+        # Stalled: each offer drops the one before.
+        assert queue.offer(("text", text), len(text), stalled=True)
     out = bytearray()
-    assert outbox.take(10**6, out) == (1, False)
+    assert take_lines(queue, "c", "s", 10**6, out) == (1, False)
     assert bytes(out) == (
         b'{"jsonrpc":"2.0","session_id":"s","seq":3,"method":"tool_call_progress",'
         b'"params":{"tool_call_id":"c","kind":"text","body":{"text":"x"},"dropped_count":2}}\n'
     )
 
 
-def test_batched_frames_are_the_same_bytes_as_encode_progress_line() -> None:
-    """An outbox's batch equals encode_progress_line frame by frame, numbers seq
-    from 0, reports drops on the next frame, and puts the final response last."""
-    outbox = CallOutbox("c", "sess_q")
+def test_batched_lines_are_the_same_bytes_as_encode_progress_line() -> None:
+    """A batch equals encode_progress_line frame by frame, numbers seq from 0,
+    reports drops on the next frame, and puts the final response last."""
+    queue = _queue(1)
     bodies = [msgspec.Raw(msgspec.json.encode({"delta": f"é{n}\u2028"})) for n in range(5)]
     for body in bodies[:2]:
-        assert outbox.push("k", body, budget=10**6) == 0
+        assert queue.offer(("k", body), len(body), stalled=True)
+    assert queue.dropped == 1
     batch = bytearray()
-    assert outbox.take(10**6, batch) == (2, False)
-    assert outbox.push("k", bodies[2], budget=1) == 0
-    assert outbox.push("k", bodies[3], budget=1) == 1  # the oldest queued frame goes
-    outbox.final = b'{"final":true}\n'
-    assert outbox.take(10**6, batch) == (1, True)
+    assert take_lines(queue, "c", "sess_q", 10**6, batch) == (1, False)
+    assert queue.offer(("k", bodies[2]), len(bodies[2]))
+    assert queue.offer(("k", bodies[3]), len(bodies[3]), stalled=True)  # the oldest goes
+    queue.finish(b'{"final":true}\n')
+    assert take_lines(queue, "c", "sess_q", 10**6, batch) == (1, True)
     assert bytes(batch) == (
-        encode_progress_line("c", "k", bodies[0], seq=0, session_id="sess_q")
-        + encode_progress_line("c", "k", bodies[1], seq=1, session_id="sess_q")
-        + encode_progress_line("c", "k", bodies[3], seq=2, session_id="sess_q", dropped_count=1)
+        encode_progress_line("c", "k", bodies[1], seq=0, session_id="sess_q", dropped_count=1)
+        + encode_progress_line("c", "k", bodies[3], seq=1, session_id="sess_q", dropped_count=1)
         + b'{"final":true}\n'
     )
+
+
+def test_the_final_line_waits_for_the_last_frame() -> None:
+    """A turn that stops at its byte limit leaves the final response for a later
+    turn, after the frames still queued."""
+    queue = _queue()
+    body = msgspec.Raw(b'"' + b"x" * 100 + b'"')
+    for _ in range(3):
+        assert queue.offer(("k", body), len(body))
+    queue.finish(b"end\n")
+    out = bytearray()
+    assert take_lines(queue, "c", None, 50, out) == (1, False)
+    assert take_lines(queue, "c", None, 10**6, out) == (2, True)
+    assert out.endswith(b"}}\nend\n")
+    assert take_lines(queue, "c", None, 10**6, out) == (0, False)
+
+
+_KINDS = st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=8)
+
+
+@given(
+    kind=_KINDS,
+    session=st.none() | st.text(min_size=1, max_size=8),
+    body=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=3),
+        max_leaves=6,
+    ),
+    slack=st.integers(-2, 2),
+)
+def test_a_frames_size_is_its_widest_line(
+    kind: str, session: str | None, body: Any, slack: int
+) -> None:
+    """The declared limit is held against the line as sent with the widest seq
+    and drop count, byte for byte: a frame that long passes, one byte more ends
+    the call with frame_too_large naming that size."""
+    session = None if session is None or _has_surrogate(session) else session
+    frame = ToolCallProgressFrame(tool_call_id="c", kind=kind, body=body)
+    widest = len(
+        encode_progress_line(
+            "c",
+            kind,
+            msgspec.Raw(msgspec.json.encode(body)),
+            seq=U64_MAX,
+            session_id=session,
+            dropped_count=U32_MAX,
+            newline=False,
+        )
+    )
+    limit = widest + slack
+    item_of = progress_item_of("c", session, limit)
+    if slack >= 0:
+        (got_kind, got_body), size = item_of(frame)
+        assert (got_kind, bytes(got_body), size) == (kind, msgspec.json.encode(body), len(got_body))
+        assert item_of(frame)[0] == (got_kind, got_body)  # the kind's envelope, kept
+    else:
+        with pytest.raises(ToolError) as caught:
+            item_of(frame)
+        assert caught.value.kind == "frame_too_large"
+        assert str(widest) in caught.value.message
+    # Without a limit, nothing is measured.
+    assert progress_item_of("c", session, None)(frame)[1] == len(msgspec.json.encode(body))
+
+
+def _has_surrogate(text: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def test_a_frame_json_cannot_carry_ends_the_call_naming_its_kind() -> None:
+    frame = ToolCallProgressFrame(tool_call_id="c", kind="std\udc80", body=1)
+    with pytest.raises(ToolError) as caught:
+        progress_item_of("c", None, None)(frame)
+    assert caught.value.kind == "internal_error"
+    assert "'std\\udc80'" in caught.value.message
 
 
 # -- lone surrogate escapes ------------------------------------------------------

@@ -1,7 +1,7 @@
 """The JSON-RPC server's driver, driven through a real `kigi-stream serve` process
 over pipes (and, for tools of its own, in process over a socket pair or a sink
 that stops reading): flow control, memory bounds, end of input, real tool
-processes. Its protocol rules are tested on ServerProtocol and CallOutbox in
+processes. Its protocol rules are tested on ServerProtocol and take_lines in
 test_rpc_server; one session here proves their wiring."""
 
 from __future__ import annotations
@@ -622,3 +622,69 @@ def test_a_call_its_peer_cancelled_keeps_that_reason_at_end_of_input() -> None:
     replies = {reply["id"]: reply for reply in map(json.loads, out.splitlines()) if "id" in reply}
     assert replies[1]["error"]["data"]["code"] == "cancelled"
     assert replies[1]["error"]["message"] == "tool 'bash' call 'c1' was cancelled"
+
+
+class _Count(msgspec.Struct, forbid_unknown_fields=True):
+    count: int
+
+
+class _CountingTool(Tool[_Count]):
+    """Streams ``count`` numbered frames of about 100 bytes, then a result."""
+
+    id = "counting"
+    args_type = _Count
+
+    async def execute(self, ctx: ToolContext, args: _Count) -> AsyncIterator[ToolEvent]:
+        for n in range(args.count):
+            yield CustomProgress(subkind="n", payload=[n, "x" * 90])
+            await asyncio.sleep(0)
+        yield ToolResult(value="done")
+
+
+def test_frames_dropped_counts_what_the_call_queue_dropped() -> None:
+    """A peer that stops reading (its drain never returns) stalls the output:
+    the call's queue then drops its oldest frames (Rule 3). Once the peer reads
+    again every frame is either written or counted in ``frames_dropped``, and the
+    ``dropped_count`` of the written frames adds up to that count."""
+    frames = 200
+
+    class Sink:
+        def __init__(self) -> None:
+            self.data = bytearray()
+            self.reading = asyncio.Event()
+
+        def write(self, data: bytes | bytearray) -> None:
+            self.data += data
+
+        async def drain(self) -> None:
+            await self.reading.wait()
+
+    async def body() -> None:
+        server = Server([_CountingTool()], call_queue_bytes=1000)
+        sink = Sink()
+        reader = asyncio.StreamReader()
+        call = {
+            "jsonrpc": "2.0", "id": 1, "method": "tool.call",
+            "params": {"tool_call_id": "c", "tool_id": "counting",
+                       "arguments": {"count": frames}},
+        }  # fmt: skip
+        reader.feed_data(json.dumps(call).encode() + b"\n")
+        serving = asyncio.create_task(server.serve(reader, sink))
+        async with asyncio.timeout(LINE_WAIT_S):
+            while server.statistics().calls_started == 0 or server.statistics().calls_in_flight:
+                await asyncio.sleep(0.01)  # the tool runs to its end, past the stall
+        sink.reading.set()
+        reader.feed_eof()
+        await asyncio.wait_for(serving, LINE_WAIT_S)
+        stats = server.statistics()
+        lines = [json.loads(line) for line in bytes(sink.data).splitlines()]
+        progress = [line["params"] for line in lines if line.get("method") == "tool_call_progress"]
+        assert lines[-1]["id"] == 1
+        assert "result" in lines[-1]
+        assert stats.frames_dropped > 0
+        assert stats.frames_written == len(progress)
+        assert stats.frames_written + stats.frames_dropped == frames
+        assert sum(p.get("dropped_count", 0) for p in progress) == stats.frames_dropped
+        assert stats.lines_abandoned == 0
+
+    asyncio.run(body())

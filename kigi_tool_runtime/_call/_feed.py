@@ -15,6 +15,9 @@ Rule 2. :meth:`QueueFeed.put` waits while the queue refuses the item (the
         queue is given up. A slow host therefore slows the tool first.
 Rule 3. :meth:`QueueFeed.get` hands the host each item in order and then the
         reply, waiting while there is neither: the reply is always last.
+Rule 4. ``on_ready``, when given, is called each time an item or the reply
+        has been queued (a host that takes from many queues in one task, the
+        stdio writer, learns which call has something to send).
 """
 
 from __future__ import annotations
@@ -48,31 +51,46 @@ class Stall(Protocol):
 
 class QueueFeed(Generic[T, R]):
     """The asyncio side of one :class:`CallQueue` (see the module's rules);
-    ``stall`` gives the host's stall verdict."""
+    ``stall`` gives the host's stall verdict; ``on_ready`` is Rule 4's."""
 
-    __slots__ = ("_clock", "_ready", "_room", "queue", "stall")
+    __slots__ = ("_clock", "_on_ready", "_ready", "_room", "queue", "stall")
 
-    def __init__(self, queue: CallQueue[T, R], stall: Stall) -> None:
+    def __init__(
+        self,
+        queue: CallQueue[T, R],
+        stall: Stall,
+        *,
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
         self.queue = queue
         self.stall = stall
+        self._on_ready = on_ready
         self._clock = asyncio.get_running_loop().time
         self._room = asyncio.Event()  # an item was taken, or the queue given up
         self._ready = asyncio.Event()  # an item or the reply was queued
 
     async def put(self, item: T, size: int) -> None:
         """Queue ``item`` (``size`` bytes), waiting as Rule 2 says."""
-        queue, stall, clock = self.queue, self.stall, self._clock
-        while not queue.offer(item, size, stalled=stall.stalled(clock())):
-            self._room.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(stall.recheck_in(clock())):
-                    await self._room.wait()
+        queue = self.queue
+        # An item that fits is queued whatever the verdict (the queue's Rule 2):
+        # the verdict is asked only of one that does not.
+        if not queue.offer(item, size):
+            stall, clock = self.stall, self._clock
+            while not queue.offer(item, size, stalled=stall.stalled(clock())):
+                self._room.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(stall.recheck_in(clock())):
+                        await self._room.wait()
         self._ready.set()
+        if self._on_ready is not None:
+            self._on_ready()
 
     def finish(self, reply: R) -> None:
         """Set the reply (the queue's Rule 4)."""
         self.queue.finish(reply)
         self._ready.set()
+        if self._on_ready is not None:
+            self._on_ready()
 
     def took(self) -> None:
         """A host that takes from :attr:`queue` itself says it took an item."""

@@ -1,12 +1,13 @@
 """The server's JSON-RPC rules without I/O: ``ServerProtocol`` for what comes in,
-``CallOutbox`` for each call's numbered, bounded progress going out.
+:func:`take_lines` for each call's numbered progress going out.
 
 Lines in, events out (as h11 does it for HTTP): :meth:`ServerProtocol.receive_line`
 takes one input line and returns what the driver must do, as events: a
 :class:`Reply` to write now, a :class:`StartCall` to run, a :class:`CancelCall`
 to stop. The driver tells it when a call has ended (:meth:`ServerProtocol.call_ended`),
-which frees the call's ids. A :class:`CallOutbox` holds one call's progress
-until the driver takes it as line bytes (Rules 2 and 3, stated on the class).
+which frees the call's ids. Each call's progress waits in its
+:class:`CallQueue` (``_call/_queue``: numbered at take, bounded, the final
+response last) until the driver takes it as line bytes with :func:`take_lines`.
 Nothing here awaits, reads or writes.
 
 Rules (numbered as the server's module states them):
@@ -38,7 +39,6 @@ at most ``max_calls`` are in flight.
 from __future__ import annotations
 
 import re
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Final, NamedTuple
 
@@ -53,6 +53,8 @@ from kigi_tool_protocol import (
     METHOD_TOOL_CALL_REQUEST,
     METHOD_TOOL_CANCEL,
     METHOD_TOOLS_LIST,
+    U32_MAX,
+    U64_MAX,
     CustomErrorWire,
     DecodeError,
     FrameTooLargeWire,
@@ -63,14 +65,19 @@ from kigi_tool_protocol import (
     JsonRpcError,
     JsonRpcResponse,
     ToolCallParams,
+    ToolCallProgressFrame,
     ToolErrorWire,
     ToolNotFoundWire,
     append_progress_line,
+    encode_progress_line,
     error_code_for,
     json_codec,
 )
 
+from .._call._frame_check import encoded_body
+from .._call._queue import CallQueue
 from .._text import MAX_DETAIL_CHARS, cut, excerpt
+from .._tools._errors import ToolError
 from .._wire._split import OversizedLine
 
 __all__ = ()
@@ -427,83 +434,87 @@ class ServerProtocol:
         return StartCall(request_id, session_id, params)
 
 
-class CallOutbox:
-    """One call's progress waiting to be written, numbered as it goes out.
+#: One progress frame as a call's queue holds it: its kind and its body,
+#: encoded once (``_call/_frame_check``).
+ProgressItem = tuple[str, msgspec.Raw]
 
-    Rule 2. Every frame taken carries the call's own ``seq``: 0, 1, 2, ... in
-            the order frames are *taken*, so ``seq`` never has a hole. Frames
-            dropped are counted instead: the next frame taken carries
-            ``dropped_count`` = how many were dropped immediately before it.
-    Rule 3. :meth:`push` keeps the queued body bytes within a budget by
-            dropping the *oldest* frames (the newest is always kept, so every
-            drop is reported on a later frame). The driver decides when a push
-            may drop (once its output has stalled) and waits for room before.
-            The final response is never dropped, and :meth:`take` writes it
-            after the call's last queued frame.
 
-    ``scheduled`` is the driver's: whether the outbox waits in its write queue.
-    """
+# The widest envelope seq (u64) and drop count (u32): a frame measured with them
+# fits with any.
+_MAX_SEQ: Final = U64_MAX
+_MAX_DROPPED: Final = U32_MAX
+_NO_BODY: Final = msgspec.Raw(b"")
+#: Kinds whose envelope size one call keeps; past it the count starts over.
+_ENVELOPES_KEPT: Final = 64
 
-    __slots__ = (
-        "call_id",
-        "dropped",
-        "final",
-        "frames",
-        "queued_bytes",
-        "scheduled",
-        "seq",
-        "session_id",
-    )
 
-    def __init__(self, call_id: str, session_id: str | None) -> None:
-        self.call_id = call_id
-        self.session_id = session_id
-        self.frames: deque[tuple[str, msgspec.Raw]] = deque()
-        self.queued_bytes = 0
-        self.seq = 0
-        self.dropped = 0  # dropped since the last frame written
-        self.final: bytes | None = None
-        self.scheduled = False
+def progress_item_of(
+    call_id: str, session_id: str | None, frame_limit: int | None
+) -> Callable[[ToolCallProgressFrame[Any]], tuple[ProgressItem, int]]:
+    """What a call's frame is queued as: its kind and its body, encoded once
+    (``_call/_frame_check``), its size the body's. Raises the ToolError that
+    ends the call when the frame cannot be sent as JSON (the server's Rule 1),
+    or when its line, measured with the widest ``seq`` and ``dropped_count``,
+    would pass ``frame_limit`` (a tool's declared ``max_frame_bytes``):
+    ``frame_too_large`` with that size. A line is its envelope and its body, so
+    the envelope is measured once per kind and the body is not encoded again."""
+    envelopes: dict[str, int] = {}
 
-    def push(self, kind: str, body: msgspec.Raw, budget: int) -> int:
-        """Queue a frame; drop the oldest while over ``budget``. Returns how many
-        were dropped."""
-        size = len(body)
-        dropped = 0
-        while self.frames and self.queued_bytes + size > budget:
-            _, old = self.frames.popleft()
-            self.queued_bytes -= len(old)
-            dropped += 1
-        self.frames.append((kind, body))
-        self.queued_bytes += size
-        self.dropped += dropped
-        return dropped
+    def item_of(frame: ToolCallProgressFrame[Any]) -> tuple[ProgressItem, int]:
+        body = encoded_body(frame)
+        if frame_limit is not None:
+            kind = frame.kind
+            envelope = envelopes.get(kind)
+            if envelope is None:
+                if len(envelopes) >= _ENVELOPES_KEPT:
+                    envelopes.clear()
+                envelope = envelopes[kind] = len(
+                    encode_progress_line(
+                        call_id,
+                        kind,
+                        _NO_BODY,
+                        seq=_MAX_SEQ,
+                        session_id=session_id,
+                        dropped_count=_MAX_DROPPED,
+                        newline=False,
+                    )
+                )
+            size = envelope + len(body)
+            if size > frame_limit:
+                raise ToolError.frame_too_large(size, frame_limit)
+        return (frame.kind, body), len(body)
 
-    def take(self, max_bytes: int, out: bytearray) -> tuple[int, bool]:
-        """Encode queued frames (then the final response, once they are all out)
-        onto ``out``, up to about ``max_bytes``. Returns (frames taken, finished)."""
-        taken = 0
-        limit = len(out) + max_bytes
-        frames = self.frames
-        while frames and len(out) < limit:
-            kind, body = frames.popleft()
-            self.queued_bytes -= len(body)
-            append_progress_line(
-                out,
-                self.call_id,
-                kind,
-                body,
-                seq=self.seq,
-                session_id=self.session_id,
-                dropped_count=self.dropped or None,
-            )
-            self.seq += 1
-            self.dropped = 0
-            taken += 1
-        if not frames and self.final is not None:
-            out += self.final
-            return taken, True
+    return item_of
+
+
+def take_lines(
+    queue: CallQueue[ProgressItem, bytes],
+    call_id: str,
+    session_id: str | None,
+    max_bytes: int,
+    out: bytearray,
+) -> tuple[int, bool]:
+    """Take ``queue``'s frames onto ``out`` as ``tool_call_progress`` lines, each
+    with the ``seq`` and ``dropped_count`` the queue numbered it with (the
+    server's Rule 2), up to about ``max_bytes`` (at least one frame when any is
+    queued), then the final response line once every frame is out. Returns
+    (frames taken, whether the final response went too)."""
+    taken = 0
+    limit = len(out) + max_bytes
+    while len(out) < limit:
+        frame = queue.take()
+        if frame is None:
+            break
+        (kind, body), seq, dropped_count = frame
+        append_progress_line(
+            out, call_id, kind, body, seq=seq, session_id=session_id, dropped_count=dropped_count
+        )
+        taken += 1
+    final = queue.take_reply()
+    if final is None:
         return taken, False
+    out += final
+    return taken, True
 
 
 #: A ``\\uXXXX`` escape of a UTF-16 surrogate (its backslash not itself

@@ -69,7 +69,6 @@ Rule 8. ``serve`` owns its tasks (the writer, the reader, one per call) in one
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Final, NamedTuple, Protocol
@@ -78,28 +77,24 @@ import msgspec
 
 from kigi_tool_protocol import (
     MAX_FRAME_BYTES_CEILING,
-    U32_MAX,
-    U64_MAX,
     ToolCallParams,
-    WireError,
     effective_max_frame_bytes,
-    encode_progress_line,
-    json_codec,
-    progress_to_frame,
 )
 
+from .._call._feed import QueueFeed, produce
+from .._call._queue import CallQueue, QueuePolicy, StallWatch
 from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
 from .._lines import read_lines
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
 from ._rpc_server import (
-    CallOutbox as _Outbox,
-)
-from ._rpc_server import (
+    ProgressItem,
     Reply,
     ServerProtocol,
     StartCall,
+    progress_item_of,
+    take_lines,
 )
 from ._rpc_server import result_line as _result_line
 from ._rpc_server import wire_error_line as _wire_error_line
@@ -139,10 +134,9 @@ WRITE_BATCH_BYTES: Final = 256 * 1024
 MAX_WRITE_BYTES: Final = 1024 * 1024
 
 
-# The widest envelope seq (u64) and drop count (u32): a frame measured with them
-# fits with any.
-_MAX_SEQ: Final = U64_MAX
-_MAX_DROPPED: Final = U32_MAX
+def _failed_to_answer(exc: Exception) -> ToolError:
+    """The error a call ends with when the server could not encode its answer."""
+    return ToolError("internal_error", f"the server failed to answer: {exc}")
 
 
 class ServerStats(NamedTuple):
@@ -166,54 +160,72 @@ class Sink(Protocol):
     async def drain(self) -> None: ...
 
 
+class _CallOut:
+    """One call's way out: its queue (kind and encoded body per frame, then the
+    final response line) behind its feed, and what its lines carry."""
+
+    __slots__ = ("_writer", "call_id", "feed", "scheduled", "session_id")
+
+    def __init__(self, call_id: str, session_id: str | None, writer: _Writer) -> None:
+        self.call_id = call_id
+        self.session_id = session_id
+        self._writer = writer
+        self.scheduled = False  # whether it waits in the writer's turn
+        queue: CallQueue[ProgressItem, bytes] = CallQueue(writer.policy)
+        self.feed = QueueFeed(queue, writer, on_ready=self._ready)
+
+    def _ready(self) -> None:
+        if not self.scheduled:
+            self._writer.schedule(self)
+
+
 class _Writer:
-    """The one task that writes: control replies first, then calls in turn."""
+    """The one task that writes: control replies first, then calls in turn.
+
+    It is the calls' stall verdict (Rule 3): one :class:`StallWatch` of the
+    output, a write pending from before it is handed over until its drain
+    returns, moved whenever the transport's write buffer is seen to change."""
 
     def __init__(self, sink: Sink, budget: int) -> None:
         self._sink = sink
-        self._budget = budget
+        self.policy = QueuePolicy.drop_oldest_when_stalled(budget)
         self._control: deque[bytes] = deque()
         self._control_bytes = 0
-        self._ready: deque[_Outbox] = deque()
+        self._ready: deque[_CallOut] = deque()
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
         self._closing = False
-        self.broken = False
+        self.broken = False  # the output broke, or was abandoned: nothing more is written
         self.frames_written = 0
-        self.frames_dropped = 0
         self.abandoned = 0
-        self._moved = asyncio.Event()
-        self._last_move = asyncio.get_running_loop().time()
-        self._pending = False  # bytes handed to the sink whose drain has not returned
+        self._clock = asyncio.get_running_loop().time
+        self._watch = StallWatch(WRITER_STALL_S)
+        transport = getattr(sink, "transport", None)
+        self._buffer_size = getattr(transport, "get_write_buffer_size", None)
         self._last_buffered: int | None = None
 
-    def stalled(self) -> bool:
+    def stalled(self, now: float) -> bool:
         """True when a write is pending and no byte of it has left for
         :data:`WRITER_STALL_S` (Rule 3). A slow reader that keeps taking bytes,
         however few, is not stalled."""
-        if self.broken:
-            return True
-        now = asyncio.get_running_loop().time()
-        buffered = self._buffered()
-        if buffered is not None and buffered != self._last_buffered:
+        self._poll(now)
+        return self._watch.stalled(now)
+
+    def recheck_in(self, now: float) -> float:
+        """Seconds after which :meth:`stalled` could turn true."""
+        self._poll(now)
+        return self._watch.recheck_in(now)
+
+    def _poll(self, now: float) -> None:
+        """A change in the transport's buffered bytes is a move of the output."""
+        size = self._buffer_size
+        if size is None:
+            return
+        buffered = int(size())
+        if buffered != self._last_buffered:
             self._last_buffered = buffered
-            self._last_move = now
-        return self._pending and now - self._last_move >= WRITER_STALL_S
-
-    def _buffered(self) -> int | None:
-        transport = getattr(self._sink, "transport", None)
-        size = getattr(transport, "get_write_buffer_size", None)
-        return None if size is None else int(size())
-
-    async def wait_for_room(self, outbox: _Outbox, size: int) -> None:
-        """Pause while ``size`` more bytes would not fit ``outbox``'s budget and the
-        output is still moving (Rule 3)."""
-        while outbox.frames and outbox.queued_bytes + size > self._budget and not self.stalled():
-            self._moved.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(WRITER_STALL_S):
-                    await self._moved.wait()
+            self._watch.moved(now)
 
     def control(self, line: bytes) -> None:
         if self.broken:
@@ -227,22 +239,13 @@ class _Writer:
     async def wait_for_space(self) -> None:
         await self._space.wait()
 
-    def progress(self, outbox: _Outbox, kind: str, body: msgspec.Raw) -> None:
-        if self.broken:
+    def schedule(self, call: _CallOut) -> None:
+        """``call`` has a frame or its final response to write."""
+        # A call already in the turn is seen by a writer that is not waiting.
+        if call.scheduled or self.broken:
             return
-        self.frames_dropped += outbox.push(kind, body, self._budget)
-        self._schedule(outbox)
-
-    def finish(self, outbox: _Outbox, line: bytes) -> None:
-        if self.broken:
-            return
-        outbox.final = line
-        self._schedule(outbox)
-
-    def _schedule(self, outbox: _Outbox) -> None:
-        if not outbox.scheduled:
-            outbox.scheduled = True
-            self._ready.append(outbox)
+        call.scheduled = True
+        self._ready.append(call)
         self._wake.set()
 
     def close(self) -> None:
@@ -253,21 +256,30 @@ class _Writer:
     def abandon(self) -> int:
         """Drop everything still queued (the output is not being read); returns
         how many lines that was."""
-        lines = len(self._control)
-        for outbox in self._ready:
-            lines += len(outbox.frames) + (outbox.final is not None)
-        self._control.clear()
-        self._ready.clear()
+        lines = len(self._control) + self._drop_all()
         self.abandoned += lines
+        return lines
+
+    def _drop_all(self) -> int:
+        """Nothing more is written: drop the queued lines, free every waiting
+        call; returns how many call lines were dropped."""
+        self._watch.broke()
         self.broken = True
+        lines = 0
+        for call in self._ready:
+            lines += call.feed.queue.discard()
+            call.feed.give_up()
+        self._ready.clear()
+        self._control.clear()
+        self._control_bytes = 0
         self._space.set()
-        self._moved.set()
         return lines
 
     async def run(self) -> None:
         """Write until closed and flushed. Returns early, with ``broken`` set, if
         the output stream fails."""
-        control, ready = self._control, self._ready
+        control, ready, watch, clock = self._control, self._ready, self._watch, self._clock
+        sink = self._sink
         try:
             while True:
                 if not control and not ready:
@@ -284,29 +296,24 @@ class _Writer:
                 for _ in range(len(ready)):
                     if len(batch) >= MAX_WRITE_BYTES:
                         break
-                    outbox = ready.popleft()
-                    taken, finished = outbox.take(WRITE_BATCH_BYTES, batch)
-                    self.frames_written += taken
-                    if finished:
-                        outbox.scheduled = False
-                    elif outbox.frames:
-                        ready.append(outbox)
+                    call = ready.popleft()
+                    queue = call.feed.queue
+                    taken, finished = take_lines(
+                        queue, call.call_id, call.session_id, WRITE_BATCH_BYTES, batch
+                    )
+                    if taken:
+                        self.frames_written += taken
+                        call.feed.took()
+                    if not finished and len(queue):
+                        ready.append(call)
                     else:
-                        outbox.scheduled = False
-                self._pending = True
-                self._last_move = asyncio.get_running_loop().time()
-                self._sink.write(batch)
-                await self._sink.drain()
-                self._pending = False
-                self._last_move = asyncio.get_running_loop().time()
-                self._moved.set()
+                        call.scheduled = False
+                watch.sending(clock())
+                sink.write(batch)
+                await sink.drain()
+                watch.sent()
         except (ConnectionError, OSError):
-            self.broken = True
-            self._control.clear()
-            self._control_bytes = 0
-            self._ready.clear()
-            self._space.set()
-            self._moved.set()
+            self._drop_all()
 
 
 #: Seconds a stopped tool's task, still pending once its run has ended, is given
@@ -330,6 +337,7 @@ class _Call(NamedTuple):
     ctx: ToolContext
     task: asyncio.Task[None]
     request_id: str | int
+    out: _CallOut
 
 
 class Server:
@@ -373,6 +381,7 @@ class Server:
         # peer's reason, whichever cancel the call saw last).
         self._stopped_by_server: set[str] = set()
         self._abandoned: list[str] = []  # Rule 7
+        self._dropped_by_ended = 0  # frames the queues of calls that ended dropped
 
     @property
     def tools(self) -> dict[str, Tool[Any]]:
@@ -386,7 +395,7 @@ class Server:
             self._protocol.calls_started,
             len(self._calls),
             0 if writer is None else writer.frames_written,
-            0 if writer is None else writer.frames_dropped,
+            self._dropped_by_ended + sum(c.out.feed.queue.dropped for c in self._calls.values()),
             self._protocol.lines_rejected,
             0 if writer is None else writer.abandoned,
             tuple(self._abandoned),
@@ -443,7 +452,7 @@ class Server:
         give_up = asyncio.get_running_loop().time() + FINAL_FLUSH_S
         while not write_task.done():
             left = give_up - asyncio.get_running_loop().time()
-            if left <= 0 or out.stalled():
+            if left <= 0 or out.stalled(asyncio.get_running_loop().time()):
                 break
             await asyncio.wait({write_task}, timeout=min(left, WRITER_STALL_S))
         if not write_task.done():
@@ -478,13 +487,13 @@ class Server:
         params = event.params
         call_id = params.tool_call_id
         ctx = ToolContext(call_id)
-        outbox = _Outbox(call_id, event.session_id)
+        call_out = _CallOut(call_id, event.session_id, out)
         assert self._tasks is not None  # calls start only while serving
         task = self._tasks.create_task(
-            self._run_call(self._tools[params.tool_id], params, ctx, event.request_id, outbox, out),
+            self._run_call(self._tools[params.tool_id], params, ctx, event.request_id, call_out),
             name=f"kigi call {call_id}",
         )
-        self._calls[call_id] = _Call(ctx, task, event.request_id)
+        self._calls[call_id] = _Call(ctx, task, event.request_id, call_out)
 
     async def _run_call(
         self,
@@ -492,16 +501,9 @@ class Server:
         params: ToolCallParams[msgspec.Raw],
         ctx: ToolContext,
         request_id: str | int,
-        outbox: _Outbox,
-        out: _Writer,
+        out: _CallOut,
     ) -> None:
-        session_id = outbox.session_id
-        final: bytes | None = None
-        stopped: ToolError | None = None  # the cancel or timeout that ended the call
-        # A tool's declared max_frame_bytes bounds every line sent for it: a
-        # frame past it ends the call with frame_too_large, never goes out.
-        declared = tool.capabilities.max_frame_bytes
-        frame_limit = None if declared is None else effective_max_frame_bytes(tool.capabilities)
+        session_id = out.session_id
         try:
             run = run_tool(
                 tool,
@@ -510,74 +512,34 @@ class Server:
                 timeout_ms=params.deadline_ms,
                 stop_wait=self._stop_wait,
             )
-            async with run:
-                async for event in run:
-                    if isinstance(event, ToolResult):
-                        final = _result_line(request_id, session_id, event.to_wire(ctx.call_id))
-                    elif isinstance(event, ToolError):
-                        if event.kind == "cancelled" and ctx.call_id in self._stopped_by_server:
-                            event.message = SERVER_CANCEL_MESSAGE
-                        if event.kind in ("cancelled", "timeout"):
-                            stopped = event
-                        final = self._tool_error_line(request_id, session_id, event, tool.id)
-                    else:
-                        frame = progress_to_frame(outbox.call_id, event)
-                        try:
-                            encoded = json_codec.encode(frame.body)
-                            # msgspec's bytes keep the room its buffer grew to
-                            # (36 KiB for a 24 KiB body): an exact copy is what
-                            # the queue's budget counts, for a few microseconds.
-                            body = msgspec.Raw(memoryview(encoded).tobytes())
-                            # The writer encodes the kind later, into a batch it shares
-                            # with every call, where a failure would stop the whole
-                            # connection: a kind JSON cannot carry ends this call here.
-                            frame.kind.encode("utf-8")
-                        except (WireError, UnicodeEncodeError) as exc:
-                            error = ToolError(
-                                "internal_error",
-                                f"a progress frame of kind {frame.kind!r} cannot be sent"
-                                f" as JSON: {exc}",
-                            )
-                            final = self._tool_error_line(request_id, session_id, error, tool.id)
-                            break
-                        if frame_limit is not None:
-                            # Measured as sent with the widest seq and drop count.
-                            line = encode_progress_line(
-                                outbox.call_id,
-                                frame.kind,
-                                body,
-                                seq=_MAX_SEQ,
-                                session_id=session_id,
-                                dropped_count=_MAX_DROPPED,
-                                newline=False,
-                            )
-                            size = len(line)
-                            if size > frame_limit:
-                                error = ToolError.frame_too_large(size, frame_limit)
-                                final = self._tool_error_line(
-                                    request_id, session_id, error, tool.id
-                                )
-                                break
-                        if outbox.queued_bytes + len(body) > self._call_queue_bytes:
-                            await out.wait_for_room(outbox, len(body))
-                        out.progress(outbox, frame.kind, body)
-            if stopped is not None and await _left_running(tool.id, ctx.call_id):
-                # Rule 7: the run gave up on a tool that ignored its stop.
-                self._abandoned.append(ctx.call_id)
-                stopped.message += (
-                    f"; the tool did not stop within {self._stop_wait:g} s and was left running"
-                )
-                final = self._tool_error_line(request_id, session_id, stopped, tool.id)
+            declared = tool.capabilities.max_frame_bytes
+            limit = None if declared is None else effective_max_frame_bytes(tool.capabilities)
+            item_of = progress_item_of(out.call_id, session_id, limit)
+            terminal = await produce(run, out.feed, item_of)
+            if isinstance(terminal, ToolResult):
+                final = _result_line(request_id, session_id, terminal.to_wire(ctx.call_id))
+            else:
+                await self._word_stop(terminal, tool.id, ctx.call_id)
+                final = self._tool_error_line(request_id, session_id, terminal, tool.id)
         except Exception as exc:  # encoding a result failed: still answer the call
-            error = ToolError("internal_error", f"the server failed to answer: {exc}")
-            final = self._tool_error_line(request_id, session_id, error, tool.id)
+            final = self._tool_error_line(request_id, session_id, _failed_to_answer(exc), tool.id)
         finally:
             del self._calls[ctx.call_id]
             self._protocol.call_ended(ctx.call_id)
-        if final is None:  # run_tool always ends with a terminal; never leave a caller hanging
-            error = ToolError("internal_error", "the tool run ended without a terminal")
-            final = self._tool_error_line(request_id, session_id, error, tool.id)
-        out.finish(outbox, final)
+            self._dropped_by_ended += out.feed.queue.dropped
+        out.feed.finish(final)
+
+    async def _word_stop(self, error: ToolError, tool_id: str, call_id: str) -> None:
+        """The message of a call that was stopped: the server's own words when
+        the server stopped it (Rule 6), and Rule 7's when its tool was left
+        running."""
+        if error.kind == "cancelled" and call_id in self._stopped_by_server:
+            error.message = SERVER_CANCEL_MESSAGE
+        if error.kind in ("cancelled", "timeout") and await _left_running(tool_id, call_id):
+            self._abandoned.append(call_id)
+            error.message += (
+                f"; the tool did not stop within {self._stop_wait:g} s and was left running"
+            )
 
     @staticmethod
     def _tool_error_line(
