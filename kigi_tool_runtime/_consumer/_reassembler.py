@@ -17,6 +17,9 @@ Rule 3. Nothing is dropped silently. A record that cannot be decoded is counted
         anomaly lands in an :class:`Anomaly` with the record it was seen at.
         Valid JSON-RPC messages that are not progress notifications are counted
         in :attr:`Reassembler.ignored`.
+        A loss the reader's transport learned of is recorded
+        (:meth:`Reassembler.record_loss`), with the stream's total as of the
+        loss when known: a gap that counts no frame, never a made-up frame.
 Rule 4. Each check compares a record with the one before it: ``seq`` with the
         previous ``seq`` of the same counter, ``total_bytes`` with the previous
         total of the same stream. A repeated or reordered frame is reported and
