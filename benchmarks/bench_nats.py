@@ -43,7 +43,7 @@ from _goals import Goals, add_check_flag
 from nats_server import NatsServer
 
 from kigi_tool_protocol import ToolCallResult
-from kigi_tool_runtime import CallProgress, Client
+from kigi_tool_runtime import CallLoss, CallProgress, Client
 from kigi_tool_runtime.nats import NatsClient, connect, find_nats_server
 
 MB = 1_000_000
@@ -102,7 +102,7 @@ async def latency(start: Caller, lines: int) -> list[float]:
     pending = ""
     delays: list[float] = []
     async for item in call:
-        if not isinstance(item, CallProgress):
+        if not isinstance(item, CallProgress | CallLoss):
             break
         now = time.time()
         pending += item.appended.text or ""

@@ -3,7 +3,7 @@ and reassemble it knowing exactly what was lost."""
 
 from kigi_tool_protocol import __version__ as _protocol_version
 
-from ._call._caller import CallProgress, RemoteToolError
+from ._call._caller import CallLoss, CallProgress, RemoteToolError
 from ._call._live import DROPPED_MARKER, LOSS_MARKER, UNDELIVERED_MARKER, LiveDelta, LiveText
 from ._call._outcome import CallEnd, error_text, loss_json, loss_line, model_text
 from ._call._served import ServedCall, check_arguments
@@ -99,6 +99,7 @@ __all__: tuple[str, ...] = (
     "Appended",
     "Call",
     "CallEnd",
+    "CallLoss",
     "CallProgress",
     "Chunk",
     "Client",

@@ -518,7 +518,7 @@ def test_each_progress_line_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> 
 
         return parse
 
-    for name in ("_decode", "_decode_message"):
+    for name in ("_decode", "_decode_message", "_decode_progress"):
         monkeypatch.setattr(progress_line_module, name, counting(name))
     messages, _ = make_messages([b"abc", b"def", b"ghi"], [])
     progress = [m for m in messages if m[1] == "progress"]
@@ -528,4 +528,98 @@ def test_each_progress_line_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> 
     note = encode_progress_line(CALL, "text", {"text": "n"}, seq=len(progress), newline=False)
     ledger.feed(progress[-1][0] + 1, "progress", note)
     # The typed pass that does not fit a note, the message, then its frame layer.
-    assert parses == ["_decode", "_decode_message", "_decode"]
+    assert parses == ["_decode_progress", "_decode_message", "_decode"]
+
+
+# -- losses are recorded, not forged -------------------------------------------------
+
+
+def _received_frames(messages: list[Message]) -> int:
+    return sum(1 for m in messages if m[1] == "progress")
+
+
+def test_a_lost_tail_is_a_frameless_loss_item_and_no_frame_is_counted_for_it() -> None:
+    """Frames lost after the last one received: the end's event carries a
+    ``CallLoss`` (no frame, its gap marker to print) before its outcome; the
+    reassembler counts only the frames that arrived and reports the loss."""
+    from kigi_tool_runtime import CallLoss
+
+    messages, source = make_messages([b"abcdefghij", b"klmnopqrst", b"uvwxyz"], [])
+    kept = messages[:3]
+    ledger = feed(CallLedger(CALL), kept)
+    seq, _, data, headers = messages[-1]
+    event = ledger.feed(seq, "end", data, headers)
+    [loss] = event.progress
+    assert isinstance(loss, CallLoss)
+    assert (loss.frame, loss.seq) == (None, None)
+    assert loss.appended.gap is not None
+    assert "bytes lost ...]" in loss.appended.render()
+    assert [a.kind for a in loss.appended.anomalies] == ["dropped_frames"]
+    assert "never arrived" in loss.appended.anomalies[0].detail
+    stream = ledger.reassembler.stream(CALL, KIND)
+    assert stream is not None
+    assert stream.frames == _received_frames(kept)
+    [report] = ledger.reassembler.reports(ended=True)
+    assert not report.complete
+    lost = len(source) - len((stream.text or "").encode())
+    assert report.lost_bytes_min <= lost <= report.lost_bytes
+
+
+def test_a_discarded_range_is_a_loss_item_before_the_frame_that_revealed_it() -> None:
+    """Frames the stream discarded mid-call: the next frame's event is a
+    ``CallLoss`` at that frame's total, then the frame; no frame is counted for
+    the loss, and the loss's anomaly names the discarded sequences."""
+    from kigi_tool_runtime import CallLoss, CallProgress
+
+    messages, _ = make_messages([b"a" * 20, b"b" * 20, b"c" * 20], [])
+    ledger = feed(CallLedger(CALL), messages[:2])
+    ledger.stream_starts_at(messages[4][0])
+    seq, _, data, _ = messages[4]
+    loss, item = ledger.feed(seq, "progress", data).progress
+    assert isinstance(loss, CallLoss)
+    assert isinstance(item, CallProgress)
+    assert item.frame is not None
+    assert loss.appended.gap is not None
+    assert loss.appended.gap.total_bytes == item.frame.body.total_bytes
+    [dropped] = loss.appended.anomalies
+    assert f"sequences {messages[2][0]}-{messages[3][0]}" in dropped.detail
+    stream = ledger.reassembler.stream(CALL, KIND)
+    assert stream is not None
+    assert stream.frames == 2
+    assert ledger.frames_lost == 2
+
+
+def test_a_call_whose_frames_are_all_gone_starts_its_stream_with_the_loss() -> None:
+    """A fresh ledger told the call ended (its done record) when none of its
+    frames is left: the stream starts with a gap of every byte, counts no
+    frame, and the loss item's marker says how many bytes were lost."""
+    from kigi_tool_runtime import CallLoss
+    from kigi_tool_runtime.nats import Done
+
+    ledger = CallLedger(CALL)
+    done = Done(worker="w", frames=4, totals={KIND: (3000, 4)})
+    event = ledger.end_gone(done, "purged")
+    [loss] = event.progress
+    assert isinstance(loss, CallLoss)
+    assert "3000 bytes lost" in loss.appended.render()
+    [report] = ledger.reassembler.reports(ended=True)
+    assert (report.frames, report.text_bytes, report.lost_bytes) == (0, 0, 3000)
+    assert not report.complete
+    assert ledger.frames_lost == 4
+
+
+def test_a_resume_at_a_discarded_sequence_records_the_loss_before_the_first_frame() -> None:
+    """A follower resuming at a bare stream sequence the stream no longer holds:
+    the loss is the first record of the stream, before any frame of it."""
+    from kigi_tool_runtime import CallLoss
+
+    messages, _ = make_messages([b"x" * 20, b"y" * 20], [])
+    ledger = CallLedger(CALL, position=FollowPosition(2, None))
+    ledger.stream_starts_at(messages[3][0])
+    seq, _, data, _ = messages[3]
+    first, *_ = ledger.feed(seq, "progress", data).progress
+    assert isinstance(first, CallLoss)
+    assert "before 2 never arrived" in first.appended.anomalies[0].detail
+    stream = ledger.reassembler.stream(CALL, KIND)
+    assert stream is not None
+    assert stream.frames == 1

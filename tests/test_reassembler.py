@@ -1138,3 +1138,161 @@ def test_record_loss_makes_the_stream_incomplete_where_it_was_noticed() -> None:
     assert report.text_bytes == 4
     assert folded.stream("c", "k").text == "abcd"  # type: ignore[union-attr]
     assert folded.record_loss(None, "elsewhere") in folded.anomalies
+
+
+# -- a loss the transport learned of, with its total ----------------------------
+
+
+def _frames_of(log: FrameLog) -> list[ToolCallProgressFrame[Any]]:
+    """The log's frames, without their envelope ``seq`` (a recorded loss
+    carries none, so the fold's checks of ``seq`` stay out of the comparison)."""
+    return [
+        json_codec.decode(
+            one, JsonRpcNotification[ToolCallProgressFrame[PartialResultPayload]]
+        ).params
+        for one in log.lines
+    ]
+
+
+# A loss in a fold's input: the stream it belongs to and its total.
+_Loss = tuple[StreamKey, int]
+
+
+def _fold_with_losses(items: list[Any]) -> Reassembler:
+    folded = Reassembler()
+    for item in items:
+        if isinstance(item, ToolCallProgressFrame):
+            folded.absorb_frame(item)
+        else:
+            key, total = item
+            folded.record_loss(key, "lost in transport", total_bytes=total)
+    return folded
+
+
+def _with_losses(frames: list[ToolCallProgressFrame[Any]], data: Any) -> list[Any]:
+    """``frames`` with some lost (recorded at their own total, as a lost tail
+    is) and some preceded by a loss at their total (as a discarded range is)."""
+    items: list[Any] = []
+    for frame in frames:
+        key = StreamKey(frame.tool_call_id, frame.kind)
+        choice = data.draw(st.sampled_from(["keep", "keep", "lost", "before"]))
+        if choice == "lost":
+            items.append((key, frame.body.total_bytes))
+            continue
+        if choice == "before":
+            items.append((key, frame.body.total_bytes))
+        items.append(frame)
+    return items
+
+
+@given(log=frame_logs(), data=st.data())
+def test_fold_contract_holds_with_recorded_losses_at_every_split(log: FrameLog, data: Any) -> None:
+    """Losses recorded with their total (``record_loss(..., total_bytes=)``)
+    anywhere among the frames, the first record of a stream or of the
+    connection included: folding the two sides of any split and absorbing
+    equals folding the whole."""
+    items = _with_losses(_frames_of(log), data)
+    whole = _fold_with_losses(items)
+    assert whole.records == len(items)
+    for cut in split_points(len(items)):
+        assert _fold_with_losses(items[:cut]).absorb(_fold_with_losses(items[cut:])) == whole
+
+
+@given(log=frame_logs(), data=st.data())
+def test_a_recorded_loss_folds_as_an_empty_gap_frame_that_counts_no_frame(
+    log: FrameLog, data: Any
+) -> None:
+    """A loss at a total folds exactly as a gap frame with no delta at that
+    total would (text, gaps, bounds, unseen bytes), except that the stream
+    counts no frame for it and reports it as ``dropped_frames``."""
+    items = _with_losses(_frames_of(log), data)
+    losses = [item for item in items if not isinstance(item, ToolCallProgressFrame)]
+    forged = Reassembler.fold(
+        [
+            item
+            if isinstance(item, ToolCallProgressFrame)
+            else ToolCallProgressFrame(
+                tool_call_id=item[0].tool_call_id,
+                kind=item[0].subkind,
+                body=PartialResultPayload(delta="", total_bytes=item[1], gap=True),
+            )
+            for item in items
+        ]
+    )
+    recorded = _fold_with_losses(items)
+    assert list(recorded.streams) == list(forged.streams)
+    for key, state in recorded.streams.items():
+        twin = forged.streams[key]
+        lost_here = sum(1 for loss in losses if loss[0] == key)
+        assert state.frames == twin.frames - lost_here
+        assert state.text == twin.text
+        assert state.render() == twin.render()
+        for ended in (False, True):
+            mine, theirs = state.report(ended=ended), twin.report(ended=ended)
+            assert (mine.gaps, mine.lost_range, mine.unseen_bytes, mine.total_bytes) == (
+                theirs.gaps,
+                theirs.lost_range,
+                theirs.unseen_bytes,
+                theirs.total_bytes,
+            )
+        dropped = [a for a in state.anomalies if a.kind == "dropped_frames"]
+        assert len(dropped) == lost_here
+        assert [a for a in state.anomalies if a.kind != "dropped_frames"] == list(twin.anomalies)
+        if lost_here:
+            assert not state.report(ended=True).complete
+
+
+def test_a_loss_before_any_record_starts_the_stream_with_a_gap() -> None:
+    """A loss recorded with its total needs no record before it (a follower that
+    lost a call's first frames, or all of them): the stream starts with a gap
+    of those bytes, counts no frame, and its report is incomplete; a later
+    frame at that total is the surviving tail of the gap."""
+    key = StreamKey("c", "k")
+    folded = Reassembler()
+    added = folded.appended_loss(key, "the stream discarded them", total_bytes=3000)
+    assert added.key == key
+    assert added.text is None
+    assert added.gap is not None
+    assert added.gap.total_bytes == 3000
+    assert "bytes lost" in added.render()
+    assert [(a.kind, a.index, a.detail) for a in added.anomalies] == [
+        ("dropped_frames", 0, "the stream discarded them")
+    ]
+    assert folded.records == 1
+    [report] = folded.reports(ended=True)
+    assert report.frames == 0
+    assert report.lost_bytes_min == report.lost_bytes == 3000
+    assert not report.complete
+    tail = PartialResultPayload(delta="xyz", total_bytes=3003)
+    folded.absorb_frame(ToolCallProgressFrame(tool_call_id="c", kind="k", body=tail))
+    [report] = folded.reports(ended=True)
+    assert (report.frames, report.text_bytes, report.lost_bytes) == (1, 3, 3000)
+    assert only(folded, "c", "k").render() == render_marker(report.gaps[0]) + "xyz"
+
+
+def render_marker(gap: Gap) -> str:
+    from kigi_tool_runtime._consumer._loss import render_gap_marker
+
+    return render_gap_marker(DEFAULT_GAP_MARKER, gap)
+
+
+def test_a_loss_with_a_total_needs_a_stream_and_a_total_of_at_least_0() -> None:
+    """A loss with a total belongs to one stream, and a total is never negative;
+    a refused loss changes nothing."""
+    folded = Reassembler()
+    with pytest.raises(ValueError, match="give its key"):
+        folded.record_loss(None, "x", total_bytes=3)
+    with pytest.raises(ValueError, match="cannot be negative"):
+        folded.record_loss(StreamKey("c", "k"), "x", total_bytes=-1)
+    with pytest.raises(ValueError, match="cannot be negative"):
+        folded.appended_loss(StreamKey("c", "k"), "x", total_bytes=-1)
+    assert folded == Reassembler()
+    assert folded.records == 0
+
+
+def test_appended_loss_of_a_known_call_only_is_unknown_elsewhere() -> None:
+    """A loss is a stream's first record like any frame: one of a call the
+    harness did not make is reported ``unknown_call`` there, once."""
+    folded = Reassembler(known_calls=["mine"])
+    added = folded.appended_loss(StreamKey("other", "k"), "lost", total_bytes=5)
+    assert [a.kind for a in added.anomalies] == ["unknown_call", "dropped_frames"]

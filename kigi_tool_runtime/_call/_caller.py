@@ -38,7 +38,7 @@ from .._consumer._reassembler import Appended
 from .._tools._errors import ToolError
 
 # CallHandle and CallTerms are the handles' shared plumbing, not exported.
-__all__ = ("CallProgress", "RemoteToolError")
+__all__ = ("CallLoss", "CallProgress", "RemoteToolError")
 
 #: Seconds after a call's ``timeout`` that the client waits for the server's own
 #: ``timeout`` reply (the server enforces ``deadline_ms`` and kills the tool)
@@ -76,6 +76,30 @@ class CallProgress:
     frame: ToolCallProgressFrame[Any]
     seq: int | None
     appended: Appended
+
+
+@dataclass(frozen=True, slots=True)
+class CallLoss:
+    """Progress of a call that its transport knows it lost, with no frame to show
+    for it (frames a stream's limits discarded, a ``seq`` hole, frames lost
+    after the last one received), as yielded by iterating a NATS call or
+    follower: ``appended`` is what the reassembler recorded for it
+    (``Reassembler.appended_loss``): its ``gap`` and ``anomalies``, and
+    ``appended.render()`` the marker to print where the bytes went missing.
+    ``frame`` and ``seq`` are ``None``, so code that reads a
+    :class:`CallProgress` item's ``appended`` reads this one alike."""
+
+    appended: Appended
+
+    @property
+    def frame(self) -> None:
+        """No frame carried this loss."""
+        return None
+
+    @property
+    def seq(self) -> None:
+        """No frame, so no envelope ``seq``."""
+        return None
 
 
 class CallTerms:
@@ -122,7 +146,8 @@ class CallHandle:
     """What every call handle shares, whatever carries the call: ``await
     result()`` consumes it to its result, and ``async with`` closes it
     (:meth:`aclose`, which cancels a call still running). A subclass iterates
-    ``CallProgress`` items and, last, the ``ToolCallResult``.
+    ``CallProgress`` items (and, over a transport that can learn of a loss no
+    frame carries, ``CallLoss`` items) and, last, the ``ToolCallResult``.
 
     The decisions are here (Rules 1-3); a subclass, the driver of its
     transport, says how the call ends (:meth:`_settle`), gives it up
@@ -134,7 +159,7 @@ class CallHandle:
     _terms: CallTerms
     _finished: bool = False  # the consumer has seen the end (or closed the call)
 
-    def __aiter__(self) -> AsyncIterator[CallProgress | ToolCallResult]:
+    def __aiter__(self) -> AsyncIterator[CallProgress | CallLoss | ToolCallResult]:
         raise NotImplementedError
 
     # -- what a transport provides ------------------------------------------------

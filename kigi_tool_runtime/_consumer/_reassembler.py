@@ -17,6 +17,9 @@ Rule 3. Nothing is dropped silently. A record that cannot be decoded is counted
         anomaly lands in an :class:`Anomaly` with the record it was seen at.
         Valid JSON-RPC messages that are not progress notifications are counted
         in :attr:`Reassembler.ignored`.
+        A loss the reader's transport learned of is recorded
+        (:meth:`Reassembler.record_loss`), with the stream's total as of the
+        loss when known: a gap that counts no frame, never a made-up frame.
 Rule 4. Each check compares a record with the one before it: ``seq`` with the
         previous ``seq`` of the same counter, ``total_bytes`` with the previous
         total of the same stream. A repeated or reordered frame is reported and
@@ -87,6 +90,7 @@ from ._loss import (
 )
 from ._stream_state import (
     StreamState,
+    absorb_loss,
     absorb_payload,
     absorb_state,
     add_anomaly,
@@ -332,7 +336,8 @@ class Reassembler:
 
     @property
     def records(self) -> int:
-        """How many records (lines, frames, notifications) were absorbed."""
+        """How many records (lines, frames, notifications, and losses recorded
+        with their total: :meth:`record_loss`) were absorbed."""
         return self._records
 
     @property
@@ -607,17 +612,48 @@ class Reassembler:
         self.ignored += later.ignored
         return self
 
-    def record_loss(self, key: StreamKey | None, detail: str) -> Anomaly:
-        """Report records this reassembler absorbed that never reached their
-        reader (a bounded queue between the two dropped them): its figures hold
-        them, the reader's text does not. A ``dropped_frames`` anomaly of the
-        stream ``key`` (of the connection when ``None``) at the last record
-        absorbed, where the loss was noticed, saying ``detail``; the stream's
-        report is then not ``complete``. Returns the anomaly.
+    def record_loss(
+        self, key: StreamKey | None, detail: str, *, total_bytes: int | None = None
+    ) -> Anomaly:
+        """Report records that never reached their reader, as a ``dropped_frames``
+        anomaly of the stream ``key`` (of the connection when ``None``) saying
+        ``detail``; the stream's report is then not ``complete``. Returns the
+        anomaly.
+
+        Without ``total_bytes``, the records were absorbed here and lost after
+        (a bounded queue between this reassembler and its reader dropped them):
+        the figures hold them, the reader's text does not, and the anomaly is
+        at the last record absorbed, where the loss was noticed.
+
+        With ``total_bytes``, the records never reached this reassembler
+        either (the transport learned of their loss: discarded, trimmed, a
+        ``seq`` hole, a lost tail), and the stream's total as of the loss,
+        when known, is ``total_bytes``: the loss is a gap that ends at that
+        total, folded as a gap frame with no delta there but counting no frame
+        (``_stream_state.py`` Rule 5), so its bytes are counted and the fold
+        contract (Rule 1) holds with it. It takes its own place in the record
+        order (it counts in :attr:`records`), its anomaly there, and it may
+        come before any record of the stream or of the connection (the
+        stream then starts with a gap). :meth:`appended_loss` answers what it
+        added, for a printer.
 
         Raises:
-            ValueError: no record was absorbed yet (nothing could be lost).
+            ValueError: without ``total_bytes``, no record was absorbed yet
+                (nothing could be lost); with it, ``key`` is ``None`` or
+                ``total_bytes`` is negative.
         """
+        if total_bytes is not None:
+            if key is None:
+                raise ValueError("a loss with total_bytes belongs to a stream: give its key")
+            if total_bytes < 0:
+                raise ValueError(f"total_bytes cannot be negative, got {total_bytes}")
+            index = self._records
+            self._records = index + 1
+            stream = self._state(key[0], key[1], index)
+            absorb_loss(stream, total_bytes, index)
+            lost = Anomaly("dropped_frames", index, detail, stream.key)
+            add_anomaly(stream, lost)
+            return lost
         if not self._records:
             raise ValueError("no record was absorbed: nothing can have been lost")
         state = None if key is None else self._streams.get(key)
@@ -627,6 +663,27 @@ class Reassembler:
         else:
             add_anomaly(state, anomaly)
         return anomaly
+
+    def appended_loss(self, key: StreamKey, detail: str, *, total_bytes: int) -> Appended:
+        """:meth:`record_loss` with ``total_bytes``, answered as :meth:`appended`
+        answers a record: the gap the loss opened (what it proves: at most its
+        upper bound, at least 1 byte, while later frames at that total may
+        still deliver the run's tail; :meth:`settled` narrows it), no text, and
+        its anomalies. A printer prints ``render()`` where the bytes went
+        missing, with no frame to carry the marker.
+
+        Raises:
+            ValueError: ``total_bytes`` is negative.
+        """
+        self._anomalies_cut += keep_first(self._anomalies)
+        before = len(self._anomalies)
+        self.record_loss(key, detail, total_bytes=total_bytes)
+        index = self._records - 1
+        state = self._streams[StreamKey(key[0], key[1])]
+        own, gap = added_at(state, index)
+        anomalies = [*self._anomalies[before:], *own]
+        anomalies.sort(key=anomaly_rank)
+        return Appended(state.key, gap=gap, truncated=state.truncated, anomalies=tuple(anomalies))
 
     def settled(self, appended: Appended) -> Appended:
         """``appended`` (from :meth:`appended`) with its gap's bounds as every

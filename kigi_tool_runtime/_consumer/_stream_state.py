@@ -29,6 +29,11 @@ Rule 4. The only figures relative to where a fold began are its first run (the
         two folds equals folding their records whole. A fold that began at the
         start of the stream (``from_start``) resolves its lead against 0: a
         first run that delivered less than its total is a missing prefix.
+Rule 5. A loss the reader's transport learned of, with the stream's total as
+        of the loss (``Reassembler.record_loss(..., total_bytes=...)``), folds
+        exactly as a gap frame with no delta at that total, except that it
+        counts no frame: so Rules 1, 3 and 4 hold for it as for a gap frame,
+        and it may be the stream's first record.
 """
 
 from __future__ import annotations
@@ -825,6 +830,14 @@ def absorb_payload(
                 state.key,
             )
         )
+
+
+def absorb_loss(state: StreamState, total: int, index: int) -> None:
+    """Absorb into ``state`` a loss its reader's transport learned of at record
+    ``index``, ending at the stream's total ``total`` (Rule 5): folded as a
+    gap frame with no delta at that total, counting no frame."""
+    absorb_payload(state, PartialResultPayload(delta="", total_bytes=total, gap=True), index, None)
+    state.frames -= 1
 
 
 def absorb_state(state: StreamState, later: StreamState, records: int) -> None:

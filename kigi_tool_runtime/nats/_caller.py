@@ -27,9 +27,11 @@ Rule 2a. On opening, before a lease verdict, and whenever a lease passes with
         worker is silent: Rule 2); neither means the call has not started,
         and it waits. So a follower of a call whose frames were discarded,
         purged or deleted ends, at once or within a lease.
-Rule 3. A call is ``CallProgress* (ToolCallResult | RemoteToolError)`` as with
-        the stdio client; ``cancel()`` writes the call's cancel message, which
-        reaches the worker running it (or stops it before it starts);
+Rule 3. A call is ``(CallProgress | CallLoss)* (ToolCallResult |
+        RemoteToolError)`` as with the stdio client, a :class:`CallLoss` where
+        the ledger counted a loss no frame carries (``_protocol`` Rule 3);
+        ``cancel()`` writes the call's cancel message, which reaches the
+        worker running it (or stops it before it starts);
         ``timeout`` is sent as the deadline and enforced here too.
 Rule 4. A follower that resumes after the call's end (at or past the sequence
         a follower that saw the end reports as its position) ends at once with
@@ -61,7 +63,7 @@ from kigi_tool_protocol import (
     ToolCallResult,
 )
 
-from .._call._caller import CallHandle, CallProgress, CallTerms, RemoteToolError
+from .._call._caller import CallHandle, CallLoss, CallProgress, CallTerms, RemoteToolError
 from .._consumer._reassembler import Reassembler
 from .._transport._rpc_server import wire_error_line as _wire_error_line
 from ._protocol import (
@@ -102,7 +104,8 @@ _HEADER_ROOM: Final = 4096
 
 class Follower:
     """Follow one call's frames (Rule 1). Use as an async context manager and
-    iterate it for :class:`CallProgress` items; iteration ends with the call, whose
+    iterate it for :class:`CallProgress` items (and a :class:`CallLoss` where
+    progress was lost); iteration ends with the call, whose
     outcome is then :attr:`outcome`.
 
     ``position`` resumes after another follower (its :attr:`position`);
@@ -144,7 +147,7 @@ class Follower:
         )
         self._lease = lease
         self._write_verdict = write_verdict
-        self._items: deque[CallProgress] = deque()
+        self._items: deque[CallProgress | CallLoss] = deque()
         self._sub: Any = None
         self._beats: Any = None
         self._alive = 0.0
@@ -235,17 +238,18 @@ class Follower:
         self._alive = asyncio.get_running_loop().time()
         self._started = True
 
-    def __aiter__(self) -> AsyncIterator[CallProgress]:
+    def __aiter__(self) -> AsyncIterator[CallProgress | CallLoss]:
         return self
 
-    async def __anext__(self) -> CallProgress:
+    async def __anext__(self) -> CallProgress | CallLoss:
         item = await self.next_progress()
         if item is None:
             raise StopAsyncIteration
         return item
 
-    async def next_progress(self, deadline: float | None = None) -> CallProgress | None:
-        """The next progress item, or ``None`` once the call has ended.
+    async def next_progress(self, deadline: float | None = None) -> CallProgress | CallLoss | None:
+        """The next progress item (a frame, or a loss the ledger counted), or
+        ``None`` once the call has ended.
 
         Raises:
             TimeoutError: the loop time ``deadline`` passed first.
@@ -406,7 +410,8 @@ class Follower:
 
 class NatsCall(CallHandle):
     """One call submitted through JetStream. Iterate it (``async for``) for
-    :class:`CallProgress` items and, last, the ``ToolCallResult``; or ``await
+    :class:`CallProgress` items (a :class:`CallLoss` where progress was lost)
+    and, last, the ``ToolCallResult``; or ``await
     call.result()``. A failed call raises :class:`RemoteToolError`.
 
     ``cancel`` writes the call's cancel message and waits for the server to
@@ -453,10 +458,10 @@ class NatsCall(CallHandle):
         """The result or error, once the call ended."""
         return self.follower.outcome
 
-    def __aiter__(self) -> AsyncIterator[CallProgress | ToolCallResult]:
+    def __aiter__(self) -> AsyncIterator[CallProgress | CallLoss | ToolCallResult]:
         return self
 
-    async def __anext__(self) -> CallProgress | ToolCallResult:
+    async def __anext__(self) -> CallProgress | CallLoss | ToolCallResult:
         if self._finished:
             raise StopAsyncIteration
         try:

@@ -23,14 +23,17 @@ Rule 2. A call's frame subjects: ``claim`` (a copy of the claim in the claims
 Rule 3. The consumer counts what it did not receive. Progress ``seq`` has no hole
         on the way out, so a hole on the way in (a range of stream sequences
         that limits discarded, or a start above the one asked for) is a loss:
-        the :class:`CallLedger` feeds the :class:`Reassembler` a gap frame where
-        the bytes went missing (at the next frame's ``total_bytes``: that frame
-        and the ones sharing its total are what survived, so the gap counts
-        the bytes of the missing frames),
-        and the frame after it reports the ``seq`` hole. Frames lost after the
-        last one received are found from the end message's ``Kigi-Frames`` and
-        ``Kigi-Totals`` headers. Nothing here is silent: every loss is counted,
-        marked in the text, and makes the report incomplete.
+        the :class:`CallLedger` records it in the :class:`Reassembler`
+        (``Reassembler.record_loss`` with the stream's total as of the loss:
+        the next frame's ``total_bytes``, so that frame and the ones sharing
+        its total are what survived and the gap counts the bytes of the
+        missing frames; no frame is made up), and the frame after it reports
+        the ``seq`` hole. Frames lost after the last one received are found
+        from the end message's ``Kigi-Frames`` and ``Kigi-Totals`` headers and
+        recorded at each stream's last total. Each recorded loss is a
+        :class:`CallLoss` progress item (its gap marker to print), as no frame
+        carries it. Nothing here is silent: every loss is counted, marked in
+        the text, and makes the report incomplete.
 Rule 4. A ledger resumes: one made at another's :attr:`CallLedger.position`
         folds what comes after, and absorbing its reassembler into the first's
         equals one ledger fed everything (the :class:`Reassembler` fold contract).
@@ -75,7 +78,6 @@ from kigi_tool_protocol import (
     JsonRpcNotification,
     JsonRpcRequest,
     JsonRpcResponse,
-    PartialResultPayload,
     ToolCallParams,
     ToolCallProgressFrame,
     ToolCallResult,
@@ -84,8 +86,9 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
-from .._call._caller import CallProgress, RemoteToolError
+from .._call._caller import CallLoss, CallProgress, RemoteToolError
 from .._call._response import decode_outcome
+from .._consumer._loss import StreamKey
 from .._consumer._reassembler import Reassembler
 
 __all__ = (
@@ -429,12 +432,13 @@ class FollowPosition(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class LedgerEvent:
-    """What one message added: the progress it fed the reassembler (synthesised
-    gap frames included; a record the reassembler could not decode is reported
-    in its anomalies, not here), the claim it carried, or the outcome it ended
-    the call with."""
+    """What one message added: the progress it fed the reassembler (the losses
+    it recorded there included, as :class:`CallLoss` items, each before the
+    frame that revealed it; a record the reassembler could not decode is
+    reported in its anomalies, not here), the claim it carried, or the outcome
+    it ended the call with."""
 
-    progress: tuple[CallProgress, ...] = ()
+    progress: tuple[CallProgress | CallLoss, ...] = ()
     claim: Claim | None = None
     outcome: ToolCallResult | RemoteToolError | None = None
     cancel: bool = False
@@ -495,7 +499,8 @@ class CallLedger:
         self.discarded: list[tuple[int, int]] = []
         #: Messages delivered twice (a redelivery after a reconnect): skipped.
         self.duplicates = 0
-        #: Frames known lost (seq holes, a lost tail) and gap frames fed for them.
+        #: Frames known lost (seq holes, a lost tail); each loss is recorded in
+        #: the reassembler where its bytes' total is known (Rule 3).
         self.frames_lost = 0
 
     @property
@@ -538,7 +543,7 @@ class CallLedger:
         self._next_stream = stream_seq + 1
         if kind == "progress":
             # A message carries one or more whole lines (a worker's batch).
-            items: list[CallProgress] = []
+            items: list[CallProgress | CallLoss] = []
             for line in data.split(b"\n"):
                 if line.strip():
                     items.extend(self._progress(line))
@@ -613,14 +618,13 @@ class CallLedger:
         self.refused = True
         return True
 
-    def _synthetic_gap(self, kind: str, total: int) -> CallProgress:
-        gap = PartialResultPayload(delta="", total_bytes=max(total, 0), gap=True)
-        frame: ToolCallProgressFrame[PartialResultPayload] = ToolCallProgressFrame(
-            tool_call_id=self.call_id, kind=kind, body=gap
-        )
-        return CallProgress(frame, None, self.reassembler.appended(frame))
+    def _loss(self, kind: str, total: int, detail: str) -> CallLoss:
+        """Record in the reassembler a loss of the ``kind`` stream of this call
+        that ends at its total ``total`` (Rule 3)."""
+        key = StreamKey(self.call_id, kind)
+        return CallLoss(self.reassembler.appended_loss(key, detail, total_bytes=max(total, 0)))
 
-    def _progress(self, data: bytes) -> tuple[CallProgress, ...]:
+    def _progress(self, data: bytes) -> tuple[CallProgress | CallLoss, ...]:
         # Decoded once here; the reassembler is fed the decoded frame. A line
         # that is no progress frame goes to it as it came, so its report names
         # what is wrong (Rule 3 of the reassembler).
@@ -661,8 +665,8 @@ class CallLedger:
 
     def _frame(
         self, frame: ToolCallProgressFrame[Any], seq: int | None
-    ) -> tuple[CallProgress, ...]:
-        out: list[CallProgress] = []
+    ) -> tuple[CallProgress | CallLoss, ...]:
+        out: list[CallProgress | CallLoss] = []
         expected = self._next_call
         missing = 0
         if seq is not None:
@@ -673,21 +677,31 @@ class CallLedger:
                 # whatever of this call lay before is gone, how much is unknown.
                 missing = -1
             self._next_call = seq + 1
+        discarded = self._discarded
         self._discarded = None
         if missing:
             self.frames_lost += max(missing, 0)
             payload = frame.body
             if not payload.gap and frame.tool_call_id == self.call_id:
-                # A gap frame at this frame's total: the reassembler counts the
-                # frames that share it (this one and its paced remainder) as
-                # what survived, so the gap is exactly the missing frames' bytes.
-                out.append(self._synthetic_gap(frame.kind, payload.total_bytes))
+                # A loss ending at this frame's total: the reassembler counts
+                # the frames that share it (this one and its paced remainder)
+                # as what survived, so the gap is exactly the missing frames' bytes.
+                if missing > 0 and seq is not None:
+                    detail = f"progress frame(s) {expected}-{seq - 1} of this call never arrived"
+                else:
+                    detail = f"progress frames of this call before {seq} never arrived"
+                if discarded is not None:
+                    detail += (
+                        f" (the stream discarded sequences {discarded[0]}-{discarded[1]}"
+                        " by its limits)"
+                    )
+                out.append(self._loss(frame.kind, payload.total_bytes, detail))
         if frame.tool_call_id == self.call_id:
             self._kind_frames[frame.kind] = self._kind_frames.get(frame.kind, 0) + 1
         out.append(CallProgress(frame, seq, self.reassembler.appended(frame, seq)))
         return tuple(out)
 
-    def _lost_tail(self, headers: dict[str, str]) -> tuple[CallProgress, ...]:
+    def _lost_tail(self, headers: dict[str, str]) -> tuple[CallLoss, ...]:
         raw_frames = headers.get(FRAMES_HEADER)
         if raw_frames is None or _COUNT.fullmatch(raw_frames) is None:
             return ()
@@ -705,9 +719,14 @@ class CallLedger:
             )
         except msgspec.DecodeError:
             totals = {}
-        out: list[CallProgress] = []
+        out: list[CallLoss] = []
         for kind, (total, count) in totals.items():
-            if count > self._kind_frames.get(kind, 0):
-                out.append(self._synthetic_gap(kind, total))
+            received = self._kind_frames.get(kind, 0)
+            if count > received:
+                detail = (
+                    f"{kind!r} frames after the last one received never arrived (the"
+                    f" worker published {count}, up to total_bytes {total})"
+                )
+                out.append(self._loss(kind, total, detail))
                 self._kind_frames[kind] = count
         return tuple(out)
