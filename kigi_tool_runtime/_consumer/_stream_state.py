@@ -97,6 +97,17 @@ def _hold_bound(delta: str) -> int:
     return len(first.encode("utf-8", "surrogatepass")) - 1
 
 
+def _take_text(state: StreamState, delta: str, chars: int, size: int) -> None:
+    """Count ``delta`` (``size`` UTF-8 bytes, after ``chars`` characters) into
+    ``state``'s text, keeping it when the state keeps text, within its limit."""
+    if state._keep_text:
+        state._chunks.append(delta)
+    state._chars = chars + len(delta)
+    state._bytes += size
+    if state._text_limit is not None and state._bytes > state._text_limit:
+        state._drop_text()
+
+
 def _sizes(delta: str) -> tuple[int, int, int]:
     """The UTF-8 length of ``delta``, the fewest source bytes it can stand for
     (one U+FFFD, 3 bytes, replaces 1 to 3 of them), and its U+FFFD count."""
@@ -718,12 +729,7 @@ def absorb_payload(
             size, low, replaced = _sizes(delta)
             state._replacements += replaced
             held = _hold_bound(delta)
-        if state._keep_text:
-            state._chunks.append(delta)
-        state._chars = chars + len(delta)
-        state._bytes += size
-        if state._text_limit is not None and state._bytes > state._text_limit:
-            state._drop_text()
+        _take_text(state, delta, chars, size)
         if total != last:
             if state._cur_lo > last:
                 state._anomalies.append(_run_overrun(state.key, index, state._cur_lo, last))
@@ -743,12 +749,7 @@ def absorb_payload(
     chars = state._chars
     if delta:
         size, low, replaced = _sizes(delta)
-        if state._keep_text:
-            state._chunks.append(delta)
-        state._chars = chars + len(delta)
-        state._bytes += size
-        if state._text_limit is not None and state._bytes > state._text_limit:
-            state._drop_text()
+        _take_text(state, delta, chars, size)
         state._replacements += replaced
     else:
         size = low = 0

@@ -225,6 +225,13 @@ async def _publish_progress(
             raise
 
 
+def _too_large(size: int, limit: int, message: str) -> ToolError:
+    """The ``frame_too_large`` error of a message the server would refuse (Rule 6)."""
+    error = ToolError.frame_too_large(size, limit)
+    error.message = message
+    return error
+
+
 @dataclass
 class _Running:
     ctx: ToolContext
@@ -477,10 +484,11 @@ class Worker:
         final = await self._run(tool, params, running, session_id)
         limit = self._payload_limit()
         if len(final) > limit:
-            error = ToolError.frame_too_large(len(final), limit)
-            error.message = (
+            error = _too_large(
+                len(final),
+                limit,
                 f"the call's result is {len(final)} bytes as JSON; the NATS server takes"
-                f" messages of at most {limit} bytes (its max_payload, less room for headers)"
+                f" messages of at most {limit} bytes (its max_payload, less room for headers)",
             )
             final = self._error_line(call_id, session_id, error, tool.id)
         await self._end(running, final)
@@ -513,12 +521,12 @@ class Worker:
             )
             limit = self._payload_limit()
             if len(line) > limit:
-                error = ToolError.frame_too_large(len(line), limit)
-                error.message = (
+                raise _too_large(
+                    len(line),
+                    limit,
                     f"a progress frame of {len(line)} bytes exceeds the NATS"
-                    f" server's max_payload ({limit} bytes, less room for headers)"
+                    f" server's max_payload ({limit} bytes, less room for headers)",
                 )
-                raise error
             if isinstance(frame.body, PartialResultPayload):
                 _, count = running.totals.get(frame.kind, (0, 0))
                 running.totals[frame.kind] = (frame.body.total_bytes, count + 1)
