@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from kigi_tool_protocol import ToolCallProgressFrame, ToolCallResult, ToolErrorWire, error_code_for
 
+from .._closing import AsyncClosing
 from .._consumer._reassembler import Appended
 from .._tools._errors import ToolError
 
@@ -54,16 +54,13 @@ class CallProgress:
     appended: Appended
 
 
-class CallHandle:
+class CallHandle(AsyncClosing):
     """What every call handle shares, whatever carries the call: ``await
     result()`` consumes it to its result, and ``async with`` closes it
     (:meth:`aclose`, which cancels a call still running). A subclass iterates
     ``CallProgress`` items and, last, the ``ToolCallResult``."""
 
     def __aiter__(self) -> AsyncIterator[CallProgress | ToolCallResult]:
-        raise NotImplementedError
-
-    async def aclose(self) -> None:
         raise NotImplementedError
 
     async def result(self) -> ToolCallResult:
@@ -76,14 +73,3 @@ class CallHandle:
             if isinstance(item, ToolCallResult):
                 return item
         raise AssertionError("a call always ends with a result or an error")  # pragma: no cover
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
