@@ -111,21 +111,22 @@ def events(body: str) -> list[Any]:
     ]
 
 
+#: The ``initialize`` request every raw host here opens with.
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
+
+
 def initialize(url: str) -> str:
     """A new session's id, initialized."""
-    status, headers, body = post(
-        url,
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-    )
+    status, headers, body = post(url, INITIALIZE)
     assert status == 200, body
     session = headers["mcp-session-id"]
     post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
@@ -181,6 +182,20 @@ def read_to_end(sock: socket.socket, request_id: Any, seconds: float = 30.0) -> 
             return found
 
 
+def unread_floods(
+    server: Served, session: str, tmp_path: Path, count: int
+) -> tuple[list[socket.socket], list[int]]:
+    """Start ``count`` calls of :data:`YES` in ``session``, each on a socket
+    left unread (:func:`unread_call`): their sockets and their commands' pids."""
+    socks, pids = [], []
+    for n in range(count):
+        pidfile = tmp_path / f"pid{n}"
+        message = call_message(n + 1, f"echo $$ > {pidfile}; {YES}", f"t{n}")
+        socks.append(unread_call(server.port, session, message))
+        pids.append(wait_pid(pidfile))
+    return socks, pids
+
+
 def wait_pid(pidfile: Path, seconds: float = 20.0) -> int:
     deadline = time.monotonic() + seconds
     while not (pidfile.exists() and pidfile.read_text().strip()):
@@ -233,12 +248,7 @@ def test_sigterm_stops_the_server_while_hosts_leave_streams_unread(tmp_path: Pat
     their commands and the server, in bounded time, exit 143."""
     with served() as server:
         session = initialize(server.url)
-        socks, pids = [], []
-        for n in range(3):
-            pidfile = tmp_path / f"pid{n}"
-            message = call_message(n + 1, f"echo $$ > {pidfile}; {YES}", f"t{n}")
-            socks.append(unread_call(server.port, session, message))
-            pids.append(wait_pid(pidfile))
+        socks, pids = unread_floods(server, session, tmp_path, 3)
         time.sleep(2.0)  # long past STALL_S: every stream is full and stalled
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(timeout=60) == 143
@@ -371,17 +381,7 @@ def test_a_call_with_a_null_id_is_answered_with_an_error_over_stdio(tmp_path: Pa
             return json.loads(await proc.stdout.readline())
 
         async with asyncio.timeout(60):
-            hello = {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"},
-                },
-            }
-            assert (await ask(hello))["id"] == 0
+            assert (await ask(INITIALIZE))["id"] == 0
             await ask({"jsonrpc": "2.0", "method": "notifications/initialized"})
             error = await ask(call_message(None, f"echo $$ > {pidfile}"))
             assert error["id"] is None
@@ -402,12 +402,7 @@ def test_calls_past_the_cap_are_refused_busy_until_one_ends(tmp_path: Path) -> N
     argv = [PY, "-c", SMALL_SERVER, "2", "8", "60"]
     with served(argv) as server:
         session = initialize(server.url)
-        socks, pids = [], []
-        for n in range(2):
-            pidfile = tmp_path / f"pid{n}"
-            message = call_message(n + 1, f"echo $$ > {pidfile}; {YES}", f"t{n}")
-            socks.append(unread_call(server.port, session, message))
-            pids.append(wait_pid(pidfile))
+        socks, pids = unread_floods(server, session, tmp_path, 2)
         status, _, body = post(server.url, call_message(3, "echo third"), session)
         assert status == 200, body
         (error,) = events(body)
@@ -438,19 +433,7 @@ def test_sessions_are_capped_and_an_idle_session_is_closed() -> None:
     argv = [PY, "-c", SMALL_SERVER, "4", "3", "1.5"]
     with served(argv) as server:
         sessions = [initialize(server.url) for _ in range(3)]
-        status, _, body = post(
-            server.url,
-            {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"},
-                },
-            },
-        )
+        status, _, body = post(server.url, INITIALIZE)
         assert status == 503, body
         status, _, _ = post(server.url, None, sessions[0], method="DELETE")
         assert status == 200
