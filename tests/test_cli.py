@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_raw import INITIALIZE, INITIALIZED
 
 from kigi_tool_protocol import StreamingSpec, encode_progress_line
 from kigi_tool_runtime import TRUNCATION_MARKER, OutputStream
@@ -1168,19 +1169,7 @@ def _mcp_calls(pidfile: Path, command: str) -> bytes:
         ("long", f"echo $$ > {pidfile}; {command}"),
         ("flood", "head -c 30000000 /dev/zero | tr '\\0' x"),
     ]
-    messages: list[dict[str, Any]] = [
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-    ]
+    messages: list[dict[str, Any]] = [INITIALIZE, INITIALIZED]
     messages += [
         {
             "jsonrpc": "2.0",

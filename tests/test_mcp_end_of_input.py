@@ -11,23 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mcp_raw import INITIALIZE, INITIALIZED
 from processes import pid_alive
 
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime.mcp._inflight import InFlight
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
     "io.modelcontextprotocol/clientCapabilities": {},

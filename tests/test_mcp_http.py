@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from mcp import Client
 from mcp_http_server import mcp_http_server
+from mcp_raw import INITIALIZE, INITIALIZED, VERSION
 from processes import until_group_gone
 
 from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
@@ -171,7 +172,7 @@ def _post_raw(url: str, message: Any, session: str | None = None) -> tuple[dict[
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2025-11-25",
+        "MCP-Protocol-Version": VERSION,
     }
     if session is not None:
         headers["Mcp-Session-Id"] = session
@@ -186,21 +187,9 @@ def test_every_notification_precedes_the_response_on_the_http_stream(url: str) -
     """On the request's own event stream, read raw, each call's progress
     notifications (1, 2, 3, ...) all come before its response, also when the
     last frames are made at the moment the command exits."""
-    headers, _ = _post_raw(
-        url,
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-    )
+    headers, _ = _post_raw(url, INITIALIZE)
     session = headers["mcp-session-id"]
-    _post_raw(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    _post_raw(url, INITIALIZED, session)
     burst = "import sys; sys.stdout.write('x' * 3_000_000)"
     for request_id, command in ((1, [PY, "-c", SPLIT]), (2, [PY, "-c", burst])):
         _, body = _post_raw(

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from mcp_raw import INITIALIZE, INITIALIZED, VERSION
 from processes import until_group_gone
 
 from kigi_tool_runtime._mcp_limits import HTTP_SESSION_IDLE_S, MAX_HTTP_SESSIONS
 from kigi_tool_runtime.mcp import META_STREAM
 
 PY = sys.executable
-VERSION = "2025-11-25"
 #: A command that writes without end, as fast as it is read.
 YES = "exec yes 'a line of output that goes on and on'"
 
@@ -111,25 +111,12 @@ def events(body: str) -> list[Any]:
     ]
 
 
-#: The ``initialize`` request every raw host here opens with.
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": VERSION,
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-
-
 def initialize(url: str) -> str:
     """A new session's id, initialized."""
     status, headers, body = post(url, INITIALIZE)
     assert status == 200, body
     session = headers["mcp-session-id"]
-    post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    post(url, INITIALIZED, session)
     return session
 
 
@@ -382,7 +369,7 @@ def test_a_call_with_a_null_id_is_answered_with_an_error_over_stdio(tmp_path: Pa
 
         async with asyncio.timeout(60):
             assert (await ask(INITIALIZE))["id"] == 0
-            await ask({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            await ask(INITIALIZED)
             error = await ask(call_message(None, f"echo $$ > {pidfile}"))
             assert error["id"] is None
             assert error["error"]["code"] == -32600

@@ -21,6 +21,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_http_server import mcp_http_server
+from mcp_raw import INITIALIZE, INITIALIZED
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
 from kigi_tool_runtime import Reassembler
@@ -151,17 +152,8 @@ def _raw_call(meta: dict[str, Any]) -> list[dict[str, Any]]:
     """One 2025-11-25 session over stdio: a tools/call with ``meta``; every
     message the server wrote."""
     messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        INITIALIZE,
+        INITIALIZED,
         {
             "jsonrpc": "2.0",
             "id": 1,

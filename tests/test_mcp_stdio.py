@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp_raw import INITIALIZE, INITIALIZED
 from processes import until_group_gone
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
@@ -269,20 +270,9 @@ class _Raw:
             limit=limit,
         )
         raw = cls(proc)
-        await raw.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"},
-                },
-            }
-        )
+        await raw.send(INITIALIZE)
         assert (await raw.read())["id"] == 0
-        await raw.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await raw.send(INITIALIZED)
         return raw
 
     async def send(self, message: Any) -> None:
