@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from mcp_raw import INITIALIZE, INITIALIZED
+from processes import reap
 
 from kigi_tool_protocol import StreamingSpec, encode_progress_line
 from kigi_tool_runtime import TRUNCATION_MARKER, OutputStream
@@ -214,9 +215,7 @@ def test_follow_stops_cleanly_on_sigint(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 0
     assert f"stopped at offset {len(frames)}" in err.decode()
 
@@ -336,9 +335,7 @@ def test_serve_answers_over_stdio() -> None:
         proc.stdin.close()
         assert proc.wait(timeout=RUN_WAIT_S) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
         assert proc.stdout is not None
         proc.stdout.close()
     *progress, response = messages
@@ -488,9 +485,7 @@ def _served_log(path: Path) -> Path:
         proc.stdin.close()
         proc.wait(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
         assert proc.stdout is not None
         proc.stdout.close()
     calls = [json.loads(line)["params"]["tool_call_id"] for line in log if b'"seq"' in line]
@@ -610,9 +605,7 @@ def test_run_stops_the_command_on_sigint_with_130() -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 128 + signal.SIGINT
     assert "cancelled" in err.decode()
 
@@ -630,9 +623,7 @@ def test_run_stopped_by_a_signal_kills_the_commands_group_first(stop: signal.Sig
         proc.send_signal(stop)
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     try:
         assert proc.returncode == 128 + stop
         assert "cancelled" in err.decode()
@@ -665,9 +656,7 @@ def test_run_into_a_closed_pipe_exits_141_quietly() -> None:
         proc.stdout.close()
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 128 + signal.SIGPIPE
     assert b"Traceback" not in err
 
@@ -694,9 +683,7 @@ def test_run_into_a_closed_pipe_leaves_no_descriptor_open() -> None:
         proc.stdout.close()
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 0, err.decode()
     code, before, after, stdout = json.loads(err.splitlines()[-1])
     assert (code, stdout) == (128 + signal.SIGPIPE, os.devnull)
@@ -769,9 +756,7 @@ def test_follow_prints_a_pipe_live_as_frames_arrive() -> None:
         assert proc.stderr is not None
         assert proc.stderr.read() == b""
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
         assert proc.stdout is not None
         assert proc.stderr is not None
         proc.stdout.close()
@@ -846,9 +831,7 @@ def test_serve_on_a_terminal_prints_a_hint() -> None:
         os.write(main_fd, b'{"jsonrpc":"2.0","id":1,"method":"tools.list"}\n\x04')
         out, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
         os.close(main_fd)
     assert proc.returncode == 0
     hint = err.decode()
@@ -937,9 +920,7 @@ def test_follow_stopped_by_sigterm_prints_the_resume_offset(tmp_path: Path) -> N
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 0
     assert f"stopped at offset {len(frames)} (resume with --from-offset {len(frames)})" in (
         err.decode()
@@ -1437,9 +1418,7 @@ def test_follow_stops_on_sigint_even_when_started_with_it_ignored(tmp_path: Path
     except subprocess.TimeoutExpired:
         pytest.fail("follow ignored SIGINT")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 0
     assert "stopped at offset" in err.decode()
 

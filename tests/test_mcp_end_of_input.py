@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_raw import INITIALIZE, INITIALIZED
-from processes import pid_alive
+from processes import pid_alive, reap
 
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime.mcp._inflight import InFlight
@@ -97,9 +97,7 @@ def _end_while_running(
         assert proc.wait(timeout=30) == 0
         elapsed = time.monotonic() - started
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
     return out, elapsed, pid
 
 
