@@ -12,11 +12,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from bounded import run_within
 from hypothesis import given
 from processes import GONE_S, pid_alive, until_gone
 
@@ -60,12 +61,8 @@ TEST_WAIT_S = 120.0
 T = TypeVar("T")
 
 
-def _run(body: Callable[[], Awaitable[T]]) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(TEST_WAIT_S):
-            return await body()
-
-    return asyncio.run(bounded())
+def _run(body: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return run_within(body(), TEST_WAIT_S)
 
 
 async def _collect(call: Any) -> tuple[list[CallProgress], ToolCallResult]:

@@ -3,12 +3,12 @@ result type, its errors, the server's counters."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
 import pytest
+from bounded import run_within
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
@@ -60,11 +60,7 @@ class BadKind(Tool[EchoArgs]):
 
 
 def _run(body: Any) -> None:
-    async def bounded() -> None:
-        async with asyncio.timeout(30):
-            await body()
-
-    asyncio.run(bounded())
+    run_within(body(), 30)
 
 
 def test_any_tool_streams_and_its_declared_result_is_validated_by_the_client() -> None:

@@ -20,7 +20,9 @@ import pytest
 pytest.importorskip("nats", reason="the 'nats' extra is not installed (pip install '.[nats]')")
 
 import nats.js.errors
+from bounded import run_within
 from nats_server import NatsServer, server_binary
+from processes import reap
 
 from kigi_tool_protocol import TextProgress, ToolCallResult
 from kigi_tool_runtime import (
@@ -64,11 +66,7 @@ def py(code: str) -> list[str]:
 
 
 def run(main: Coroutine[Any, Any, T], deadline: float = 30.0) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(deadline):
-            return await main
-
-    return asyncio.run(bounded())
+    return run_within(main, deadline)
 
 
 def test_round_trip(nats_server: NatsServer) -> None:
@@ -156,13 +154,6 @@ def _serve_process(url: str) -> subprocess.Popen[bytes]:
         [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", url, "--prefix", PREFIX],
         stderr=subprocess.DEVNULL,
     )
-
-
-def _reap(worker: subprocess.Popen[bytes]) -> None:
-    """Kill the worker process if it still runs, and wait for it."""
-    if worker.poll() is None:
-        worker.kill()
-        worker.wait(timeout=10)
 
 
 def _kill_started(starts: Path) -> None:
@@ -436,7 +427,7 @@ def test_worker_killed_mid_call_ends_it_clearly_and_never_reruns_it(
             # the claim and does not run it again.
             await _answered_not_rerun(rescuer)
         finally:
-            _reap(worker)
+            reap(worker)
             await fleet.close()
             _kill_started(starts)
         assert len(starts.read_text().split()) == 1
@@ -860,7 +851,7 @@ def test_a_claim_the_frames_stream_discarded_still_stops_a_second_run(
             _kill_started(starts)  # what a dead worker's command does is not this test's
             await _answered_not_rerun(await fleet.add_worker())
         finally:
-            _reap(worker)
+            reap(worker)
             await fleet.close()
             _kill_started(starts)
         assert len(starts.read_text().split()) == 1
@@ -1032,7 +1023,7 @@ def test_two_workers_starting_together_both_take_calls(nats_server: NatsServer) 
                 assert b"stopped by SIGTERM" in worker.stderr.read()
         finally:
             for worker in workers:
-                _reap(worker)
+                reap(worker)
                 if worker.stderr is not None:
                     worker.stderr.close()
 
