@@ -20,17 +20,11 @@ from mcp import Client
 from mcp_http_server import mcp_http_server
 from mcp_raw import INITIALIZE, INITIALIZED, VERSION
 from processes import until_group_gone
+from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
 
 PY = sys.executable
-SPLIT = (
-    "import sys, time\n"
-    "pieces = [b'caf\\xc3', b'\\xa9 \\xe2\\x82', b'\\xac \\xf0\\x9f', b'\\x98\\x80', b' end\\n']\n"
-    "for piece in pieces:\n"
-    "    sys.stdout.buffer.write(piece); sys.stdout.flush(); time.sleep(0.15)\n"
-)
-SPLIT_TEXT = "café € 😀 end\n"
 FLOOD = (
     "import sys, time\n"
     "block = ('ab é € 😀 xyz\\n' * 4096).encode()\n"

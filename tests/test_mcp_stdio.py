@@ -18,6 +18,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_raw import INITIALIZE, INITIALIZED
 from processes import until_group_gone
+from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
 from kigi_tool_runtime import ShellOutcome
@@ -29,15 +30,6 @@ from kigi_tool_runtime.testing import check_stream
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
 PY = sys.executable
 
-# Writes é, € and 😀 with every character cut across writes 150 ms apart (the
-# tool drains every 100 ms), so each reaches a tick half-written.
-SPLIT = (
-    "import sys, time\n"
-    "pieces = [b'caf\\xc3', b'\\xa9 \\xe2\\x82', b'\\xac \\xf0\\x9f', b'\\x98\\x80', b' end\\n']\n"
-    "for piece in pieces:\n"
-    "    sys.stdout.buffer.write(piece); sys.stdout.flush(); time.sleep(0.15)\n"
-)
-SPLIT_TEXT = "café € 😀 end\n"
 
 # 100 MB of text with 2-, 3- and 4-byte characters, in 64 KiB writes.
 UNIT = "ab é € 😀 xyz\n"
