@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_raw import INITIALIZE, INITIALIZED
+from mcp_raw import INITIALIZE, INITIALIZED, bash_call
 from processes import reap
 
 from kigi_tool_protocol import StreamingSpec, encode_progress_line
@@ -1152,17 +1152,7 @@ def _mcp_calls(pidfile: Path, command: str) -> bytes:
     ]
     messages: list[dict[str, Any]] = [INITIALIZE, INITIALIZED]
     messages += [
-        {
-            "jsonrpc": "2.0",
-            "id": number,
-            "method": "tools/call",
-            "params": {
-                "name": "bash",
-                "arguments": {"command": cmd},
-                "_meta": {"progressToken": call_id},
-            },
-        }
-        for number, (call_id, cmd) in enumerate(calls, start=1)
+        bash_call(number, cmd, call_id) for number, (call_id, cmd) in enumerate(calls, start=1)
     ]
     return b"".join(json.dumps(message).encode() + b"\n" for message in messages)
 

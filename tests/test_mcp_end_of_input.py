@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcp_raw import INITIALIZE, INITIALIZED
+from mcp_raw import INITIALIZE, INITIALIZED, bash_call
 from processes import pid_alive, reap
 
 from kigi_tool_runtime._process import group_alive
@@ -109,12 +109,7 @@ def test_a_running_call_is_cancelled_while_the_requests_behind_it_are_answered(
     tools/list and ping sent after it get their results; the server exits well
     before the final flush's bound."""
     pidfile = tmp_path / "pid"
-    call = {
-        "jsonrpc": "2.0",
-        "id": 7,
-        "method": "tools/call",
-        "params": {"name": "bash", "arguments": {"command": f"echo $$ > {pidfile}; sleep 60"}},
-    }
+    call = bash_call(7, f"echo $$ > {pidfile}; sleep 60")
     with subprocess.Popen(SERVE, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
         out, elapsed, pid = _end_while_running(proc, call, pidfile)
     answers = {m["id"]: m for m in map(json.loads, out.splitlines()) if "id" in m}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from mcp import Client
 from mcp_http_server import mcp_http_server
-from mcp_raw import INITIALIZE, INITIALIZED, VERSION
+from mcp_raw import INITIALIZE, INITIALIZED, bash_call, http_headers
 from processes import until_group_gone
 from split_writer import SPLIT, SPLIT_TEXT
 
@@ -163,15 +163,8 @@ def test_malformed_http_requests_are_refused_and_serving_goes_on(url: str) -> No
 
 
 def _post_raw(url: str, message: Any, session: str | None = None) -> tuple[dict[str, str], str]:
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": VERSION,
-    }
-    if session is not None:
-        headers["Mcp-Session-Id"] = session
     request = urllib.request.Request(
-        url, data=json.dumps(message).encode(), method="POST", headers=headers
+        url, data=json.dumps(message).encode(), method="POST", headers=http_headers(session)
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         return {k.lower(): v for k, v in response.headers.items()}, response.read().decode()
@@ -188,16 +181,7 @@ def test_every_notification_precedes_the_response_on_the_http_stream(url: str) -
     for request_id, command in ((1, [PY, "-c", SPLIT]), (2, [PY, "-c", burst])):
         _, body = _post_raw(
             url,
-            {
-                "jsonrpc": "2.0",
-                "id": request_id,
-                "method": "tools/call",
-                "params": {
-                    "name": "bash",
-                    "arguments": {"command": command},
-                    "_meta": {"progressToken": f"h{request_id}"},
-                },
-            },
+            bash_call(request_id, command, f"h{request_id}"),
             session,
         )
         events = [
