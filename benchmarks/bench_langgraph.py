@@ -21,7 +21,6 @@ exits 1 on a miss.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
@@ -29,7 +28,8 @@ import time
 from typing import Any
 
 from _flood import flood_command
-from _goals import Goals, add_check_flag
+from _goals import Goals
+from _timing import MB, flood_parser, flood_plan
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.graph import START, MessagesState, StateGraph
@@ -40,7 +40,6 @@ from kigi_tool_runtime import OutputStream, ServedCall, ShellTool
 from kigi_tool_runtime._tools._shell import DEFAULT_TAIL_CAPACITY
 from kigi_tool_runtime.langchain import ToolEventFolder, as_langchain_tool
 
-MB = 1_000_000
 BLOCK = 64 * 1024
 
 
@@ -159,14 +158,10 @@ def _rate(rounds: list[Round]) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="two short rounds")
-    parser.add_argument("--mb", type=int, help="MB the child writes per round")
+    parser = flood_parser(__doc__, "two short rounds")
     parser.add_argument("--cap", type=int, default=16 * 1024, help="max delta bytes")
-    add_check_flag(parser)
     args = parser.parse_args()
-    size = (args.mb or (10 if args.quick else 50)) * MB
-    rounds = 2 if args.quick else 4
+    size, rounds = flood_plan(args, mb=50, rounds=4, quick_mb=10, quick_rounds=2)
     print(f"{size // MB} MB of text per round, cap {args.cap} B, {rounds} round(s), median rates")
     base = [output_stream(size, args.cap) for _ in range(rounds)]
     core: list[Round] = []

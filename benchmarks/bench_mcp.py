@@ -19,44 +19,33 @@ a miss.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import statistics
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from _flood import flood_command
-from _goals import Goals, add_check_flag
+from _goals import Goals
+from _timing import MB, Round, client_flood, flood_parser, flood_plan, median_line, median_rate
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
 
-from kigi_tool_protocol import ToolCallResult
 from kigi_tool_runtime import Client
 from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
-
-MB = 1_000_000
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]
 
 
-class Round:
-    """One call: seconds, delivered text bytes, notifications, gap frames; for
+@dataclass
+class McpRound(Round):
+    """One call's figures (:class:`Round`; a frame is one notification); for
     MCP also the notifications its result announced that never arrived and the
     frames the server dropped."""
 
-    def __init__(
-        self,
-        seconds: float,
-        delivered: int,
-        notes: int,
-        gaps: int,
-        missing: int = 0,
-        dropped: int = 0,
-    ) -> None:
-        self.seconds, self.delivered, self.notes, self.gaps = seconds, delivered, notes, gaps
-        self.missing, self.dropped = missing, dropped
+    missing: int = 0
+    dropped: int = 0
 
 
 def _dropped(result: Any) -> int:
@@ -64,26 +53,19 @@ def _dropped(result: Any) -> int:
     return int((meta or {}).get(META_STREAM, {}).get("frames_dropped", 0))
 
 
-async def stdio_transport(client: Client, size: int) -> Round:
-    started = time.perf_counter()
-    call = client.call("bash", {"command": flood_command(size)})
-    async for item in call:
-        if isinstance(item, ToolCallResult):
-            break
-    elapsed = time.perf_counter() - started
-    state = call.reassembler.stream(call.tool_call_id, "bash_output_chunk")
-    assert state is not None
+async def stdio_transport(client: Client, size: int) -> McpRound:
+    elapsed, state = await client_flood(client, size)
     report = state.report()
-    return Round(elapsed, state.text_bytes, report.frames, len(report.gaps))
+    return McpRound(elapsed, state.text_bytes, report.frames, len(report.gaps))
 
 
-async def mcp_official(client: McpClient, folder: ProgressFolder, size: int) -> Round:
+async def mcp_official(client: McpClient, folder: ProgressFolder, size: int) -> McpRound:
     started = time.perf_counter()
     folded = await folder.call_tool(client, "bash", {"command": flood_command(size)})
     elapsed = time.perf_counter() - started
     assert not folded.result.is_error, folded.result.content
     (report,) = folded.reports()
-    return Round(
+    return McpRound(
         elapsed,
         report.text_bytes,
         report.frames,
@@ -128,7 +110,7 @@ class RawMcp:
         self.proc.stdin.write(json.dumps(message).encode() + b"\n")
         await self.proc.stdin.drain()
 
-    async def call(self, size: int) -> Round:
+    async def call(self, size: int) -> McpRound:
         request_id = self.next_id
         self.next_id += 1
         folder = ProgressFolder()
@@ -155,7 +137,7 @@ class RawMcp:
         (state,) = folder.reassembler.streams.values()
         report = state.report()
         announced = message["result"]["_meta"][META_STREAM]["frames_sent"]
-        return Round(
+        return McpRound(
             elapsed,
             report.text_bytes,
             report.frames,
@@ -170,30 +152,17 @@ class RawMcp:
         await self.proc.wait()
 
 
-def _line(name: str, rounds: list[Round], size: int) -> str:
-    rates = [r.delivered / r.seconds / MB for r in rounds]
-    notes = [r.notes / r.seconds for r in rounds]
-    delivered = sum(r.delivered for r in rounds) / (size * len(rounds))
-    gaps = sum(r.gaps for r in rounds)
-    return (
-        f"{name:38s} median {statistics.median(rates):7.1f} MB/s"
-        f" {statistics.median(notes):7.0f} notifications/s"
-        f"  gap frames {gaps:4d}  delivered {delivered:4.0%}"
-    )
+def _line(name: str, rounds: list[McpRound], size: int) -> str:
+    return median_line(name, rounds, size, width=38, per="notifications")
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="two short rounds")
-    parser.add_argument("--mb", type=int, help="MB the child writes per round")
-    add_check_flag(parser)
-    args = parser.parse_args()
-    size = (args.mb or (20 if args.quick else 100)) * MB
-    rounds = 2 if args.quick else 4
+    args = flood_parser(__doc__, "two short rounds").parse_args()
+    size, rounds = flood_plan(args, mb=100, rounds=4, quick_mb=20, quick_rounds=2)
     print(f"{size // MB} MB of text per round, {rounds} round(s), median rates")
-    base: list[Round] = []
-    official: list[Round] = []
-    raw_rounds: list[Round] = []
+    base: list[McpRound] = []
+    official: list[McpRound] = []
+    raw_rounds: list[McpRound] = []
     folder = ProgressFolder()
     params = StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], "--mcp"])
     raw = await RawMcp.start()
@@ -212,9 +181,7 @@ async def main() -> int:
     print(_line("MCP stdio, official client", official, size))
     print(_line("MCP stdio, JSON-lines reader", raw_rounds, size))
     for name, rounds_of in (("official client", official), ("JSON-lines reader", raw_rounds)):
-        share = statistics.median(r.delivered / r.seconds for r in rounds_of) / statistics.median(
-            r.delivered / r.seconds for r in base
-        )
+        share = median_rate(rounds_of) / median_rate(base)
         print(f"MCP ({name}) / stdio transport (median MB/s): {share:.0%}")
     goals = Goals()
     mcp_rounds = official + raw_rounds

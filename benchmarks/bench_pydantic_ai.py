@@ -18,17 +18,18 @@ event, and the fold accounts for every byte); ``--check`` exits 1 on a miss.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from _flood import flood_command
-from _goals import Goals, add_check_flag
+from _goals import Goals
+from _timing import MB, Round, flood_parser, flood_plan, median_line, median_rate
 from pydantic_ai import Agent
 from pydantic_ai.messages import ToolReturnPart
 from pydantic_ai.models.function import DeltaToolCall, FunctionModel
@@ -36,23 +37,18 @@ from pydantic_ai.models.function import DeltaToolCall, FunctionModel
 from kigi_tool_runtime import ServedCall, ShellTool
 from kigi_tool_runtime.pydantic_ai import KigiToolOutput, KigiToolset, ToolOutputFolder
 
-MB = 1_000_000
+
+@dataclass
+class AgentRound(Round):
+    """One call's figures (:class:`Round`), the bytes the fold accounts for
+    (delivered + lost), and how many kigi.tool_output events the run's consumer
+    read (the frames, for the baseline)."""
+
+    accounted: int
+    events: int
 
 
-class Round:
-    """One call: seconds, delivered text bytes, frames, gap frames, the bytes
-    the fold accounts for (delivered + lost), and how many kigi.tool_output
-    events the run's consumer read (the frames, for the baseline)."""
-
-    def __init__(
-        self, seconds: float, delivered: int, frames: int, gaps: int, accounted: int
-    ) -> None:
-        self.seconds, self.delivered, self.frames, self.gaps = seconds, delivered, frames, gaps
-        self.accounted = accounted
-        self.events = frames
-
-
-async def served_call(size: int) -> Round:
+async def served_call(size: int) -> AgentRound:
     started = time.perf_counter()
     async with ServedCall(ShellTool(), {"command": flood_command(size)}, call_id="c1") as call:
         async for _ in call:
@@ -60,7 +56,14 @@ async def served_call(size: int) -> Round:
     elapsed = time.perf_counter() - started
     report = call.end.report
     assert report is not None
-    return Round(elapsed, report.text_bytes, report.frames, len(report.gaps), _accounted(report))
+    return AgentRound(
+        elapsed,
+        report.text_bytes,
+        report.frames,
+        len(report.gaps),
+        _accounted(report),
+        report.frames,
+    )
 
 
 def _accounted(report: Any) -> int:
@@ -78,7 +81,7 @@ def _model(size: int) -> FunctionModel:
     return FunctionModel(stream_function=stream)
 
 
-async def through_agent(size: int) -> Round:
+async def through_agent(size: int) -> AgentRound:
     agent = Agent(_model(size), toolsets=[KigiToolset([ShellTool()])])
     folder = ToolOutputFolder(keep_text=False)
     events = 0
@@ -90,42 +93,27 @@ async def through_agent(size: int) -> Round:
     elapsed = time.perf_counter() - started
     report = folder["c1"].report()
     assert report is not None
-    result = Round(elapsed, report.text_bytes, report.frames, len(report.gaps), _accounted(report))
-    result.events = events
-    return result
-
-
-def _line(name: str, rounds: list[Round], size: int) -> str:
-    rates = [r.delivered / r.seconds / MB for r in rounds]
-    frames = [r.frames / r.seconds for r in rounds]
-    delivered = sum(r.delivered for r in rounds) / (size * len(rounds))
-    gaps = sum(r.gaps for r in rounds)
-    return (
-        f"{name:34s} median {statistics.median(rates):7.1f} MB/s"
-        f" {statistics.median(frames):7.0f} frames/s"
-        f"  gap frames {gaps:4d}  delivered {delivered:4.0%}"
+    return AgentRound(
+        elapsed, report.text_bytes, report.frames, len(report.gaps), _accounted(report), events
     )
 
 
+def _line(name: str, rounds: list[AgentRound], size: int) -> str:
+    return median_line(name, rounds, size, width=34, per="frames")
+
+
 async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="two short rounds")
-    parser.add_argument("--mb", type=int, help="MB the child writes per round")
-    add_check_flag(parser)
-    args = parser.parse_args()
-    size = (args.mb or (20 if args.quick else 100)) * MB
-    rounds = 2 if args.quick else 4
+    args = flood_parser(__doc__, "two short rounds").parse_args()
+    size, rounds = flood_plan(args, mb=100, rounds=4, quick_mb=20, quick_rounds=2)
     print(f"{size // MB} MB of text per round, {rounds} round(s), median rates")
-    base: list[Round] = []
-    agent: list[Round] = []
+    base: list[AgentRound] = []
+    agent: list[AgentRound] = []
     for _ in range(rounds):
         base.append(await served_call(size))
         agent.append(await through_agent(size))
     print(_line("ServedCall alone (baseline)", base, size))
     print(_line("pydantic-ai Agent, KigiToolset", agent, size))
-    share = statistics.median(r.delivered / r.seconds for r in agent) / statistics.median(
-        r.delivered / r.seconds for r in base
-    )
+    share = median_rate(agent) / median_rate(base)
     print(f"pydantic-ai / ServedCall alone (median MB/s): {share:.0%}")
     per_event = statistics.median(
         (a.seconds - b.seconds) / max(a.frames, 1) * 1e6 for a, b in zip(agent, base, strict=True)

@@ -20,7 +20,6 @@ when one was missed.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -29,9 +28,9 @@ import time
 from pathlib import Path
 
 from _flood import flood_command
-from _goals import Goals, add_check_flag
+from _goals import Goals
+from _timing import MB, client_flood, flood_parser, flood_plan
 
-from kigi_tool_protocol import ToolCallResult
 from kigi_tool_runtime import (
     Client,
     ShellArgs,
@@ -42,7 +41,6 @@ from kigi_tool_runtime import (
     run_tool,
 )
 
-MB = 1_000_000
 #: The goal: the transport delivers at least this share of the in-process rate.
 GOAL_SHARE = 0.5
 
@@ -72,25 +70,13 @@ async def in_process(size: int) -> tuple[float, int, int]:
 
 async def through_transport(client: Client, size: int) -> tuple[float, int, int]:
     """Seconds, reassembled text bytes and gaps of one call through serve."""
-    started = time.perf_counter()
-    call = client.call("bash", {"command": flood_command(size)})
-    async for item in call:
-        if isinstance(item, ToolCallResult):
-            break
-    elapsed = time.perf_counter() - started
-    state = call.reassembler.stream(call.tool_call_id, "bash_output_chunk")
-    assert state is not None
+    elapsed, state = await client_flood(client, size)
     return elapsed, state.text_bytes, len(state.gaps)
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one short round")
-    parser.add_argument("--mb", type=int, help="MB the child writes per round")
-    add_check_flag(parser)
-    args = parser.parse_args()
-    size = (args.mb or (20 if args.quick else 200)) * MB
-    rounds = 3 if args.quick else 5
+    args = flood_parser(__doc__, "three short rounds").parse_args()
+    size, rounds = flood_plan(args, mb=200, rounds=5, quick_mb=20, quick_rounds=3)
     print(f"{size // MB} MB of text per round, {rounds} round(s), best and median rate")
     base: list[float] = []
     wire: list[float] = []

@@ -9,14 +9,20 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+from processes import stop
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]
 
 
 @contextmanager
-def mcp_http_server(*extra: str) -> Iterator[str]:
-    """Serve over streamable HTTP on a free loopback port; yield the endpoint URL."""
-    proc = subprocess.Popen([*SERVE, "--mcp-http", "127.0.0.1:0", *extra], stderr=subprocess.PIPE)
+def mcp_http_server(*extra: str, cwd: Path | None = None) -> Iterator[str]:
+    """Serve over streamable HTTP on a free loopback port (``extra`` are more
+    ``serve`` options, ``cwd`` its working directory); yield the endpoint URL."""
+    proc = subprocess.Popen(
+        [*SERVE, "--mcp-http", "127.0.0.1:0", *extra], stderr=subprocess.PIPE, cwd=cwd
+    )
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline().decode()
@@ -24,11 +30,4 @@ def mcp_http_server(*extra: str) -> Iterator[str]:
         assert match, line
         yield match.group()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        stop(proc, grace=15)

@@ -1,10 +1,12 @@
-"""Waiting on real processes in tests: whether one still runs, and waiting, to
-a deadline, for a process or a process group to be gone."""
+"""Waiting on real processes in tests: whether one still runs, waiting, to a
+deadline, for a process or a process group to be gone, and the cleanup that
+leaves no child of a test behind."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 from collections.abc import Callable
 
 from kigi_tool_runtime._process import group_alive
@@ -42,3 +44,29 @@ async def until_gone(what: str, alive: Callable[[], bool], seconds: float = GONE
 async def until_group_gone(pgid: int, seconds: float = GONE_S) -> None:
     """Wait until process group ``pgid`` has no member left."""
     await until_gone(f"process group {pgid} still running", lambda: group_alive(pgid), seconds)
+
+
+def reap(proc: subprocess.Popen[bytes], *, drain: bool = False) -> None:
+    """Kill ``proc`` if it still runs, and wait for it: a test's ``finally``,
+    which must not leave its child behind when an assertion failed. ``drain``
+    reads the pipes nobody else reads to their end (``communicate``) instead;
+    without it, what the child wrote stays there for the test to read."""
+    if proc.poll() is None:
+        proc.kill()
+        if drain:
+            proc.communicate()
+        else:
+            proc.wait()
+
+
+def stop(proc: subprocess.Popen[bytes], *, grace: float) -> None:
+    """Stop ``proc`` as a user would: SIGTERM, then SIGKILL if it has not
+    exited within ``grace`` seconds; then close its stderr pipe, if it has one."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()

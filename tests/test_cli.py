@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_raw import INITIALIZE, INITIALIZED, bash_call
+from processes import reap
 
 from kigi_tool_protocol import StreamingSpec, encode_progress_line
 from kigi_tool_runtime import TRUNCATION_MARKER, OutputStream
@@ -213,9 +215,7 @@ def test_follow_stops_cleanly_on_sigint(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 0
     assert f"stopped at offset {len(frames)}" in err.decode()
 
@@ -335,9 +335,7 @@ def test_serve_answers_over_stdio() -> None:
         proc.stdin.close()
         assert proc.wait(timeout=RUN_WAIT_S) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
         assert proc.stdout is not None
         proc.stdout.close()
     *progress, response = messages
@@ -487,9 +485,7 @@ def _served_log(path: Path) -> Path:
         proc.stdin.close()
         proc.wait(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
         assert proc.stdout is not None
         proc.stdout.close()
     calls = [json.loads(line)["params"]["tool_call_id"] for line in log if b'"seq"' in line]
@@ -609,9 +605,7 @@ def test_run_stops_the_command_on_sigint_with_130() -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 128 + signal.SIGINT
     assert "cancelled" in err.decode()
 
@@ -629,9 +623,7 @@ def test_run_stopped_by_a_signal_kills_the_commands_group_first(stop: signal.Sig
         proc.send_signal(stop)
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     try:
         assert proc.returncode == 128 + stop
         assert "cancelled" in err.decode()
@@ -664,9 +656,7 @@ def test_run_into_a_closed_pipe_exits_141_quietly() -> None:
         proc.stdout.close()
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 128 + signal.SIGPIPE
     assert b"Traceback" not in err
 
@@ -693,9 +683,7 @@ def test_run_into_a_closed_pipe_leaves_no_descriptor_open() -> None:
         proc.stdout.close()
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 0, err.decode()
     code, before, after, stdout = json.loads(err.splitlines()[-1])
     assert (code, stdout) == (128 + signal.SIGPIPE, os.devnull)
@@ -768,9 +756,7 @@ def test_follow_prints_a_pipe_live_as_frames_arrive() -> None:
         assert proc.stderr is not None
         assert proc.stderr.read() == b""
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
         assert proc.stdout is not None
         assert proc.stderr is not None
         proc.stdout.close()
@@ -845,9 +831,7 @@ def test_serve_on_a_terminal_prints_a_hint() -> None:
         os.write(main_fd, b'{"jsonrpc":"2.0","id":1,"method":"tools.list"}\n\x04')
         out, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
         os.close(main_fd)
     assert proc.returncode == 0
     hint = err.decode()
@@ -936,9 +920,7 @@ def test_follow_stopped_by_sigterm_prints_the_resume_offset(tmp_path: Path) -> N
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=RUN_WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 0
     assert f"stopped at offset {len(frames)} (resume with --from-offset {len(frames)})" in (
         err.decode()
@@ -1168,31 +1150,9 @@ def _mcp_calls(pidfile: Path, command: str) -> bytes:
         ("long", f"echo $$ > {pidfile}; {command}"),
         ("flood", "head -c 30000000 /dev/zero | tr '\\0' x"),
     ]
-    messages: list[dict[str, Any]] = [
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-    ]
+    messages: list[dict[str, Any]] = [INITIALIZE, INITIALIZED]
     messages += [
-        {
-            "jsonrpc": "2.0",
-            "id": number,
-            "method": "tools/call",
-            "params": {
-                "name": "bash",
-                "arguments": {"command": cmd},
-                "_meta": {"progressToken": call_id},
-            },
-        }
-        for number, (call_id, cmd) in enumerate(calls, start=1)
+        bash_call(number, cmd, call_id) for number, (call_id, cmd) in enumerate(calls, start=1)
     ]
     return b"".join(json.dumps(message).encode() + b"\n" for message in messages)
 
@@ -1448,9 +1408,7 @@ def test_follow_stops_on_sigint_even_when_started_with_it_ignored(tmp_path: Path
     except subprocess.TimeoutExpired:
         pytest.fail("follow ignored SIGINT")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 0
     assert "stopped at offset" in err.decode()
 

@@ -12,11 +12,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from bounded import run_within
 from hypothesis import given
 from processes import GONE_S, pid_alive, until_gone
 
@@ -31,6 +32,7 @@ from kigi_tool_protocol import (
     json_codec,
 )
 from kigi_tool_runtime import (
+    Call,
     CallProgress,
     Client,
     Reassembler,
@@ -60,12 +62,16 @@ TEST_WAIT_S = 120.0
 T = TypeVar("T")
 
 
-def _run(body: Callable[[], Awaitable[T]]) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(TEST_WAIT_S):
-            return await body()
+def _run(body: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return run_within(body(), TEST_WAIT_S)
 
-    return asyncio.run(bounded())
+
+async def _running(client: Client, command: str) -> tuple[Call, CallProgress]:
+    """A call of ``command``, once its first frame has come: the call and that frame."""
+    call = client.call("bash", {"command": command})
+    first = await call.__anext__()
+    assert isinstance(first, CallProgress)
+    return call, first
 
 
 async def _collect(call: Any) -> tuple[list[CallProgress], ToolCallResult]:
@@ -144,9 +150,7 @@ def test_a_call_can_be_cancelled() -> None:
 
     async def body() -> None:
         async with await Client.spawn(SERVE) as client:
-            call = client.call("bash", {"command": "echo started; sleep 60"})
-            first = await call.__anext__()
-            assert isinstance(first, CallProgress)
+            call, _ = await _running(client, "echo started; sleep 60")
             await call.cancel()
             with pytest.raises(RemoteToolError) as caught:
                 await call.result()
@@ -197,9 +201,7 @@ def test_a_server_killed_mid_call_gives_connection_lost() -> None:
 
     async def body() -> None:
         async with await Client.spawn(SERVE) as client:
-            call = client.call("bash", {"command": "echo started; sleep 60"})
-            first = await call.__anext__()
-            assert isinstance(first, CallProgress)
+            call, _ = await _running(client, "echo started; sleep 60")
             assert client.process is not None
             client.process.kill()
             with pytest.raises(RemoteToolError) as caught:
@@ -1002,9 +1004,7 @@ def test_every_request_fails_at_once_after_the_server_is_sigkilled() -> None:
         group = 0
         try:
             assert [t["id"] for t in await client.list_tools()] == ["bash"]
-            call = client.call("bash", {"command": "echo $$; exec sleep 60"})
-            first = await call.__anext__()
-            assert isinstance(first, CallProgress)
+            call, first = await _running(client, "echo $$; exec sleep 60")
             group = int(first.appended.render("").split()[0])
             assert client.process is not None
             client.process.kill()

@@ -7,11 +7,12 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
+from bounded import run_within
 
 from kigi_tool_runtime._cli._fdwriter import FdWriter, OutputStalled
 
@@ -21,12 +22,8 @@ TEST_WAIT_S = 60.0
 T = TypeVar("T")
 
 
-def _run(body: Callable[[], Awaitable[T]]) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(TEST_WAIT_S):
-            return await body()
-
-    return asyncio.run(bounded())
+def _run(body: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return run_within(body(), TEST_WAIT_S)
 
 
 def _drain(fd: int, into: bytearray) -> threading.Thread:

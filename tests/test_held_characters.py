@@ -12,6 +12,7 @@ import time
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from processes import reap
 
 from kigi_tool_protocol import StreamingSpec
 from kigi_tool_runtime import OutputStream, ShellArgs, ShellOutcome, ShellTool
@@ -115,9 +116,7 @@ def test_run_holding_a_split_character_still_answers_sigterm(cap: int) -> None:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=DEADLINE_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
     assert proc.returncode == 128 + signal.SIGTERM, err
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+from processes import reap
 
 from kigi_tool_runtime import Reassembler
 from kigi_tool_runtime._consumer._loss import MAX_HELD_BYTES
@@ -170,9 +171,7 @@ def test_run_prints_the_output_after_a_gap_when_the_command_falls_silent(
         go.touch()
         rest, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc, drain=True)
     assert proc.returncode == 0, err
     assert MARKER.search((seen + rest).decode()), seen[-300:]
     assert b" gaps (" in err or b" gap (" in err

@@ -11,23 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from processes import pid_alive
+from mcp_raw import INITIALIZE, INITIALIZED, bash_call
+from processes import pid_alive, reap
 
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime.mcp._inflight import InFlight
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
     "io.modelcontextprotocol/clientCapabilities": {},
@@ -107,9 +97,7 @@ def _end_while_running(
         assert proc.wait(timeout=30) == 0
         elapsed = time.monotonic() - started
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
     return out, elapsed, pid
 
 
@@ -121,12 +109,7 @@ def test_a_running_call_is_cancelled_while_the_requests_behind_it_are_answered(
     tools/list and ping sent after it get their results; the server exits well
     before the final flush's bound."""
     pidfile = tmp_path / "pid"
-    call = {
-        "jsonrpc": "2.0",
-        "id": 7,
-        "method": "tools/call",
-        "params": {"name": "bash", "arguments": {"command": f"echo $$ > {pidfile}; sleep 60"}},
-    }
+    call = bash_call(7, f"echo $$ > {pidfile}; sleep 60")
     with subprocess.Popen(SERVE, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
         out, elapsed, pid = _end_while_running(proc, call, pidfile)
     answers = {m["id"]: m for m in map(json.loads, out.splitlines()) if "id" in m}

@@ -18,6 +18,7 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_http_server import mcp_http_server
 from processes import until_group_gone
+from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_runtime.mcp import META_ERROR, META_STREAM, ProgressFolder
 
@@ -25,14 +26,6 @@ PY = sys.executable
 SERVE = [PY, "-m", "kigi_tool_runtime", "serve"]
 MODES = ["legacy", "2026-07-28"]
 VERSION = {"legacy": "2025-11-25", "2026-07-28": "2026-07-28"}
-
-SPLIT = (
-    "import sys, time\n"
-    "pieces = [b'caf\\xc3', b'\\xa9 \\xe2\\x82', b'\\xac \\xf0\\x9f', b'\\x98\\x80', b' end\\n']\n"
-    "for piece in pieces:\n"
-    "    sys.stdout.buffer.write(piece); sys.stdout.flush(); time.sleep(0.15)\n"
-)
-SPLIT_TEXT = "café € 😀 end\n"
 
 
 @pytest.fixture(scope="module")

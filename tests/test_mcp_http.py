@@ -18,18 +18,13 @@ from typing import Any
 import pytest
 from mcp import Client
 from mcp_http_server import mcp_http_server
+from mcp_raw import INITIALIZE, INITIALIZED, bash_call, http_headers
 from processes import until_group_gone
+from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
 
 PY = sys.executable
-SPLIT = (
-    "import sys, time\n"
-    "pieces = [b'caf\\xc3', b'\\xa9 \\xe2\\x82', b'\\xac \\xf0\\x9f', b'\\x98\\x80', b' end\\n']\n"
-    "for piece in pieces:\n"
-    "    sys.stdout.buffer.write(piece); sys.stdout.flush(); time.sleep(0.15)\n"
-)
-SPLIT_TEXT = "café € 😀 end\n"
 FLOOD = (
     "import sys, time\n"
     "block = ('ab é € 😀 xyz\\n' * 4096).encode()\n"
@@ -168,15 +163,8 @@ def test_malformed_http_requests_are_refused_and_serving_goes_on(url: str) -> No
 
 
 def _post_raw(url: str, message: Any, session: str | None = None) -> tuple[dict[str, str], str]:
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2025-11-25",
-    }
-    if session is not None:
-        headers["Mcp-Session-Id"] = session
     request = urllib.request.Request(
-        url, data=json.dumps(message).encode(), method="POST", headers=headers
+        url, data=json.dumps(message).encode(), method="POST", headers=http_headers(session)
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         return {k.lower(): v for k, v in response.headers.items()}, response.read().decode()
@@ -186,35 +174,14 @@ def test_every_notification_precedes_the_response_on_the_http_stream(url: str) -
     """On the request's own event stream, read raw, each call's progress
     notifications (1, 2, 3, ...) all come before its response, also when the
     last frames are made at the moment the command exits."""
-    headers, _ = _post_raw(
-        url,
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-    )
+    headers, _ = _post_raw(url, INITIALIZE)
     session = headers["mcp-session-id"]
-    _post_raw(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    _post_raw(url, INITIALIZED, session)
     burst = "import sys; sys.stdout.write('x' * 3_000_000)"
     for request_id, command in ((1, [PY, "-c", SPLIT]), (2, [PY, "-c", burst])):
         _, body = _post_raw(
             url,
-            {
-                "jsonrpc": "2.0",
-                "id": request_id,
-                "method": "tools/call",
-                "params": {
-                    "name": "bash",
-                    "arguments": {"command": command},
-                    "_meta": {"progressToken": f"h{request_id}"},
-                },
-            },
+            bash_call(request_id, command, f"h{request_id}"),
             session,
         )
         events = [

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from mcp_raw import INITIALIZE, INITIALIZED, bash_call, http_headers
 from processes import until_group_gone
 
 from kigi_tool_runtime._mcp_limits import HTTP_SESSION_IDLE_S, MAX_HTTP_SESSIONS
 from kigi_tool_runtime.mcp import META_STREAM
 
 PY = sys.executable
-VERSION = "2025-11-25"
 #: A command that writes without end, as fast as it is read.
 YES = "exec yes 'a line of output that goes on and on'"
 
@@ -75,23 +75,12 @@ def served(argv: list[str] | None = None) -> Iterator[Served]:
             proc.stderr.close()
 
 
-def _headers(session: str | None) -> dict[str, str]:
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": VERSION,
-    }
-    if session is not None:
-        headers["Mcp-Session-Id"] = session
-    return headers
-
-
 def post(
     url: str, message: Any, session: str | None = None, method: str = "POST"
 ) -> tuple[int, dict[str, str], str]:
     """One POST (or ``method``) read whole: status, headers, body."""
     data = None if message is None else json.dumps(message).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers=_headers(session))
+    request = urllib.request.Request(url, data=data, method=method, headers=http_headers(session))
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             headers = {k.lower(): v for k, v in response.headers.items()}
@@ -113,30 +102,11 @@ def events(body: str) -> list[Any]:
 
 def initialize(url: str) -> str:
     """A new session's id, initialized."""
-    status, headers, body = post(
-        url,
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-    )
+    status, headers, body = post(url, INITIALIZE)
     assert status == 200, body
     session = headers["mcp-session-id"]
-    post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    post(url, INITIALIZED, session)
     return session
-
-
-def call_message(request_id: Any, command: str, token: str | None = None) -> dict[str, Any]:
-    params: dict[str, Any] = {"name": "bash", "arguments": {"command": command}}
-    if token is not None:
-        params["_meta"] = {"progressToken": token}
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
 
 
 def unread_call(port: int, session: str, message: Any) -> socket.socket:
@@ -150,7 +120,7 @@ def unread_call(port: int, session: str, message: Any) -> socket.socket:
         f"{name}: {value}\r\n"
         for name, value in {
             "Host": f"127.0.0.1:{port}",
-            **_headers(session),
+            **http_headers(session),
             "Content-Length": str(len(body)),
         }.items()
     )
@@ -179,6 +149,20 @@ def read_to_end(sock: socket.socket, request_id: Any, seconds: float = 30.0) -> 
         if data.endswith(b"\r\n0\r\n\r\n"):
             assert any(m.get("id") == request_id and "method" not in m for m in found)
             return found
+
+
+def unread_floods(
+    server: Served, session: str, tmp_path: Path, count: int
+) -> tuple[list[socket.socket], list[int]]:
+    """Start ``count`` calls of :data:`YES` in ``session``, each on a socket
+    left unread (:func:`unread_call`): their sockets and their commands' pids."""
+    socks, pids = [], []
+    for n in range(count):
+        pidfile = tmp_path / f"pid{n}"
+        message = bash_call(n + 1, f"echo $$ > {pidfile}; {YES}", f"t{n}")
+        socks.append(unread_call(server.port, session, message))
+        pids.append(wait_pid(pidfile))
+    return socks, pids
 
 
 def wait_pid(pidfile: Path, seconds: float = 20.0) -> int:
@@ -216,7 +200,7 @@ def test_a_stop_signal_stops_the_running_command_then_exits_128_plus_n(
     with served() as server:
         session = initialize(server.url)
         sock = unread_call(
-            server.port, session, call_message(1, f"echo $$ > {pidfile}; exec sleep 99.5", "t")
+            server.port, session, bash_call(1, f"echo $$ > {pidfile}; exec sleep 99.5", "t")
         )
         pid = wait_pid(pidfile)
         server.proc.send_signal(number)
@@ -233,12 +217,7 @@ def test_sigterm_stops_the_server_while_hosts_leave_streams_unread(tmp_path: Pat
     their commands and the server, in bounded time, exit 143."""
     with served() as server:
         session = initialize(server.url)
-        socks, pids = [], []
-        for n in range(3):
-            pidfile = tmp_path / f"pid{n}"
-            message = call_message(n + 1, f"echo $$ > {pidfile}; {YES}", f"t{n}")
-            socks.append(unread_call(server.port, session, message))
-            pids.append(wait_pid(pidfile))
+        socks, pids = unread_floods(server, session, tmp_path, 3)
         time.sleep(2.0)  # long past STALL_S: every stream is full and stalled
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(timeout=60) == 143
@@ -260,13 +239,13 @@ def test_a_host_that_closes_its_socket_without_delete_stops_its_call(
     command = f"echo $$ > {pidfile}; " + (YES if flooding else "exec sleep 60")
     with served() as server:
         session = initialize(server.url)
-        sock = unread_call(server.port, session, call_message(1, command, "t"))
+        sock = unread_call(server.port, session, bash_call(1, command, "t"))
         pid = wait_pid(pidfile)
         if flooding:
             time.sleep(1.5)
         sock.close()
         groups_gone(pid)
-        status, _, body = post(server.url, call_message(2, "echo still"), session)
+        status, _, body = post(server.url, bash_call(2, "echo still"), session)
         assert status == 200, body
         assert "still" in events(body)[-1]["result"]["structuredContent"]["output"]
 
@@ -280,10 +259,10 @@ def test_an_unread_stream_does_not_stall_the_other_calls_of_its_session(tmp_path
     flood = f"echo $$ > {pidfile}; head -c 30000000 /dev/zero | tr '\\0' x"
     with served() as server:
         session = initialize(server.url)
-        sock = unread_call(server.port, session, call_message(1, flood, "flood"))
+        sock = unread_call(server.port, session, bash_call(1, flood, "flood"))
         wait_pid(pidfile)
         time.sleep(2.0)  # the flood's stream is full: the host has stalled
-        status, _, body = post(server.url, call_message(2, "echo hi", "echo"), session)
+        status, _, body = post(server.url, bash_call(2, "echo hi", "echo"), session)
         assert status == 200, body
         assert events(body)[-1]["result"]["structuredContent"]["output"] == "hi\n"
         messages = read_to_end(sock, 1)
@@ -310,11 +289,11 @@ def test_a_request_id_in_flight_is_refused_and_the_first_call_keeps_its_output(
     pidfile = tmp_path / "pid"
     with served() as server:
         session = initialize(server.url)
-        first = call_message(7, f"echo $$ > {pidfile}; sleep 1; echo first", "first")
+        first = bash_call(7, f"echo $$ > {pidfile}; sleep 1; echo first", "first")
         sock = unread_call(server.port, session, first)
         wait_pid(pidfile)
         for reused in (7, "7"):
-            status, _, body = post(server.url, call_message(reused, "echo second"), session)
+            status, _, body = post(server.url, bash_call(reused, "echo second"), session)
             assert status == 400, body
             (error,) = events(body)
             assert error["error"]["code"] == -32600
@@ -322,7 +301,7 @@ def test_a_request_id_in_flight_is_refused_and_the_first_call_keeps_its_output(
         messages = read_to_end(sock, 7)
         sock.close()
         # Once the first call has ended, its id is free again.
-        status, _, body = post(server.url, call_message(7, "echo again"), session)
+        status, _, body = post(server.url, bash_call(7, "echo again"), session)
         assert status == 200, body
     assert messages[-1]["result"]["structuredContent"]["output"] == "first\n"
 
@@ -333,12 +312,12 @@ def test_a_call_with_a_null_id_is_answered_with_an_error_over_http(tmp_path: Pat
     pidfile = tmp_path / "pid"
     with served() as server:
         session = initialize(server.url)
-        status, _, body = post(server.url, call_message(None, f"echo $$ > {pidfile}"), session)
+        status, _, body = post(server.url, bash_call(None, f"echo $$ > {pidfile}"), session)
         assert status == 400, body
         (error,) = events(body)
         assert error["id"] is None
         assert error["error"]["code"] == -32600
-        status, _, body = post(server.url, call_message(1, "echo ok"), session)
+        status, _, body = post(server.url, bash_call(1, "echo ok"), session)
         assert status == 200, body
     assert not pidfile.exists()
 
@@ -371,19 +350,9 @@ def test_a_call_with_a_null_id_is_answered_with_an_error_over_stdio(tmp_path: Pa
             return json.loads(await proc.stdout.readline())
 
         async with asyncio.timeout(60):
-            hello = {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"},
-                },
-            }
-            assert (await ask(hello))["id"] == 0
-            await ask({"jsonrpc": "2.0", "method": "notifications/initialized"})
-            error = await ask(call_message(None, f"echo $$ > {pidfile}"))
+            assert (await ask(INITIALIZE))["id"] == 0
+            await ask(INITIALIZED)
+            error = await ask(bash_call(None, f"echo $$ > {pidfile}"))
             assert error["id"] is None
             assert error["error"]["code"] == -32600
             listing = await ask({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {}})
@@ -402,13 +371,8 @@ def test_calls_past_the_cap_are_refused_busy_until_one_ends(tmp_path: Path) -> N
     argv = [PY, "-c", SMALL_SERVER, "2", "8", "60"]
     with served(argv) as server:
         session = initialize(server.url)
-        socks, pids = [], []
-        for n in range(2):
-            pidfile = tmp_path / f"pid{n}"
-            message = call_message(n + 1, f"echo $$ > {pidfile}; {YES}", f"t{n}")
-            socks.append(unread_call(server.port, session, message))
-            pids.append(wait_pid(pidfile))
-        status, _, body = post(server.url, call_message(3, "echo third"), session)
+        socks, pids = unread_floods(server, session, tmp_path, 2)
+        status, _, body = post(server.url, bash_call(3, "echo third"), session)
         assert status == 200, body
         (error,) = events(body)
         assert error["error"]["code"] == -32016
@@ -419,7 +383,7 @@ def test_calls_past_the_cap_are_refused_busy_until_one_ends(tmp_path: Path) -> N
         deadline = time.monotonic() + 20
         request_id = 4
         while True:
-            status, _, body = post(server.url, call_message(request_id, "echo fourth"), session)
+            status, _, body = post(server.url, bash_call(request_id, "echo fourth"), session)
             reply = events(body)[-1]
             if "result" in reply or time.monotonic() > deadline:
                 break
@@ -438,19 +402,7 @@ def test_sessions_are_capped_and_an_idle_session_is_closed() -> None:
     argv = [PY, "-c", SMALL_SERVER, "4", "3", "1.5"]
     with served(argv) as server:
         sessions = [initialize(server.url) for _ in range(3)]
-        status, _, body = post(
-            server.url,
-            {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"},
-                },
-            },
-        )
+        status, _, body = post(server.url, INITIALIZE)
         assert status == 503, body
         status, _, _ = post(server.url, None, sessions[0], method="DELETE")
         assert status == 200

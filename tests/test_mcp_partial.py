@@ -21,6 +21,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_http_server import mcp_http_server
+from mcp_raw import INITIALIZE, INITIALIZED
+from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
 from kigi_tool_runtime import Reassembler
@@ -43,13 +45,6 @@ from kigi_tool_runtime.mcp._partial import (
 PY = sys.executable
 SERVE = [PY, "-m", "kigi_tool_runtime", "serve"]
 CAPS = "io.modelcontextprotocol/clientCapabilities"
-SPLIT = (
-    "import sys, time\n"
-    "pieces = [b'caf\\xc3', b'\\xa9 \\xe2\\x82', b'\\xac \\xf0\\x9f', b'\\x98\\x80', b' end\\n']\n"
-    "for piece in pieces:\n"
-    "    sys.stdout.buffer.write(piece); sys.stdout.flush(); time.sleep(0.15)\n"
-)
-SPLIT_TEXT = "café € 😀 end\n"
 COMMAND = shlex.join([PY, "-c", SPLIT])
 
 
@@ -152,17 +147,8 @@ def _raw_call(meta: dict[str, Any]) -> list[dict[str, Any]]:
     """One 2025-11-25 session over stdio: a tools/call with ``meta``; every
     message the server wrote."""
     messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        INITIALIZE,
+        INITIALIZED,
         {
             "jsonrpc": "2.0",
             "id": 1,

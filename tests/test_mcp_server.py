@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from bounded import run_within
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
@@ -60,11 +61,7 @@ class BadKind(Tool[EchoArgs]):
 
 
 def _run(body: Any) -> None:
-    async def bounded() -> None:
-        async with asyncio.timeout(30):
-            await body()
-
-    asyncio.run(bounded())
+    run_within(body(), 30)
 
 
 def test_any_tool_streams_and_its_declared_result_is_validated_by_the_client() -> None:

@@ -16,7 +16,9 @@ from typing import Any
 import msgspec
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp_raw import INITIALIZE, INITIALIZED, bash_call
 from processes import until_group_gone
+from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
 from kigi_tool_runtime import ShellOutcome
@@ -28,15 +30,6 @@ from kigi_tool_runtime.testing import check_stream
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
 PY = sys.executable
 
-# Writes é, € and 😀 with every character cut across writes 150 ms apart (the
-# tool drains every 100 ms), so each reaches a tick half-written.
-SPLIT = (
-    "import sys, time\n"
-    "pieces = [b'caf\\xc3', b'\\xa9 \\xe2\\x82', b'\\xac \\xf0\\x9f', b'\\x98\\x80', b' end\\n']\n"
-    "for piece in pieces:\n"
-    "    sys.stdout.buffer.write(piece); sys.stdout.flush(); time.sleep(0.15)\n"
-)
-SPLIT_TEXT = "café € 😀 end\n"
 
 # 100 MB of text with 2-, 3- and 4-byte characters, in 64 KiB writes.
 UNIT = "ab é € 😀 xyz\n"
@@ -269,20 +262,9 @@ class _Raw:
             limit=limit,
         )
         raw = cls(proc)
-        await raw.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"},
-                },
-            }
-        )
+        await raw.send(INITIALIZE)
         assert (await raw.read())["id"] == 0
-        await raw.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await raw.send(INITIALIZED)
         return raw
 
     async def send(self, message: Any) -> None:
@@ -385,18 +367,7 @@ async def test_every_notification_of_a_call_precedes_its_response() -> None:
         burst = "import sys; sys.stdout.write('x' * 3_000_000)"
         commands = {10: [PY, "-c", SPLIT], 11: [PY, "-c", SPLIT], 13: [PY, "-c", burst]}
         for request_id, command in commands.items():
-            await raw.send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": request_id,
-                    "method": "tools/call",
-                    "params": {
-                        "name": "bash",
-                        "arguments": {"command": command},
-                        "_meta": {"progressToken": f"p{request_id}"},
-                    },
-                }
-            )
+            await raw.send(bash_call(request_id, command, f"p{request_id}"))
         progress: dict[str, list[float]] = {f"p{request_id}": [] for request_id in commands}
         answered: set[str] = set()
         while len(answered) < len(commands):
@@ -424,20 +395,8 @@ async def test_notifications_cancelled_stops_the_call_without_a_response(tmp_pat
     pidfile = tmp_path / "pid"
     async with asyncio.timeout(30):
         raw = await _Raw.start()
-        await raw.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 20,
-                "method": "tools/call",
-                "params": {
-                    "name": "bash",
-                    "arguments": {
-                        "command": f"echo $$ > {pidfile}; exec {PY} -c {shlex.quote(_flood(0.01))}"
-                    },
-                    "_meta": {"progressToken": "c"},
-                },
-            }
-        )
+        command = f"echo $$ > {pidfile}; exec {PY} -c {shlex.quote(_flood(0.01))}"
+        await raw.send(bash_call(20, command, "c"))
         while (await raw.read()).get("method") != "notifications/progress":
             pass
         pid = int(pidfile.read_text())
@@ -457,17 +416,7 @@ async def test_notifications_cancelled_stops_the_call_without_a_response(tmp_pat
 async def _start_sleeping_call(raw: _Raw, request_id: int, pidfile: Path) -> int:
     """Start a ``bash`` call that writes its pid and sleeps; return the pid (the
     leader of the command's process group) once written."""
-    await raw.send(
-        {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "method": "tools/call",
-            "params": {
-                "name": "bash",
-                "arguments": {"command": f"echo $$ > {pidfile}; sleep 60"},
-            },
-        }
-    )
+    await raw.send(bash_call(request_id, f"echo $$ > {pidfile}; sleep 60"))
     while not pidfile.exists() or not pidfile.read_text().strip():
         await asyncio.sleep(0.02)
     return int(pidfile.read_text())
@@ -505,18 +454,7 @@ async def test_a_host_that_stops_reading_loses_frames_said_in_the_next_frame_and
     )
     async with asyncio.timeout(60):
         raw = await _Raw.start(limit=256 * 1024)  # a host that really stops reading
-        await raw.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 40,
-                "method": "tools/call",
-                "params": {
-                    "name": "bash",
-                    "arguments": {"command": [PY, "-c", flood]},
-                    "_meta": {"progressToken": "slow"},
-                },
-            }
-        )
+        await raw.send(bash_call(40, [PY, "-c", flood], "slow"))
         first = await raw.read()
         assert first["method"] == "notifications/progress"
         await asyncio.sleep(2.5)  # the host stops reading; the pipe fills up
@@ -574,25 +512,13 @@ async def test_a_progress_token_in_use_is_refused_until_its_call_ends() -> None:
     mix their progress; the first call is unharmed, and once it ended the token
     is free again."""
 
-    def call(request_id: int, token: Any, command: str) -> dict[str, Any]:
-        return {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "method": "tools/call",
-            "params": {
-                "name": "bash",
-                "arguments": {"command": command},
-                "_meta": {"progressToken": token},
-            },
-        }
-
     async with asyncio.timeout(30):
         raw = await _Raw.start()
-        await raw.send(call(1, 7, "echo started; sleep 0.5; echo first"))
+        await raw.send(bash_call(1, "echo started; sleep 0.5; echo first", 7))
         note = await raw.read()
         assert note["params"]["message"] == "started\n"
         for request_id, token in ((2, 7), (3, "7")):
-            await raw.send(call(request_id, token, "echo second"))
+            await raw.send(bash_call(request_id, "echo second", token))
             reply = await raw.read()
             assert reply["id"] == request_id
             assert reply["error"]["code"] == -32602
@@ -601,7 +527,7 @@ async def test_a_progress_token_in_use_is_refused_until_its_call_ends() -> None:
         assert [m["params"]["message"] for m in messages[:1]] == ["first\n"]
         assert messages[1]["id"] == 1
         assert not messages[1]["result"]["isError"]
-        await raw.send(call(4, 7, "echo again"))
+        await raw.send(bash_call(4, "echo again", 7))
         assert (await raw.read())["params"]["message"] == "again\n"
         assert (await raw.read())["id"] == 4
         assert await raw.close() == 0

@@ -20,7 +20,9 @@ import pytest
 pytest.importorskip("nats", reason="the 'nats' extra is not installed (pip install '.[nats]')")
 
 import nats.js.errors
+from bounded import run_within
 from nats_server import NatsServer, server_binary
+from processes import reap
 
 from kigi_tool_protocol import TextProgress, ToolCallResult
 from kigi_tool_runtime import (
@@ -64,11 +66,7 @@ def py(code: str) -> list[str]:
 
 
 def run(main: Coroutine[Any, Any, T], deadline: float = 30.0) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(deadline):
-            return await main
-
-    return asyncio.run(bounded())
+    return run_within(main, deadline)
 
 
 def test_round_trip(nats_server: NatsServer) -> None:
@@ -111,11 +109,22 @@ class Fleet:
         self.connections: list[Any] = []
         self.client: NatsClient | None = None
 
-    async def start(self, workers: int = 1, *, lease: float = 3.0, **options: Any) -> NatsClient:
+    async def start(
+        self,
+        workers: int = 1,
+        *,
+        lease: float = 3.0,
+        limits: StreamLimits | None = None,
+        **options: Any,
+    ) -> NatsClient:
+        """Start ``workers`` workers (``options`` are theirs) and the client,
+        which brings the streams to ``limits`` when given."""
         for _ in range(workers):
             await self.add_worker(**options)
         connection = await connect(self.url)
-        self.client = NatsClient(connection, prefix=PREFIX, lease=lease, owns_connection=True)
+        self.client = NatsClient(
+            connection, prefix=PREFIX, lease=lease, limits=limits, owns_connection=True
+        )
         return self.client
 
     async def add_worker(self, **options: Any) -> Worker:
@@ -137,6 +146,33 @@ class Fleet:
         for connection in self.connections:
             with contextlib.suppress(Exception):
                 await connection.drain()
+
+
+def _serve_process(url: str) -> subprocess.Popen[bytes]:
+    """A ``kigi-stream serve --nats`` worker in a child process."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", url, "--prefix", PREFIX],
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _kill_started(starts: Path) -> None:
+    """Kill every command whose pid was written to ``starts``."""
+    for pid in starts.read_text().split() if starts.exists() else []:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+async def _answered_not_rerun(rescuer: Worker) -> None:
+    """Wait (10 s at most) until ``rescuer`` took the redelivered call, then
+    check that it saw the claim and did not run the call again."""
+    for _ in range(100):
+        stats = rescuer.statistics()
+        if stats.calls_not_rerun or stats.calls_run:
+            break
+        await asyncio.sleep(0.1)
+    assert rescuer.statistics().calls_not_rerun == 1
+    assert rescuer.statistics().calls_run == 0
 
 
 def text_of(call: Any) -> str | None:
@@ -364,19 +400,7 @@ def test_worker_killed_mid_call_ends_it_clearly_and_never_reruns_it(
         client = await fleet.start(workers=1, lease=3.0)
         fleet.workers[0].stop()
         await fleet.tasks[0]
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kigi_tool_runtime",
-                "serve",
-                "--nats",
-                nats_server.url,
-                "--prefix",
-                PREFIX,
-            ],
-            stderr=subprocess.DEVNULL,
-        )
+        worker = _serve_process(nats_server.url)
         try:
             call = await client.call("bash", {"command": py(code)})
             first = await call.__anext__()
@@ -401,20 +425,11 @@ def test_worker_killed_mid_call_ends_it_clearly_and_never_reruns_it(
             rescuer = await fleet.add_worker(ack_wait=2.0, heartbeat=0.2)
             # The queue redelivers the call after its ack wait; the rescuer sees
             # the claim and does not run it again.
-            for _ in range(100):
-                if rescuer.statistics().calls_not_rerun:
-                    break
-                await asyncio.sleep(0.1)
-            assert rescuer.statistics().calls_not_rerun == 1
-            assert rescuer.statistics().calls_run == 0
+            await _answered_not_rerun(rescuer)
         finally:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait(timeout=10)
+            reap(worker)
             await fleet.close()
-            for pid in starts.read_text().split() if starts.exists() else []:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+            _kill_started(starts)
         assert len(starts.read_text().split()) == 1
 
     run(main(), 40)
@@ -591,16 +606,7 @@ def test_frames_discarded_by_the_stream_limits_are_reported_lost(
 
     async def main() -> None:
         fleet = Fleet(nats_server.url)
-        connection = await connect(nats_server.url)
-        client = NatsClient(
-            connection,
-            prefix=PREFIX,
-            lease=3.0,
-            limits=StreamLimits(frames_max_bytes=64 * 1024),
-            owns_connection=True,
-        )
-        fleet.client = client
-        await fleet.add_worker()
+        client = await fleet.start(limits=StreamLimits(frames_max_bytes=64 * 1024))
         try:
             writer = (
                 "import sys, time\n"
@@ -799,19 +805,6 @@ def test_cli_follow_of_a_call_not_there_says_it_waits(nats_server: NatsServer) -
 # -- issue: the new surfaces keep the old promises ----------------------------------------
 
 
-def _serve_process(url: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", url, "--prefix", PREFIX],
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def _kill_started(starts: Path) -> None:
-    for pid in starts.read_text().split() if starts.exists() else []:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
-
-
 def test_a_claim_the_frames_stream_discarded_still_stops_a_second_run(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -832,24 +825,15 @@ def test_a_claim_the_frames_stream_discarded_still_stops_a_second_run(
 
     async def main() -> None:
         fleet = Fleet(nats_server.url)
-        connection = await connect(nats_server.url)
-        client = NatsClient(
-            connection,
-            prefix=PREFIX,
-            lease=3.0,
-            limits=StreamLimits(frames_max_bytes=64 * 1024),
-            owns_connection=True,
-        )
-        fleet.client = client
         # The first worker sets the shared consumer's ack wait (2 s), then leaves.
-        await fleet.add_worker()
+        client = await fleet.start(limits=StreamLimits(frames_max_bytes=64 * 1024))
         fleet.workers[0].stop()
         await fleet.tasks[0]
         worker = _serve_process(nats_server.url)
         try:
             call = await client.call("bash", {"command": py(code)}, tool_call_id="pushed-out")
             await call.follower.aclose()
-            js = connection.jetstream()
+            js = client.connection.jetstream()
             frames = client.subjects.frames_stream
             for _ in range(200):
                 # Wait until the output pushed the claim's copy out of the frames.
@@ -865,18 +849,9 @@ def test_a_claim_the_frames_stream_discarded_still_stops_a_second_run(
             worker.send_signal(signal.SIGKILL)
             worker.wait(timeout=10)
             _kill_started(starts)  # what a dead worker's command does is not this test's
-            rescuer = await fleet.add_worker()
-            for _ in range(100):
-                stats = rescuer.statistics()
-                if stats.calls_not_rerun or stats.calls_run:
-                    break
-                await asyncio.sleep(0.1)
-            assert rescuer.statistics().calls_not_rerun == 1
-            assert rescuer.statistics().calls_run == 0
+            await _answered_not_rerun(await fleet.add_worker())
         finally:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait(timeout=10)
+            reap(worker)
             await fleet.close()
             _kill_started(starts)
         assert len(starts.read_text().split()) == 1
@@ -1048,9 +1023,7 @@ def test_two_workers_starting_together_both_take_calls(nats_server: NatsServer) 
                 assert b"stopped by SIGTERM" in worker.stderr.read()
         finally:
             for worker in workers:
-                if worker.poll() is None:
-                    worker.kill()
-                    worker.wait(timeout=10)
+                reap(worker)
                 if worker.stderr is not None:
                     worker.stderr.close()
 

@@ -14,9 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The modules that hold the project's logic: the producer, the consumer, the
-#: served call, the line splitter, the JSON-RPC cores, the host mappings.
+#: served call, the line splitter, the JSON-RPC cores, the host mappings, and the
+#: ``async with`` mixin the call handles share.
 CORE_MODULES = (
     "kigi_tool_protocol",
+    "kigi_tool_runtime._closing",
     "kigi_tool_runtime._producer._chunk",
     "kigi_tool_runtime._producer._tail",
     "kigi_tool_runtime._producer._deltas",

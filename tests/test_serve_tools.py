@@ -9,13 +9,14 @@ import asyncio
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
+from mcp_http_server import mcp_http_server
+from processes import stop
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _BLOCK = re.compile(r"```(?P<lang>\w*)\n(?P<body>.*?)```", re.DOTALL)
@@ -129,17 +130,7 @@ def test_mcp_http_serves_your_tools(user_dir: Path) -> None:
     mcp = pytest.importorskip("mcp")
     from kigi_tool_runtime.mcp import ProgressFolder
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp-http", "127.0.0.1:0", *TOOLS],
-        stderr=subprocess.PIPE,
-        cwd=user_dir,
-    )
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline().decode()
-        found = re.search(r"http://127\.0\.0\.1:\d+/mcp", line)
-        assert found, line
-        url = found.group()
+    with mcp_http_server(*TOOLS, cwd=user_dir) as url:
 
         async def main() -> None:
             folder = ProgressFolder()
@@ -154,15 +145,6 @@ def test_mcp_http_serves_your_tools(user_dir: Path) -> None:
             assert folded.complete
 
         asyncio.run(main())
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 def test_readme_nats_worker_serves_your_tools(user_dir: Path) -> None:
@@ -208,12 +190,5 @@ def test_readme_nats_worker_serves_your_tools(user_dir: Path) -> None:
 
         asyncio.run(main())
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        if worker.stderr is not None:
-            worker.stderr.close()
+        stop(worker, grace=30)
         nats_server.stop()

@@ -22,6 +22,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from bounded import run_within
+from processes import reap
 
 from kigi_tool_protocol import (
     CustomProgress,
@@ -416,11 +418,7 @@ def test_queued_replies_stop_the_reader_on_bytes_as_well_as_lines() -> None:
         assert described < requests
         assert described * reply_bytes - written <= MAX_CONTROL_BYTES + reply_bytes
 
-    async def bounded() -> None:
-        async with asyncio.timeout(LINE_WAIT_S):
-            await body()
-
-    asyncio.run(bounded())
+    run_within(body(), LINE_WAIT_S)
 
 
 def test_bounds_are_sane() -> None:
@@ -497,11 +495,7 @@ def test_a_frame_that_cannot_be_encoded_ends_its_call_with_an_error(where: str, 
             await server_writer.wait_closed()
         assert server.statistics().calls_started == 2
 
-    async def bounded() -> None:
-        async with asyncio.timeout(LINE_WAIT_S):
-            await body()
-
-    asyncio.run(bounded())
+    run_within(body(), LINE_WAIT_S)
 
 
 def test_every_depth_around_the_recursion_limit_is_answered() -> None:
@@ -616,9 +610,7 @@ def test_a_call_its_peer_cancelled_keeps_that_reason_at_end_of_input() -> None:
         proc.stdin = None  # closed: communicate only reads
         out, _ = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
     replies = {reply["id"]: reply for reply in map(json.loads, out.splitlines()) if "id" in reply}
     assert replies[1]["error"]["data"]["code"] == "cancelled"
     assert replies[1]["error"]["message"] == "tool 'bash' call 'c1' was cancelled"

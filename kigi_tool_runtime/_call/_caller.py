@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from kigi_tool_protocol import (
     CancelledWire,
@@ -34,6 +33,7 @@ from kigi_tool_protocol import (
     error_code_for,
 )
 
+from .._closing import AsyncClosing
 from .._consumer._reassembler import Appended
 from .._tools._errors import ToolError
 
@@ -142,7 +142,7 @@ class CallTerms:
         return RemoteToolError(wire, f"call {self.tool_call_id!r} was abandoned")
 
 
-class CallHandle:
+class CallHandle(AsyncClosing):
     """What every call handle shares, whatever carries the call: ``await
     result()`` consumes it to its result, and ``async with`` closes it
     (:meth:`aclose`, which cancels a call still running). A subclass iterates
@@ -221,14 +221,3 @@ class CallHandle:
             if isinstance(item, ToolCallResult):
                 return item
         raise AssertionError("a call always ends with a result or an error")  # pragma: no cover
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

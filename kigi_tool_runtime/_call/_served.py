@@ -21,11 +21,11 @@ Rule 4. :meth:`ServedCall.cancel` may be called from any thread; the call then
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
-from types import TracebackType
 from typing import Any
 
 from kigi_tool_protocol import progress_to_frame
 
+from .._closing import AsyncClosing
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, decode_args, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -45,7 +45,7 @@ def check_arguments(tool: Tool[Any], raw_arguments: Any) -> Any:
     return decode_args(tool, raw_arguments)
 
 
-class ServedCall:
+class ServedCall(AsyncClosing):
     """Serve one call of ``tool`` with ``arguments`` (see the module's rules).
 
     ``call_id`` is the call's ``tool_call_id``; ``wants_progress``: whether the
@@ -151,14 +151,3 @@ class ServedCall:
             await self._gen.aclose()
         elif self._end is None:
             await self._run.aclose()
-
-    async def __aenter__(self) -> ServedCall:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

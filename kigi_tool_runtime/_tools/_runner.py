@@ -38,13 +38,13 @@ import math
 import re
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator
-from types import TracebackType
 from typing import Any, Final, NamedTuple
 
 import msgspec
 
 from kigi_tool_protocol import effective_timeout_ms
 
+from .._closing import AsyncClosing
 from ._errors import ToolError, ToolErrorKind
 from ._tool import PROGRESS_TYPES, Tool, ToolContext, ToolEvent, ToolResult
 
@@ -214,7 +214,7 @@ def _accepted(args_type: Any, path: str) -> str:
     return f"; it takes {{{', '.join(names)}}}"
 
 
-class ToolRun:
+class ToolRun(AsyncClosing):
     """One tool call in progress: an async iterator of progress, then one terminal.
 
     Iterate it with ``async for`` (or ``async with run_tool(...) as run:`` to
@@ -282,17 +282,6 @@ class ToolRun:
         """Stop the tool if it is still running and end the run."""
         if self._gen is not None:
             await self._gen.aclose()
-
-    async def __aenter__(self) -> ToolRun:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -- the consumer side --------------------------------------------------------
 
