@@ -502,6 +502,56 @@ def test_serve_nats_stops_on_sigterm_and_ends_its_calls(nats_server: NatsServer)
     run(main(), 30)
 
 
+def test_a_second_signal_stops_serve_nats_at_once_while_the_server_hangs(
+    nats_server: NatsServer,
+) -> None:
+    """With the NATS server frozen (SIGSTOP: it takes nothing, answers nothing),
+    a first SIGTERM cancels the call but its end cannot be written; a second
+    signal stops the worker at once (the README: "a second signal stops them
+    at once"), exit 128 + N of the first, saying so on stderr."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start(workers=0)
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "kigi_tool_runtime",
+            "serve",
+            "--nats",
+            nats_server.url,
+            "--prefix",
+            PREFIX,
+            stderr=subprocess.PIPE,
+        )
+        frozen = False
+        try:
+            call = await client.call("bash", {"command": "yes"})
+            assert isinstance(await call.__anext__(), CallProgress)
+            os.kill(nats_server.pid(), signal.SIGSTOP)
+            frozen = True
+            worker.terminate()
+            # Another signal than the first, so the kernel cannot merge the
+            # two (it may deliver either first).
+            worker.send_signal(signal.SIGINT)
+            # The deadline only bounds a hang: without the fix the worker
+            # retries its publications for minutes.
+            async with asyncio.timeout(20):
+                assert await worker.wait() in (128 + signal.SIGTERM, 128 + signal.SIGINT)
+            assert worker.stderr is not None
+            said = (await worker.stderr.read()).decode()
+            assert "stopped at once by a second signal (SIG" in said, said
+        finally:
+            if frozen:
+                os.kill(nats_server.pid(), signal.SIGCONT)
+            if worker.returncode is None:
+                worker.kill()
+                await worker.wait()
+            await fleet.close()
+
+    run(main(), 60)
+
+
 def test_bad_nats_options_are_usage_errors() -> None:
     """A prefix that is not a subject token (serve and follow) and a --from-seq
     past JetStream's 64-bit sequences exit 2 with one error line, no traceback

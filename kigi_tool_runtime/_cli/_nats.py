@@ -6,8 +6,9 @@ needs it.
   built-in tools for calls from the JetStream work queue. It checks that the
   server has JetStream before it says it takes calls (exit 2 saying "JetStream
   is not enabled on URL" when not). SIGINT, SIGTERM or SIGHUP cancels its calls
-  (their ends are written), then it exits 128 + N. Every exit says why on
-  stderr: the signal, or the error (exit 1), never a traceback.
+  (their ends are written), then it exits 128 + N; a second signal exits at
+  once (128 + N of the first), the ends not yet written left unwritten. Every
+  exit says why on stderr: the signal, or the error (exit 1), never a traceback.
 - ``follow --nats URL --call ID [--from-seq N] [--nats-prefix P]``: print a call's
   reassembled text from the frames stream, from the start or from stream
   sequence N, until the call ends; anomalies and losses on stderr, then the
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Final
@@ -127,12 +129,22 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
         starting: asyncio.Task[Any] | None = None
 
         def on_signal(number: int) -> None:
-            if stops.count != 1:
+            if stops.count == 1:
+                if worker is not None:
+                    worker.stop()
+                elif starting is not None:
+                    starting.cancel()
                 return
-            if worker is not None:
-                worker.stop()
-            elif starting is not None:
-                starting.cancel()
+            # A second signal: the ends still being written (to a server that
+            # may take nothing for minutes: each publication is retried for
+            # PUBLISH_RETRY_S) are left unwritten. The commands were stopped
+            # by the first; what is left of their groups the lifeline kills
+            # as this process exits (`_process`).
+            say(
+                f"stopped at once by a second signal ({_signal_name(number)}); the ends"
+                " of the calls still being written are left to the callers' leases"
+            )
+            os._exit(stops.exit_status())
 
         with StopSignals(on_signal) as stops:
             starting = asyncio.ensure_future(_connect(nats, args.nats))
