@@ -1,11 +1,14 @@
-"""The ``mcp`` extra stays optional, and ``kigi-stream serve --mcp-http`` reads
-its address."""
+"""The ``mcp`` extra stays optional, ``kigi-stream serve --mcp-http`` reads
+its address, and ``serve --mcp`` stopped while unread says so once."""
 
 from __future__ import annotations
 
+import json
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -104,3 +107,70 @@ def test_serve_on_a_busy_port_says_so() -> None:
     assert done.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_serve_mcp_stopped_while_its_stdout_is_unread_says_so_once() -> None:
+    """``serve --mcp`` with 64 flooding calls (the most it runs) and a host that never reads
+    stdout: SIGTERM stops it (143), and stderr says once how many answers
+    were never written, not a warning of the SDK's per call."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+
+        def send(message: dict[str, object]) -> None:
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(message).encode() + b"\n")
+            proc.stdin.flush()
+
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            }
+        )
+        assert b'"id":0' in proc.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        calls = 64
+        for n in range(1, calls + 1):
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": n,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "bash",
+                        "arguments": {"command": "yes"},
+                        "_meta": {"progressToken": f"t{n}"},
+                    },
+                }
+            )
+        # The floods fill stdout, which is never read: wait until they have
+        # stalled it (nothing more leaves), long past the stall bound.
+        time.sleep(6.0)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)  # its stdout still unread
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    assert proc.returncode == 128 + signal.SIGTERM
+    lines = err.decode().splitlines()
+    assert "gave up: transport write blocked" not in err.decode(), lines
+    assert len(lines) <= 1, lines

@@ -34,6 +34,7 @@ from kigi_tool_runtime import (
     ToolEvent,
     ToolResult,
 )
+from kigi_tool_runtime._cli._nats import STOP_BOUND_S
 from kigi_tool_runtime.nats import (
     Claim,
     NatsClient,
@@ -45,6 +46,8 @@ from kigi_tool_runtime.nats import (
 from kigi_tool_runtime.nats._protocol import encode_claim
 
 PREFIX = "kt"
+#: ``kigi-stream serve --nats`` (its URL follows).
+_SERVE_NATS = (sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats")
 T = TypeVar("T")
 
 
@@ -515,6 +518,85 @@ def test_serve_nats_stops_on_sigterm_and_ends_its_calls(nats_server: NatsServer)
             await fleet.close()
 
     run(main(), 30)
+
+
+def test_a_second_signal_stops_serve_nats_at_once_while_the_server_hangs(
+    nats_server: NatsServer,
+) -> None:
+    """With the NATS server frozen (SIGSTOP: it takes nothing, answers nothing),
+    a first SIGTERM cancels the call but its end cannot be written; a second
+    signal stops the worker at once (the README: "a second signal stops them
+    at once"), exit 128 + N of the first, saying so on stderr."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start(workers=0)
+        worker = await asyncio.create_subprocess_exec(
+            *_SERVE_NATS, nats_server.url, "--prefix", PREFIX, stderr=subprocess.PIPE
+        )
+        frozen = False
+        try:
+            call = await client.call("bash", {"command": "yes"})
+            assert isinstance(await call.__anext__(), CallProgress)
+            os.kill(nats_server.pid(), signal.SIGSTOP)
+            frozen = True
+            worker.terminate()
+            # Another signal than the first, so the kernel cannot merge the
+            # two (it may deliver either first).
+            worker.send_signal(signal.SIGINT)
+            # The deadline only bounds a hang: without the fix the worker
+            # retries its publications for minutes.
+            async with asyncio.timeout(20):
+                assert await worker.wait() in (128 + signal.SIGTERM, 128 + signal.SIGINT)
+            assert worker.stderr is not None
+            said = (await worker.stderr.read()).decode()
+            assert "stopped at once by a second signal (SIG" in said, said
+        finally:
+            if frozen:
+                os.kill(nats_server.pid(), signal.SIGCONT)
+            if worker.returncode is None:
+                worker.kill()
+                await worker.wait()
+            await fleet.close()
+
+    run(main(), 60)
+
+
+def test_serve_nats_stops_within_its_bound_while_the_server_hangs(
+    nats_server: NatsServer,
+) -> None:
+    """With the NATS server frozen, one SIGTERM is enough: the worker exits
+    128 + 15 once ``STOP_BOUND_S`` has passed, saying it did not stop in
+    time, instead of retrying its publications for minutes."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start(workers=0)
+        worker = await asyncio.create_subprocess_exec(
+            *_SERVE_NATS, nats_server.url, "--prefix", PREFIX, stderr=subprocess.PIPE
+        )
+        frozen = False
+        try:
+            call = await client.call("bash", {"command": "yes"})
+            assert isinstance(await call.__anext__(), CallProgress)
+            os.kill(nats_server.pid(), signal.SIGSTOP)
+            frozen = True
+            worker.terminate()
+            # The deadline only bounds a hang (the bound is STOP_BOUND_S).
+            async with asyncio.timeout(STOP_BOUND_S + 30):
+                assert await worker.wait() == 128 + signal.SIGTERM
+            assert worker.stderr is not None
+            said = (await worker.stderr.read()).decode()
+            assert f"did not stop within {STOP_BOUND_S:g} s of SIGTERM" in said, said
+        finally:
+            if frozen:
+                os.kill(nats_server.pid(), signal.SIGCONT)
+            if worker.returncode is None:
+                worker.kill()
+                await worker.wait()
+            await fleet.close()
+
+    run(main(), STOP_BOUND_S + 60)
 
 
 def test_bad_nats_options_are_usage_errors() -> None:

@@ -1,11 +1,16 @@
 """``kigi-stream serve --mcp`` (stdio) and ``--mcp-http [HOST:]PORT``: the shell
 tool served to MCP hosts. The CLI's only contact with the optional ``mcp``
 extra: importing this module raises ``ImportError`` naming the extra when it is
-missing, so the CLI imports it only when asked to."""
+missing, so the CLI imports it only when asked to.
+
+A host that stopped reading stdout gets no answer to the calls cancelled as
+the server stops: the SDK says so in a warning per call, which ``--mcp``
+counts instead and says once (as ``serve`` says its unwritten lines)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -74,7 +79,39 @@ async def _serve(
         serving = serve_http_mcp(server, sock=sock, on_ready=ready)
     else:
         serving = serve_stdio_mcp(server, max_line_bytes=max_frame_bytes)
+        unwritten = _UnwrittenAnswers()
+        logger = logging.getLogger(_SDK_DISPATCHER)
+        logger.addFilter(unwritten)
+        try:
+            return await _until_stopped(serving)
+        finally:
+            logger.removeFilter(unwritten)
+            if unwritten.count:
+                print(
+                    f"kigi-stream serve: stdout was not being read; {unwritten.count}"
+                    " answers to calls cancelled on the way out were never written",
+                    file=sys.stderr,
+                )
     return await _until_stopped(serving)
+
+
+#: The SDK's logger that warns of each answer it could not write on shutdown.
+_SDK_DISPATCHER = "mcp.shared.jsonrpc_dispatcher"
+
+
+class _UnwrittenAnswers(logging.Filter):
+    """Counts, and keeps off stderr, the SDK's warnings of shutdown answers it
+    gave up writing (the output not being read)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().endswith("gave up: transport write blocked"):
+            self.count += 1
+            return False
+        return True
 
 
 async def _until_stopped(serving: Coroutine[Any, Any, None]) -> int:

@@ -6,8 +6,10 @@ needs it.
   built-in tools for calls from the JetStream work queue. It checks that the
   server has JetStream before it says it takes calls (exit 2 saying "JetStream
   is not enabled on URL" when not). SIGINT, SIGTERM or SIGHUP cancels its calls
-  (their ends are written), then it exits 128 + N. Every exit says why on
-  stderr: the signal, or the error (exit 1), never a traceback.
+  (their ends are written), then it exits 128 + N; a second signal, or
+  :data:`STOP_BOUND_S` passing (a server that takes nothing), exits at once
+  (128 + N of the first), the ends not yet written left unwritten. Every
+  exit says why on stderr: the signal, or the error (exit 1), never a traceback.
 - ``follow --nats URL --call ID [--from-seq N] [--nats-prefix P]``: print a call's
   reassembled text from the frames stream, from the start or from stream
   sequence N, until the call ends; anomalies and losses on stderr, then the
@@ -22,11 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
+from .._call._serving import FINAL_FLUSH_S
 from .._consumer._loss import DEFAULT_GAP_MARKER
+from .._tools._runner import STOP_WAIT_S
 from .._tools._tool import Tool
 from .._transport._client import RemoteToolError
 from ._signals import StopSignals
@@ -43,6 +48,12 @@ class NatsUsageError(Exception):
 #: says on stderr that there is none yet (a call not submitted yet, or a
 #: mistyped id); it goes on waiting.
 WAITING_NOTE_S: Final = 2.0
+
+
+#: Seconds ``serve --nats`` may take to stop after a stop signal: its tools'
+#: stop wait, then the final flush's bound for writing their ends (the bounds
+#: of every server, ``_call/_serving``). Past it the worker exits without them.
+STOP_BOUND_S: Final = STOP_WAIT_S + FINAL_FLUSH_S
 
 
 def _positive(text: str) -> int:
@@ -127,12 +138,28 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
         starting: asyncio.Task[Any] | None = None
 
         def on_signal(number: int) -> None:
-            if stops.count != 1:
+            if stops.count == 1:
+                if worker is not None:
+                    worker.stop()
+                elif starting is not None:
+                    starting.cancel()
+                asyncio.get_running_loop().call_later(STOP_BOUND_S, exit_now, None)
                 return
-            if worker is not None:
-                worker.stop()
-            elif starting is not None:
-                starting.cancel()
+            exit_now(number)
+
+        def exit_now(second: int | None) -> None:
+            # A second signal, or the stop bound passed: the ends still being
+            # written (to a server that may take nothing for minutes: each
+            # publication is retried for PUBLISH_RETRY_S) are left unwritten.
+            # The commands were stopped by the first signal; what is left of
+            # their groups the lifeline kills as this process exits (`_process`).
+            why = (
+                f"did not stop within {STOP_BOUND_S:g} s of {_signal_name(stops.first)}"
+                if second is None
+                else f"stopped at once by a second signal ({_signal_name(second)})"
+            )
+            say(f"{why}; the ends of the calls still being written are left to the callers' leases")
+            os._exit(stops.exit_status())
 
         with StopSignals(on_signal) as stops:
             starting = asyncio.ensure_future(_connect(nats, args.nats))
