@@ -64,6 +64,7 @@ from kigi_tool_protocol import (
 )
 
 from .._call._caller import CallHandle, CallLoss, CallProgress, CallTerms, RemoteToolError
+from .._closing import AsyncClosing
 from .._consumer._reassembler import Reassembler
 from .._transport._rpc_server import wire_error_line as _wire_error_line
 from ._protocol import (
@@ -497,7 +498,7 @@ class NatsCall(CallHandle):
         await self.follower.aclose()
 
 
-class NatsClient:
+class NatsClient(AsyncClosing):
     """Submit tool calls to the workers behind a NATS server, and follow calls.
 
     Make it with :meth:`connect` (a URL) or from a connected ``nats`` client;
@@ -543,17 +544,6 @@ class NatsClient:
 
         connection = await connect(url)
         return cls(connection, owns_connection=True, **options)
-
-    async def __aenter__(self) -> NatsClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Wait for cancels being written, stop following the calls it
