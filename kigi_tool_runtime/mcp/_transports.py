@@ -171,8 +171,9 @@ async def serve_lines_mcp(
     hold_responses: bool = True,
 ) -> None:
     """Serve MCP as JSON lines read from ``reader`` and written to ``sink`` (a
-    writer with ``write`` and ``drain``) until end of input (Rule 3) or until the output breaks (Rule 2).
-    ``hold_responses=False`` turns Rule 5 off (to measure what it costs)."""
+    writer with ``write`` and ``drain``) until end of input (Rule 3) or until
+    the output breaks (Rule 2). ``hold_responses=False`` turns Rule 5 off (to
+    measure what it costs)."""
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](WRITE_QUEUE)
     replies = write_send.clone()

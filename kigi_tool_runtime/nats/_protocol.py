@@ -3,10 +3,11 @@ consumer's loss accounting across stream sequences.
 
 Invariants:
 
-Rule 1. Three JetStream streams. ``<PREFIX>_CALLS`` is a work queue on ``<prefix>.calls``:
-        each message is one ``tool.call`` JSON-RPC request line, exactly as the
-        stdio client writes it, with the call id as its request id and its
-        ``Nats-Msg-Id`` (a resubmitted call is a duplicate, not a second call).
+Rule 1. Three JetStream streams. ``<PREFIX>_CALLS`` is a work queue on
+        ``<prefix>.calls``: each message is one ``tool.call`` JSON-RPC request
+        line, exactly as the stdio client writes it, with the call id as its
+        request id and its ``Nats-Msg-Id`` (a resubmitted call is a duplicate,
+        not a second call).
         ``<PREFIX>_FRAMES`` keeps every call's frames under
         ``<prefix>.frames.<call>.<kind>``, with stated limits (bytes, age).
         ``<PREFIX>_CLAIMS`` keeps each call's claim and done record (Rule 6).
@@ -19,7 +20,7 @@ Rule 2. A call's frame subjects: ``claim`` (a copy of the claim in the claims
         retried publish is stored once), ``end`` (the JSON-RPC response
         line, written only if the subject is empty, so a call has exactly one
         terminal even when a worker and a lease verdict race) and ``cancel``.
-        Heartbeats go to ``<prefix>.beat.<call>``, outside the stream.
+        Heartbeats go to ``<prefix>.beat.<call>``, outside the JetStream streams.
 Rule 3. The consumer counts what it did not receive. Progress ``seq`` has no hole
         on the way out, so a hole on the way in (a range of stream sequences
         that limits discarded, or a start above the one asked for) is a loss:
@@ -48,8 +49,8 @@ Rule 6. A call's state outlives its frames. ``<PREFIX>_CLAIMS`` keeps, for each
         write, only if the subject is empty, before it starts the call) and
         its done record under ``<prefix>.done.<call>`` (written after the end:
         who ended it, how many frames, each stream's last total, and the end's
-        error code or none). The stream's age limit is at least the calls' and
-        the frames' and it has no byte limit, so no claim is discarded while
+        error code or none). That JetStream stream's age limit is at least
+        the calls' and the frames' and it has no byte limit, so no claim is discarded while
         its call can still be delivered, and a follower whose call's frames
         were discarded or deleted still learns that the call ended
         (:meth:`CallLedger.end_gone`). The claim's copy on the call's frame
@@ -102,7 +103,7 @@ __all__ = (
     "Subjects",
 )
 
-#: The subject prefix (and, upper-cased, the stream name prefix) by default.
+#: The subject prefix (and, upper-cased, the JetStream stream name prefix) by default.
 DEFAULT_PREFIX: Final = "kigi"
 
 #: Header of the end message: how many progress frames the worker published.
