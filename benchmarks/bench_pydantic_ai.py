@@ -86,8 +86,8 @@ async def through_agent(size: int) -> AgentRound:
     folder = ToolOutputFolder(keep_text=False)
     events = 0
     started = time.perf_counter()
-    async with agent.run_stream_events("go") as stream:
-        async for event in stream:
+    async with agent.run_stream_events("go") as agent_events:
+        async for event in agent_events:
             folder.absorb(event)
             events += isinstance(event, KigiToolOutput)
     elapsed = time.perf_counter() - started

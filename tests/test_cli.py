@@ -1098,10 +1098,10 @@ def _stop_unread(
         if group:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
                 with contextlib.suppress(OSError):
-                    stream.close()
+                    pipe.close()
 
 
 def _serve_calls(pidfile: Path, command: str) -> bytes:
@@ -1225,10 +1225,10 @@ def test_a_second_signal_forces_the_exit_and_still_kills_the_group(
         if group:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
-        for stream in (proc.stdin, proc.stderr):
-            if stream is not None:
+        for pipe in (proc.stdin, proc.stderr):
+            if pipe is not None:
                 with contextlib.suppress(OSError):
-                    stream.close()
+                    pipe.close()
 
 
 def test_run_cut_by_the_limit_inside_a_character_invents_no_replacement() -> None:

@@ -37,11 +37,11 @@ from kigi_tool_runtime import (
 from kigi_tool_runtime._cli._nats import STOP_BOUND_S
 from kigi_tool_runtime.nats import (
     Claim,
+    JetStreamLimits,
     NatsClient,
-    StreamLimits,
     Worker,
     connect,
-    ensure_streams,
+    ensure_jetstream,
 )
 from kigi_tool_runtime.nats._protocol import encode_claim
 
@@ -117,7 +117,7 @@ class Fleet:
         workers: int = 1,
         *,
         lease: float = 3.0,
-        limits: StreamLimits | None = None,
+        limits: JetStreamLimits | None = None,
         **options: Any,
     ) -> NatsClient:
         """Start ``workers`` workers (``options`` are theirs) and the client,
@@ -294,7 +294,7 @@ def test_cli_follow_replays_and_resumes(nats_server: NatsServer) -> None:
             call = await client.call("bash", {"command": py(LINES_SLOWLY.format(n=20, pause=0))})
             items = [item async for item in call]
             assert isinstance(items[-1], ToolCallResult)
-            return call.tool_call_id, call.follower.position.stream_seq
+            return call.tool_call_id, call.follower.position.jetstream_seq
         finally:
             await fleet.close()
 
@@ -366,7 +366,7 @@ def test_a_call_whose_worker_died_before_starting_it_is_redelivered(
         pull = await dead.jetstream().pull_subscribe(
             client.subjects.calls,
             durable=client.subjects.workers,
-            stream=client.subjects.calls_stream,
+            stream=client.subjects.calls_jetstream,
         )
         call = await client.call("bash", {"command": py("print('ran')")})
         taken = await pull.fetch(1, timeout=5)
@@ -454,7 +454,7 @@ def test_a_redelivered_started_call_is_answered_not_rerun(nats_server: NatsServe
         pull = await js.pull_subscribe(
             client.subjects.calls,
             durable=client.subjects.workers,
-            stream=client.subjects.calls_stream,
+            stream=client.subjects.calls_jetstream,
         )
         call = await client.call("bash", {"command": py("print('never')")})
         [taken] = await pull.fetch(1, timeout=5)
@@ -688,7 +688,7 @@ def test_frames_discarded_by_the_stream_limits_are_reported_lost(
 
     async def main() -> None:
         fleet = Fleet(nats_server.url)
-        client = await fleet.start(limits=StreamLimits(frames_max_bytes=64 * 1024))
+        client = await fleet.start(limits=JetStreamLimits(frames_max_bytes=64 * 1024))
         try:
             writer = (
                 "import sys, time\n"
@@ -854,12 +854,12 @@ def test_cli_follow_of_a_call_not_there_says_it_waits(nats_server: NatsServer) -
     mistyped id) says on stderr that it waits, goes on waiting, and stops on
     Ctrl-C with 130."""
 
-    async def make_streams() -> None:
+    async def make_jetstreams() -> None:
         fleet = Fleet(nats_server.url)
         await fleet.start()
         await fleet.close()
 
-    run(make_streams())
+    run(make_jetstreams())
     argv = ["follow", "--nats", nats_server.url, "--call", "never-submitted"]
     with subprocess.Popen(
         [sys.executable, "-m", "kigi_tool_runtime", *argv, "--nats-prefix", PREFIX],
@@ -908,7 +908,7 @@ def test_a_claim_the_frames_stream_discarded_still_stops_a_second_run(
     async def main() -> None:
         fleet = Fleet(nats_server.url)
         # The first worker sets the shared consumer's ack wait (2 s), then leaves.
-        client = await fleet.start(limits=StreamLimits(frames_max_bytes=64 * 1024))
+        client = await fleet.start(limits=JetStreamLimits(frames_max_bytes=64 * 1024))
         fleet.workers[0].stop()
         await fleet.tasks[0]
         worker = _serve_process(nats_server.url)
@@ -916,7 +916,7 @@ def test_a_claim_the_frames_stream_discarded_still_stops_a_second_run(
             call = await client.call("bash", {"command": py(code)}, tool_call_id="pushed-out")
             await call.follower.aclose()
             js = client.connection.jetstream()
-            frames = client.subjects.frames_stream
+            frames = client.subjects.frames_jetstream
             for _ in range(200):
                 # Wait until the output pushed the claim's copy out of the frames.
                 with contextlib.suppress(nats.js.errors.NotFoundError):
@@ -953,7 +953,7 @@ def test_a_deleted_end_is_a_loss_not_a_dead_worker(nats_server: NatsServer) -> N
             call = await client.call("bash", {"command": "echo done"}, tool_call_id="ended-ok")
             assert (await call.result()).output.value["exit_code"] == 0
             js = client.connection.jetstream()
-            frames, end = client.subjects.frames_stream, client.subjects.frame("ended-ok", "end")
+            frames, end = client.subjects.frames_jetstream, client.subjects.frame("ended-ok", "end")
             stored = await js.get_last_msg(frames, end)
             assert stored.seq is not None
             await js.delete_msg(frames, stored.seq)
@@ -993,7 +993,7 @@ def test_a_follower_of_a_purged_or_discarded_call_ends_with_the_loss(
             call = await client.call("bash", {"command": py(code)}, tool_call_id="purged")
             await call.result()
             js = client.connection.jetstream()
-            await js.purge_stream(client.subjects.frames_stream)
+            await js.purge_stream(client.subjects.frames_jetstream)
             follower = client.follow("purged")
             async with follower:
                 async with asyncio.timeout(5):
@@ -1037,7 +1037,7 @@ def test_a_call_message_the_worker_cannot_read_is_answered(nats_server: NatsServ
         client = await fleet.start()
         try:
             js = client.connection.jetstream()
-            await ensure_streams(js, client.subjects)
+            await ensure_jetstream(js, client.subjects)
             followers = {}
             for call_id, data in bad.items():
                 followers[call_id] = client.follow(call_id)
@@ -1171,7 +1171,7 @@ def test_the_wire_as_docs_nats_wire_md_specifies_it(nats_server: NatsServer) -> 
         client = await fleet.start()
         try:
             js = client.connection.jetstream()
-            await ensure_streams(js, client.subjects)
+            await ensure_jetstream(js, client.subjects)
             follower = client.follow("hand-1")
             async with follower:
                 await js.publish("kt.calls", submit, headers={"Nats-Msg-Id": "hand-1"})

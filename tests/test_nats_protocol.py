@@ -130,7 +130,7 @@ def test_a_discarded_range_is_a_reported_and_marked_loss(
     ledger = feed(CallLedger(CALL), messages[:at])
     dropped = messages[at:upto]
     first_kept = messages[upto][0] if upto < len(messages) else messages[-1][0] + 1
-    ledger.stream_starts_at(first_kept)
+    ledger.jetstream_starts_at(first_kept)
     feed(ledger, messages[upto:])
     lost_frames = sum(1 for m in dropped if m[1] == "progress")
     lost_bytes = 0
@@ -197,7 +197,7 @@ def test_a_resume_from_a_discarded_bare_sequence_reports_the_loss() -> None:
     sequence is above the one asked for) marks a loss before the first frame."""
     messages, _ = make_messages([b"x" * 20, b"y" * 20], [])
     ledger = CallLedger(CALL, position=FollowPosition(2, None))
-    ledger.stream_starts_at(messages[3][0])
+    ledger.jetstream_starts_at(messages[3][0])
     assert ledger.discarded == [(2, messages[3][0] - 1)]
     feed(ledger, messages[3:])
     report = ledger.reassembler.reports()[0]
@@ -212,7 +212,7 @@ def test_subjects_and_their_checks() -> None:
     assert subjects.parse("kigi.frames.abc.end") == ("abc", "end")
     assert subjects.parse("kigi.frames.abc.other") is None
     assert subjects.parse("other.frames.abc.end") is None
-    assert subjects.calls_stream == "KIGI_CALLS"
+    assert subjects.calls_jetstream == "KIGI_CALLS"
     for bad in ("a.b", "a b", "*", ">", ""):
         with pytest.raises(ValueError, match="subject token"):
             subjects.frame(bad, "end")
@@ -573,7 +573,7 @@ def test_a_discarded_range_is_a_loss_item_before_the_frame_that_revealed_it() ->
 
     messages, _ = make_messages([b"a" * 20, b"b" * 20, b"c" * 20], [])
     ledger = feed(CallLedger(CALL), messages[:2])
-    ledger.stream_starts_at(messages[4][0])
+    ledger.jetstream_starts_at(messages[4][0])
     seq, _, data, _ = messages[4]
     loss, item = ledger.feed(seq, "progress", data).progress
     assert isinstance(loss, CallLoss)
@@ -615,7 +615,7 @@ def test_a_resume_at_a_discarded_sequence_records_the_loss_before_the_first_fram
 
     messages, _ = make_messages([b"x" * 20, b"y" * 20], [])
     ledger = CallLedger(CALL, position=FollowPosition(2, None))
-    ledger.stream_starts_at(messages[3][0])
+    ledger.jetstream_starts_at(messages[3][0])
     seq, _, data, _ = messages[3]
     first, *_ = ledger.feed(seq, "progress", data).progress
     assert isinstance(first, CallLoss)

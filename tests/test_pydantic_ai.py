@@ -65,8 +65,8 @@ async def _run(
     event, and the folder that absorbed them."""
     folder = ToolOutputFolder()
     events: list[Any] = []
-    async with asyncio.timeout(60), agent.run_stream_events(prompt, **options) as stream:
-        async for event in stream:
+    async with asyncio.timeout(60), agent.run_stream_events(prompt, **options) as agent_events:
+        async for event in agent_events:
             folder.absorb(event)
             events.append(event)
     return events, folder
@@ -206,8 +206,8 @@ async def test_events_arrive_while_the_command_runs(tmp_path: Path) -> None:
     script = Script([Call("bash", {"command": command}, "c1")])
     agent = Agent(script.model(), toolsets=[KigiToolset([ShellTool(tick=0.01)])])
     texts = []
-    async with asyncio.timeout(30), agent.run_stream_events("go") as stream:
-        async for event in stream:
+    async with asyncio.timeout(30), agent.run_stream_events("go") as agent_events:
+        async for event in agent_events:
             if isinstance(event, KigiToolOutput):
                 texts.append(event.text)
                 flag.touch()
@@ -336,8 +336,8 @@ async def test_a_slow_consumer_pauses_the_tool_instead_of_growing_the_buffer(
     script = Script([Call("bash", {"command": [PY, "-c", writer]}, "c1")])
     agent = Agent(script.model(), toolsets=[KigiToolset([tool], max_pending_events=16)])
     folder = ToolOutputFolder(keep_text=False)
-    async with asyncio.timeout(60), agent.run_stream_events("go") as stream:
-        async for event in stream:
+    async with asyncio.timeout(60), agent.run_stream_events("go") as agent_events:
+        async for event in agent_events:
             folder.absorb(event)
             if isinstance(event, KigiToolOutput):
                 await asyncio.sleep(0.002)
@@ -509,8 +509,8 @@ async def test_a_stopped_run_leaves_no_process(tmp_path: Path, stop: str) -> Non
     seen: list[str] = []
 
     async def consume() -> str:
-        async with agent.run_stream_events("go", **options) as stream:
-            async for event in stream:
+        async with agent.run_stream_events("go", **options) as agent_events:
+            async for event in agent_events:
                 if isinstance(event, KigiToolOutput):
                     seen.append(event.text)
                     if stop == "cancellation token":

@@ -134,13 +134,13 @@ def test_held_views_never_block_writes() -> None:
     """Writes succeed however many old tail views a caller still holds."""
     buffer = TailBuffer(6)
     views = []
-    stream = b""
+    written = b""
     for index in range(200):
         chunk = bytes([65 + index % 26]) * (index % 9)
         views.append(buffer.tail())
         buffer.write(chunk)
-        stream += chunk
-        assert bytes(buffer.tail()) == stream[-6:]
+        written += chunk
+        assert bytes(buffer.tail()) == written[-6:]
 
 
 def test_a_huge_capacity_allocates_only_the_initial_storage() -> None:
@@ -164,12 +164,12 @@ def test_storage_grows_past_initial_allocation() -> None:
     capacity = 3 * INITIAL_STORAGE_BYTES
     buffer = TailBuffer(capacity)
     held = buffer.tail()
-    stream = bytearray()
+    written = bytearray()
     for index in range(40):
         chunk = bytes([index]) * (INITIAL_STORAGE_BYTES // 3 + index)
         buffer.write(chunk)
-        stream += chunk
-    assert bytes(buffer.tail()) == bytes(stream[-capacity:])
+        written += chunk
+    assert bytes(buffer.tail()) == bytes(written[-capacity:])
     assert len(held) == 0
 
 
@@ -178,17 +178,17 @@ def test_storage_stays_within_capacity_plus_slack(capacity: int) -> None:
     """Storage stays within capacity + max(capacity, slack); compaction keeps bytes exact."""
     most = capacity + max(capacity, STORAGE_SLACK_BYTES)
     buffer = TailBuffer(capacity)
-    stream = bytearray()
+    written = bytearray()
     sizes = [1, 3, 4093, capacity // 2, capacity - 1, 77_777]
     for index in range(3 * most // 20_000 + 40):
         chunk = _pattern(index, sizes[index % len(sizes)])
         buffer.write(chunk)
-        stream += chunk
-        del stream[: max(0, len(stream) - capacity)]
+        written += chunk
+        del written[: max(0, len(written) - capacity)]
         assert len(buffer._buf) <= most
     assert buffer.total > 2 * most
     assert len(buffer._buf) == most
-    assert bytes(buffer.tail()) == bytes(stream)
+    assert bytes(buffer.tail()) == bytes(written)
 
 
 def test_writing_its_own_tail_back_is_safe() -> None:

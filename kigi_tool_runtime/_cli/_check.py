@@ -13,7 +13,7 @@ from .._text import plural
 from .._transport._file_follow import READ_BLOCK_BYTES
 from .._wire._split import LineSplitter
 from ._exits import UsageError, stdout_closed
-from ._framelog import blank, describe, log_source, open_stream, unterminated
+from ._framelog import blank, describe, log_source, open_log, unterminated
 
 __all__ = ()
 
@@ -40,7 +40,7 @@ def check(args: argparse.Namespace) -> int:
     violations = 0
     number = 0
     try:
-        with open_stream(args.file) as source:
+        with open_log(args.file) as source:
             try:
                 while data := source.read(READ_BLOCK_BYTES):
                     for line in splitter.feed(data):

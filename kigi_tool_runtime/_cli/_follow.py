@@ -1,6 +1,6 @@
 """``kigi-stream follow``: print a frame log's reassembled text as it grows,
 like ``tail -f``, its anomalies on stderr with their line numbers, until a stop
-signal (then the offset to resume from) or, for a stream or ``--once``, its end."""
+signal (then the offset to resume from) or, for a pipe or ``--once``, its end."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .._consumer._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassem
 from .._transport._file_follow import READ_BLOCK_BYTES, Follower
 from .._wire._split import LineSplitter
 from ._exits import EXIT_PIPE_CLOSED, UsageError
-from ._framelog import blank, describe, log_source, open_stream, unterminated
+from ._framelog import blank, describe, log_source, open_log, unterminated
 from ._nats import follow_nats
 from ._signals import Stopped, raising_stop_signals
 
@@ -31,7 +31,7 @@ def follow(args: argparse.Namespace) -> int:
 
     Raises:
         UsageError: no FILE, a directory, a missing file with ``--once``, an
-            offset into a stream, or a log that shrank or was replaced.
+            offset into a pipe, or a log that shrank or was replaced.
         NatsUsageError: ``--nats`` cannot start.
     """
     if args.nats:
@@ -109,16 +109,16 @@ def _follow_log(args: argparse.Namespace) -> int:
     # non-interactive shell put in the background), as it stops run and serve.
     with raising_stop_signals():
         if path is None:
-            return _follow_stream(args, printer)
+            return _follow_pipe(args, printer)
         return _follow_file(path, args, printer)
 
 
-def _follow_stream(args: argparse.Namespace, printer: _Printer) -> int:
-    # A stream has no offsets: read it to its end, as it arrives, then stop.
+def _follow_pipe(args: argparse.Namespace, printer: _Printer) -> int:
+    # A pipe has no offsets: read it to its end, as it arrives, then stop.
     splitter = LineSplitter(DEFAULT_MAX_RECORD_BYTES)
     reassembler = Reassembler(seq_scope=args.seq_scope, keep_text=False)
     number = 0
-    with open_stream(args.file) as source:
+    with open_log(args.file) as source:
         try:
             while True:
                 data = source.read(READ_BLOCK_BYTES)

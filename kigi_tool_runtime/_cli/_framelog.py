@@ -1,4 +1,4 @@
-"""A frame log as ``follow`` and ``check`` read it: a file or a stream to read
+"""A frame log as ``follow`` and ``check`` read it: a file, or a pipe to read
 once, blank lines (counted, no record), an unterminated last line, and an
 anomaly in words."""
 
@@ -26,8 +26,8 @@ def describe(anomaly: Anomaly) -> str:
 
 
 def log_source(name: str, command: str) -> str | None:
-    """The path to read ``name`` from as a file, or ``None`` for a stream
-    (``-``, a pipe, a terminal) read once to its end.
+    """The path to read ``name`` from as a file, or ``None`` for a pipe
+    (``-``, a FIFO, a terminal: no offsets) read once to its end.
 
     Raises:
         UsageError: ``name`` is a directory, or nothing exists at it.
@@ -47,7 +47,7 @@ def log_source(name: str, command: str) -> str | None:
     return name if stat.S_ISREG(info.st_mode) else None
 
 
-def open_stream(name: str) -> IO[bytes]:
+def open_log(name: str) -> IO[bytes]:
     """``name`` (``-``: a duplicate of stdin) opened for unbuffered reading.
 
     Raises:

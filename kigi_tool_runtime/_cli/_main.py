@@ -124,8 +124,8 @@ def _reopen_closed_stdio() -> set[str]:
                 os.close(devnull)
             mode = "r" if fd == 0 else "w"
             # A standard stream, open for the life of the process: no `with`.
-            stream = open(fd, mode, encoding="utf-8", closefd=False)  # noqa: SIM115
-            setattr(sys, attribute, stream)
+            file = open(fd, mode, encoding="utf-8", closefd=False)  # noqa: SIM115
+            setattr(sys, attribute, file)
             closed.add(name)
     return closed
 

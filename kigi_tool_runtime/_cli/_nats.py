@@ -67,13 +67,13 @@ def _positive(text: str) -> int:
 
 
 #: The largest stream sequence JetStream has (an unsigned 64-bit number).
-_MAX_STREAM_SEQ: Final = 2**64 - 1
+_MAX_JETSTREAM_SEQ: Final = 2**64 - 1
 
 
-def _stream_seq(text: str) -> int:
+def _jetstream_seq(text: str) -> int:
     value = _positive(text)
-    if value > _MAX_STREAM_SEQ:
-        raise argparse.ArgumentTypeError(f"must be at most {_MAX_STREAM_SEQ}, got {value}")
+    if value > _MAX_JETSTREAM_SEQ:
+        raise argparse.ArgumentTypeError(f"must be at most {_MAX_JETSTREAM_SEQ}, got {value}")
     return value
 
 
@@ -93,7 +93,7 @@ def add_follow_options(follow: argparse.ArgumentParser) -> None:
     group.add_argument("--nats", metavar="URL", help="follow a call on this NATS server")
     group.add_argument("--call", metavar="ID", help="the call to follow (with --nats)")
     group.add_argument(
-        "--from-seq", type=_stream_seq, help="resume at this stream sequence (with --nats)"
+        "--from-seq", type=_jetstream_seq, help="resume at this stream sequence (with --nats)"
     )
     group.add_argument("--nats-prefix", default="kigi", help="subject prefix (default kigi)")
 
@@ -282,9 +282,9 @@ def follow_nats(args: argparse.Namespace) -> int:
     out, err = sys.stdout.buffer, sys.stderr
 
     async def say_waiting(follower: Any) -> None:
-        start = follower.position.stream_seq
+        start = follower.position.jetstream_seq
         await asyncio.sleep(WAITING_NOTE_S)
-        if follower.position.stream_seq == start and not follower.ledger.ended:
+        if follower.position.jetstream_seq == start and not follower.ledger.ended:
             err.write(
                 f"kigi-stream follow: nothing of call {args.call} at or after stream sequence"
                 f" {start} yet; waiting for it (Ctrl-C to stop)\n"
@@ -317,8 +317,8 @@ def follow_nats(args: argparse.Namespace) -> int:
             if note is not None:
                 note.cancel()
             err.write(
-                f"kigi-stream follow: stopped at stream sequence {follower.position.stream_seq}"
-                f" (resume with --from-seq {follower.position.stream_seq})\n"
+                f"kigi-stream follow: stopped at stream sequence {follower.position.jetstream_seq}"
+                f" (resume with --from-seq {follower.position.jetstream_seq})\n"
             )
             with contextlib.suppress(Exception):
                 await connection.drain()

@@ -25,8 +25,8 @@ class Status:
     it is not drawn.
     """
 
-    def __init__(self, stream: IO[str], enabled: bool) -> None:
-        self._stream = stream
+    def __init__(self, out: IO[str], enabled: bool) -> None:
+        self._out = out
         self.enabled = enabled
         self.held = False
         self._total = 0
@@ -54,17 +54,17 @@ class Status:
         self._next = now + STATUS_INTERVAL_S
         elapsed = now - self._started
         rate = self._total / max(elapsed, 1e-9)
-        self._stream.write(
+        self._out.write(
             f"\r\x1b[K[kigi-stream] {size_text(self._total)} at {size_text(rate)}/s,"
             f" {elapsed:.1f} s"
         )
-        self._stream.flush()
+        self._out.flush()
         self._shown = True
 
     def clear(self) -> None:
         if self._shown:
-            self._stream.write("\r\x1b[K")
-            self._stream.flush()
+            self._out.write("\r\x1b[K")
+            self._out.flush()
             self._shown = False
 
 

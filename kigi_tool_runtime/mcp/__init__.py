@@ -43,7 +43,7 @@ from ._partial import (
 )
 from ._partial_host import declaring_partial_results, partial_results_extension
 from ._server import STALL_S, McpServerStats, McpToolServer
-from ._transports import DEFAULT_HTTP_HOST, serve_http_mcp, serve_stdio_mcp, serve_streams_mcp
+from ._transports import DEFAULT_HTTP_HOST, serve_http_mcp, serve_lines_mcp, serve_stdio_mcp
 
 __all__: tuple[str, ...] = (
     "DEFAULT_HTTP_HOST",
@@ -67,7 +67,7 @@ __all__: tuple[str, ...] = (
     "mcp_tool_name",
     "partial_results_extension",
     "serve_http_mcp",
+    "serve_lines_mcp",
     "serve_stdio_mcp",
-    "serve_streams_mcp",
     "tool_definition",
 )

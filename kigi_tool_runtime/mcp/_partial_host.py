@@ -92,8 +92,8 @@ async def declaring_partial_results(transport: Any) -> AsyncIterator[tuple[Any, 
     """The client ``transport`` (``stdio_client(...)``,
     ``streamable_http_client(url)``, ...) declaring partial results on every
     call that brings a token (Rule 1); pass it to ``Client(...)``."""
-    async with transport as (read_stream, write_stream):
-        yield read_stream, _DeclaringWriter(write_stream)
+    async with transport as (reader, writer):
+        yield reader, _DeclaringWriter(writer)
 
 
 def partial_results_extension(

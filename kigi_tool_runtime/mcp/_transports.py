@@ -22,7 +22,7 @@ Rule 3. End of input first lets the requests still in flight that are not
         all (the kigi server's bounds).
 Rule 4. HTTP: streamable HTTP on ``host:port``, loopback by default, with the
         SDK's DNS-rebinding protection on for loopback hosts. Closing a session,
-        or the socket of a call's stream (the host leaving), cancels its calls;
+        or the socket of a call's SSE response (the host leaving), cancels its calls;
         sessions, calls and shutdown are bounded as ``_http`` says.
 Rule 5. stdio: a response that follows notifications is written only once the
         host has read them (``_hold``), bounded by ``RESPONSE_HOLD_S``, so a
@@ -71,8 +71,8 @@ from ._unread import Probe, unread_probe, wait_until_read
 __all__ = (
     "DEFAULT_HTTP_HOST",
     "serve_http_mcp",
+    "serve_lines_mcp",
     "serve_stdio_mcp",
-    "serve_streams_mcp",
 )
 
 #: Where the HTTP transport listens unless told otherwise: this machine only.
@@ -162,7 +162,7 @@ def _encode(message: SessionMessage) -> bytes:
     return inner.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
 
 
-async def serve_streams_mcp(
+async def serve_lines_mcp(
     server: McpToolServer,
     reader: asyncio.StreamReader,
     sink: Any,
@@ -170,9 +170,10 @@ async def serve_streams_mcp(
     max_line_bytes: int = MAX_FRAME_BYTES_CEILING,
     hold_responses: bool = True,
 ) -> None:
-    """Serve MCP over a line reader and a writer with ``write`` and ``drain``
-    until end of input (Rule 3) or until the output breaks (Rule 2).
-    ``hold_responses=False`` turns Rule 5 off (to measure what it costs)."""
+    """Serve MCP as JSON lines read from ``reader`` and written to ``sink`` (a
+    writer with ``write`` and ``drain``) until end of input (Rule 3) or until
+    the output breaks (Rule 2). ``hold_responses=False`` turns Rule 5 off (to
+    measure what it costs)."""
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](WRITE_QUEUE)
     replies = write_send.clone()
@@ -294,13 +295,13 @@ async def serve_stdio_mcp(
     hold_responses: bool = True,
 ) -> None:
     """Serve MCP over this process's stdin and stdout until end of input
-    (``hold_responses``: see :func:`serve_streams_mcp`).
+    (``hold_responses``: see :func:`serve_lines_mcp`).
 
     Raises:
         OSError: stdin or stdout is closed or cannot be watched.
     """
     reader, sink = await open_stdio()
-    await serve_streams_mcp(
+    await serve_lines_mcp(
         server, reader, sink, max_line_bytes=max_line_bytes, hold_responses=hold_responses
     )
 

@@ -14,6 +14,15 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 
 from ._caller import LEASE_S, Follower, NatsCall, NatsClient
+from ._jetstream import (
+    CALLS_MAX_AGE_S,
+    FRAMES_MAX_AGE_S,
+    FRAMES_MAX_BYTES,
+    JetStreamLimits,
+    connect,
+    ensure_jetstream,
+    find_nats_server,
+)
 from ._protocol import (
     DEFAULT_PREFIX,
     CallLedger,
@@ -23,15 +32,6 @@ from ._protocol import (
     Heartbeat,
     LedgerEvent,
     Subjects,
-)
-from ._streams import (
-    CALLS_MAX_AGE_S,
-    FRAMES_MAX_AGE_S,
-    FRAMES_MAX_BYTES,
-    StreamLimits,
-    connect,
-    ensure_streams,
-    find_nats_server,
 )
 from ._worker import (
     ACK_WAIT_S,
@@ -60,14 +60,14 @@ __all__: tuple[str, ...] = (
     "FollowPosition",
     "Follower",
     "Heartbeat",
+    "JetStreamLimits",
     "LedgerEvent",
     "NatsCall",
     "NatsClient",
-    "StreamLimits",
     "Subjects",
     "Worker",
     "WorkerStats",
     "connect",
-    "ensure_streams",
+    "ensure_jetstream",
     "find_nats_server",
 )

@@ -7,7 +7,8 @@ Invariants:
 Rule 1. A follower reads one call's frame subjects with an ordered consumer
         from a stream sequence (1: the start), and hands every message to a
         :class:`CallLedger`, which absorbs progress into the reassembler and
-        reports what the stream's limits discarded (``_protocol`` Rule 3). The
+        reports what the frames JetStream stream's limits discarded (``_protocol``
+        Rule 3). The
         consumer is recreated past the last sequence read after a reconnect,
         so a server restart costs no frame.
 Rule 2. A follower never hangs on a dead worker. Once the call has started
@@ -20,8 +21,8 @@ Rule 2. A follower never hangs on a dead worker. Once the call has started
 Rule 2a. On opening, before a lease verdict, and whenever a lease passes with
         nothing of the call seen, a follower reads the call's records in the
         claims stream (``_protocol`` Rule 6): a done record means the call
-        ended, so once what the stream still holds of the call has come, it
-        takes the end message if the stream still has it and otherwise ends
+        ended, so once what the frames stream still holds of the call has come,
+        it takes the end message if that stream still has it and otherwise ends
         with the loss said (:meth:`CallLedger.end_gone`), never with a verdict
         that the worker died; a claim alone means the call started (its
         worker is silent: Rule 2); neither means the call has not started,
@@ -67,6 +68,7 @@ from .._call._caller import CallHandle, CallLoss, CallProgress, CallTerms, Remot
 from .._closing import AsyncClosing
 from .._consumer._reassembler import Reassembler
 from .._transport._rpc_server import wire_error_line as _wire_error_line
+from ._jetstream import WRONG_LAST_SEQUENCE, JetStreamLimits, ensure_jetstream, publish_retrying
 from ._protocol import (
     DEFAULT_PREFIX,
     CallLedger,
@@ -79,7 +81,6 @@ from ._protocol import (
     encode_submit,
     request_digest,
 )
-from ._streams import WRONG_LAST_SEQUENCE, StreamLimits, ensure_streams, publish_retrying
 from ._worker import HEARTBEAT_S
 
 __all__ = ("LEASE_S", "Follower", "NatsCall", "NatsClient")
@@ -116,7 +117,8 @@ class Follower:
     ``request``: the digest of the call this follower's caller submitted, to
     refuse another call under the same id (``_protocol`` Rule 5).
     :attr:`worker` is the worker named by the call's claim, once seen;
-    :attr:`ledger` the accounting (frames lost, ranges the stream discarded).
+    :attr:`ledger` the accounting (frames lost, ranges the frames
+    JetStream stream discarded).
 
     Raises:
         ValueError: ``call_id`` is not a NATS subject token, or ``lease`` is
@@ -195,8 +197,8 @@ class Follower:
         subjects = self.subjects
         self._alive = asyncio.get_running_loop().time()
         self._beats = await self._nc.subscribe(subjects.heartbeat(self.call_id), cb=self._on_beat)
-        info = await self._js.stream_info(subjects.frames_stream)
-        self.ledger.stream_starts_at(info.state.first_seq)
+        info = await self._js.stream_info(subjects.frames_jetstream)
+        self.ledger.jetstream_starts_at(info.state.first_seq)
         with contextlib.suppress(*_RETRYABLE_READ):
             _, self._done = await self._records()  # Rule 2a
         await self._ended_before_start()
@@ -204,12 +206,12 @@ class Follower:
 
     async def _ended_before_start(self) -> None:
         """Rule 4: a resume past the call's end ends with that end's outcome."""
-        start = self.ledger.position.stream_seq
+        start = self.ledger.position.jetstream_seq
         if start <= 1 or self.ledger.ended:
             return
         try:
             end = await self._js.get_last_msg(
-                self.subjects.frames_stream, self.subjects.frame(self.call_id, "end")
+                self.subjects.frames_jetstream, self.subjects.frame(self.call_id, "end")
             )
         except nats.js.errors.NotFoundError:
             return
@@ -217,10 +219,10 @@ class Follower:
             self.ledger.conclude(decode_end(end.data or b""))
 
     async def _subscribe(self) -> None:
-        start = self.ledger.position.stream_seq
+        start = self.ledger.position.jetstream_seq
         self._sub = await self._js.subscribe(
             self.subjects.call_frames(self.call_id),
-            stream=self.subjects.frames_stream,
+            stream=self.subjects.frames_jetstream,
             ordered_consumer=True,
             idle_heartbeat=_IDLE_HEARTBEAT_S,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -323,8 +325,8 @@ class Follower:
         self._verdict_at = now
         subjects = self.subjects
         with contextlib.suppress(*_RETRYABLE_READ):
-            info = await self._js.stream_info(subjects.frames_stream)
-            self.ledger.stream_starts_at(info.state.first_seq)
+            info = await self._js.stream_info(subjects.frames_jetstream)
+            self.ledger.jetstream_starts_at(info.state.first_seq)
         if not self._write_verdict:
             return
         error = self._lost_error(undelivered=False)
@@ -345,23 +347,25 @@ class Follower:
         claimed = False
         done: Done | None = None
         with contextlib.suppress(nats.js.errors.NotFoundError):
-            got = await self._js.get_last_msg(subjects.claims_stream, subjects.done(self.call_id))
+            got = await self._js.get_last_msg(
+                subjects.claims_jetstream, subjects.done(self.call_id)
+            )
             done = decode_done(got.data or b"")
         with contextlib.suppress(nats.js.errors.NotFoundError):
-            await self._js.get_last_msg(subjects.claims_stream, subjects.claim(self.call_id))
+            await self._js.get_last_msg(subjects.claims_jetstream, subjects.claim(self.call_id))
             claimed = True
         return claimed or done is not None, done
 
     async def _ended_elsewhere(self, done: Done, idle: bool) -> None:
         """Rule 2a: the call ended; take its end message, or say it is gone.
-        Until a lease passed with nothing delivered (``idle``), what the stream
-        still holds of the call past this follower's position is left to come
+        Until a lease passed with nothing delivered (``idle``), what the frames
+        stream still holds of the call past this follower's position is left to come
         in order."""
         subjects = self.subjects
-        position = self.ledger.position.stream_seq
+        position = self.ledger.position.jetstream_seq
         try:
             end = await self._js.get_last_msg(
-                subjects.frames_stream, subjects.frame(self.call_id, "end")
+                subjects.frames_jetstream, subjects.frame(self.call_id, "end")
             )
         except nats.js.errors.NotFoundError:
             end = None
@@ -377,16 +381,16 @@ class Follower:
         if not idle and self.ledger.frames < done.frames:
             try:
                 last = await self._js.get_last_msg(
-                    subjects.frames_stream, subjects.frame(self.call_id, "progress")
+                    subjects.frames_jetstream, subjects.frame(self.call_id, "progress")
                 )
             except nats.js.errors.NotFoundError:
                 last = None
             if last is not None and last.seq is not None and last.seq >= position:
                 return  # frames still to come, then the loss of the end
-        info = await self._js.stream_info(subjects.frames_stream)
-        self.ledger.stream_starts_at(info.state.first_seq)
+        info = await self._js.stream_info(subjects.frames_jetstream)
+        self.ledger.jetstream_starts_at(info.state.first_seq)
         if done.end_seq is not None and done.end_seq < info.state.first_seq:
-            why = f"the stream's limits discarded it, at stream sequence {done.end_seq}"
+            why = f"the JetStream stream's limits discarded it, at stream sequence {done.end_seq}"
         elif done.end_seq is not None:
             why = f"it was deleted or purged, from stream sequence {done.end_seq}"
         else:
@@ -395,8 +399,8 @@ class Follower:
 
     def _lost_error(self, *, undelivered: bool) -> RemoteToolError:
         who = "its worker" if self.worker is None else f"worker {self.worker!r}"
-        stream = self.reassembler.streams
-        got = sum(state.text_bytes for state in stream.values())
+        streams = self.reassembler.streams
+        got = sum(state.text_bytes for state in streams.values())
         message = (
             f"{who} stopped during call {self.call_id!r} (no heartbeat for {self._lease:g} s);"
             f" the call was not run again; its output got to {self.ledger.frames} frame(s),"
@@ -503,8 +507,8 @@ class NatsClient(AsyncClosing):
 
     Make it with :meth:`connect` (a URL) or from a connected ``nats`` client;
     use it as an async context manager. ``lease``: see :class:`Follower`;
-    ``limits``: when given, the streams are brought to them (otherwise
-    existing streams keep theirs and missing ones get the defaults).
+    ``limits``: when given, the JetStream streams are brought to them
+    (otherwise existing ones keep theirs and missing ones get the defaults).
 
     Raises:
         ValueError: ``prefix`` is not a NATS subject token.
@@ -516,7 +520,7 @@ class NatsClient(AsyncClosing):
         *,
         prefix: str = DEFAULT_PREFIX,
         lease: float = LEASE_S,
-        limits: StreamLimits | None = None,
+        limits: JetStreamLimits | None = None,
         session_id: str | None = None,
         owns_connection: bool = False,
     ) -> None:
@@ -540,7 +544,7 @@ class NatsClient(AsyncClosing):
         Raises:
             OSError, nats.errors.NoServersError: the server cannot be reached.
         """
-        from ._streams import connect
+        from ._jetstream import connect
 
         connection = await connect(url)
         return cls(connection, owns_connection=True, **options)
@@ -558,7 +562,7 @@ class NatsClient(AsyncClosing):
 
     async def _ensure(self) -> None:
         if not self._ready:
-            await ensure_streams(self._js, self.subjects, self._limits)
+            await ensure_jetstream(self._js, self.subjects, self._limits)
             self._ready = True
 
     async def call(
@@ -659,7 +663,7 @@ class NatsClient(AsyncClosing):
                 {Header.MSG_ID: f"{call_id}:cancel"},
                 retry_for=self._lease,
             )
-        except nats.js.errors.APIError as exc:  # pragma: no cover - the stream refused it
+        except nats.js.errors.APIError as exc:  # pragma: no cover - JetStream refused it
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
 

@@ -3,10 +3,11 @@ consumer's loss accounting across stream sequences.
 
 Invariants:
 
-Rule 1. Three streams. ``<PREFIX>_CALLS`` is a work queue on ``<prefix>.calls``:
-        each message is one ``tool.call`` JSON-RPC request line, exactly as the
-        stdio client writes it, with the call id as its request id and its
-        ``Nats-Msg-Id`` (a resubmitted call is a duplicate, not a second call).
+Rule 1. Three JetStream streams. ``<PREFIX>_CALLS`` is a work queue on
+        ``<prefix>.calls``: each message is one ``tool.call`` JSON-RPC request
+        line, exactly as the stdio client writes it, with the call id as its
+        request id and its ``Nats-Msg-Id`` (a resubmitted call is a duplicate,
+        not a second call).
         ``<PREFIX>_FRAMES`` keeps every call's frames under
         ``<prefix>.frames.<call>.<kind>``, with stated limits (bytes, age).
         ``<PREFIX>_CLAIMS`` keeps each call's claim and done record (Rule 6).
@@ -19,7 +20,7 @@ Rule 2. A call's frame subjects: ``claim`` (a copy of the claim in the claims
         retried publish is stored once), ``end`` (the JSON-RPC response
         line, written only if the subject is empty, so a call has exactly one
         terminal even when a worker and a lease verdict race) and ``cancel``.
-        Heartbeats go to ``<prefix>.beat.<call>``, outside the stream.
+        Heartbeats go to ``<prefix>.beat.<call>``, outside the JetStream streams.
 Rule 3. The consumer counts what it did not receive. Progress ``seq`` has no hole
         on the way out, so a hole on the way in (a range of stream sequences
         that limits discarded, or a start above the one asked for) is a loss:
@@ -48,8 +49,8 @@ Rule 6. A call's state outlives its frames. ``<PREFIX>_CLAIMS`` keeps, for each
         write, only if the subject is empty, before it starts the call) and
         its done record under ``<prefix>.done.<call>`` (written after the end:
         who ended it, how many frames, each stream's last total, and the end's
-        error code or none). The stream's age limit is at least the calls' and
-        the frames' and it has no byte limit, so no claim is discarded while
+        error code or none). That JetStream stream's age limit is at least
+        the calls' and the frames' and it has no byte limit, so no claim is discarded while
         its call can still be delivered, and a follower whose call's frames
         were discarded or deleted still learns that the call ended
         (:meth:`CallLedger.end_gone`). The claim's copy on the call's frame
@@ -102,7 +103,7 @@ __all__ = (
     "Subjects",
 )
 
-#: The subject prefix (and, upper-cased, the stream name prefix) by default.
+#: The subject prefix (and, upper-cased, the JetStream stream name prefix) by default.
 DEFAULT_PREFIX: Final = "kigi"
 
 #: Header of the end message: how many progress frames the worker published.
@@ -134,7 +135,7 @@ def _check_token(what: str, value: str) -> str:
 
 
 class Subjects:
-    """The subject and stream names under one ``prefix``.
+    """The subject and JetStream stream names under one ``prefix``.
 
     Raises:
         ValueError: ``prefix`` is not a single subject token.
@@ -142,12 +143,12 @@ class Subjects:
 
     __slots__ = (
         "calls",
-        "calls_stream",
+        "calls_jetstream",
         "cancels",
         "claims",
-        "claims_stream",
+        "claims_jetstream",
         "frames",
-        "frames_stream",
+        "frames_jetstream",
         "prefix",
         "workers",
     )
@@ -155,10 +156,10 @@ class Subjects:
     def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
         self.prefix = _check_token("prefix", prefix)
         stem = prefix.upper().replace("-", "_")
-        self.calls_stream = f"{stem}_CALLS"
-        self.frames_stream = f"{stem}_FRAMES"
-        #: The stream of every call's claim and done record (Rule 6).
-        self.claims_stream = f"{stem}_CLAIMS"
+        self.calls_jetstream = f"{stem}_CALLS"
+        self.frames_jetstream = f"{stem}_FRAMES"
+        #: The JetStream stream of every call's claim and done record (Rule 6).
+        self.claims_jetstream = f"{stem}_CLAIMS"
         #: The claims stream's subjects.
         self.claims = (f"{prefix}.claims.*", f"{prefix}.done.*")
         #: The durable pull consumer that every worker shares.
@@ -426,7 +427,7 @@ class FollowPosition(NamedTuple):
     the next progress ``seq`` it expects (``None`` when it does not know, e.g. a
     resume from a bare stream sequence)."""
 
-    stream_seq: int
+    jetstream_seq: int
     call_seq: int | None
 
 
@@ -453,7 +454,7 @@ class CallLedger:
     (default: a new one that knows only this call) receives the records.
 
     Raises:
-        ValueError: ``position.stream_seq`` is below 1, or ``call_id`` is not a
+        ValueError: ``position.jetstream_seq`` is below 1, or ``call_id`` is not a
             subject token.
     """
 
@@ -473,22 +474,22 @@ class CallLedger:
         self.refused = False
         if position is None:
             position = FollowPosition(1, 0)
-        if position.stream_seq < 1:
-            raise ValueError(f"stream sequences start at 1, got {position.stream_seq}")
+        if position.jetstream_seq < 1:
+            raise ValueError(f"stream sequences start at 1, got {position.jetstream_seq}")
         self.call_id = call_id
         self.tool_id = tool_id
         # A fresh ledger that resumes mid-call did not see the call's start, so
         # what came before is no missing prefix (this ledger says its own losses).
-        at_start = position.stream_seq == 1 and not position.call_seq
+        at_start = position.jetstream_seq == 1 and not position.call_seq
         self.reassembler = (
             reassembler
             if reassembler is not None
             else Reassembler(known_calls=[call_id], from_start=at_start)
         )
-        self._next_stream = position.stream_seq
+        self._next_jetstream_seq = position.jetstream_seq
         self._next_call = position.call_seq
-        # Messages the stream discarded before this ledger read them: the
-        # stream sequences [first, last] (Rule 3), while no later frame of the
+        # Messages the frames JetStream stream discarded before this ledger
+        # read them: the stream sequences [first, last] (Rule 3), while no later frame of the
         # call has shown whether any of them was ours.
         self._discarded: tuple[int, int] | None = None
         self._kind_frames: dict[str, int] = {}
@@ -506,7 +507,7 @@ class CallLedger:
     @property
     def position(self) -> FollowPosition:
         """Where to resume after what was fed so far."""
-        return FollowPosition(self._next_stream, self._next_call)
+        return FollowPosition(self._next_jetstream_seq, self._next_call)
 
     @property
     def ended(self) -> bool:
@@ -518,29 +519,33 @@ class CallLedger:
         """Progress frames the worker is known to have published so far."""
         return self._next_call or 0
 
-    def stream_starts_at(self, first_seq: int) -> None:
+    def jetstream_starts_at(self, first_seq: int) -> None:
         """Tell the ledger the stream's first stored sequence (from stream info or
         the first delivered message): anything it has not read below that was
         discarded by the stream's limits, and may have been this call's."""
-        if first_seq > self._next_stream:
-            self.discarded.append((self._next_stream, first_seq - 1))
-            low = self._next_stream
+        if first_seq > self._next_jetstream_seq:
+            self.discarded.append((self._next_jetstream_seq, first_seq - 1))
+            low = self._next_jetstream_seq
             if self._discarded is not None:
                 low = self._discarded[0]
             self._discarded = (low, first_seq - 1)
-            self._next_stream = first_seq
+            self._next_jetstream_seq = first_seq
 
     def feed(
-        self, stream_seq: int, kind: FrameKind, data: bytes, headers: dict[str, str] | None = None
+        self,
+        jetstream_seq: int,
+        kind: FrameKind,
+        data: bytes,
+        headers: dict[str, str] | None = None,
     ) -> LedgerEvent:
         """Account for one delivered message of this call (``kind`` is its subject's
         last token) and absorb what it carries."""
         if self.refused:
             return LedgerEvent()
-        if stream_seq < self._next_stream:
+        if jetstream_seq < self._next_jetstream_seq:
             self.duplicates += 1
             return LedgerEvent()
-        self._next_stream = stream_seq + 1
+        self._next_jetstream_seq = jetstream_seq + 1
         if kind == "progress":
             # A message carries one or more whole lines (a worker's batch).
             items: list[CallProgress | CallLoss] = []
@@ -692,7 +697,7 @@ class CallLedger:
                     detail = f"progress frames of this call before {seq} never arrived"
                 if discarded is not None:
                     detail += (
-                        f" (the stream discarded sequences {discarded[0]}-{discarded[1]}"
+                        f" (the JetStream stream discarded sequences {discarded[0]}-{discarded[1]}"
                         " by its limits)"
                     )
                 out.append(self._loss(frame.kind, payload.total_bytes, detail))

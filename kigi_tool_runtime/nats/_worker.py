@@ -42,7 +42,7 @@ Rule 7. A queue message that is not a call it can decode is never delivered
         again; when it names a call id anyway (``_protocol`` Rule 7) that call
         ends with an ``invalid_params`` error saying why, so no caller waits
         for it.
-Rule 8. Setting up (the streams, the shared consumer) is retried for
+Rule 8. Setting up (the JetStream streams, the shared consumer) is retried for
         :data:`SETUP_RETRY_S` seconds while the server answers with a
         transient error (away, starting, another worker creating the same
         stream or consumer at the same moment); past that the error is raised.
@@ -83,6 +83,13 @@ from .._tools._runner import run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
 from .._transport._rpc_server import result_line as _result_line
 from .._transport._rpc_server import wire_error_line as _wire_error_line
+from ._jetstream import (
+    RETRYABLE,
+    WRONG_LAST_SEQUENCE,
+    JetStreamLimits,
+    ensure_jetstream,
+    publish_retrying,
+)
 from ._protocol import (
     DEFAULT_PREFIX,
     FRAMES_HEADER,
@@ -99,13 +106,6 @@ from ._protocol import (
     encode_done,
     encode_heartbeat,
     request_digest,
-)
-from ._streams import (
-    RETRYABLE,
-    WRONG_LAST_SEQUENCE,
-    StreamLimits,
-    ensure_streams,
-    publish_retrying,
 )
 
 __all__ = (
@@ -143,7 +143,7 @@ BATCH_BYTES: Final = 256 * 1024
 #: this, plus the batch on its way (the call's queue's ``QueuePolicy.wait``).
 CALL_QUEUE_BYTES: Final = 1024 * 1024
 
-#: Seconds a worker retries setting up its streams and consumer through
+#: Seconds a worker retries setting up its JetStream streams and consumer through
 #: transient errors (Rule 8) before :meth:`Worker.run` raises.
 SETUP_RETRY_S: Final = 10.0
 
@@ -248,7 +248,8 @@ class Worker:
     :meth:`stop`. ``max_in_flight`` bounds the calls it runs at once (Rule 1),
     ``heartbeat`` and ``ack_wait`` are Rule 3's intervals (the queue's ack
     wait is the one of the worker that created the shared consumer); the
-    streams are created if missing, and brought to ``limits`` when given.
+    JetStream streams are created if missing, and brought to ``limits`` when
+    given.
 
     Raises:
         ValueError: two tools share an id, a bound is below 1, or ``heartbeat``
@@ -264,7 +265,7 @@ class Worker:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         heartbeat: float = HEARTBEAT_S,
         ack_wait: float = ACK_WAIT_S,
-        limits: StreamLimits | None = None,
+        limits: JetStreamLimits | None = None,
         worker_id: str | None = None,
     ) -> None:
         self._tools: dict[str, Tool[Any]] = {}
@@ -320,7 +321,8 @@ class Worker:
         """Serve calls until :meth:`stop`. Returns the counters.
 
         Raises:
-            nats.js.errors.APIError: the streams or the consumer cannot be set up.
+            nats.js.errors.APIError: the JetStream streams or the consumer
+                cannot be set up.
         """
         pull = await self._set_up()
         cancels = await self._nc.subscribe(self.subjects.cancels, cb=self._on_cancel)
@@ -363,7 +365,7 @@ class Worker:
         return self.statistics()
 
     async def _set_up(self) -> Any:
-        """The streams and the shared consumer's subscription (Rule 8)."""
+        """The JetStream streams and the shared consumer's subscription (Rule 8)."""
         config = ConsumerConfig(
             durable_name=self.subjects.workers,
             ack_policy=AckPolicy.EXPLICIT,
@@ -374,11 +376,11 @@ class Worker:
         deadline = loop.time() + SETUP_RETRY_S
         while True:
             try:
-                await ensure_streams(self._js, self.subjects, self._limits)
+                await ensure_jetstream(self._js, self.subjects, self._limits)
                 return await self._js.pull_subscribe(
                     self.subjects.calls,
                     durable=self.subjects.workers,
-                    stream=self.subjects.calls_stream,
+                    stream=self.subjects.calls_jetstream,
                     config=config,
                 )
             except (*RETRYABLE, nats.js.errors.BadRequestError, nats.errors.NoServersError):
@@ -587,7 +589,7 @@ class Worker:
                 raise
             with contextlib.suppress(nats.js.errors.NotFoundError):
                 there = await self._js.get_last_msg(
-                    subjects.frames_stream, subjects.frame(call_id, "end")
+                    subjects.frames_jetstream, subjects.frame(call_id, "end")
                 )
                 end_seq = there.seq
                 error = _error_code(there.data or b"")
@@ -608,7 +610,7 @@ class Worker:
         js = self._js
         subjects = self.subjects
         with contextlib.suppress(nats.js.errors.NotFoundError):
-            got = await js.get_last_msg(subjects.claims_stream, subjects.done(call_id))
+            got = await js.get_last_msg(subjects.claims_jetstream, subjects.done(call_id))
             if decode_done(got.data or b"") is not None:
                 # It ended; its worker stopped before acking it (Rule 2).
                 self._not_rerun += 1
@@ -616,12 +618,12 @@ class Worker:
                     await running.msg.ack_sync(timeout=5.0)
                 return
         earlier: Claim | None = None
-        for stream, subject in (
-            (subjects.claims_stream, subjects.claim(call_id)),
-            (subjects.frames_stream, subjects.frame(call_id, "claim")),
+        for jetstream, subject in (
+            (subjects.claims_jetstream, subjects.claim(call_id)),
+            (subjects.frames_jetstream, subjects.frame(call_id, "claim")),
         ):
             with contextlib.suppress(nats.js.errors.NotFoundError):
-                got = await js.get_last_msg(stream, subject)
+                got = await js.get_last_msg(jetstream, subject)
                 found = decode_claim(got.data or b"")
                 if found is not None and found != running.claim:
                     earlier = found  # not the one this delivery just wrote
@@ -629,7 +631,7 @@ class Worker:
         frames = 0
         with contextlib.suppress(nats.js.errors.NotFoundError, msgspec.DecodeError, ValueError):
             last = await js.get_last_msg(
-                subjects.frames_stream, subjects.frame(call_id, "progress")
+                subjects.frames_jetstream, subjects.frame(call_id, "progress")
             )
             frames = int(json.loads(last.data or b"{}").get("seq", -1)) + 1
         who = "another worker" if earlier is None else f"worker {earlier.worker!r}"
@@ -645,7 +647,9 @@ class Worker:
     async def _cancelled_before(self, call_id: str) -> bool:
         subjects = self.subjects
         try:
-            await self._js.get_last_msg(subjects.frames_stream, subjects.frame(call_id, "cancel"))
+            await self._js.get_last_msg(
+                subjects.frames_jetstream, subjects.frame(call_id, "cancel")
+            )
         except nats.js.errors.NotFoundError:
             return False
         return True

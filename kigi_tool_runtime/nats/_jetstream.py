@@ -1,5 +1,5 @@
-"""The JetStream side of the NATS transport: stream limits, stream set-up, the
-connection options, publishing with retries, and finding a ``nats-server``."""
+"""The JetStream side of the NATS transport: the JetStream streams' limits and
+set-up, the connection options, publishing with retries, and finding a ``nats-server``."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ __all__ = (
     "CALLS_MAX_AGE_S",
     "FRAMES_MAX_AGE_S",
     "FRAMES_MAX_BYTES",
-    "StreamLimits",
+    "JetStreamLimits",
     "connect",
-    "ensure_streams",
+    "ensure_jetstream",
     "find_nats_server",
 )
 
@@ -72,18 +72,18 @@ PUBLISH_TIMEOUT_S: Final = 2.0
 
 # The JetStream error codes this transport tells apart.
 WRONG_LAST_SEQUENCE: Final = 10071
-_STREAM_NOT_FOUND: Final = 10059
+_JETSTREAM_NOT_FOUND: Final = 10059
 
 
 @dataclass(frozen=True, slots=True)
-class StreamLimits:
-    """The limits of the calls and frames streams (the claims stream's follow
-    from them: :func:`ensure_streams`).
+class JetStreamLimits:
+    """The limits of the calls and frames JetStream streams (the claims
+    stream's follow from them: :func:`ensure_jetstream`).
 
     ``frames_max_bytes`` and ``frames_max_age`` bound the frames stream (the
     oldest messages are discarded past either: a follower that had not read them
     gets a loss report); ``calls_max_age`` bounds how long a call waits for a
-    worker; ``file_storage`` keeps both streams on disk so a server restart
+    worker; ``file_storage`` keeps the streams on disk so a server restart
     loses no accepted message.
 
     Raises:
@@ -97,13 +97,13 @@ class StreamLimits:
 
     def __post_init__(self) -> None:
         if self.frames_max_bytes < 1 or not self.frames_max_age > 0 or not self.calls_max_age > 0:
-            raise ValueError(f"stream limits must be positive, got {self}")
+            raise ValueError(f"JetStream limits must be positive, got {self}")
 
 
-async def ensure_streams(
-    js: JetStreamContext, subjects: Subjects, limits: StreamLimits | None = None
+async def ensure_jetstream(
+    js: JetStreamContext, subjects: Subjects, limits: JetStreamLimits | None = None
 ) -> None:
-    """Create the calls, frames and claims streams if they are missing. With
+    """Create the calls, frames and claims JetStream streams if they are missing. With
     ``limits`` given, also bring existing streams to those limits; without,
     streams that exist keep theirs (so a worker or caller started with defaults
     never undoes limits an operator set) and missing ones get the defaults.
@@ -117,11 +117,11 @@ async def ensure_streams(
     """
     update = limits is not None
     if limits is None:
-        limits = StreamLimits()
+        limits = JetStreamLimits()
     storage = StorageType.FILE if limits.file_storage else StorageType.MEMORY
     configs = (
         StreamConfig(
-            name=subjects.calls_stream,
+            name=subjects.calls_jetstream,
             subjects=[subjects.calls],
             retention=RetentionPolicy.WORK_QUEUE,
             storage=storage,
@@ -129,7 +129,7 @@ async def ensure_streams(
             duplicate_window=DUPLICATE_WINDOW_S,
         ),
         StreamConfig(
-            name=subjects.frames_stream,
+            name=subjects.frames_jetstream,
             subjects=[subjects.frames],
             retention=RetentionPolicy.LIMITS,
             storage=storage,
@@ -144,7 +144,7 @@ async def ensure_streams(
     for config in configs:
         ages.append(await _ensure(js, config, update))
     claims = StreamConfig(
-        name=subjects.claims_stream,
+        name=subjects.claims_jetstream,
         subjects=list(subjects.claims),
         retention=RetentionPolicy.LIMITS,
         storage=storage,
@@ -157,7 +157,7 @@ async def ensure_streams(
 
 
 async def _ensure(js: JetStreamContext, config: StreamConfig, update: bool) -> float:
-    """Create ``config``'s stream if it is missing (or bring it to ``config``
+    """Create ``config``'s JetStream stream if it is missing (or bring it to ``config``
     when ``update``); answer the stream's age limit in seconds (0: none)."""
     assert config.name is not None
     try:
