@@ -34,8 +34,8 @@ from kigi_tool_runtime import (
     ToolEvent,
     ToolResult,
 )
-from kigi_tool_runtime._cli._nats import STOP_BOUND_S
 from kigi_tool_runtime.nats import (
+    STOP_BOUND_S,
     Claim,
     JetStreamLimits,
     NatsClient,
@@ -597,6 +597,50 @@ def test_serve_nats_stops_within_its_bound_while_the_server_hangs(
             await fleet.close()
 
     run(main(), STOP_BOUND_S + 60)
+
+
+def test_a_stopped_worker_returns_within_its_stop_bound_while_the_server_hangs(
+    nats_server: NatsServer,
+) -> None:
+    """Worker Rule 5, for a library caller: with the NATS server frozen,
+    ``run()`` returns ``stop_bound`` seconds after ``stop()`` (not after the
+    minutes its publications would retry for), the call whose end it could not
+    write counted in ``ends_unwritten``, and the call's command is gone."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start(workers=0)
+        worker = await fleet.add_worker(stop_bound=1.0)
+        frozen = False
+        try:
+            call = await client.call("bash", {"command": "yes"})
+            assert isinstance(await call.__anext__(), CallProgress)
+            os.kill(nats_server.pid(), signal.SIGSTOP)
+            frozen = True
+            worker.stop()
+            # The deadline only bounds a hang; the promise is the count below.
+            async with asyncio.timeout(30):
+                stats = await fleet.tasks[-1]
+            assert stats.ends_unwritten == 1
+            assert stats.calls_in_flight == 0
+        finally:
+            if frozen:
+                os.kill(nats_server.pid(), signal.SIGCONT)
+            await fleet.close()
+
+    run(main(), 90)
+
+
+def test_a_stop_bound_must_be_positive(nats_server: NatsServer) -> None:
+    async def main() -> None:
+        connection = await connect(nats_server.url)
+        try:
+            with pytest.raises(ValueError, match="stop_bound must be positive"):
+                Worker(connection, [ShellTool()], stop_bound=0)
+        finally:
+            await connection.drain()
+
+    run(main(), 30)
 
 
 def test_bad_nats_options_are_usage_errors() -> None:

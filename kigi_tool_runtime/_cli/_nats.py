@@ -7,7 +7,7 @@ needs it.
   server has JetStream before it says it takes calls (exit 2 saying "JetStream
   is not enabled on URL" when not). SIGINT, SIGTERM or SIGHUP cancels its calls
   (their ends are written), then it exits 128 + N; a second signal, or
-  :data:`STOP_BOUND_S` passing (a server that takes nothing), exits at once
+  the worker's ``STOP_BOUND_S`` passing (a server that takes nothing), exits at once
   (128 + N of the first), the ends not yet written left unwritten. Every
   exit says why on stderr: the signal, or the error (exit 1), never a traceback.
 - ``follow --nats URL --call ID [--from-seq N] [--nats-prefix P]``: print a call's
@@ -29,9 +29,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
-from .._call._serving import FINAL_FLUSH_S
 from .._consumer._loss import DEFAULT_GAP_MARKER
-from .._tools._runner import STOP_WAIT_S
 from .._tools._tool import Tool
 from .._transport._client import RemoteToolError
 from ._signals import StopSignals
@@ -50,10 +48,10 @@ class NatsUsageError(Exception):
 WAITING_NOTE_S: Final = 2.0
 
 
-#: Seconds ``serve --nats`` may take to stop after a stop signal: its tools'
-#: stop wait, then the final flush's bound for writing their ends (the bounds
-#: of every server, ``_call/_serving``). Past it the worker exits without them.
-STOP_BOUND_S: Final = STOP_WAIT_S + FINAL_FLUSH_S
+#: Seconds past the worker's own stop bound (``Worker`` Rule 5, its
+#: ``STOP_BOUND_S``) after which ``serve --nats`` exits however far it got:
+#: closing its connection to a server that takes nothing must not hang it.
+_EXIT_MARGIN_S: Final = 2.0
 
 
 def _positive(text: str) -> int:
@@ -143,7 +141,9 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                     worker.stop()
                 elif starting is not None:
                     starting.cancel()
-                asyncio.get_running_loop().call_later(STOP_BOUND_S, exit_now, None)
+                asyncio.get_running_loop().call_later(
+                    nats.STOP_BOUND_S + _EXIT_MARGIN_S, exit_now, None
+                )
                 return
             exit_now(number)
 
@@ -154,7 +154,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
             # The commands were stopped by the first signal; what is left of
             # their groups the lifeline kills as this process exits (`_process`).
             why = (
-                f"did not stop within {STOP_BOUND_S:g} s of {_signal_name(stops.first)}"
+                f"did not stop within {nats.STOP_BOUND_S:g} s of {_signal_name(stops.first)}"
                 if second is None
                 else f"stopped at once by a second signal ({_signal_name(second)})"
             )
@@ -200,6 +200,12 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
             f"{worker.worker_id} {why}: {stats.calls_run} call(s) run,"
             f" {stats.frames_published} frame(s) published"
         )
+        if stats.ends_unwritten:
+            say(
+                f"did not stop within {nats.STOP_BOUND_S:g} s of {_signal_name(stops.first)};"
+                f" the ends of {stats.ends_unwritten} call(s) still being written are left to"
+                " the callers' leases"
+            )
         return stops.exit_status()
 
     return asyncio.run(main())

@@ -39,6 +39,7 @@ from ._worker import (
     CALL_QUEUE_BYTES,
     DEFAULT_MAX_IN_FLIGHT,
     HEARTBEAT_S,
+    STOP_BOUND_S,
     Worker,
     WorkerStats,
 )
@@ -54,6 +55,7 @@ __all__: tuple[str, ...] = (
     "FRAMES_MAX_BYTES",
     "HEARTBEAT_S",
     "LEASE_S",
+    "STOP_BOUND_S",
     "CallLedger",
     "Claim",
     "Done",

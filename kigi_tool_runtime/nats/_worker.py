@@ -34,7 +34,12 @@ Rule 4. Frames are the stdio wire's bytes: each progress item becomes the
 Rule 5. A cancel message for a running call cancels it (it ends ``cancelled``);
         one written before the worker claimed the call ends it at once.
         Stopping the worker cancels its calls, which end with the server's
-        cancel message, and acks them.
+        cancel message, and acks them. :meth:`Worker.run` returns at most
+        ``stop_bound`` seconds (:data:`STOP_BOUND_S` by default) after
+        :meth:`Worker.stop`, however slowly the server takes what is published:
+        the ends still being written then are given up (counted in
+        ``WorkerStats.ends_unwritten``; their calls are left to the callers'
+        leases and to Rule 2 on redelivery).
 Rule 6. Nothing is published that the server would refuse for its size: a
         progress frame or a result larger than the server's ``max_payload``
         ends the call with a ``frame_too_large`` error saying both sizes.
@@ -77,9 +82,9 @@ from kigi_tool_protocol import (
 from .._call._feed import QueueFeed, produce
 from .._call._frame_check import encoded_body
 from .._call._queue import CallQueue, QueuePolicy, StallWatch, Taken
-from .._call._serving import SERVER_CANCEL_MESSAGE, WRITER_STALL_S
+from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
 from .._tools._errors import ToolError
-from .._tools._runner import run_tool
+from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
 from .._transport._rpc_server import result_line as _result_line
 from .._transport._rpc_server import wire_error_line as _wire_error_line
@@ -114,9 +119,15 @@ __all__ = (
     "CALL_QUEUE_BYTES",
     "DEFAULT_MAX_IN_FLIGHT",
     "HEARTBEAT_S",
+    "STOP_BOUND_S",
     "Worker",
     "WorkerStats",
 )
+
+#: Seconds :meth:`Worker.run` may take to return after :meth:`Worker.stop`
+#: (Rule 5): its tools' stop wait, then the final flush's bound for writing
+#: their ends (the bounds every server keeps, ``_call/_serving``).
+STOP_BOUND_S: Final = STOP_WAIT_S + FINAL_FLUSH_S
 
 #: Calls one worker runs at once by default: a few, so one host's commands do
 #: not starve each other; raise it on hosts with more cores.
@@ -172,7 +183,8 @@ def _error_code(line: bytes) -> str | None:
 class WorkerStats(NamedTuple):
     """Counters of a :class:`Worker`: calls it ran, calls in flight, frames
     published, calls it refused to run again (Rule 2), queue messages that were
-    not calls, and the most calls it ever had in flight at once (Rule 1)."""
+    not calls, the most calls it ever had in flight at once (Rule 1), and the
+    calls whose end was given up when the worker stopped (Rule 5)."""
 
     calls_run: int
     calls_in_flight: int
@@ -180,6 +192,7 @@ class WorkerStats(NamedTuple):
     calls_not_rerun: int
     messages_rejected: int
     peak_in_flight: int
+    ends_unwritten: int = 0
 
 
 # Bytes of a message's limit kept for its headers (message id, frame counts,
@@ -267,6 +280,7 @@ class Worker:
         ack_wait: float = ACK_WAIT_S,
         limits: JetStreamLimits | None = None,
         worker_id: str | None = None,
+        stop_bound: float = STOP_BOUND_S,
     ) -> None:
         self._tools: dict[str, Tool[Any]] = {}
         for tool in tools:
@@ -287,6 +301,11 @@ class Worker:
         self._heartbeat = heartbeat
         self._ack_wait = ack_wait
         self._limits = limits
+        if not stop_bound > 0:
+            raise ValueError(f"stop_bound must be positive, got {stop_bound}")
+        self._stop_bound = stop_bound
+        self._stopped_at: float | None = None
+        self._unwritten = 0
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:12]}"
         self._running: dict[str, _Running] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -308,11 +327,14 @@ class Worker:
             self._not_rerun,
             self._rejected,
             self._peak,
+            self._unwritten,
         )
 
     def stop(self) -> None:
         """Stop taking calls and cancel those running; :meth:`run` returns once
-        their ends are published."""
+        their ends are published, or ``stop_bound`` seconds from now (Rule 5)."""
+        if self._stopped_at is None:
+            self._stopped_at = asyncio.get_running_loop().time()
         self._stopping.set()
         for running in self._running.values():
             running.ctx.cancel()
@@ -350,11 +372,8 @@ class Worker:
                         continue
                     self._start(msg)
         finally:
-            self._stopping.set()
-            for running in self._running.values():
-                running.ctx.cancel()
-            if self._tasks:
-                await asyncio.gather(*self._tasks, return_exceptions=True)
+            self.stop()
+            await self._finish_calls()
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
@@ -363,6 +382,19 @@ class Worker:
             with contextlib.suppress(nats.errors.Error):
                 await pull.unsubscribe()
         return self.statistics()
+
+    async def _finish_calls(self) -> None:
+        """Wait for the calls' ends, until the stop bound (Rule 5)."""
+        tasks = set(self._tasks)
+        if not tasks:
+            return
+        assert self._stopped_at is not None
+        left = self._stopped_at + self._stop_bound - asyncio.get_running_loop().time()
+        _, late = await asyncio.wait(tasks, timeout=max(left, 0.0))
+        for task in late:
+            task.cancel()
+        self._unwritten += len(late)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _set_up(self) -> Any:
         """The JetStream streams and the shared consumer's subscription (Rule 8)."""
