@@ -107,6 +107,16 @@ def _annotations(caps: ToolCapabilities) -> dict[str, Any] | None:
     return None
 
 
+#: The tool annotation saying a tool streams (the partial-results draft's).
+STREAMING_HINT: Final = "streamingHint"
+
+
+def streaming_annotations(caps: ToolCapabilities) -> dict[str, Any]:
+    """The annotations a tool with these capabilities is listed with: the
+    streaming hint when it streams (``_partial`` Rule 4)."""
+    return {STREAMING_HINT: True} if caps.streaming is not None else {}
+
+
 def tool_definition(tool: Tool[Any]) -> dict[str, Any]:
     """The MCP ``Tool`` (wire spelling) for ``tool``: name from the id,
     description, ``inputSchema`` from ``args_type``, ``outputSchema`` from the
@@ -126,10 +136,6 @@ def tool_definition(tool: Tool[Any]) -> dict[str, Any]:
     if output is not None:
         definition["outputSchema"] = root_object_schema(output)
     annotations = _annotations(tool.capabilities)
-    # The SEP-2998 hint is the draft's spelling, kept in its module (imported
-    # here, not at the top: it builds on this module).
-    from ._partial import streaming_annotations
-
     hinted = {**(annotations or {}), **streaming_annotations(tool.capabilities)}
     if hinted:
         definition["annotations"] = hinted

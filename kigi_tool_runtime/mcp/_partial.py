@@ -21,7 +21,8 @@ Rule 2. Each frame is one notification ``{"partialResultToken", "seq",
 Rule 3. The call's last partial result has ``"final": true`` and no frame: its
         content is the closing text (a loss known only at the end) or empty.
         The ``CallToolResult`` stays complete and authoritative.
-Rule 4. A tool that streams is listed with ``annotations.streamingHint: true``.
+Rule 4. A tool that streams is listed with ``annotations.streamingHint: true``
+        (the tool definition's, ``_mapping.streaming_annotations``).
 Rule 5. A host folds a partial result carrying a kigi frame back into exactly
         the ``tool_call_progress`` notification the stdio transport would have
         carried (:func:`notification_from_partial`), as it does progress;
@@ -40,7 +41,6 @@ from kigi_tool_protocol import (
     METHOD_TOOL_CALL_PROGRESS,
     JsonRpcNotification,
     ToolCallProgressFrame,
-    ToolCapabilities,
 )
 
 from .._call._live import frame_json
@@ -62,8 +62,6 @@ CLIENT_CAPABILITIES_META: Final = "io.modelcontextprotocol/clientCapabilities"
 CAPABILITY: Final = "partialResults"
 #: The request ``_meta`` key, and the notification field, of the call's token.
 TOKEN: Final = "partialResultToken"
-#: The tool annotation saying a tool streams.
-STREAMING_HINT: Final = "streamingHint"
 
 
 def _is_token(value: object) -> bool:
@@ -122,11 +120,6 @@ def final_params(token: str | int, seq: int, text: str) -> dict[str, Any]:
         raise ValueError(f"seq must be >= 0, got {seq}")
     content = [{"type": "text", "text": text}] if text else []
     return {TOKEN: token, "seq": seq, "content": content, "final": True}
-
-
-def streaming_annotations(caps: ToolCapabilities) -> dict[str, Any]:
-    """The annotations Rule 4 adds for a tool with these capabilities."""
-    return {STREAMING_HINT: True} if caps.streaming is not None else {}
 
 
 class PartialNote(NamedTuple):
