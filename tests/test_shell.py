@@ -33,6 +33,7 @@ from kigi_tool_runtime import (
     run_tool,
 )
 from kigi_tool_runtime._tools._shell import (
+    CHILD_PIPE_BYTES,
     DEFAULT_COMMAND_TIMEOUT_MS,
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TAIL_CAPACITY,
@@ -729,6 +730,17 @@ def test_reads_are_chunked_and_bounded() -> None:
     assert got.text == "q" * size
     assert all(len(p.delta) <= CAP for p in got.payloads)
     assert READ_CHUNK_BYTES > MIN_READ_CHUNK_BYTES
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="F_GETPIPE_SZ is Linux only")
+def test_the_childs_pipe_is_widened_to_one_wakeups_budget() -> None:
+    """Rule 7: the pipe the child writes to holds a whole wakeup's read budget
+    (when the system allows a pipe that wide)."""
+    allowed = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    got = run(py("import fcntl; print(fcntl.fcntl(1, fcntl.F_GETPIPE_SZ))"))
+    assert CHILD_PIPE_BYTES == WAKEUP_READ_BYTES
+    if allowed >= CHILD_PIPE_BYTES:
+        assert int(got.text) == CHILD_PIPE_BYTES
 
 
 def test_the_result_is_the_json_output_value() -> None:

@@ -25,6 +25,11 @@ Rule 6. While the tool runs the command, its process group dies with the
         process the tool runs in, however that process dies (a SIGKILLed
         server's commands do not run on): the group is held on the lifeline
         (``_process.hold``) from its start until the tool is done with it.
+Rule 7. The pipe is asked for :data:`CHILD_PIPE_BYTES` (Linux only, best
+        effort: ``_process.widen_pipe``), one readiness callback's read budget:
+        a flooding child is then taken in about a quarter of the wake-ups a
+        64 KiB pipe costs, and at most that much waits in the kernel besides
+        the tail.
 
 POSIX only: process groups, ``killpg`` and a non-blocking pipe read from the
 event loop (``add_reader``).
@@ -44,7 +49,15 @@ import msgspec
 
 from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, StreamingSpec, ToolCapabilities
 
-from .._process import group_alive, hold, release, signal_name, spawn_in_group, stop_group
+from .._process import (
+    group_alive,
+    hold,
+    release,
+    signal_name,
+    spawn_in_group,
+    stop_group,
+    widen_pipe,
+)
 from .._producer._chunk import cap_of
 from .._producer._output import OutputStream
 from .._scope import TaskScope
@@ -66,11 +79,13 @@ SHELL_SPEC: Final = StreamingSpec(
     subkind="bash_output_chunk", max_delta_bytes=DEFAULT_MAX_DELTA_BYTES
 )
 
-#: One read from the pipe: a whole Linux pipe buffer (64 KiB) per system call.
-#: Reading a pipe in 8 KiB pieces costs eight calls (and eight tail writes) where
-#: one does, which in Python caps a flood at about 0.4 of a raw asyncio read; at
-#: 64 KiB the tool keeps above half of it (``benchmarks/bench_shell.py``). The
-#: bytes go straight into the tail, so a bigger read holds no more memory.
+#: One read from the pipe: 64 KiB (a default Linux pipe buffer; the widened pipe
+#: of Rule 7 holds four) per system call. Reading a pipe in 8 KiB pieces costs
+#: eight calls (and eight tail writes) where one does, which in Python caps a
+#: flood at about 0.4 of a raw asyncio read; at 64 KiB the tool keeps above half
+#: of it (``benchmarks/bench_shell.py``); a 256 KiB read cost no less CPU
+#: through ``kigi-stream serve``. The bytes go straight into the tail, so a
+#: bigger read holds no more memory.
 READ_CHUNK_BYTES: Final = 64 * 1024
 
 #: The smallest read a ``ShellTool`` may be configured with: below a page, the
@@ -82,6 +97,14 @@ MIN_READ_CHUNK_BYTES: Final = 4 * 1024
 #: cannot starve the frame side, and one callback fills at most a quarter of the
 #: default tail, so a frame side that keeps up never sees a gap.
 WAKEUP_READ_BYTES: Final = 256 * 1024
+
+#: The pipe buffer asked for (Rule 7): one wakeup's read budget. The default
+#: 64 KiB pipe holds a quarter of it, so a flood woke the tool, the runner, the
+#: call and the server's writer once per 64 KiB; at 256 KiB a flood through
+#: ``kigi-stream serve`` cost the server 2.2 ms of CPU per MB instead of 2.7
+#: (``benchmarks/bench_transport.py``). It is kernel memory, allocated only as
+#: the child fills it.
+CHILD_PIPE_BYTES: Final = WAKEUP_READ_BYTES
 
 #: How often pending output is cut into frames when less than a frame is waiting.
 #: A tenth of a second reads as live to a person and costs little.
@@ -547,6 +570,7 @@ class ShellTool(Tool[ShellArgs]):
         argv = [self.shell, "-c", args.command] if isinstance(args.command, str) else args.command
         env = None if args.env is None else {**os.environ, **args.env}
         read_fd, write_fd = os.pipe()
+        widen_pipe(read_fd, CHILD_PIPE_BYTES)  # Rule 7
         try:
             try:
                 proc = await spawn_in_group(  # Rule 4: its own process group
