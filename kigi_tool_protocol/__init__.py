@@ -100,6 +100,7 @@ from ._progress import (
 from ._progress_line import (
     ProgressLine,
     append_progress_line,
+    append_progress_lines,
     decode_progress_frame,
     decode_progress_line,
     encode_delta_lines,
@@ -243,6 +244,7 @@ __all__ = (
     "UnsupportedProtocolVersionWire",
     "WireError",
     "append_progress_line",
+    "append_progress_lines",
     "convert",
     "decode_message",
     "decode_progress_frame",

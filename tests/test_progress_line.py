@@ -25,6 +25,7 @@ from kigi_tool_protocol import (
     ToolCallProgressFrame,
     WireError,
     append_progress_line,
+    append_progress_lines,
     decode_message,
     decode_progress_frame,
     decode_progress_line,
@@ -146,6 +147,50 @@ def test_a_partial_result_line_decodes_back_typed(
         assert note.params == ToolCallProgressFrame(
             tool_call_id=call_id, kind=kind, body=payload, dropped_count=dropped_count
         )
+
+
+@given(
+    call_id=st.text(min_size=1),
+    frames=st.lists(
+        st.tuples(
+            st.sampled_from(["bash_output_chunk", "text", "k\u00e9"]),
+            bodies | bodies.map(lambda body: msgspec.Raw(json_codec.encode(body))),
+            st.none() | st.integers(0, U64_MAX),
+            st.none() | st.integers(0, U32_MAX),
+        ),
+        max_size=6,
+    ),
+    session_id=st.none() | st.text(min_size=1),
+)
+def test_append_progress_lines_writes_each_lines_bytes(
+    call_id: str, frames: list[tuple[str, Any, int | None, int | None]], session_id: str | None
+) -> None:
+    """A batch appends exactly what append_progress_line appends frame by frame,
+    whatever mix of kinds, counters and bodies (encoded or not) it holds."""
+    expected = bytearray(b"before\n")
+    for kind, body, seq, dropped_count in frames:
+        options = {"seq": seq, "session_id": session_id, "dropped_count": dropped_count}
+        append_progress_line(expected, call_id, kind, body, **options)
+    out = bytearray(b"before\n")
+    assert append_progress_lines(out, call_id, iter(frames), session_id=session_id) == len(frames)
+    assert out == expected
+
+
+def test_append_progress_lines_keeps_the_lines_before_a_bad_frame() -> None:
+    """A frame that cannot be written raises as append_progress_line does; the
+    lines before it stay, nothing of it is written."""
+    body = PartialResultPayload(delta="x", total_bytes=1)
+    first = encode_progress_line("c", "k", body, seq=0)
+    for bad, error in (
+        (("k", body, -1, None), ValueError),
+        (("k", body, 1, U32_MAX + 1), ValueError),
+        (("k", "\ud800", 1, None), WireError),
+        ((5, body, 1, None), TypeError),
+    ):
+        out = bytearray()
+        with pytest.raises(error):
+            append_progress_lines(out, "c", [("k", body, 0, None), bad])  # type: ignore[list-item]
+        assert out == first
 
 
 def test_bounds_are_the_wires_on_both_sides() -> None:

@@ -39,7 +39,7 @@ at most ``max_calls`` are in flight.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, NamedTuple
 
 import msgspec
@@ -68,7 +68,7 @@ from kigi_tool_protocol import (
     ToolCallProgressFrame,
     ToolErrorWire,
     ToolNotFoundWire,
-    append_progress_line,
+    append_progress_lines,
     encode_progress_line,
     error_code_for,
     json_codec,
@@ -499,17 +499,18 @@ def take_lines(
     server's Rule 2), up to about ``max_bytes`` (at least one frame when any is
     queued), then the final response line once every frame is out. Returns
     (frames taken, whether the final response went too)."""
-    taken = 0
     limit = len(out) + max_bytes
-    while len(out) < limit:
-        frame = queue.take()
-        if frame is None:
-            break
-        (kind, body), seq, dropped_count = frame
-        append_progress_line(
-            out, call_id, kind, body, seq=seq, session_id=session_id, dropped_count=dropped_count
-        )
-        taken += 1
+    take = queue.take
+
+    def frames() -> Iterator[tuple[str, msgspec.Raw, int, int | None]]:
+        while len(out) < limit:
+            frame = take()
+            if frame is None:
+                return
+            (kind, body), seq, dropped_count = frame
+            yield kind, body, seq, dropped_count
+
+    taken = append_progress_lines(out, call_id, frames(), session_id=session_id)
     final = queue.take_reply()
     if final is None:
         return taken, False
