@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
 
@@ -39,6 +39,9 @@ __all__: tuple[str, ...] = ()
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+# A tuple, built once: ``ToolResult | ToolError`` in the loop made a union per frame.
+_TERMINALS: Final = (ToolResult, ToolError)
 
 
 class Stall(Protocol):
@@ -133,7 +136,7 @@ async def produce(
     terminal: ToolResult | ToolError | None = None
     async with run:
         async for event in run:
-            if isinstance(event, ToolResult | ToolError):
+            if isinstance(event, _TERMINALS):
                 terminal = event
                 continue
             try:

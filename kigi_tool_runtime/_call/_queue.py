@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Generic, NamedTuple, TypeVar
+from typing import Final, Generic, NamedTuple, TypeVar
 
 # Plumbing for the servers and callers, not exported.
 __all__: tuple[str, ...] = ()
@@ -77,6 +77,9 @@ class Taken(NamedTuple, Generic[T]):
     item: T
     seq: int
     dropped_count: int | None
+
+
+_new_taken: Final = tuple.__new__
 
 
 class CallQueue(Generic[T, R]):
@@ -141,7 +144,7 @@ class CallQueue(Generic[T, R]):
         Raises:
             RuntimeError: the reply is already set (Rule 4).
         """
-        if self.finished:
+        if self._reply is not None or self._replied:  # self.finished, once per frame
             raise RuntimeError("an item offered after the call's reply")
         items = self._items
         budget = self.policy.budget
@@ -169,7 +172,9 @@ class CallQueue(Generic[T, R]):
         self._seq = seq + 1
         dropped = self._dropped_since
         self._dropped_since = 0
-        return Taken(item, seq, dropped or None)
+        # Taken(item, seq, dropped or None) without the Python frame of the
+        # NamedTuple's __new__: this runs once per frame.
+        return _new_taken(Taken, (item, seq, dropped or None))
 
     def finish(self, reply: R) -> None:
         """Set the call's reply (Rule 4).

@@ -121,7 +121,9 @@ class _Channel:
         if len(self._items) >= self._depth or self._closed:
             return False
         self._items.append(item)
-        _wake(self._getter)
+        getter = self._getter  # _wake, inlined: this runs once per frame
+        if getter is not None and not getter.done():
+            getter.set_result(None)
         return True
 
     async def put(self, item: ToolEvent) -> None:
@@ -137,7 +139,9 @@ class _Channel:
         if not self._items:
             return None
         item = self._items.popleft()
-        _wake(self._putter)
+        putter = self._putter  # _wake, inlined: this runs once per frame
+        if putter is not None and not putter.done():
+            putter.set_result(None)
         return item
 
     async def get(self) -> ToolEvent | _Closed:
