@@ -475,20 +475,9 @@ class Reassembler:
             message.params, ToolCallProgressFrame
         ):
             return self._careful_message(message, index)
-        # The hot path, inlined: the next seq in order, a stream already seen.
-        seq = message.seq
         frame = message.params
-        if seq is not None:
-            track = self._seqs.get(frame.tool_call_id if self._per_call else None)
-            if track is not None and seq == track[2] + 1:
-                track[2] = seq
-            else:
-                self._check_seq(seq, index, frame.tool_call_id)
         payload = frame.body
-        state: StreamState | None = self._streams.get((frame.tool_call_id, frame.kind))  # type: ignore[call-overload]
-        if state is None:
-            state = self._state(frame.tool_call_id, frame.kind, index)
-        absorb_payload(state, payload, index, frame.dropped_count)
+        state = self._absorb_progress(frame, payload, message.seq, index)
         return (state.key, payload.delta, None)
 
     def absorb_oversized(self, line: OversizedLine) -> None:
@@ -546,19 +535,18 @@ class Reassembler:
         self._records = index + 1
         if len(self._anomalies) > MAX_ANOMALIES_KEPT:
             self._anomalies_cut += keep_first(self._anomalies)
-        if seq is not None:
-            self._check_seq(seq, index, frame.tool_call_id)
         body = frame.body
         if isinstance(body, PartialResultPayload):
-            payload: PartialResultPayload | None = body
+            state = self._absorb_progress(frame, body, seq, index)
+            return (state.key, body.delta, None)
+        if seq is not None:
+            self._check_seq(seq, index, frame.tool_call_id)
+        try:
+            payload: PartialResultPayload | None = convert(body, PartialResultPayload)
             reason = ""
-        else:
-            try:
-                payload = convert(body, PartialResultPayload)
-                reason = ""
-            except DecodeError as error:
-                payload = None
-                reason = _where(error, "$.body")
+        except DecodeError as error:
+            payload = None
+            reason = _where(error, "$.body")
         if payload is not None:
             return self._absorb_decoded(
                 frame.tool_call_id, frame.kind, payload, frame.dropped_count, index
@@ -714,7 +702,17 @@ class Reassembler:
             self._anomalies_cut += keep_first(connection)
         before = len(connection)
         counters = len(self._seqs)
-        if isinstance(record, ToolCallProgressFrame):
+        state: StreamState | None = None
+        if isinstance(record, ToolCallProgressFrame) and isinstance(
+            record.body, PartialResultPayload
+        ):
+            # The hot path: a decoded delta frame, absorbed without the layers
+            # above it, its stream at hand for what it added.
+            index = self._records
+            self._records = index + 1
+            state = self._absorb_progress(record, record.body, seq, index)
+            added: Added | None = (state.key, record.body.delta, None)
+        elif isinstance(record, ToolCallProgressFrame):
             added = self.absorb_frame(record, seq)
         else:
             added = self.absorb_record(record)
@@ -727,7 +725,8 @@ class Reassembler:
         if added is None:
             return Appended(None, anomalies=tuple(anomalies))
         key, text, note = added
-        state = self._streams[key]
+        if state is None:
+            state = self._streams[key]
         own, gap = added_at(state, index)
         if own:
             anomalies.extend(own)
@@ -736,6 +735,30 @@ class Reassembler:
         return Appended(key, text, gap, state.truncated, tuple(anomalies), note)
 
     # -- internals ------------------------------------------------------------
+
+    def _absorb_progress(
+        self,
+        frame: ToolCallProgressFrame[Any],
+        payload: PartialResultPayload,
+        seq: int | None,
+        index: int,
+    ) -> StreamState:
+        """Absorb ``frame``, whose body is ``payload``, as record ``index`` (the
+        caller has counted it): its ``seq`` checked, then its delta folded into
+        its stream, which is returned. The hot path of every decoded frame."""
+        call = frame.tool_call_id
+        if seq is not None:
+            # Inlined: the next seq in order (anything else: _check_seq).
+            track = self._seqs.get(call if self._per_call else None)
+            if track is not None and seq == track[2] + 1:
+                track[2] = seq
+            else:
+                self._check_seq(seq, index, call)
+        state: StreamState | None = self._streams.get((call, frame.kind))  # type: ignore[call-overload]
+        if state is None:
+            state = self._state(call, frame.kind, index)
+        absorb_payload(state, payload, index, frame.dropped_count)
+        return state
 
     def _state(self, tool_call_id: str, kind: str, index: int) -> StreamState:
         # A plain tuple finds the StreamKey entry (equal hash and equality)

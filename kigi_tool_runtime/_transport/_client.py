@@ -233,13 +233,20 @@ class Call(CallHandle):
         key = appended.key
         offset = 0
         if key is not None:
-            offset = self._chars.get(key, 0)
-            self._chars[key] = offset + len(appended.text or "")
-            lost = self._lost.pop(key, None)
-            if lost is not None:
-                appended = _marked(appended, lost)
+            chars = self._chars
+            offset = chars.get(key, 0)
+            text = appended.text
+            if text:
+                chars[key] = offset + len(text)
+            # Dropped items wait to be marked only after a consumer fell behind.
+            if self._lost:
+                lost = self._lost.pop(key, None)
+                if lost is not None:
+                    appended = _marked(appended, lost)
         items.append((CallProgress(frame, seq, appended), offset, index))
-        self._wake()
+        getter = self._getter
+        if getter is not None and not getter.done():
+            getter.set_result(None)
 
     def _drop(self, item: CallProgress, offset: int, index: int) -> None:
         """Rule 3: tell the loss of ``item`` in the report and, on the next item
