@@ -520,26 +520,44 @@ def test_serve_nats_stops_on_sigterm_and_ends_its_calls(nats_server: NatsServer)
     run(main(), 30)
 
 
+@contextlib.asynccontextmanager
+async def _serve_nats_frozen_mid_call(
+    nats_server: NatsServer,
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A ``serve --nats`` worker running a ``yes`` call whose NATS server is
+    then frozen (SIGSTOP: it takes nothing, answers nothing); on the way out
+    the server is thawed and the worker reaped."""
+    fleet = Fleet(nats_server.url)
+    client = await fleet.start(workers=0)
+    worker = await asyncio.create_subprocess_exec(
+        *_SERVE_NATS, nats_server.url, "--prefix", PREFIX, stderr=subprocess.PIPE
+    )
+    frozen = False
+    try:
+        call = await client.call("bash", {"command": "yes"})
+        assert isinstance(await call.__anext__(), CallProgress)
+        os.kill(nats_server.pid(), signal.SIGSTOP)
+        frozen = True
+        yield worker
+    finally:
+        if frozen:
+            os.kill(nats_server.pid(), signal.SIGCONT)
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+        await fleet.close()
+
+
 def test_a_second_signal_stops_serve_nats_at_once_while_the_server_hangs(
     nats_server: NatsServer,
 ) -> None:
-    """With the NATS server frozen (SIGSTOP: it takes nothing, answers nothing),
-    a first SIGTERM cancels the call but its end cannot be written; a second
-    signal stops the worker at once (the README: "a second signal stops them
-    at once"), exit 128 + N of the first, saying so on stderr."""
+    """With the NATS server frozen, a first SIGTERM cancels the call but its
+    end cannot be written; a second signal stops the worker at once (the
+    README: "a second signal stops them at once"), exit 128 + N of the first,
+    saying so on stderr."""
 
     async def main() -> None:
-        fleet = Fleet(nats_server.url)
-        client = await fleet.start(workers=0)
-        worker = await asyncio.create_subprocess_exec(
-            *_SERVE_NATS, nats_server.url, "--prefix", PREFIX, stderr=subprocess.PIPE
-        )
-        frozen = False
-        try:
-            call = await client.call("bash", {"command": "yes"})
-            assert isinstance(await call.__anext__(), CallProgress)
-            os.kill(nats_server.pid(), signal.SIGSTOP)
-            frozen = True
+        async with _serve_nats_frozen_mid_call(nats_server) as worker:
             worker.terminate()
             # Another signal than the first, so the kernel cannot merge the
             # two (it may deliver either first).
@@ -551,13 +569,6 @@ def test_a_second_signal_stops_serve_nats_at_once_while_the_server_hangs(
             assert worker.stderr is not None
             said = (await worker.stderr.read()).decode()
             assert "stopped at once by a second signal (SIG" in said, said
-        finally:
-            if frozen:
-                os.kill(nats_server.pid(), signal.SIGCONT)
-            if worker.returncode is None:
-                worker.kill()
-                await worker.wait()
-            await fleet.close()
 
     run(main(), 60)
 
@@ -570,17 +581,7 @@ def test_serve_nats_stops_within_its_bound_while_the_server_hangs(
     time, instead of retrying its publications for minutes."""
 
     async def main() -> None:
-        fleet = Fleet(nats_server.url)
-        client = await fleet.start(workers=0)
-        worker = await asyncio.create_subprocess_exec(
-            *_SERVE_NATS, nats_server.url, "--prefix", PREFIX, stderr=subprocess.PIPE
-        )
-        frozen = False
-        try:
-            call = await client.call("bash", {"command": "yes"})
-            assert isinstance(await call.__anext__(), CallProgress)
-            os.kill(nats_server.pid(), signal.SIGSTOP)
-            frozen = True
+        async with _serve_nats_frozen_mid_call(nats_server) as worker:
             worker.terminate()
             # The deadline only bounds a hang (the bound is STOP_BOUND_S).
             async with asyncio.timeout(STOP_BOUND_S + 30):
@@ -588,13 +589,6 @@ def test_serve_nats_stops_within_its_bound_while_the_server_hangs(
             assert worker.stderr is not None
             said = (await worker.stderr.read()).decode()
             assert f"did not stop within {STOP_BOUND_S:g} s of SIGTERM" in said, said
-        finally:
-            if frozen:
-                os.kill(nats_server.pid(), signal.SIGCONT)
-            if worker.returncode is None:
-                worker.kill()
-                await worker.wait()
-            await fleet.close()
 
     run(main(), STOP_BOUND_S + 60)
 

@@ -49,8 +49,7 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
-from types import TracebackType
-from typing import IO, Any, Final, NamedTuple, Protocol
+from typing import IO, Any, Final, NamedTuple, Protocol, Self
 
 from kigi_tool_protocol import (
     MAX_FRAME_BYTES_CEILING,
@@ -62,6 +61,7 @@ from kigi_tool_protocol import (
 )
 
 from .._call._caller import TIMEOUT_GRACE_S, CallHandle, CallProgress, CallTerms, RemoteToolError
+from .._closing import AsyncClosing
 from .._consumer._loss import Gap, StreamKey
 from .._consumer._reassembler import Appended, Reassembler
 from .._lines import LineReader, read_lines
@@ -385,7 +385,7 @@ def _check_bounds(max_frame_bytes: int, call_buffer_frames: int) -> None:
         )
 
 
-class Client:
+class Client(AsyncClosing):
     """A connection to one tool server. Make it with :meth:`spawn` (start a server
     process) or :meth:`connect` (wrap streams); use it as an async context manager.
 
@@ -550,17 +550,9 @@ class Client:
         protocol = self._protocol
         return ClientStats(protocol.lines, protocol.lines_unused, protocol.calls_made)
 
-    async def __aenter__(self) -> Client:
+    async def __aenter__(self) -> Self:
         self._reading()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -- calls -------------------------------------------------------------------
 

@@ -49,8 +49,7 @@ import uuid
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Self
 
 import nats.errors
 import nats.js.errors
@@ -104,7 +103,7 @@ _RETRYABLE_READ: Final = (nats.errors.Error, OSError)
 _HEADER_ROOM: Final = 4096
 
 
-class Follower:
+class Follower(AsyncClosing):
     """Follow one call's frames (Rule 1). Use as an async context manager and
     iterate it for :class:`CallProgress` items (and a :class:`CallLoss` where
     progress was lost); iteration ends with the call, whose
@@ -174,17 +173,9 @@ class Follower:
         """The call's result or error, once it ended."""
         return self.ledger.outcome
 
-    async def __aenter__(self) -> Follower:
+    async def __aenter__(self) -> Self:
         await self.open()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def open(self) -> None:
         """Subscribe to the call's frames and heartbeats.
