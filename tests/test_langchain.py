@@ -754,6 +754,16 @@ class _CountingFlood(Tool[ShellArgs]):
         yield ToolResult(value="flooded")
 
 
+def test_the_langgraph_internal_the_pacer_reads_is_there() -> None:
+    """The pacer reaches LangGraph's stream queue through a private context
+    variable (``_pacing`` Rule 3); this pins that the pinned LangGraph release
+    still has it, so pacing is not silently off."""
+    from kigi_tool_runtime.langchain import _pacing
+
+    assert _pacing._tool_call_writer is not None
+    assert hasattr(_pacing._tool_call_writer, "get")
+
+
 @pytest.mark.parametrize("bound", [16, 1_000_000])
 async def test_a_slow_consumer_paces_the_call_instead_of_growing_langgraphs_queue(
     bound: int,

@@ -29,7 +29,16 @@ import weakref
 from collections.abc import Callable, Sized
 from typing import Any, Final
 
-from langgraph.pregel._tools import _tool_call_writer
+# LangGraph 1.x offers no public way to reach the run's stream queue from a
+# tool (Rule 3): this context variable is private, so its absence in another
+# release only turns pacing off (tests/test_langchain.py pins its presence and
+# the pacing it gives with the pinned release).
+try:
+    from langgraph.pregel import _tools as _langgraph_tools
+
+    _tool_call_writer: Any = _langgraph_tools._tool_call_writer
+except (ImportError, AttributeError):  # pragma: no cover - another LangGraph release
+    _tool_call_writer = None
 
 __all__ = ("MAX_PENDING_EVENTS",)
 
@@ -96,7 +105,8 @@ class Pacer:
     def of_current_call(cls, bound: int) -> Pacer:
         """The pacer of the call running in this context (its writer is the
         one LangGraph set when the call started)."""
-        return cls(_tool_call_writer.get(), bound)
+        writer = None if _tool_call_writer is None else _tool_call_writer.get()
+        return cls(writer, bound)
 
     def waiting(self) -> int:
         """The items waiting in the run's stream queue (0 when not found)."""
