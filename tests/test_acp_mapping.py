@@ -376,3 +376,19 @@ def test_title_is_the_command() -> None:
     assert tool_title(ShellTool(), {"command": "ls -l"}) == "ls -l"
     assert tool_title(ShellTool(), {"command": ["echo", "a b"]}) == "echo 'a b'"
     assert tool_title(ShellTool(), {"cwd": "/"}) == "bash"
+
+
+def test_the_acp_sdk_internals_the_host_reads_are_there() -> None:
+    """The host learns that an editor went away from the SDK's inner
+    connection (``_conn``, with ``_disconnected`` / ``_closed``: the SDK offers
+    no public way, ``acp/_host.py`` says so); this pins that the tested
+    release still keeps them there, so a vanished editor is still noticed."""
+    import inspect
+
+    from acp.agent import connection as agent_connection
+    from acp.connection import Connection
+
+    assert "self._conn = Connection(" in inspect.getsource(agent_connection)
+    source = inspect.getsource(Connection)
+    assert "self._disconnected" in source
+    assert "self._closed" in source

@@ -710,3 +710,14 @@ def test_readme_pydantic_ai_section_runs() -> None:
     out = _run_block(_block_with(marker))
     for part in _EXPECTED_OUTPUT[marker]:
         assert part in out, out
+
+
+def test_the_pydantic_ai_internal_the_pacer_reads_is_there() -> None:
+    """Pacing reads the run's event buffer from ``RunContext`` (a private
+    field: pydantic-ai offers no public way, ``_toolset`` says so); this pins
+    that the tested release still has it, so pacing is not silently off."""
+    import dataclasses
+
+    from pydantic_ai import RunContext
+
+    assert "_event_stream_buffer" in {field.name for field in dataclasses.fields(RunContext)}
