@@ -31,6 +31,7 @@ CORE_MODULES = (
     "kigi_tool_runtime._call._live",
     "kigi_tool_runtime._call._outcome",
     "kigi_tool_runtime._call._caller",
+    "kigi_tool_runtime._call._buffer",
     "kigi_tool_runtime._call._response",
     "kigi_tool_runtime._call._serving",
     "kigi_tool_runtime._call._queue",

@@ -16,21 +16,21 @@ Rule 2. A request never hangs: a server that closes its output (exits,
         it, whatever the server does (one that stopped reading included).
 Rule 3. Memory is bounded: each call buffers at most
         ``call_buffer_frames`` (default :data:`CALL_BUFFER_FRAMES`) progress
-        items its consumer has not taken.
-        Past that the oldest untaken item is dropped, and the drop is a loss
-        told three ways: counted (``Call.frames_dropped``); marked where it
-        happened, as a gap the next item of its stream renders before its own
-        text (``appended.gap``, inferred, the dropped items' bytes); and in the
-        call's loss report, a ``dropped_frames`` anomaly of the stream
-        (``Reassembler.record_loss``), so the report is not ``complete``. The
-        reassembler's figures (and its text, with ``keep_text``) hold the
-        dropped items all the same. A call keeps its
+        items its consumer has not taken, in a ``CallBuffer``
+        (``_call/_buffer.py``). Past that the oldest untaken item is dropped,
+        and the drop is a loss told three ways (its Rules 3, 4): counted
+        (``Call.frames_dropped``); marked where it happened, as a gap the next
+        item of its stream renders before its own text (``appended.gap``,
+        inferred, the dropped items' bytes); and in the call's loss report, a
+        ``dropped_frames`` anomaly of the stream, so the report is not
+        ``complete``. The reassembler's figures (and its text, with
+        ``keep_text``) hold the dropped items all the same. A call keeps its
         text only when asked (``Client.call(keep_text=True)``), and at most
         :data:`MAX_CALL_TEXT_BYTES` of it; otherwise its reassembler keeps
         figures and losses, and each item's ``appended`` carries its delta.
-        The client never stops
-        reading for one slow consumer, so a consumer that waits on one call
-        while another floods cannot deadlock; the terminal is never dropped.
+        The client never stops reading for one slow consumer, so a consumer
+        that waits on one call while another floods cannot deadlock; the
+        terminal is never dropped.
 Rule 4. Leaving a call early (``aclose()``, or leaving ``async with call:``
         before it ended) sends the hook ``Cancel`` notification for it and
         discards its later frames; ``cancel()`` sends it and goes on to the
@@ -46,9 +46,7 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import replace
 from typing import IO, Any, Final, NamedTuple, Protocol, Self
 
 from kigi_tool_protocol import (
@@ -60,20 +58,20 @@ from kigi_tool_protocol import (
     ToolCallResult,
 )
 
+from .._call._buffer import CallBuffer
 from .._call._caller import TIMEOUT_GRACE_S, CallHandle, CallProgress, CallTerms, RemoteToolError
 from .._closing import AsyncClosing
-from .._consumer._loss import Gap, StreamKey
-from .._consumer._reassembler import Appended, Reassembler
+from .._consumer._reassembler import Reassembler
 from .._lines import LineReader, read_lines
 from .._process import group_alive, spawn_in_group, stop_group, widen_pipe
 from .._tools._runner import STOP_WAIT_S
-from .._wire._split import OversizedLine
 from ._rpc_client import (
     CallEnded,
     ClientEvent,
     ClientProtocol,
     ProgressReceived,
     ProgressRefused,
+    check_bounds,
 )
 
 __all__ = (
@@ -128,9 +126,6 @@ class _Writer(Protocol):
     def write(self, data: bytes) -> None: ...
     async def drain(self) -> None: ...
     def close(self) -> None: ...
-
-
-_END: Final = object()
 
 
 class _CallLink:
@@ -197,16 +192,14 @@ class Call(CallHandle):
             asyncio.get_running_loop().time(),
             "the server did not answer in time",
         )
-        # Untaken items with where each stands: (item, its text's offset in
-        # its stream, its record index in the reassembler).
-        self._items: deque[tuple[CallProgress, int, int] | object] = deque()
-        self._chars: dict[StreamKey, int] = {}  # characters appended per stream
-        self._lost: dict[StreamKey, Gap] = {}  # dropped, for the next item to mark
+        self._buffer = CallBuffer(self.reassembler, link.buffer_frames)
         self._getter: asyncio.Future[None] | None = None
-        #: Frames dropped because the consumer fell behind (Rule 3).
-        self.frames_dropped = 0
-        self._done = False  # the terminal is queued (or the call was abandoned)
         self._finished = False  # the consumer has seen the end
+
+    @property
+    def frames_dropped(self) -> int:
+        """Frames dropped because the consumer fell behind (Rule 3)."""
+        return self._buffer.frames_dropped
 
     def __repr__(self) -> str:
         return f"Call(tool_id={self.tool_id!r}, tool_call_id={self.tool_call_id!r})"
@@ -219,77 +212,15 @@ class Call(CallHandle):
             getter.set_result(None)
 
     def _put_progress(self, frame: ToolCallProgressFrame[Any], seq: int | None) -> None:
-        if self._done:
-            return
-        reassembler = self.reassembler
-        appended = reassembler.appended(frame, seq)
-        index = reassembler.records - 1
-        items = self._items
-        if len(items) >= self._link.buffer_frames:
-            oldest = items.popleft()  # Rule 3: the oldest untaken item
-            assert isinstance(oldest, tuple)
-            self.frames_dropped += 1
-            self._drop(*oldest)
-        key = appended.key
-        offset = 0
-        if key is not None:
-            chars = self._chars
-            offset = chars.get(key, 0)
-            text = appended.text
-            if text:
-                chars[key] = offset + len(text)
-            # Dropped items wait to be marked only after a consumer fell behind.
-            if self._lost:
-                lost = self._lost.pop(key, None)
-                if lost is not None:
-                    appended = _marked(appended, lost)
-        items.append((CallProgress(frame, seq, appended), offset, index))
-        getter = self._getter
-        if getter is not None and not getter.done():
-            getter.set_result(None)
-
-    def _drop(self, item: CallProgress, offset: int, index: int) -> None:
-        """Rule 3: tell the loss of ``item`` in the report and, on the next item
-        of its stream, in the text."""
-        appended = item.appended
-        key = appended.key
-        text = appended.text or ""
-        size = len(text.encode("utf-8", "surrogatepass"))
-        replaced = text.count("\ufffd")  # each stands for 1 to 3 source bytes
-        upper, lower = size, size - 2 * replaced
-        own = appended.gap
-        if own is not None:  # the item's own gap is lost with it
-            upper += own.lost_bytes
-            lower += own.lost_bytes_min
-        what = f"{size} bytes of text" + (f" and a gap of {own.describe()} bytes" if own else "")
-        self.reassembler.record_loss(
-            key,
-            f"the client dropped the untaken progress item of record {index} ({what}):"
-            f" its consumer fell {self._link.buffer_frames} items behind",
-        )
-        if key is None or (not upper and own is None):
-            return  # nothing its stream's text would have shown
-        total = getattr(item.frame.body, "total_bytes", 0)
-        gap = Gap(offset, index, total if isinstance(total, int) else 0, upper, lower, 0, True)
-        for position, queued in enumerate(self._items):
-            if isinstance(queued, tuple) and queued[0].appended.key == key:
-                later, later_offset, later_index = queued
-                marked = _marked(later.appended, gap)
-                self._items[position] = (
-                    CallProgress(later.frame, later.seq, marked),
-                    later_offset,
-                    later_index,
-                )
-                return
-        earlier = self._lost.get(key)
-        self._lost[key] = gap if earlier is None else _joined(earlier, gap)
+        if self._buffer.put(frame, seq):
+            getter = self._getter
+            if getter is not None and not getter.done():
+                getter.set_result(None)
 
     def _end(self, outcome: ToolCallResult | RemoteToolError) -> bool:
-        if self._done:
+        if not self._buffer.end():
             return False
-        self._done = True
         self.outcome = outcome
-        self._items.append(_END)
         self._wake()
         return True
 
@@ -298,7 +229,7 @@ class Call(CallHandle):
     _settle = _end
 
     def _has_ended(self) -> bool:
-        return self._done
+        return self._buffer.ended
 
     def _give_up(self) -> None:
         self._link.abandon(self)
@@ -329,7 +260,8 @@ class Call(CallHandle):
                     await self._link.flush()
             except TimeoutError:
                 self._time_out(loop.time())
-        while not self._items:
+        buffer = self._buffer
+        while not buffer.ready:
             self._getter = loop.create_future()
             remaining = self._remaining(loop)
             try:
@@ -341,48 +273,18 @@ class Call(CallHandle):
                 self._time_out(loop.time())
             finally:
                 self._getter = None
-        item = self._items.popleft()
-        if item is _END:
-            self._finished = True
-            outcome = self.outcome
-            assert outcome is not None
-            if isinstance(outcome, RemoteToolError):
-                raise outcome
-            return outcome
-        assert isinstance(item, tuple)
-        progress: CallProgress = item[0]
-        return progress
+        progress = buffer.take()
+        if progress is not None:
+            return progress
+        self._finished = True
+        outcome = self.outcome
+        assert outcome is not None
+        if isinstance(outcome, RemoteToolError):
+            raise outcome
+        return outcome
 
     def _remaining(self, loop: asyncio.AbstractEventLoop) -> float | None:
         return self._terms.remaining(loop.time())
-
-
-def _joined(first: Gap, second: Gap) -> Gap:
-    """One gap for two losses side by side in a stream (``first`` before)."""
-    return Gap(
-        first.offset,
-        second.index,
-        max(first.total_bytes, second.total_bytes),
-        first.lost_bytes + second.lost_bytes,
-        first.lost_bytes_min + second.lost_bytes_min,
-        0,
-        True,
-    )
-
-
-def _marked(appended: Appended, lost: Gap) -> Appended:
-    """``appended`` with the loss ``lost`` (dropped items just before it) in its
-    gap, rendered before its text with its own gap, if any (Rule 3)."""
-    own = appended.gap
-    return replace(appended, gap=lost if own is None else _joined(lost, own))
-
-
-def _check_bounds(max_frame_bytes: int, call_buffer_frames: int) -> None:
-    if max_frame_bytes < 1 or call_buffer_frames < 1:
-        raise ValueError(
-            "max_frame_bytes and call_buffer_frames must be at least 1, got"
-            f" {max_frame_bytes} and {call_buffer_frames}"
-        )
 
 
 class Client(AsyncClosing):
@@ -420,7 +322,7 @@ class Client(AsyncClosing):
         max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
         call_buffer_frames: int = CALL_BUFFER_FRAMES,
     ) -> None:
-        _check_bounds(max_frame_bytes, call_buffer_frames)
+        check_bounds(max_frame_bytes, call_buffer_frames)
         if process is not None:
             _check_leads_group(process)
         self._reader = reader
@@ -472,7 +374,7 @@ class Client(AsyncClosing):
             ValueError: a bound is below 1 (nothing is started).
             OSError: the program could not be started.
         """
-        _check_bounds(max_frame_bytes, call_buffer_frames)
+        check_bounds(max_frame_bytes, call_buffer_frames)
         # The server's stdout is a pipe made here, so it can be widened first.
         read_fd, write_fd = os.pipe()
         widen_pipe(read_fd)
@@ -777,9 +679,7 @@ class Client(AsyncClosing):
             elif isinstance(event, ProgressRefused):
                 call = self._calls.get(event.call_id)
                 if call is not None:
-                    # Past the tool's declared max_frame_bytes: said in the call's
-                    # report (its bytes show as lost where the totals prove it).
-                    call.reassembler.absorb_oversized(OversizedLine(event.size, event.limit))
+                    call._buffer.refuse(event.size, event.limit)
             elif isinstance(event, CallEnded):
                 call = self._calls.pop(event.call_id, None)
                 if call is not None:

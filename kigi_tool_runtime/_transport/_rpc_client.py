@@ -68,6 +68,19 @@ def tool_id_of(method: str) -> str:
     return spelled if _TOOL_ID.match(spelled) else "request"
 
 
+def check_bounds(max_frame_bytes: int, call_buffer_frames: int) -> None:
+    """Refuse a client's line bound or per-call item bound below 1.
+
+    Raises:
+        ValueError: either is below 1.
+    """
+    if max_frame_bytes < 1 or call_buffer_frames < 1:
+        raise ValueError(
+            "max_frame_bytes and call_buffer_frames must be at least 1, got"
+            f" {max_frame_bytes} and {call_buffer_frames}"
+        )
+
+
 class ProgressReceived(NamedTuple):
     """A progress frame for pending call ``call_id``, with its envelope ``seq``."""
 
