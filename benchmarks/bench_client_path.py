@@ -7,7 +7,7 @@ First one flood call (``benchmarks/_flood.py``, ``N`` MB) runs through a real
 ``serve`` child, and every line it writes is recorded. Then the recording is
 replayed ``--rounds`` times through the path ``Client.spawn`` sets up: 1 MiB
 chunks into its ``LineReader``, the client's read loop
-(``ClientProtocol.receive_line``, ``Call._put_progress``, the call's
+(``ClientProtocol.receive_line``, the call's ``CallBuffer.put`` and
 ``Reassembler``), the call iterated as ``_timing.client_flood`` does. No pipe,
 no server: what is left is the client's work alone, replayed identically each
 round, so the figures vary less than ``bench_transport.py``'s (whose client

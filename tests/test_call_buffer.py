@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
 from kigi_tool_runtime import Reassembler
@@ -100,20 +100,18 @@ def _run(steps: list[tuple[Any, ...]], bound: int, end_at: int | None) -> None:
             if len(held) == bound:
                 held.pop(0).dropped = True  # Rule 2: the oldest
             held.append(put)
-        elif buffer.ready:
+        else:
             item = buffer.take()
             taken.append(item)
             if item is None:
-                assert buffer.ended
-                assert not held
+                assert not held  # nothing held: the end next, once it ended
             else:
                 expected = held.pop(0)
                 assert item.frame is not None
                 expected.taken = item
         assert len(buffer) == len(held) <= bound
-        assert buffer.ready == (bool(held) or buffer.ended)
     buffer.end()
-    while buffer.ready and (item := buffer.take()) is not None:
+    while (item := buffer.take()) is not None:
         expected = held.pop(0)
         expected.taken = item
     assert not held
@@ -211,15 +209,15 @@ def test_a_consumer_that_takes_nothing_gets_the_newest_items_and_one_marker() ->
 def test_the_end_is_never_dropped_and_nothing_is_put_after_it() -> None:
     buffer = CallBuffer(_reassembler(), 1)
     assert buffer.put(_frame("out", "a", 1, False), None)
-    assert not buffer.ready or len(buffer) == 1
+    assert len(buffer) == 1
     assert buffer.end()
     assert not buffer.put(_frame("out", "b", 2, False), None)
     assert buffer.frames_dropped == 0
     item = buffer.take()
     assert item is not None
     assert item.appended.text == "a"
-    assert buffer.ready
     assert buffer.take() is None
+    assert buffer.ended
 
 
 def test_a_refused_line_is_said_in_the_report() -> None:
@@ -253,7 +251,6 @@ class BufferMachine(RuleBasedStateMachine):
         if self.buffer.put(_frame("out", text, self.total, False), None):
             self.put_count += 1
 
-    @precondition(lambda self: self.buffer.ready)
     @rule()
     def take(self) -> None:
         if self.buffer.take() is not None:

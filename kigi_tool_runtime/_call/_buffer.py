@@ -45,8 +45,9 @@ __all__: tuple[str, ...] = ()
 class CallBuffer:
     """The untaken items of one call: at most ``bound`` of them (Rules 1-4).
 
-    :meth:`put` each frame as it arrives, :meth:`end` the call once; while
-    :attr:`ready`, :meth:`take` gives the next item, or ``None`` for the end.
+    :meth:`put` each frame as it arrives, :meth:`end` the call once;
+    :meth:`take` gives the next item, or ``None`` when none is held (the end,
+    once :attr:`ended`).
     """
 
     __slots__ = ("_chars", "_items", "_lost", "bound", "ended", "frames_dropped", "reassembler")
@@ -76,11 +77,6 @@ class CallBuffer:
             f"CallBuffer({len(self._items)} of {self.bound} items,"
             f" {self.frames_dropped} dropped, ended={self.ended})"
         )
-
-    @property
-    def ready(self) -> bool:
-        """Whether :meth:`take` has something to give: an item, or the end."""
-        return bool(self._items) or self.ended
 
     def put(self, frame: ToolCallProgressFrame[Any], seq: int | None) -> bool:
         """Absorb ``frame`` (envelope ``seq``) and hold its item, dropping the
@@ -126,13 +122,10 @@ class CallBuffer:
         return True
 
     def take(self) -> CallProgress | None:
-        """The oldest held item, or ``None`` for the end once every item was
-        taken. Only while :attr:`ready`."""
+        """The oldest held item, or ``None`` when none is held: then the end
+        comes next if :attr:`ended`, else nothing has come yet."""
         items = self._items
-        if items:
-            return items.popleft()[0]
-        assert self.ended, "take() while not ready"
-        return None
+        return items.popleft()[0] if items else None
 
     def _drop(self, item: CallProgress, offset: int, index: int) -> None:
         """Tell the loss of ``item`` in the report (Rule 3) and, on the next item

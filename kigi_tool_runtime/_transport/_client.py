@@ -54,7 +54,6 @@ from kigi_tool_protocol import (
     METHOD_TOOLS_LIST,
     InternalErrorWire,
     TimeoutWire,
-    ToolCallProgressFrame,
     ToolCallResult,
 )
 
@@ -211,12 +210,6 @@ class Call(CallHandle):
         if getter is not None and not getter.done():
             getter.set_result(None)
 
-    def _put_progress(self, frame: ToolCallProgressFrame[Any], seq: int | None) -> None:
-        if self._buffer.put(frame, seq):
-            getter = self._getter
-            if getter is not None and not getter.done():
-                getter.set_result(None)
-
     def _end(self, outcome: ToolCallResult | RemoteToolError) -> bool:
         if not self._buffer.end():
             return False
@@ -261,7 +254,7 @@ class Call(CallHandle):
             except TimeoutError:
                 self._time_out(loop.time())
         buffer = self._buffer
-        while not buffer.ready:
+        while (progress := buffer.take()) is None and not buffer.ended:
             self._getter = loop.create_future()
             remaining = self._remaining(loop)
             try:
@@ -273,7 +266,6 @@ class Call(CallHandle):
                 self._time_out(loop.time())
             finally:
                 self._getter = None
-        progress = buffer.take()
         if progress is not None:
             return progress
         self._finished = True
@@ -674,8 +666,13 @@ class Client(AsyncClosing):
         for event in events:
             if isinstance(event, ProgressReceived):
                 call = self._calls.get(event.call_id)
-                if call is not None:
-                    call._put_progress(event.frame, event.seq)
+                # Its buffer takes the frame (Rule 3); a waiting consumer is woken.
+                if (
+                    call is not None
+                    and call._buffer.put(event.frame, event.seq)
+                    and call._getter is not None
+                ):
+                    call._wake()
             elif isinstance(event, ProgressRefused):
                 call = self._calls.get(event.call_id)
                 if call is not None:
