@@ -16,12 +16,14 @@ from kigi_tool_protocol import (
     ConnectionLostWire,
     InternalErrorWire,
     PartialResultPayload,
+    TimeoutWire,
     ToolCallProgressFrame,
     ToolCallResult,
     WireError,
     encode_progress_line,
+    error_code_for,
 )
-from kigi_tool_runtime import OversizedLine
+from kigi_tool_runtime import OversizedLine, RemoteToolError
 from kigi_tool_runtime._transport._rpc_client import (
     CallEnded,
     ClientEvent,
@@ -30,6 +32,10 @@ from kigi_tool_runtime._transport._rpc_client import (
     ProgressReceived,
     ProgressRefused,
     RequestEnded,
+    check_bounds,
+    check_timeout,
+    deadline_ms_of,
+    request_timed_out,
     tool_id_of,
 )
 
@@ -315,3 +321,60 @@ def test_a_frame_limit_above_the_ceiling_holds_for_the_frame_too() -> None:
     assert isinstance(event, ProgressReceived)
     assert event.frame.body == note
     assert protocol.lines_unused == 0
+
+
+def test_tools_listed_bounds_the_frames_of_the_tools_that_declare_it() -> None:
+    """Rule 4: a declared max_frame_bytes refuses longer progress lines of that
+    tool's calls (at most the client's own bound); a tool declaring none, or
+    nonsense, is not bounded."""
+    protocol = ClientProtocol("s", max_frame_bytes=1000)
+    tools = [
+        {"id": "small", "capabilities": {"max_frame_bytes": 10}},
+        {"id": "huge", "capabilities": {"max_frame_bytes": 10**9}},
+        {"id": "odd", "capabilities": {"max_frame_bytes": "ten"}},
+        "not a tool",
+    ]
+    assert protocol.tools_listed({"tools": tools}) == tools
+    for tool_id, call_id in (("small", "a"), ("huge", "b"), ("odd", "c")):
+        protocol.start_call(tool_id, {}, tool_call_id=call_id, deadline_ms=None)
+    body = {"delta": "x" * 40, "total_bytes": 40, "truncated": False, "gap": False}
+    [refused] = protocol.receive_line(encode_progress_line("a", "chunk", body, newline=False))
+    assert isinstance(refused, ProgressRefused)
+    assert refused.limit == 10
+    for call_id in ("b", "c"):
+        [taken] = protocol.receive_line(encode_progress_line(call_id, "chunk", body, newline=False))
+        assert isinstance(taken, ProgressReceived)
+
+
+@pytest.mark.parametrize("result", [None, [], {"tools": "x"}, {"tool": []}])
+def test_a_tools_list_result_without_a_tools_list_is_an_internal_error(result: Any) -> None:
+    with pytest.raises(RemoteToolError, match=r"tools\.list result has no `tools` list") as caught:
+        ClientProtocol("s").tools_listed(result)
+    assert caught.value.wire == InternalErrorWire(detail="tools.list result has no `tools` list")
+
+
+def test_bounds_and_timeouts_below_their_floor_are_refused() -> None:
+    """Rule 5."""
+    check_bounds(1, 1)
+    check_timeout(None)
+    check_timeout(0.001)
+    with pytest.raises(ValueError, match="must be at least 1, got 0 and 5"):
+        check_bounds(0, 5)
+    with pytest.raises(ValueError, match="must be at least 1, got 5 and 0"):
+        check_bounds(5, 0)
+    for timeout in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="timeout must be > 0 seconds"):
+            check_timeout(timeout)
+
+
+def test_a_timeout_is_sent_in_whole_milliseconds_at_least_one() -> None:
+    assert deadline_ms_of(None) is None
+    assert deadline_ms_of(0.0001) == 1
+    assert deadline_ms_of(2.5) == 2500
+
+
+def test_a_request_that_timed_out_says_how_long_it_waited() -> None:
+    failure = request_timed_out("tools.list", 0.2, 0.2345)
+    assert failure.wire == TimeoutWire(tool_id="tools.list", elapsed_ms=234)
+    assert failure.error().message == "tools.list got no answer within 0.2 s"
+    assert failure.error().number == error_code_for(failure.wire)

@@ -52,8 +52,6 @@ from typing import IO, Any, Final, NamedTuple, Protocol, Self
 from kigi_tool_protocol import (
     MAX_FRAME_BYTES_CEILING,
     METHOD_TOOLS_LIST,
-    InternalErrorWire,
-    TimeoutWire,
     ToolCallResult,
 )
 
@@ -71,6 +69,9 @@ from ._rpc_client import (
     ProgressReceived,
     ProgressRefused,
     check_bounds,
+    check_timeout,
+    deadline_ms_of,
+    request_timed_out,
 )
 
 __all__ = (
@@ -471,14 +472,10 @@ class Client(AsyncClosing):
             WireError: ``arguments`` hold a value JSON cannot carry (nothing is
                 sent and the call id stays free).
         """
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        check_timeout(timeout)
         call_id = tool_call_id or str(uuid.uuid4())
         request_id, line = self._protocol.start_call(
-            tool_id,
-            arguments,
-            tool_call_id=call_id,
-            deadline_ms=None if timeout is None else max(int(timeout * 1000), 1),
+            tool_id, arguments, tool_call_id=call_id, deadline_ms=deadline_ms_of(timeout)
         )
         call = Call(self._link, request_id, call_id, tool_id, timeout, keep_text)
         self._reading()
@@ -501,19 +498,7 @@ class Client(AsyncClosing):
                 ``timeout``, no answer within ``timeout``.
         """
         self._reading()
-        result = await self._request(METHOD_TOOLS_LIST, {}, timeout)
-        tools = result.get("tools") if isinstance(result, dict) else None
-        if not isinstance(tools, list):
-            raise RemoteToolError(
-                InternalErrorWire(detail="tools.list result has no `tools` list"),
-                "tools.list result has no `tools` list",
-            )
-        for tool in tools:
-            caps = tool.get("capabilities") if isinstance(tool, dict) else None
-            declared = caps.get("max_frame_bytes") if isinstance(caps, dict) else None
-            if isinstance(tool, dict) and isinstance(declared, int) and declared > 0:
-                self._protocol.limit_frames(str(tool.get("id")), declared)
-        return tools
+        return self._protocol.tools_listed(await self._request(METHOD_TOOLS_LIST, {}, timeout))
 
     async def aclose(self, *, wait: float = CLOSE_WAIT_S, grace: float = CLOSE_GRACE_S) -> None:
         """Close the connection: end the server's input (it cancels what is in
@@ -579,8 +564,7 @@ class Client(AsyncClosing):
     async def _request(self, method: str, params: Any, timeout: float | None) -> Any:
         """Send a request and wait for its result (Rule 2: a lost connection
         fails it at once, ``timeout`` bounds the whole wait)."""
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        check_timeout(timeout)
         if self._protocol.lost is not None or self._closed:
             raise self._connection_lost(method)
         loop = asyncio.get_running_loop()
@@ -596,10 +580,7 @@ class Client(AsyncClosing):
                 await self._flush()
                 return await future
         except TimeoutError:
-            elapsed_ms = int((loop.time() - started) * 1000)
-            wire = TimeoutWire(tool_id=method, elapsed_ms=elapsed_ms)
-            message = f"{method} got no answer within {timeout} s"
-            raise RemoteToolError(wire, message) from None
+            raise request_timed_out(method, timeout, loop.time() - started).error() from None
         finally:
             self._requests.pop(request_id, None)
             self._protocol.forget_request(request_id)

@@ -21,6 +21,13 @@ Rule 3. A call id names one pending call: starting a second call under it is a
         ``ValueError``. A call the driver gives up on
         (:meth:`ClientProtocol.forget_call`) is no longer pending: its later
         frames and its response are unused.
+Rule 4. A ``tools.list`` result is a ``tools`` list or an ``internal_error``
+        (:meth:`ClientProtocol.tools_listed`); a listed tool that declares its
+        ``max_frame_bytes`` has longer progress lines of its calls refused
+        (:class:`ProgressRefused`), at most the client's own bound.
+Rule 5. The bounds and timeouts a driver is given are checked here: a line or
+        item bound below 1 and a timeout that is not positive are a
+        ``ValueError`` (:func:`check_bounds`, :func:`check_timeout`).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from kigi_tool_protocol import (
     JsonRpcNotification,
     JsonRpcRequest,
     JsonRpcResponse,
+    TimeoutWire,
     ToolCallParams,
     ToolCallProgressFrame,
     ToolCallResult,
@@ -79,6 +87,28 @@ def check_bounds(max_frame_bytes: int, call_buffer_frames: int) -> None:
             "max_frame_bytes and call_buffer_frames must be at least 1, got"
             f" {max_frame_bytes} and {call_buffer_frames}"
         )
+
+
+def check_timeout(timeout: float | None) -> None:
+    """Refuse a timeout (seconds) that is not positive (``None``: no timeout).
+
+    Raises:
+        ValueError: ``timeout`` is not positive.
+    """
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+
+
+def deadline_ms_of(timeout: float | None) -> int | None:
+    """The ``deadline_ms`` a call with ``timeout`` (seconds) sends: at least 1."""
+    return None if timeout is None else max(int(timeout * 1000), 1)
+
+
+def request_timed_out(method: str, timeout: float | None, elapsed: float) -> Failure:
+    """The ``timeout`` failure of request ``method`` unanswered after
+    ``elapsed`` seconds, its ``timeout``."""
+    wire = TimeoutWire(tool_id=method, elapsed_ms=int(elapsed * 1000))
+    return Failure(wire, f"{method} got no answer within {timeout} s")
 
 
 class ProgressReceived(NamedTuple):
@@ -153,6 +183,25 @@ class ClientProtocol:
         """Refuse progress lines longer than ``limit`` bytes for calls of
         ``tool_id`` (the ``max_frame_bytes`` it declared; at most the client's own)."""
         self._frame_limits[tool_id] = min(limit, self._max_frame_bytes)
+
+    def tools_listed(self, result: Any) -> list[dict[str, Any]]:
+        """The tools a ``tools.list`` ``result`` lists; every tool that declares
+        its ``max_frame_bytes`` has its progress lines bounded by it
+        (:meth:`limit_frames`).
+
+        Raises:
+            RemoteToolError: the result has no ``tools`` list (``internal_error``).
+        """
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            detail = "tools.list result has no `tools` list"
+            raise Failure(InternalErrorWire(detail=detail), detail).error()
+        for tool in tools:
+            caps = tool.get("capabilities") if isinstance(tool, dict) else None
+            declared = caps.get("max_frame_bytes") if isinstance(caps, dict) else None
+            if isinstance(tool, dict) and isinstance(declared, int) and declared > 0:
+                self.limit_frames(str(tool.get("id")), declared)
+        return tools
 
     @property
     def pending_requests(self) -> int:
