@@ -149,7 +149,10 @@ class CallBuffer:
         if key is None or (not upper and own is None):
             return  # nothing its stream's text would have shown
         total = getattr(item.frame.body, "total_bytes", 0)
-        gap = Gap(offset, index, total if isinstance(total, int) else 0, upper, lower, 0, True)
+        # The loss starts where the first of it did: a gap the item carried
+        # (its own, or the drops before it) lies before the item's text.
+        start = offset if own is None else min(offset, own.offset)
+        gap = Gap(start, index, total if isinstance(total, int) else 0, upper, lower, 0, True)
         items = self._items
         for position, (later, later_offset, later_index) in enumerate(items):
             if later.appended.key == key:
