@@ -236,12 +236,8 @@ class StallWatch:
 
     @property
     def broken(self) -> bool:
+        """The output broke (:meth:`broke`): stalled from now on."""
         return self._broken
-
-    @property
-    def pending(self) -> bool:
-        """A send is under way."""
-        return self._since is not None
 
     def sending(self, now: float) -> None:
         """A send started at ``now``."""

@@ -196,7 +196,6 @@ class _Writer:
         self._space = asyncio.Event()
         self._space.set()
         self._closing = False
-        self.broken = False  # the output broke, or was abandoned: nothing more is written
         self.frames_written = 0
         self.abandoned = 0
         self._clock = asyncio.get_running_loop().time
@@ -204,6 +203,11 @@ class _Writer:
         transport = getattr(sink, "transport", None)
         self._buffer_size = getattr(transport, "get_write_buffer_size", None)
         self._last_buffered: int | None = None
+
+    @property
+    def broken(self) -> bool:
+        """The output broke, or was abandoned: nothing more is written."""
+        return self._watch.broken
 
     def stalled(self, now: float) -> bool:
         """True when a write is pending and no byte of it has left for
@@ -264,7 +268,6 @@ class _Writer:
         """Nothing more is written: drop the queued lines, free every waiting
         call; returns how many call lines were dropped."""
         self._watch.broke()
-        self.broken = True
         lines = 0
         for call in self._ready:
             lines += call.feed.queue.discard()
