@@ -34,6 +34,7 @@ from processes import until_group_gone
 from kigi_tool_protocol import StreamingSpec, ToolCapabilities
 from kigi_tool_runtime import (
     LOSS_MARKER,
+    MAX_CALL_TEXT_BYTES,
     TRUNCATION_MARKER,
     Appended,
     CallProgress,
@@ -49,7 +50,9 @@ from kigi_tool_runtime import (
 )
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._tools._runner import CHANNEL_DEPTH
+from kigi_tool_runtime._transport._client import CALL_BUFFER_FRAMES
 from kigi_tool_runtime.langchain import (
+    MAX_PENDING_EVENTS,
     MAX_TEXT_BYTES,
     KigiToolError,
     LiveChunk,
@@ -335,6 +338,20 @@ def test_a_tool_with_an_argument_named_runtime_is_refused() -> None:
         as_langchain_tool(Clashing())
     with pytest.raises(TypeError, match="kigi Tool"):
         as_langchain_tool(object())  # type: ignore[arg-type]
+
+
+def test_a_pending_bound_below_one_is_refused() -> None:
+    """``max_pending_events`` below 1 is a clear error (``as_langchain_tool``
+    Raises); the default is the stdio client's per-call buffer."""
+    with pytest.raises(ValueError, match="max_pending_events must be at least 1, got 0"):
+        as_langchain_tool(ShellTool(), max_pending_events=0)
+    assert MAX_PENDING_EVENTS == CALL_BUFFER_FRAMES == 1024
+
+
+def test_the_fold_keeps_as_much_text_as_the_stdio_client() -> None:
+    """``MAX_TEXT_BYTES`` is the stdio client's ``MAX_CALL_TEXT_BYTES``, as its
+    comment says (the sans-IO fold cannot import the asyncio client's)."""
+    assert MAX_TEXT_BYTES == MAX_CALL_TEXT_BYTES
 
 
 async def _stdio_client(tool_source: str) -> Client:

@@ -13,8 +13,13 @@ from pydantic_ai import CustomEvent
 from pydantic_ai_models import kigi_frame
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
-from kigi_tool_runtime import LiveText, Reassembler
-from kigi_tool_runtime.pydantic_ai import KigiToolOutput, KigiToolOutputEnd, ToolOutputFolder
+from kigi_tool_runtime import MAX_CALL_TEXT_BYTES, LiveText, Reassembler
+from kigi_tool_runtime.pydantic_ai import (
+    MAX_FOLDED_TEXT_BYTES,
+    KigiToolOutput,
+    KigiToolOutputEnd,
+    ToolOutputFolder,
+)
 from kigi_tool_runtime.testing import ProducerRun, producer_runs, tool_call_frames
 
 
@@ -81,3 +86,9 @@ def test_the_events_round_trip_through_pydantic_ai_serialization() -> None:
     assert appended is not None
     assert appended.text == "grüße "
     assert not appended.anomalies
+
+
+def test_the_folder_keeps_as_much_text_as_the_stdio_client() -> None:
+    """``MAX_FOLDED_TEXT_BYTES`` is the stdio client's ``MAX_CALL_TEXT_BYTES``,
+    as its comment says."""
+    assert MAX_FOLDED_TEXT_BYTES == MAX_CALL_TEXT_BYTES == 64 * 1024 * 1024
