@@ -119,3 +119,17 @@ def test_waiting_ends_when_the_reader_has_read_or_the_limit_passes() -> None:
             os.close(write_fd)
 
     asyncio.run(body())
+
+
+def test_a_probe_that_fails_ends_the_wait_as_if_read() -> None:
+    """Rule 1 of ``_unread``: a probe answering ``None`` (it failed after it
+    was made) ends a wait at once, caught up, whatever the limit."""
+
+    class Sink:
+        transport = None
+
+    async def body() -> None:
+        async with asyncio.timeout(10):
+            assert await wait_until_read(Sink(), lambda: None, 60.0)
+
+    asyncio.run(body())

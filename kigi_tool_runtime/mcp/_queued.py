@@ -24,7 +24,6 @@ from .._call._frame_check import encoded_body, unsendable
 from .._call._queue import Taken
 
 # OUTBOX_BYTES is the package's; frame_size and sent_frame are the server's plumbing.
-# Plumbing for the servers and callers, not exported.
 __all__: tuple[str, ...] = ()
 
 #: Progress bytes one call may have queued for a host that reads slowly: 64

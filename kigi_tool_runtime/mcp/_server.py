@@ -409,32 +409,27 @@ class _ProgressChannel:
     def frame(
         self, seq: int, frame: ToolCallProgressFrame[Any], text: str
     ) -> types.ServerNotification:
-        params = progress_params(self.token, seq, frame, text)
-        # Built by the mapping, so valid by construction: skip re-validating
-        # a 16 KiB delta per frame.
-        return types.ProgressNotification.model_construct(
-            method="notifications/progress",
-            params=types.ProgressNotificationParams.model_construct(
-                progress_token=params["progressToken"],
-                progress=params["progress"],
-                message=params.get("message"),
-                meta=params["_meta"],
-            ),
-        )
+        return _progress_notification(progress_params(self.token, seq, frame, text))
 
     def end(self, sent: int, closing: str) -> types.ServerNotification | None:
         if not closing:
             return None
-        params = closing_params(self.token, sent + 1, closing)
-        return types.ProgressNotification.model_construct(
-            method="notifications/progress",
-            params=types.ProgressNotificationParams.model_construct(
-                progress_token=params["progressToken"],
-                progress=params["progress"],
-                message=params["message"],
-                meta=params["_meta"],
-            ),
-        )
+        return _progress_notification(closing_params(self.token, sent + 1, closing))
+
+
+def _progress_notification(params: dict[str, Any]) -> types.ServerNotification:
+    """The ``notifications/progress`` with ``params`` (``_mapping``'s wire
+    spelling). Built by the mapping, so valid by construction: skip
+    re-validating a 16 KiB delta per frame."""
+    return types.ProgressNotification.model_construct(
+        method="notifications/progress",
+        params=types.ProgressNotificationParams.model_construct(
+            progress_token=params["progressToken"],
+            progress=params["progress"],
+            message=params.get("message"),
+            meta=params["_meta"],
+        ),
+    )
 
 
 class _RawNotification(BaseModel):

@@ -66,7 +66,7 @@ from ._hold import RESPONSE_HOLD_S, ResponseHold
 from ._http import serve_http
 from ._inflight import InFlight
 from ._server import McpToolServer
-from ._unread import Probe, unread_probe, wait_until_read
+from ._unread import Probe, buffered, unread_probe, wait_until_read
 
 __all__ = (
     "DEFAULT_HTTP_HOST",
@@ -248,12 +248,12 @@ async def serve_lines_mcp(
         # most FINAL_FLUSH_S from the end of input; a host that stopped
         # reading cannot keep us.
         give_up = (end_of_input[0] if end_of_input else anyio.current_time()) + FINAL_FLUSH_S
-        buffered = _buffered(sink)
+        left = buffered(sink)
         while not writer_done.is_set() and anyio.current_time() < give_up:
             with anyio.move_on_after(WRITER_STALL_S):
                 await writer_done.wait()
-            moved, buffered = buffered, _buffered(sink)
-            if buffered is not None and buffered == moved:
+            moved, left = left, buffered(sink)
+            if left is not None and left == moved:
                 break  # not a byte taken in WRITER_STALL_S
         tg.cancel_scope.cancel()
 
@@ -280,12 +280,6 @@ async def _hold_response(sink: Any, probe: Probe | None, hold: ResponseHold) -> 
     """Rule 5: wait until the host has read everything written so far."""
     caught_up = probe is None or await wait_until_read(sink, probe, RESPONSE_HOLD_S)
     hold.caught_up(in_time=caught_up)
-
-
-def _buffered(sink: Any) -> int | None:
-    """Bytes the sink's transport holds unwritten, when it can say."""
-    size = getattr(getattr(sink, "transport", None), "get_write_buffer_size", None)
-    return None if size is None else int(size())
 
 
 async def serve_stdio_mcp(

@@ -84,9 +84,10 @@ def unread_probe(sink: Any) -> Probe | None:
     return probe_for_fd(fd) if isinstance(fd, int) else None
 
 
-def _buffered(sink: Any) -> int:
+def buffered(sink: Any) -> int | None:
+    """Bytes the writer's transport holds unwritten, when it can say."""
     size = getattr(getattr(sink, "transport", None), "get_write_buffer_size", None)
-    return 0 if size is None else int(size())
+    return None if size is None else int(size())
 
 
 async def wait_until_read(sink: Any, probe: Probe, limit: float) -> bool:
@@ -94,7 +95,7 @@ async def wait_until_read(sink: Any, probe: Probe, limit: float) -> bool:
     byte (Rule 2), for at most ``limit`` seconds. True when it caught up."""
     started = anyio.current_time()
     while True:
-        if not _buffered(sink):
+        if not buffered(sink):
             left = probe()
             if not left:
                 return True
