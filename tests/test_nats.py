@@ -521,27 +521,35 @@ def test_serve_nats_stops_on_sigterm_and_ends_its_calls(nats_server: NatsServer)
 
 
 @contextlib.asynccontextmanager
+async def _frozen_mid_call(nats_server: NatsServer, client: NatsClient) -> AsyncIterator[None]:
+    """A ``yes`` call through ``client``, once its first frame is in, with the
+    NATS server then frozen (SIGSTOP: it takes nothing, answers nothing); on
+    the way out the server is thawed."""
+    call = await client.call("bash", {"command": "yes"})
+    assert isinstance(await call.__anext__(), CallProgress)
+    os.kill(nats_server.pid(), signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(nats_server.pid(), signal.SIGCONT)
+
+
+@contextlib.asynccontextmanager
 async def _serve_nats_frozen_mid_call(
     nats_server: NatsServer,
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """A ``serve --nats`` worker running a ``yes`` call whose NATS server is
-    then frozen (SIGSTOP: it takes nothing, answers nothing); on the way out
-    the server is thawed and the worker reaped."""
+    then frozen (:func:`_frozen_mid_call`); on the way out the server is
+    thawed and the worker reaped."""
     fleet = Fleet(nats_server.url)
     client = await fleet.start(workers=0)
     worker = await asyncio.create_subprocess_exec(
         *_SERVE_NATS, nats_server.url, "--prefix", PREFIX, stderr=subprocess.PIPE
     )
-    frozen = False
     try:
-        call = await client.call("bash", {"command": "yes"})
-        assert isinstance(await call.__anext__(), CallProgress)
-        os.kill(nats_server.pid(), signal.SIGSTOP)
-        frozen = True
-        yield worker
+        async with _frozen_mid_call(nats_server, client):
+            yield worker
     finally:
-        if frozen:
-            os.kill(nats_server.pid(), signal.SIGCONT)
         if worker.returncode is None:
             worker.kill()
             await worker.wait()
@@ -605,21 +613,15 @@ def test_a_stopped_worker_returns_within_its_stop_bound_while_the_server_hangs(
         fleet = Fleet(nats_server.url)
         client = await fleet.start(workers=0)
         worker = await fleet.add_worker(stop_bound=1.0)
-        frozen = False
         try:
-            call = await client.call("bash", {"command": "yes"})
-            assert isinstance(await call.__anext__(), CallProgress)
-            os.kill(nats_server.pid(), signal.SIGSTOP)
-            frozen = True
-            worker.stop()
-            # The deadline only bounds a hang; the promise is the count below.
-            async with asyncio.timeout(30):
-                stats = await fleet.tasks[-1]
-            assert stats.ends_unwritten == 1
-            assert stats.calls_in_flight == 0
+            async with _frozen_mid_call(nats_server, client):
+                worker.stop()
+                # The deadline only bounds a hang; the promise is the count below.
+                async with asyncio.timeout(30):
+                    stats = await fleet.tasks[-1]
+                assert stats.ends_unwritten == 1
+                assert stats.calls_in_flight == 0
         finally:
-            if frozen:
-                os.kill(nats_server.pid(), signal.SIGCONT)
             await fleet.close()
 
     run(main(), 90)

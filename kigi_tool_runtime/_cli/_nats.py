@@ -153,13 +153,17 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
             # publication is retried for PUBLISH_RETRY_S) are left unwritten.
             # The commands were stopped by the first signal; what is left of
             # their groups the lifeline kills as this process exits (`_process`).
-            why = (
-                f"did not stop within {nats.STOP_BOUND_S:g} s of {_signal_name(stops.first)}"
-                if second is None
-                else f"stopped at once by a second signal ({_signal_name(second)})"
-            )
-            say(f"{why}; the ends of the calls still being written are left to the callers' leases")
+            if second is not None:
+                say_unwritten(f"stopped at once by a second signal ({_signal_name(second)})")
+            else:
+                say_unwritten()
             os._exit(stops.exit_status())
+
+        def say_unwritten(why: str | None = None, calls: str = "the calls") -> None:
+            # One wording whether the backstop or the worker's bound (its Rule 5) ends it.
+            if why is None:
+                why = f"did not stop within {nats.STOP_BOUND_S:g} s of {_signal_name(stops.first)}"
+            say(f"{why}; the ends of {calls} still being written are left to the callers' leases")
 
         with StopSignals(on_signal) as stops:
             starting = asyncio.ensure_future(_connect(nats, args.nats))
@@ -201,11 +205,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
             f" {stats.frames_published} frame(s) published"
         )
         if stats.ends_unwritten:
-            say(
-                f"did not stop within {nats.STOP_BOUND_S:g} s of {_signal_name(stops.first)};"
-                f" the ends of {stats.ends_unwritten} call(s) still being written are left to"
-                " the callers' leases"
-            )
+            say_unwritten(calls=f"{stats.ends_unwritten} call(s)")
         return stops.exit_status()
 
     return asyncio.run(main())
