@@ -1,0 +1,303 @@
+"""The least CPU a ``serve`` -> pipe -> client transport of this wire can spend
+per delivered MB, against the shell tool in process, in the same run.
+
+    python benchmarks/bench_transport_floor.py [--quick] [--mb N] [--rounds N] [--check]
+
+``bench_transport.py`` measures the whole transport. This script asks what is
+left when everything that is not a pass over the bytes is taken away: no event
+loop, no queue, no per-frame bookkeeping, no copy into a transport's buffer.
+It first runs the shell tool in process over the flood (``_flood.py``), as
+``bench_transport.in_process`` does, and keeps its frames (the real deltas, cut
+at the real 16 KiB cap). Then it times, each alone over those frames and the
+least of ``--rounds`` runs, only the passes the wire itself requires:
+
+- the server encoding each body as JSON (``_call/_frame_check.encoded_body``,
+  on fresh copies of the deltas: msgspec caches a string's UTF-8 in the string,
+  so a second encode of the same object is not what a server pays);
+- the server assembling the lines, 1 MiB batches (``append_progress_lines``);
+- the lines written into a real pipe (widened as ``Client.spawn`` widens it)
+  and read out of it by ``cat`` (the writer's system time and all of ``cat``'s);
+- the client splitting them into lines (``LineSplitter``, 256 KiB at a time)
+  and decoding each (``decode_progress_line``);
+- the client's fold (``Reassembler.appended``) less the in-process consumer's
+  own pass over the same deltas (``len(delta.encode())``), which the fold
+  replaces.
+
+The floor is the in-process CPU plus those passes; the goal of issue 19's item
+4 (transport CPU at most twice in-process) cannot be met by a transport whose
+floor is already past it.
+
+Two ways round the JSON passes are timed beside them, on the same deltas: a
+server that kept each delta's UTF-8 bytes and escaped them itself (bytes
+``replace`` and ``translate``, no string built) instead of encoding the string;
+and a client that took the delta undecoded (``msgspec.Raw``, which still checks
+its escapes) and unescaped it with ``codecs.escape_decode``, its UTF-8 size
+then free, instead of decoding a string and measuring it (``str.encode``).
+Neither is in the transport: they are printed so that a run shows whether
+they would be worth it. Figures vary with the machine's load: compare those
+of one run only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from _flood import flood_command
+from _goals import Goals
+from _timing import MB, flood_parser, flood_plan
+from bench_transport import in_process
+
+from kigi_tool_protocol import (
+    PartialResultPayload,
+    ToolCallProgressFrame,
+    append_progress_lines,
+    decode_progress_line,
+    json_codec,
+)
+from kigi_tool_runtime import Reassembler, ShellArgs, ShellTool, ToolContext, run_tool
+from kigi_tool_runtime._call._frame_check import encoded_body
+from kigi_tool_runtime._process import widen_pipe
+from kigi_tool_runtime._wire._split import LineSplitter
+
+CALL_ID = "floor-call"
+KIND = "bash_output_chunk"
+#: What one writer turn hands the output at most (the stdio server's).
+BATCH_BYTES = 1024 * 1024
+#: What one read of the client's pipe takes (asyncio's pipe transport's).
+READ_BYTES = 256 * 1024
+#: The goal: the transport's CPU per MB at most this many times in-process.
+GOAL_RATIO = 2.0
+
+
+async def tool_frames(size: int) -> list[PartialResultPayload]:
+    """The payloads of one in-process flood of ``size`` bytes, in order."""
+    payloads: list[PartialResultPayload] = []
+    run = run_tool(ShellTool(), ShellArgs(command=flood_command(size)), ctx=ToolContext("floor"))
+    async with run:
+        async for event in run:
+            payload = getattr(event, "payload", None)
+            if isinstance(payload, PartialResultPayload):
+                payloads.append(payload)
+    return payloads
+
+
+Step = Callable[[Any], Any]
+
+
+def per_item(items: list[Any], prepare: Step, work: Step) -> float:
+    """Seconds ``work`` took over ``items``, each timed alone right after
+    ``prepare`` made its input (not counted), so the input is as hot in the
+    cache as it is in a transport, where the step before has just written it;
+    and each result let go before the next, so memory is reused, not grown.
+    On an idle machine the wall time of a step this short is its CPU time."""
+    clock = time.perf_counter
+    spent = 0.0
+    for item in items:
+        ready = prepare(item)
+        started = clock()
+        work(ready)
+        spent += clock() - started
+    return spent
+
+
+def least(rounds: int, items: list[Any], prepare: Step, work: Step) -> float:
+    """The least of ``rounds`` runs of :func:`per_item`."""
+    return min(per_item(items, prepare, work) for _ in range(rounds))
+
+
+def frame_of(payload: PartialResultPayload) -> ToolCallProgressFrame[Any]:
+    return ToolCallProgressFrame(tool_call_id=CALL_ID, kind=KIND, body=payload)
+
+
+def fresh(payload: PartialResultPayload) -> ToolCallProgressFrame[Any]:
+    """A frame of ``payload`` whose delta is a new string object, just written:
+    msgspec caches a string's UTF-8 in the string, so a second encode of the
+    same object is not what a server pays."""
+    delta = (payload.delta + "\0")[:-1]
+    return frame_of(
+        PartialResultPayload(
+            delta=delta,
+            total_bytes=payload.total_bytes,
+            truncated=payload.truncated,
+            gap=payload.gap,
+        )
+    )
+
+
+def batches_of(bodies: list[Any]) -> list[list[tuple[str, Any, int, None]]]:
+    """The bodies as the frames of writer turns of about ``BATCH_BYTES``."""
+    batches: list[list[tuple[str, Any, int, None]]] = [[]]
+    size = 0
+    for seq, body in enumerate(bodies):
+        batches[-1].append((KIND, body, seq, None))
+        size += len(body)
+        if size >= BATCH_BYTES:
+            batches.append([])
+            size = 0
+    return batches
+
+
+def assemble(frames: list[tuple[str, Any, int, None]]) -> bytearray:
+    batch = bytearray()
+    append_progress_lines(batch, CALL_ID, frames)
+    return batch
+
+
+def pipe_cpu(batches: list[bytearray]) -> float:
+    """CPU seconds of writing ``batches`` into a widened pipe (this process's
+    system time) and of a ``cat`` reading them to ``/dev/null`` (all of its)."""
+    read_fd, write_fd = os.pipe()
+    widen_pipe(read_fd)
+    reader = subprocess.Popen(["cat"], stdin=read_fd, stdout=subprocess.DEVNULL)
+    os.close(read_fd)
+    started = os.times().system
+    for batch in batches:
+        view = memoryview(batch)
+        while view:
+            view = view[os.write(write_fd, view) :]
+    os.close(write_fd)
+    written = os.times().system - started
+    _, status, usage = os.wait4(reader.pid, 0)
+    reader.returncode = os.waitstatus_to_exitcode(status)
+    return written + usage.ru_utime + usage.ru_stime
+
+
+def consume(delta: str) -> None:
+    """The in-process consumer's pass over a delta (``bench_transport``'s)."""
+    len(delta.encode())
+
+
+#: Control bytes JSON escapes as ``\\u00XX`` (all but tab, newline and return)
+#: mapped to 0, every other byte to 1: a translated delta holds a 0 only when
+#: the delta holds one of them.
+_CONTROLS = bytes(0 if c < 0x20 and c not in b"\t\n\r" else 1 for c in range(256))
+_ESCAPES = ((b"\\", b"\\\\"), (b'"', b'\\"'), (b"\n", b"\\n"), (b"\r", b"\\r"), (b"\t", b"\\t"))
+
+
+def escape_utf8(data: bytes) -> bytes | None:
+    """The JSON string of UTF-8 ``data`` as msgspec writes it, escaped from the
+    bytes; ``None`` when a control byte needs ``\\u00XX`` (left to msgspec)."""
+    if b"\0" in data.translate(_CONTROLS):
+        return None
+    for raw, escaped in _ESCAPES:
+        if raw in data:
+            data = data.replace(raw, escaped)
+    return b'"' + data + b'"'
+
+
+class _RawDelta(msgspec.Struct):
+    delta: msgspec.Raw
+
+
+_raw_delta = msgspec.json.Decoder(_RawDelta).decode
+#: A ``\\u`` or ``\\/`` escape, which ``codecs.escape_decode`` does not know.
+_OTHER_ESCAPE = re.compile(rb"\\\\[u/]")
+
+
+def unescape_utf8(body: bytes) -> tuple[str, int] | None:
+    """The delta of ``body`` and its UTF-8 size, unescaped from its bytes;
+    ``None`` when it holds an escape left to msgspec."""
+    raw = bytes(_raw_delta(body).delta)
+    if _OTHER_ESCAPE.search(raw):
+        return None
+    data = codecs.escape_decode(raw[1:-1])[0]
+    return data.decode(), len(data)
+
+
+def decode_and_measure(body: bytes) -> int:
+    """What the client does today for the same: decode, then measure."""
+    return len(json_codec.decode(body, PartialResultPayload).delta.encode())
+
+
+async def main() -> int:
+    parser = flood_parser(__doc__, "a 20 MB flood, five rounds")
+    parser.add_argument("--rounds", type=int, help="runs of each pass (the least counts)")
+    args = parser.parse_args()
+    size, rounds = flood_plan(args, mb=100, rounds=7, quick_mb=20, quick_rounds=5)
+    rounds = args.rounds or rounds
+    baselines = []
+    for _ in range(3):
+        started = time.process_time()
+        _, delivered, _ = await in_process(size)
+        baselines.append((time.process_time() - started) / (delivered / MB) * 1000)
+    baseline = statistics.median(baselines)
+    payloads = await tool_frames(size)
+    text_mb = sum(len(p.delta.encode()) for p in payloads) / MB
+    bodies = [encoded_body(frame_of(p)) for p in payloads]
+    turns = batches_of(bodies)
+    batches = [assemble(frames) for frames in turns]
+    data = b"".join(batches)
+    chunks = [data[at : at + READ_BYTES] for at in range(0, len(data), READ_BYTES)]
+    lines = data.splitlines()
+    splitter = LineSplitter(len(data) + 1)
+    same = lambda item: item  # noqa: E731
+
+    def fold() -> float:
+        reassembler = Reassembler(known_calls=[CALL_ID])
+        appended = reassembler.appended
+        return per_item(lines, decode_progress_line, lambda m: appended(m.params, m.seq))
+
+    def delta_of(line: bytes) -> str:
+        message: Any = decode_progress_line(line)
+        delta: str = message.params.body.delta
+        return delta
+
+    passes = [
+        ("server: body JSON encode", least(rounds, payloads, fresh, encoded_body)),
+        ("server: line assembly", least(rounds, turns, same, assemble)),
+        ("pipe: write and read", min(pipe_cpu(batches) for _ in range(rounds))),
+        ("client: line split", least(rounds, chunks, same, splitter.feed)),
+        ("client: line decode", least(rounds, lines, same, decode_progress_line)),
+        (
+            "client: fold, less the consumer's pass",
+            min(fold() for _ in range(rounds)) - least(rounds, lines, delta_of, consume),
+        ),
+    ]
+    print(
+        f"{size // MB} MB flood, {len(payloads)} frames, {text_mb:.1f} MB of text;"
+        f" each pass the least of {rounds}"
+    )
+    print(f"  {'shell tool in process (median of 3)':44s} {baseline:6.3f} ms/MB")
+    floor = baseline
+    for name, seconds in passes:
+        per_mb = seconds / text_mb * 1000
+        floor += per_mb
+        print(f"  + {name:42s} {per_mb:6.3f} ms/MB")
+    ratio = floor / baseline
+    print(f"  = {'the floor':42s} {floor:6.3f} ms/MB, {ratio:.2f}x in-process")
+    utf8 = [p.delta.encode() for p in payloads]
+    body_bytes = [bytes(body) for body in bodies]
+    for payload, data, body in zip(payloads[:3], utf8, body_bytes, strict=False):
+        # Each way gives what it replaces, byte for byte.
+        assert escape_utf8(data) == json_codec.encode(payload.delta)
+        assert unescape_utf8(body) == (payload.delta, len(data))
+    print("ways round the JSON passes (not in the transport), beside what they replace:")
+    for name, seconds in (
+        ("server: body JSON encode (again)", least(rounds, payloads, fresh, encoded_body)),
+        ("server: escape the delta's UTF-8 bytes", least(rounds, utf8, bytes, escape_utf8)),
+        (
+            "client: decode the body, measure the delta",
+            least(rounds, body_bytes, bytes, decode_and_measure),
+        ),
+        ("client: unescape the delta's bytes", least(rounds, body_bytes, bytes, unescape_utf8)),
+    ):
+        print(f"    {name:42s} {seconds / text_mb * 1000:6.3f} ms/MB")
+    goals = Goals()
+    goals.record(
+        "the transport's floor as a multiple of in-process CPU", ratio, GOAL_RATIO, at_most=True
+    )
+    return goals.finish(args.check)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
