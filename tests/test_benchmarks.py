@@ -10,6 +10,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kigi_tool_protocol import PartialResultPayload, json_codec
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPTS = sorted(BENCHMARKS.glob("bench_*.py"))
@@ -105,3 +109,22 @@ def test_progress_line_benchmark_falls_back_to_the_seed_port_and_says_why(
         assert bench.run_two_structs(source) == ours
     ascii_text = bench.ascii_source(20_000)
     assert bench.run_seed_port(ascii_text)[0] == bench.run_output_stream(ascii_text)[0]
+
+
+@given(text=st.text(st.characters(exclude_categories=["Cs"]), max_size=64))
+@settings(max_examples=300)
+def test_the_floor_ways_round_json_give_what_they_replace(text: str) -> None:
+    """bench_transport_floor's two ways round the JSON passes, when they take a
+    delta at all, give msgspec's bytes and decoded text exactly (a way that
+    gave less would time less work than it replaces)."""
+    floor = _load("bench_transport_floor")
+    data = text.encode()
+    escaped = floor.escape_utf8(data)
+    assert escaped is None or escaped == json_codec.encode(text)
+    body = json_codec.encode(PartialResultPayload(delta=text, total_bytes=len(data)))
+    unescaped = floor.unescape_utf8(body)
+    assert unescaped is None or unescaped == (text, len(data))
+    if all(ch >= " " or ch in "\t\n\r" for ch in text):
+        assert escaped is not None  # only a control byte is left to msgspec
+    if "\\" not in text and all(ch >= " " or ch in "\t\n\r\b\f" for ch in text):
+        assert unescaped is not None  # only \u and \/ escapes are left to msgspec
