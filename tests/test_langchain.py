@@ -350,7 +350,7 @@ def test_a_pending_bound_below_one_is_refused() -> None:
 
 def test_the_fold_keeps_as_much_text_as_the_stdio_client() -> None:
     """``MAX_TEXT_BYTES`` is the stdio client's ``MAX_CALL_TEXT_BYTES``, as its
-    comment says (the sans-IO fold cannot import the asyncio client's)."""
+    comment says (both read the one figure in ``_call/_limits``)."""
     assert MAX_TEXT_BYTES == MAX_CALL_TEXT_BYTES
 
 

@@ -28,6 +28,7 @@ CORE_MODULES = (
     "kigi_tool_runtime._consumer._reassembler",
     "kigi_tool_runtime._consumer._monitor",
     "kigi_tool_runtime._consumer._history",
+    "kigi_tool_runtime._call._limits",
     "kigi_tool_runtime._call._live",
     "kigi_tool_runtime._call._outcome",
     "kigi_tool_runtime._call._caller",

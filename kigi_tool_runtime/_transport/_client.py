@@ -57,6 +57,7 @@ from kigi_tool_protocol import (
 
 from .._call._buffer import CallBuffer
 from .._call._caller import TIMEOUT_GRACE_S, CallHandle, CallProgress, CallTerms, RemoteToolError
+from .._call._limits import CALL_BUFFER_FRAMES, MAX_CALL_TEXT_BYTES
 from .._closing import AsyncClosing
 from .._consumer._reassembler import Reassembler
 from .._lines import LineReader, read_lines
@@ -82,17 +83,6 @@ __all__ = (
     "ClientStats",
     "RemoteToolError",
 )
-
-#: Frames one call may hold that its consumer has not taken yet (Rule 3). 1024
-#: full 16 KiB deltas are 16 MiB: a consumer busy elsewhere for a while loses
-#: nothing, one that never comes back costs a bounded amount.
-CALL_BUFFER_FRAMES: Final = 1024
-
-#: The most text a call asked to keep its text (``keep_text=True``) keeps per
-#: stream: a tool's whole output up to its usual limits, while a flood cannot
-#: take the client's memory with it. Past it the stream stops keeping text
-#: (reading it says so); its figures and the items' deltas go on.
-MAX_CALL_TEXT_BYTES: Final = 64 * 1024 * 1024
 
 
 #: Seconds :meth:`Client.aclose` waits for a server process to exit after its

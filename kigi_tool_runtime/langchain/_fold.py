@@ -30,6 +30,7 @@ from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .._call._limits import MAX_CALL_TEXT_BYTES
 from .._consumer._loss import LossReport
 from .._consumer._reassembler import Appended, Reassembler
 from .._consumer._stream_state import StreamState
@@ -39,7 +40,7 @@ __all__ = ("MAX_TEXT_BYTES", "FoldedToolCall", "ToolEventFolder")
 
 #: The most text a folded call keeps by default: the stdio client's
 #: ``MAX_CALL_TEXT_BYTES`` (64 MiB).
-MAX_TEXT_BYTES: Final = 64 * 1024 * 1024
+MAX_TEXT_BYTES: Final = MAX_CALL_TEXT_BYTES
 
 #: The events of LangGraph's ``tools`` channel.
 TOOL_EVENTS: Final = frozenset({"tool-started", "tool-output-delta", "tool-finished", "tool-error"})

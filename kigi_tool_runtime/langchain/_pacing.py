@@ -29,6 +29,8 @@ import weakref
 from collections.abc import Callable, Sized
 from typing import Any, Final
 
+from .._call._limits import CALL_BUFFER_FRAMES, PENDING_POLL_S
+
 # LangGraph 1.x offers no public way to reach the run's stream queue from a
 # tool (Rule 3): this context variable is private, so its absence in another
 # release only turns pacing off (tests/test_langchain.py pins its presence and
@@ -45,12 +47,9 @@ __all__ = ("MAX_PENDING_EVENTS",)
 #: Items that may wait in a run's stream queue before a call stops taking
 #: frames (Rule 1): as many as the stdio client holds for a call, 1024 full
 #: 16 KiB deltas (16 MiB), so a consumer busy elsewhere for a while loses
-#: nothing, and one that falls behind for good costs a bounded amount.
-MAX_PENDING_EVENTS: Final = 1024
-
-#: How often a paused call looks at the queue again: short next to a frame's
-#: tick (100 ms), long enough not to spin while the consumer is slow.
-PENDING_POLL_S: Final = 0.002
+#: nothing, and one that falls behind for good costs a bounded amount. A paused
+#: call looks at the queue again every ``PENDING_POLL_S``.
+MAX_PENDING_EVENTS: Final = CALL_BUFFER_FRAMES
 
 #: How long a call past the bound watches a queue for a consumer before it
 #: judges the queue not drained live (Rule 2). A consumer slower than this per

@@ -32,6 +32,7 @@ from pydantic_ai.messages import ToolReturnPart
 
 from kigi_tool_protocol import METHOD_TOOL_CALL_PROGRESS, JsonRpcNotification
 
+from .._call._limits import MAX_CALL_TEXT_BYTES
 from .._consumer._loss import LossReport
 from .._consumer._reassembler import Appended, Reassembler
 from .._consumer._stream_state import StreamState
@@ -41,7 +42,7 @@ __all__ = ("MAX_FOLDED_TEXT_BYTES", "FoldedToolCall", "ToolOutputFolder")
 
 #: The most text a folder keeps per call when it keeps text, as the stdio
 #: client does; past it the stream stops keeping text and says so.
-MAX_FOLDED_TEXT_BYTES: Final = 64 * 1024 * 1024
+MAX_FOLDED_TEXT_BYTES: Final = MAX_CALL_TEXT_BYTES
 
 
 @dataclass(eq=False)

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from pydantic_ai import AbstractToolset, RunContext, ToolReturn, ToolsetTool
 
+from .._call._limits import CALL_BUFFER_FRAMES, PENDING_POLL_S
 from .._call._served import ServedCall
 from .._tools._tool import Tool
 from ._events import KigiToolOutput, KigiToolOutputEnd
@@ -50,12 +51,9 @@ _call_ids = itertools.count(1)
 #: Events that may wait in a run's event buffer for its consumer before a call
 #: stops taking frames (Rule 4), as many as the stdio client holds for a call:
 #: 1024 full 16 KiB deltas are 16 MiB, so a consumer busy elsewhere for a while
-#: loses nothing, and one that falls behind for good costs a bounded amount.
-MAX_PENDING_EVENTS: Final = 1024
-
-#: How often a paused call looks at the buffer again (Rule 4): short next to a
-#: frame's tick (100 ms), long enough not to spin while the consumer is slow.
-PENDING_POLL_S: Final = 0.002
+#: loses nothing, and one that falls behind for good costs a bounded amount. A
+#: paused call looks at the buffer again every ``PENDING_POLL_S``.
+MAX_PENDING_EVENTS: Final = CALL_BUFFER_FRAMES
 
 
 def _live_buffer(ctx: RunContext[Any]) -> Sized | None:
