@@ -616,6 +616,28 @@ def test_direct_invoke_gives_the_message_and_artifact() -> None:
     assert message.artifact["tool_call_id"].startswith("lc-")  # no ToolRuntime: no stream
 
 
+class _AsksForProgress(Tool[ShellArgs]):
+    """Returns whether its call asked for live output (``ctx.wants_progress``)."""
+
+    id = "bash"
+    description = "Say whether live output is wanted."
+    args_type = ShellArgs
+
+    async def execute(self, ctx: ToolContext, args: ShellArgs) -> AsyncIterator[ToolEvent]:
+        yield ToolResult(value="wanted" if ctx.wants_progress else "not wanted")
+
+
+def test_a_direct_invoke_makes_no_frames_and_a_graph_call_does() -> None:
+    """Invoked directly (no ``ToolRuntime`` to emit to) a call asks its tool for
+    no live output, so no frame is made only to be thrown away; run by a
+    graph's ``ToolNode`` it asks for it (Rule 1)."""
+    probe = as_langchain_tool(_AsksForProgress(), timeout_ms=CALL_DEADLINE_MS)
+    assert probe.invoke({"command": "x"}) == "not wanted"
+    state = agent_graph([probe], [bash_call("x")]).invoke(_start())
+    (message,) = tool_messages(state)
+    assert message.content == "wanted"
+
+
 # -- lifecycle: a cancelled run leaves no process ------------------------------
 
 HOLD = "echo $$; exec sleep 30"
