@@ -1,4 +1,5 @@
-"""``Server``: serve tools over a byte stream as JSON lines of JSON-RPC 2.0.
+"""``Server``: serve tools to one peer, over a reader and a writer (stdin and
+stdout, a pipe), as JSON lines of JSON-RPC 2.0.
 
 Invariants:
 
@@ -46,7 +47,7 @@ Rule 5. Cancellation: a ``hook`` (notification or request) whose event is
         ``tool.cancel`` with ``{"tool_call_id": ...}``, stops that call, which
         ends with a ``cancelled`` error. ``SessionEnded`` cancels every call.
 Rule 6. End of input cancels every call in flight, writes their final
-        responses, flushes, and returns. A broken output stream cancels
+        responses, flushes, and returns. An output that breaks cancels
         every call and returns. The final flush waits while the output moves,
         for at most :data:`FINAL_FLUSH_S`, and gives up once no byte has left
         for :data:`WRITER_STALL_S` (a peer that stopped reading): the lines it
@@ -280,7 +281,7 @@ class _Writer:
 
     async def run(self) -> None:
         """Write until closed and flushed. Returns early, with ``broken`` set, if
-        the output stream fails."""
+        the output fails."""
         control, ready, watch, clock = self._control, self._ready, self._watch, self._clock
         sink = self._sink
         try:
@@ -344,7 +345,7 @@ class _Call(NamedTuple):
 
 
 class Server:
-    """Serve ``tools`` (by id) to one peer over a byte stream.
+    """Serve ``tools`` (by id) to one peer over a reader and a writer.
 
     ``max_frame_bytes`` bounds an input line (longer ones are rejected unread);
     ``call_queue_bytes`` is the per-call output budget of Rule 3; ``stop_wait``

@@ -32,7 +32,8 @@ class OversizedLine(NamedTuple):
 
 
 class LineSplitter:
-    """Split a byte stream into lines of at most ``max_line_bytes`` bytes.
+    """Split bytes read from a pipe or a file, as they come, into lines of at
+    most ``max_line_bytes`` bytes.
 
     Raises:
         ValueError: ``max_line_bytes`` is less than 1.
