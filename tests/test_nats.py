@@ -586,7 +586,10 @@ def test_serve_nats_stops_within_its_bound_while_the_server_hangs(
 ) -> None:
     """With the NATS server frozen, one SIGTERM is enough: the worker exits
     128 + 15 once ``STOP_BOUND_S`` has passed, saying it did not stop in
-    time, instead of retrying its publications for minutes."""
+    time, instead of retrying its publications for minutes. The worker's own
+    bound ends the calls (the CLI's backstop comes later): its summary is
+    said, then how many calls' ends were left unwritten, before the closing
+    of the connection that the frozen server hangs."""
 
     async def main() -> None:
         async with _serve_nats_frozen_mid_call(nats_server) as worker:
@@ -597,6 +600,11 @@ def test_serve_nats_stops_within_its_bound_while_the_server_hangs(
             assert worker.stderr is not None
             said = (await worker.stderr.read()).decode()
             assert f"did not stop within {STOP_BOUND_S:g} s of SIGTERM" in said, said
+            assert "stopped by SIGTERM, its calls cancelled: 1 call(s) run" in said, said
+            assert "the ends of 1 call(s) still being written are left" in said, said
+            # Closing the connection to the frozen server hangs: the backstop
+            # ends the process and says only that.
+            assert said.endswith("did not close in time; exiting\n"), said
 
     run(main(), STOP_BOUND_S + 60)
 

@@ -134,6 +134,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
     async def main() -> int:
         worker: Any = None
         starting: asyncio.Task[Any] | None = None
+        returned = False  # the worker has returned and its summary was said
 
         def on_signal(number: int) -> None:
             if stops.count == 1:
@@ -155,6 +156,9 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
             # their groups the lifeline kills as this process exits (`_process`).
             if second is not None:
                 say_unwritten(f"stopped at once by a second signal ({_signal_name(second)})")
+            elif returned:
+                # Its ends were said with its summary: only the closing hung.
+                say(f"the connection to {args.nats} did not close in time; exiting")
             else:
                 say_unwritten()
             os._exit(stops.exit_status())
@@ -192,20 +196,23 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                 except Exception as exc:  # every exit says why (nats-py raises many types)
                     say(f"error: {_describe(exc)}; {worker.worker_id} stopped")
                     return 1
+                # Said before the connection is closed, which a server that
+                # takes nothing can hang until the backstop ends the process.
+                why = (
+                    "stopped"
+                    if stops.first is None
+                    else f"stopped by {_signal_name(stops.first)}, its calls cancelled"
+                )
+                say(
+                    f"{worker.worker_id} {why}: {stats.calls_run} call(s) run,"
+                    f" {stats.frames_published} frame(s) published"
+                )
+                if stats.ends_unwritten:
+                    say_unwritten(calls=f"{stats.ends_unwritten} call(s)")
+                returned = True
             finally:
                 with contextlib.suppress(Exception):
                     await connection.drain()
-        why = (
-            "stopped"
-            if stops.first is None
-            else f"stopped by {_signal_name(stops.first)}, its calls cancelled"
-        )
-        say(
-            f"{worker.worker_id} {why}: {stats.calls_run} call(s) run,"
-            f" {stats.frames_published} frame(s) published"
-        )
-        if stats.ends_unwritten:
-            say_unwritten(calls=f"{stats.ends_unwritten} call(s)")
         return stops.exit_status()
 
     return asyncio.run(main())
