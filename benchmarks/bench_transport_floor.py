@@ -44,7 +44,6 @@ import asyncio
 import codecs
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -55,7 +54,7 @@ import msgspec
 from _flood import flood_command
 from _goals import Goals
 from _timing import MB, flood_parser, flood_plan
-from bench_transport import in_process
+from bench_transport import in_process_cpu
 
 from kigi_tool_protocol import (
     PartialResultPayload,
@@ -224,12 +223,7 @@ async def main() -> int:
     args = parser.parse_args()
     size, rounds = flood_plan(args, mb=100, rounds=7, quick_mb=20, quick_rounds=5)
     rounds = args.rounds or rounds
-    baselines = []
-    for _ in range(3):
-        started = time.process_time()
-        _, delivered, _ = await in_process(size)
-        baselines.append((time.process_time() - started) / (delivered / MB) * 1000)
-    baseline = statistics.median(baselines)
+    baseline = await in_process_cpu(size)
     payloads = await tool_frames(size)
     text_mb = sum(len(p.delta.encode()) for p in payloads) / MB
     bodies = [encoded_body(frame_of(p)) for p in payloads]
