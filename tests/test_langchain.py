@@ -616,26 +616,20 @@ def test_direct_invoke_gives_the_message_and_artifact() -> None:
     assert message.artifact["tool_call_id"].startswith("lc-")  # no ToolRuntime: no stream
 
 
-class _AsksForProgress(Tool[ShellArgs]):
-    """Returns whether its call asked for live output (``ctx.wants_progress``)."""
-
-    id = "bash"
-    description = "Say whether live output is wanted."
-    args_type = ShellArgs
-
-    async def execute(self, ctx: ToolContext, args: ShellArgs) -> AsyncIterator[ToolEvent]:
-        yield ToolResult(value="wanted" if ctx.wants_progress else "not wanted")
-
-
-def test_a_direct_invoke_makes_no_frames_and_a_graph_call_does() -> None:
-    """Invoked directly (no ``ToolRuntime`` to emit to) a call asks its tool for
-    no live output, so no frame is made only to be thrown away; run by a
-    graph's ``ToolNode`` it asks for it (Rule 1)."""
-    probe = as_langchain_tool(_AsksForProgress(), timeout_ms=CALL_DEADLINE_MS)
-    assert probe.invoke({"command": "x"}) == "not wanted"
-    state = agent_graph([probe], [bash_call("x")]).invoke(_start())
-    (message,) = tool_messages(state)
-    assert message.content == "wanted"
+def test_a_direct_invoke_reports_what_its_output_lost() -> None:
+    """Invoked directly (no ``ToolRuntime``, nothing emitted) a call still makes
+    its frames, so the artifact's loss report says the output stopped at the
+    limit, as it does in a graph (Rule 1)."""
+    capped = as_langchain_tool(ShellTool(limit=1000), timeout_ms=CALL_DEADLINE_MS)
+    message = capped.invoke(
+        {"type": "tool_call", "id": "d2", "name": "bash", "args": {"command": "yes | head -c 5000"}}
+    )
+    assert isinstance(message, ToolMessage)
+    loss = message.artifact["loss"]
+    assert loss["frames"] > 0
+    assert loss["truncated"] is True
+    assert loss["complete"] is False
+    assert message.content.endswith("[kigi: it was truncated at the output limit]")
 
 
 # -- lifecycle: a cancelled run leaves no process ------------------------------

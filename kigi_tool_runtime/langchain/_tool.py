@@ -9,7 +9,8 @@ Rule 1. One LangChain call is one :class:`ServedCall`: its arguments are
         :class:`LiveChunk` as it is produced, and the call's end is the
         ``ToolMessage`` content and artifact of the mapping. Without ``"tools"``
         streaming (or without the ``ToolRuntime`` LangGraph's ``ToolNode``
-        injects) the call runs the same, makes no frame and emits nothing.
+        injects) the call runs the same and emits nothing; its frames still
+        make the artifact's loss report.
 Rule 2. A kigi ``ToolError`` (bad arguments included) is raised as
         :class:`KigiToolError`, LangGraph's tool error path: the ``tool-error``
         event carries the model's error text, and ``ToolNode``'s default error
@@ -138,16 +139,11 @@ class _Served:
         )
         emit = runtime.emit_output_delta if runtime is not None else None
         pacer = Pacer.of_current_call(self.max_pending_events) if emit is not None else None
-        # No live output without an emitter: then no frame is made either, as
-        # for a pydantic-ai agent that does not stream (the model's text is
-        # the tool's value all the same; the loss report covers what was shown).
+        # Frames are made even with no emitter (a direct invoke): they are the
+        # artifact's loss report, which then still says what the output lost
+        # (a gap, the output limit), as it does in a graph.
         served = ServedCall(
-            tool,
-            args,
-            call_id=call_id,
-            wants_progress=emit is not None,
-            timeout_ms=self.timeout_ms,
-            stop_wait=self.stop_wait,
+            tool, args, call_id=call_id, timeout_ms=self.timeout_ms, stop_wait=self.stop_wait
         )
         with _running_lock:
             _running.add(served)
