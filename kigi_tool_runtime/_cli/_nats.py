@@ -134,7 +134,9 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
     async def main() -> int:
         worker: Any = None
         starting: asyncio.Task[Any] | None = None
-        returned = False  # the worker has returned and its summary was said
+        # Once the worker has returned and said how it ended: the status to exit
+        # with, should closing the connection hang until the backstop.
+        closing_status: int | None = None
 
         def on_signal(number: int) -> None:
             if stops.count == 1:
@@ -154,11 +156,13 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
             # publication is retried for PUBLISH_RETRY_S) are left unwritten.
             # The commands were stopped by the first signal; what is left of
             # their groups the lifeline kills as this process exits (`_process`).
+            if closing_status is not None:
+                # How it ended was said already: only the closing hung.
+                when = "in time" if second is None else f"before {_signal_name(second)}"
+                say(f"the connection to {args.nats} did not close {when}; exiting")
+                os._exit(closing_status)
             if second is not None:
                 say_unwritten(f"stopped at once by a second signal ({_signal_name(second)})")
-            elif returned:
-                # Its ends were said with its summary: only the closing hung.
-                say(f"the connection to {args.nats} did not close in time; exiting")
             else:
                 say_unwritten()
             os._exit(stops.exit_status())
@@ -195,6 +199,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                     stats = await worker.run()
                 except Exception as exc:  # every exit says why (nats-py raises many types)
                     say(f"error: {_describe(exc)}; {worker.worker_id} stopped")
+                    closing_status = 1
                     return 1
                 # Said before the connection is closed, which a server that
                 # takes nothing can hang until the backstop ends the process.
@@ -209,7 +214,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                 )
                 if stats.ends_unwritten:
                     say_unwritten(calls=f"{stats.ends_unwritten} call(s)")
-                returned = True
+                closing_status = stops.exit_status()
             finally:
                 with contextlib.suppress(Exception):
                     await connection.drain()
