@@ -40,7 +40,7 @@ from typing import Any
 from _flood import flood_command
 from _goals import Goals
 from _timing import MB, flood_parser, flood_plan
-from bench_transport import in_process_cpu
+from bench_transport import in_process_costs
 
 from kigi_tool_protocol import (
     METHOD_TOOL_CALL,
@@ -179,7 +179,7 @@ async def main() -> int:
         started = time.process_time()
         delivered = await replay(recorded)
         cpu.append(time.process_time() - started)
-    baseline = await in_process_cpu(size)
+    baseline, _ = await in_process_costs(size)
     per_mb = [seconds / (delivered / MB) * 1000 for seconds in cpu]
     print(
         f"{size // MB} MB flood through serve, {len(recorded) / MB:.1f} MB of lines recorded,"
