@@ -140,7 +140,9 @@ def parts(recorded: bytes, rounds: int) -> list[tuple[str, float]]:
     from kigi_tool_runtime import Reassembler
 
     lines = recorded.splitlines()
-    messages = [decode_progress_line(line) for line in lines]
+    # Every line but the last (the call's response, which has no method) is
+    # a progress line, decoded as the fast path's type.
+    messages: list[Any] = [decode_progress_line(line) for line in lines]
     frames = [m.params for m in messages if getattr(m, "method", None)]
     seqs = [m.seq for m in messages if getattr(m, "method", None)]
     deltas = [frame.body.delta for frame in frames]
