@@ -814,7 +814,7 @@ async def test_a_slow_consumer_paces_the_call_instead_of_growing_langgraphs_queu
             if mode == "tools" and payload["event"] == "tool-output-delta":
                 taken += 1
                 ahead = max(ahead, flood.made - taken)
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(0.001)
     assert taken >= 4000
     if bound > 4000:
         # No pacing in reach: the measure sees the tool run far ahead (the
