@@ -17,6 +17,7 @@ import sys
 import sysconfig
 import termios
 import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -307,8 +308,10 @@ def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
         (["frobnicate"], "invalid choice"),
         ([], "required"),
     ]
-    for args, message in cases:
-        done = _cli(*args)
+    # Each case is a process of its own: run them a few at a time.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = list(pool.map(lambda case: _cli(*case[0]), cases))
+    for (args, message), done in zip(cases, runs, strict=True):
         assert done.returncode == EXIT_USAGE, (args, done.stderr)
         assert message in done.stderr.decode(), (args, done.stderr)
 
