@@ -133,20 +133,22 @@ def read_to_end(sock: socket.socket, request_id: Any, seconds: float = 30.0) -> 
     response for ``request_id``: every message on it, in order."""
     sock.settimeout(seconds)
     deadline = time.monotonic() + seconds
-    data = b""
+    data = bytearray()
     while True:
         assert time.monotonic() < deadline, "no response"
         chunk = sock.recv(1 << 20)
         assert chunk, "the server closed the stream before the response"
         data += chunk
-        # Chunk-size lines stand between events; a data line is one JSON value.
-        found = [
-            json.loads(line[len(b"data: ") :])
-            for line in data.split(b"\r\n")
-            if line.startswith(b"data: {") and line.endswith(b"}")
-        ]
         # The response is the stream's last event; then the last chunk ends it.
         if data.endswith(b"\r\n0\r\n\r\n"):
+            # Chunk-size lines stand between events; a data line is one JSON
+            # value. Parsed once, at the end: parsing all of it on every read
+            # made a long stream quadratic.
+            found = [
+                json.loads(line[len(b"data: ") :])
+                for line in bytes(data).split(b"\r\n")
+                if line.startswith(b"data: {") and line.endswith(b"}")
+            ]
             assert any(m.get("id") == request_id and "method" not in m for m in found)
             return found
 
