@@ -141,14 +141,10 @@ def read_to_end(sock: socket.socket, request_id: Any, seconds: float = 30.0) -> 
         data += chunk
         # The response is the stream's last event; then the last chunk ends it.
         if data.endswith(b"\r\n0\r\n\r\n"):
-            # Chunk-size lines stand between events; a data line is one JSON
-            # value. Parsed once, at the end: parsing all of it on every read
-            # made a long stream quadratic.
-            found = [
-                json.loads(line[len(b"data: ") :])
-                for line in bytes(data).split(b"\r\n")
-                if line.startswith(b"data: {") and line.endswith(b"}")
-            ]
+            # Chunk-size lines stand between events (each event is one chunk),
+            # and ``events`` reads only data lines. Parsed once, at the end:
+            # parsing all of it on every read made a long stream quadratic.
+            found = events(data.decode())
             assert any(m.get("id") == request_id and "method" not in m for m in found)
             return found
 
