@@ -44,6 +44,7 @@ from bench_transport import in_process_costs
 
 from kigi_tool_protocol import (
     METHOD_TOOL_CALL,
+    JsonRpcNotification,
     JsonRpcRequest,
     ToolCallParams,
     ToolCallResult,
@@ -140,11 +141,10 @@ def parts(recorded: bytes, rounds: int) -> list[tuple[str, float]]:
     from kigi_tool_runtime import Reassembler
 
     lines = recorded.splitlines()
-    # Every line but the last (the call's response, which has no method) is
-    # a progress line, decoded as the fast path's type.
-    messages: list[Any] = [decode_progress_line(line) for line in lines]
-    frames = [m.params for m in messages if getattr(m, "method", None)]
-    seqs = [m.seq for m in messages if getattr(m, "method", None)]
+    # Every line but the last (the call's response) is a progress line.
+    progress = [m for m in map(decode_progress_line, lines) if isinstance(m, JsonRpcNotification)]
+    frames = [m.params for m in progress]
+    seqs = [m.seq for m in progress]
     deltas = [frame.body.delta for frame in frames]
 
     def decode() -> None:
