@@ -19,6 +19,7 @@ import pytest
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 from acp.schema import ClientCapabilities, ToolCallProgress, ToolCallStart
 from acp_editor import AGENT, CAPABILITIES, Call, Editor, agent, content_text, markers, prompt
+from docs_pages import blocks, page
 from processes import pid_alive, until_group_gone
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
@@ -341,13 +342,8 @@ async def test_an_editor_killed_mid_flood_leaves_no_command_running() -> None:
             os.killpg(pgid, signal.SIGKILL)
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
 def _readme_agent() -> str:
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Use it from an ACP agent") :]
-    (block,) = re.findall(r"```python\n(.*?)```", section[: section.index("\n## ", 5)], re.DOTALL)
+    (block,) = blocks("python", page("hosts/acp.md"))
     return block
 
 

@@ -744,10 +744,9 @@ def test_readme_langgraph_section_runs() -> None:
     """The README's "Use it from LangGraph" example runs as written: the live
     text, then the fold's summary, the model's status line and the artifact's
     verdict."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Use it from LangGraph") :]
-    block = section[section.index("```python\n") + len("```python\n") :]
-    block = block[: block.index("```")]
+    from docs_pages import blocks, page
+
+    block = blocks("python", page("hosts/langgraph.md"))[0]
     done = subprocess.run(
         [sys.executable, "-c", block], capture_output=True, text=True, timeout=60, check=False
     )

@@ -423,7 +423,9 @@ def test_the_cli_limits_are_the_documented_ones() -> None:
         check=True,
         env={**os.environ, "COLUMNS": "200"},
     ).stdout
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    from docs_pages import page
+
+    readme = page("hosts/mcp.md")
     minutes = f"{HTTP_SESSION_IDLE_S / 60:g} minutes"
     for text in (" ".join(shown.split()), " ".join(readme.split())):
         assert f"{MAX_HTTP_SESSIONS} sessions" in text

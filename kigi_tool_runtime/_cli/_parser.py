@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the shell tool, or your own (--tools), over stdio, MCP or NATS",
         description=SERVE_DESCRIPTION,
         epilog=f"example request (one line):\n  {SERVE_EXAMPLE}\n\n"
-        "The README shows a whole session: a request, its progress, the result, a cancel.",
+        "docs/hosts/stdio.md shows a whole session: a request, its progress, the result, a cancel.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(
