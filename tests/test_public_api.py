@@ -22,6 +22,7 @@ PACKAGES = (
     "kigi_tool_runtime.nats",
     "kigi_tool_runtime.langchain",
     "kigi_tool_runtime.pydantic_ai",
+    "kigi_tool_runtime.adk",
     "kigi_tool_runtime.acp",
 )
 
