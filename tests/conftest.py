@@ -47,6 +47,7 @@ collect_ignore = [
         ("test_fastmcp.py", "fastmcp"),
         ("fastmcp_app.py", "fastmcp"),
         ("test_adk.py", "google.adk"),
+        ("test_adk_folder.py", "google.adk"),
     )
     if not _installed(module)
 ]

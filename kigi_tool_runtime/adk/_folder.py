@@ -11,8 +11,8 @@ Rule 1. A partial event carrying a kigi frame in its ``custom_metadata`` is
 Rule 2. A function response carrying the kigi figures (``_mapping`` Rule 3)
         ends its call (matched by the function call id); from then on its
         report counts every byte the last total names that no frame
-        delivered as lost. The closing partial event is kept as the call's
-        ``closing``.
+        delivered as lost. The closing partial event (it names its call) is
+        kept as the call's ``closing``.
 Rule 3. Every other event is left alone (:meth:`AdkEventFolder.absorb` answers
         ``None``), never raised on; a frame that is not a kigi frame is
         reported by the reassembler, never taken for output.
@@ -103,7 +103,6 @@ class AdkEventFolder:
         self._keep_text = keep_text
         self._max_text = max_text_bytes if keep_text else None
         self._on_appended = on_appended
-        self._last: str | None = None
 
     def __getitem__(self, call_id: str) -> FoldedAdkCall:
         return self.calls[call_id]
@@ -116,8 +115,9 @@ class AdkEventFolder:
             frame = metadata.get(META_FRAME)
             if isinstance(frame, Mapping):
                 return self._frame(frame, metadata.get(META_SEQ))
-            if metadata.get(META_CLOSING) and self._last is not None:
-                self.calls[self._last].closing = _text_of(event)
+            closing = metadata.get(META_CLOSING)
+            if isinstance(closing, str) and closing:
+                self._call(closing).closing = _text_of(event)
                 return None
         for response in _function_responses(event):
             figures = response.get(RESPONSE_KEY) if isinstance(response, Mapping) else None
@@ -136,7 +136,6 @@ class AdkEventFolder:
         note = JsonRpcNotification(method=METHOD_TOOL_CALL_PROGRESS, seq=seq, params=dict(frame))
         appended = call.reassembler.appended(note)
         call.frames += 1
-        self._last = call_id
         if self._on_appended is not None:
             self._on_appended(appended)
         return appended

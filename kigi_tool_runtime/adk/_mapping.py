@@ -12,8 +12,8 @@ Rule 2. Each frame is one partial ``Event`` (``partial=True``: ADK streams it
         after a one-line marker where bytes were lost), its
         ``custom_metadata`` the exact kigi frame (:data:`META_FRAME`) and its
         ``seq`` (:data:`META_SEQ`). A loss known only at the end is one more
-        partial event whose text says it and whose metadata holds
-        :data:`META_CLOSING` instead of a frame.
+        partial event whose text says it and whose metadata holds the call
+        id under :data:`META_CLOSING` instead of a frame.
 Rule 3. The call's end is the function response: ``{"result": text}`` for a
         call that returned, ``{"error": text}`` for one that failed (ADK's own
         convention), ``text`` being the model text every kigi host gives
@@ -53,7 +53,8 @@ __all__ = (
 META_FRAME: Final = "dev.kigi/frame"
 #: ``custom_metadata`` key of a partial event holding the frame's per-call ``seq``.
 META_SEQ: Final = "dev.kigi/seq"
-#: ``custom_metadata`` key of the partial event that only says a loss known at the end.
+#: ``custom_metadata`` key of the partial event that only says a loss known at
+#: the end; it holds the call's id.
 META_CLOSING: Final = "dev.kigi/closing"
 #: Key of the function response holding the kigi figures (Rule 3).
 RESPONSE_KEY: Final = "kigi"
@@ -90,9 +91,10 @@ def partial_event(delta: LiveDelta) -> Event:
     )
 
 
-def closing_event(text: str) -> Event:
-    """The partial event saying a loss known only at the end (Rule 2)."""
-    return Event(partial=True, content=_text_content(text), custom_metadata={META_CLOSING: True})
+def closing_event(text: str, call_id: str) -> Event:
+    """The partial event saying a loss of call ``call_id`` known only at the
+    end (Rule 2)."""
+    return Event(partial=True, content=_text_content(text), custom_metadata={META_CLOSING: call_id})
 
 
 def response_of(end: CallEnd) -> dict[str, Any]:

@@ -148,7 +148,7 @@ class KigiAdkTool(BaseTool):
                     await _paced(tool_context, bound)
             end = call.end
             if end.closing:
-                yield closing_event(end.closing)
+                yield closing_event(end.closing, call_id)
             yield response_of(end)
 
         return frames
