@@ -295,4 +295,3 @@ def test_the_adk_internal_the_pacer_reads_is_there() -> None:
     from google.adk.agents.invocation_context import InvocationContext
 
     assert "_event_queue" in InvocationContext.__private_attributes__
-
