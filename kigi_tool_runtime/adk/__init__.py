@@ -22,7 +22,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 
 from ._folder import MAX_FOLDED_TEXT_BYTES, AdkEventFolder, FoldedAdkCall
-from ._mapping import META_CLOSING, META_FRAME, META_SEQ, RESPONSE_KEY, adk_tool_name
+from ._keys import META_CLOSING, META_FRAME, META_SEQ, RESPONSE_KEY
+from ._mapping import adk_tool_name
 from ._tool import MAX_PENDING_EVENTS, KigiAdkTool, adk_tools
 
 __all__: tuple[str, ...] = (

@@ -30,7 +30,7 @@ from .._call._limits import MAX_CALL_TEXT_BYTES
 from .._consumer._loss import LossReport
 from .._consumer._reassembler import Appended, Reassembler
 from .._consumer._stream_state import StreamState
-from ._mapping import META_CLOSING, META_FRAME, META_SEQ, RESPONSE_KEY
+from ._keys import META_CLOSING, META_FRAME, META_SEQ, RESPONSE_KEY
 
 __all__ = ("MAX_FOLDED_TEXT_BYTES", "AdkEventFolder", "FoldedAdkCall")
 

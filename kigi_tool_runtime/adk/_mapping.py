@@ -27,7 +27,7 @@ Values in, ADK values out: nothing here awaits or does I/O.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from google.adk.events import Event
 from google.genai import types
@@ -36,28 +36,9 @@ from .._call._live import LiveDelta, frame_json
 from .._call._outcome import CallEnd
 from .._call._schema import root_object_schema
 from .._tools._tool import Tool
+from ._keys import META_CLOSING, META_FRAME, META_SEQ, RESPONSE_KEY
 
-__all__ = (
-    "META_CLOSING",
-    "META_FRAME",
-    "META_SEQ",
-    "RESPONSE_KEY",
-    "adk_tool_name",
-    "closing_event",
-    "function_declaration",
-    "partial_event",
-    "response_of",
-)
-
-#: ``custom_metadata`` key of a partial event holding the exact kigi frame.
-META_FRAME: Final = "dev.kigi/frame"
-#: ``custom_metadata`` key of a partial event holding the frame's per-call ``seq``.
-META_SEQ: Final = "dev.kigi/seq"
-#: ``custom_metadata`` key of the partial event that only says a loss known at
-#: the end; it holds the call's id.
-META_CLOSING: Final = "dev.kigi/closing"
-#: Key of the function response holding the kigi figures (Rule 3).
-RESPONSE_KEY: Final = "kigi"
+__all__ = ("adk_tool_name",)
 
 
 def adk_tool_name(tool_id: str) -> str:
