@@ -25,6 +25,14 @@ Rule 3. The result goes out as the handler made it (FastMCP passes a
 Rule 4. A call with no MCP request behind it (``FastMCP.call_tool`` called
         in-process, outside a session) is served without live output: the
         same result, ``progress_requested`` false.
+
+What FastMCP owns is FastMCP's: its transports, so ``serve --mcp-http``'s own
+HTTP guard (a per-call bound on messages on their way to a socket, a call
+cancelled when its host's stream closes) is not in front of these calls; a
+host cancels a call with ``notifications/cancelled``, and a host that stops
+reading is met by the stall rule as far as the SDK's sending waits for it.
+FastMCP's refusal of an ``MCPError`` (a token in use, too many calls) reaches
+the host as an ``isError`` result, as FastMCP reports every tool failure.
 """
 
 from __future__ import annotations
