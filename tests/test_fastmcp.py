@@ -332,3 +332,25 @@ def test_readme_fastmcp_section_runs() -> None:
     out = _run_block(_block_with(marker))
     for part in _EXPECTED_OUTPUT[marker]:
         assert part in out, out
+
+
+async def test_a_refused_call_is_an_error_result(tmp_path: Path) -> None:
+    """A call over the server's ``max_calls`` is refused as ``serve --mcp``
+    refuses it, and FastMCP hands the refusal to the host as an ``isError``
+    result; the running call is unharmed."""
+    app = fastmcp.FastMCP("app")
+    add_kigi_tools(app, McpToolServer([ShellTool()], max_calls=1))
+    started = tmp_path / "started"
+    async with asyncio.timeout(DEADLINE_S), fastmcp.Client(app) as client:
+        first = asyncio.create_task(
+            client.call_tool_mcp("bash", {"command": f"touch {started}; sleep 1; echo one"})
+        )
+        while not started.exists():
+            await asyncio.sleep(0.02)
+        refused = await client.call_tool_mcp("bash", {"command": "echo two"})
+        done = await first
+    assert refused.is_error
+    assert "already running" in refused.content[0].text  # type: ignore[union-attr]
+    assert not done.is_error
+    assert done.structured_content is not None
+    assert done.structured_content["output"] == "one\n"
