@@ -30,9 +30,11 @@ PACKAGES = (
     "kigi_tool_runtime",
     "kigi_tool_runtime.testing",
     "kigi_tool_runtime.mcp",
+    "kigi_tool_runtime.fastmcp",
     "kigi_tool_runtime.nats",
     "kigi_tool_runtime.langchain",
     "kigi_tool_runtime.pydantic_ai",
+    "kigi_tool_runtime.adk",
     "kigi_tool_runtime.acp",
 )
 _HELP_BLOCK = re.compile(r"```text\n(usage: kigi-stream (\w+) .*?)```", re.DOTALL)

@@ -19,6 +19,8 @@ PUBLIC = (
     "kigi_tool_runtime",
     "kigi_tool_runtime.langchain",
     "kigi_tool_runtime.acp",
+    "kigi_tool_runtime.adk",
+    "kigi_tool_runtime.fastmcp",
     "kigi_tool_runtime.mcp",
     "kigi_tool_runtime.nats",
     "kigi_tool_runtime.pydantic_ai",

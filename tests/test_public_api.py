@@ -18,9 +18,11 @@ PACKAGES = (
     "kigi_tool_runtime",
     "kigi_tool_runtime.testing",
     "kigi_tool_runtime.mcp",
+    "kigi_tool_runtime.fastmcp",
     "kigi_tool_runtime.nats",
     "kigi_tool_runtime.langchain",
     "kigi_tool_runtime.pydantic_ai",
+    "kigi_tool_runtime.adk",
     "kigi_tool_runtime.acp",
 )
 

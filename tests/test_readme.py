@@ -82,6 +82,10 @@ _EXPECTED_OUTPUT = {
         "bash_output_chunk: 16 bytes in 2 frames (total 16), no gaps",
         "final: [True]",
     ),
+    # Run by tests/test_fastmcp.py (it needs the fastmcp extra).
+    "add_kigi_tools(mcp, [ShellTool()])": ("live: hi", "[exit code 0; 3 bytes of output"),
+    # Run by tests/test_adk.py (it needs the google-adk extra).
+    "KigiAdkTool(ShellTool())]": ("live: grüße\n", "grüße | complete: True"),
     # Needs a NATS server: run by tests/test_nats.py against a real one.
     "NatsClient.connect(": ("grüße from a worker", "exit code 0", "True True"),
 }

@@ -53,6 +53,8 @@ CORE_MODULES = (
     "kigi_tool_runtime.nats._protocol",
     "kigi_tool_runtime.langchain._mapping",
     "kigi_tool_runtime.langchain._fold",
+    "kigi_tool_runtime.adk._keys",
+    "kigi_tool_runtime.adk._folder",
 )
 
 FORBIDDEN = ("asyncio", "subprocess", "socket", "threading", "selectors")
