@@ -164,6 +164,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds before the command's process group is stopped, exit 124"
         " (default: no deadline)",
     )
+    pacing = run.add_mutually_exclusive_group()
+    pacing.add_argument(
+        "--wait",
+        dest="drop",
+        action="store_false",
+        default=None,
+        help="a slow reader of stdout slows the command, as with cat: its pipe is read only"
+        " as fast as the output is taken, so nothing is lost (the default when stdout is"
+        " a pipe or a file)",
+    )
+    pacing.add_argument(
+        "--drop",
+        dest="drop",
+        action="store_true",
+        default=None,
+        help="a live view: the command never waits on the reader of stdout; output a"
+        " reader falls --tail bytes behind on is skipped and marked, on a line of its own,"
+        " with how many bytes were lost (the default on a terminal)",
+    )
     run.add_argument(
         "--json",
         action="store_true",
