@@ -239,7 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
         " what serve wrote) as it grows, like tail -f: a marker where bytes were lost,"
         " each anomaly on stderr with its line number, and, once the log holds more than"
         " one stream, a ==> CALL/SUBKIND <== label whenever the text switches streams."
-        " Ctrl-C or SIGTERM stops it and prints the offset to resume from.",
+        " Ctrl-C or SIGTERM stops it and prints the offset to resume from. A log does not"
+        " say when its run has ended: a finished one is followed until stopped, as a"
+        " growing one is (--once reads to the end and exits; standard input and pipes"
+        " end at their end).",
     )
     follow.add_argument(
         "file",
@@ -252,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative_int,
         default=0,
         metavar="BYTES",
-        help="start at this byte offset, one a stopped follow printed (default 0)",
+        help="start at this byte offset, the start of a line, such as one a stopped"
+        " follow printed (default 0)",
     )
     follow.add_argument("--once", action="store_true", help="read what is there and exit")
     follow.add_argument(
