@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 from typescript_mcp import install_ts_sdk, run_driver
 
+# One worker installs the SDK once for all of them (pytest -n ... --dist loadgroup).
+# Slow: an npm install first.
+pytestmark = [pytest.mark.xdist_group("typescript-sdk"), pytest.mark.slow]
+
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
 
 # 600 bytes in 7-byte pieces, 10 ms apart: many small notifications, the last
@@ -26,7 +30,9 @@ PIECES = (
 PIECES_TEXT = bytes(48 + i % 75 for i in range(600)).decode()
 
 
-@pytest.fixture(scope="module")
+# Session-wide: a module fixture is set up again whenever a worker runs another
+# module's test between two of these (an npm install each time).
+@pytest.fixture(scope="session")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return install_ts_sdk(tmp_path_factory.mktemp("ts-mcp"))
 
