@@ -32,7 +32,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 #: What the whole suite took with the README's command (``-n auto`` on two
 #: cores, a machine busy with other work): said as a run starts.
-SUITE_TIME = "about 5.5 minutes"
+SUITE_TIME = "5 to 10 minutes"
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
