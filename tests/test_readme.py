@@ -33,7 +33,7 @@ def _env() -> dict[str, str]:
 #: parallel, the slowest tests listed at the end.
 TEST_COMMAND = (
     ".venv/bin/python -m pip install -e '.[test]'"
-    " && .venv/bin/python -m pytest -n auto --dist loadgroup --durations=30"
+    " && .venv/bin/python -m pytest -n auto --durations=30"
 )
 
 
