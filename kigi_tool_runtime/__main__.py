@@ -2,6 +2,6 @@
 
 import sys
 
-from ._cli._main import main
+from ._cli._entry import main
 
 sys.exit(main())

@@ -53,6 +53,28 @@ collect_ignore = [
 ]
 
 
+#: What the whole suite took with the README's command (``-n auto`` on two
+#: cores, a machine busy with other work): said as a run starts.
+SUITE_TIME = "5 to 10 minutes"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say, as a run starts, what it runs, how long the whole suite takes and
+    how to run less."""
+    workers = config.getoption("numprocesses", None)
+    how = (
+        f"in parallel ({workers} workers, pytest-xdist)"
+        if workers
+        else "in one process (-n auto runs them in parallel)"
+    )
+    return [
+        f"kigi-tool-runtime: the tests run {how}; many start real processes (commands,"
+        " servers, clients, nats-server, Node).",
+        f"The whole suite takes {SUITE_TIME} with -n auto on 2 cores; -m 'not slow'"
+        " leaves out the slowest for a first run.",
+    ]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Run an ``async def`` test on a fresh event loop of its own (``asyncio.run``),

@@ -14,8 +14,10 @@ _BLOCK = re.compile(r"```(?P<lang>\w*)\n(?P<body>.*?)```", re.DOTALL)
 
 
 def pages() -> list[Path]:
-    """The README, then every Markdown page of the site, in a stable order."""
-    return [README, *sorted(DOCS.rglob("*.md"))]
+    """The README, then every Markdown page of the site, in a stable order
+    (``docs/pypi.md``, the package index's text, is not one: it repeats
+    them)."""
+    return [README, *sorted(p for p in DOCS.rglob("*.md") if p.name != "pypi.md")]
 
 
 def page(name: str) -> str:

@@ -390,7 +390,7 @@ NPM_SDK = "@agentclientprotocol/sdk@2"
 NODE_CLIENT = Path(__file__).resolve().parent / "acp_node_client.mjs"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def node_editor(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory with the npm ACP SDK installed and the Node editor beside it."""
     where = tmp_path_factory.mktemp("acp-node")

@@ -1507,3 +1507,75 @@ def test_a_drain_lines_producer_with_gaps_and_a_limit_checks_ok() -> None:
     assert re.search(rf"\(total {limit}\), \d+ gaps \(\d+(-\d+)? bytes lost\)", report), report
     assert "truncated at the output limit" in report
     assert report.endswith("1 stream, 0 other messages: ok\n")
+
+
+def test_follow_from_an_offset_inside_a_line_says_it_must_be_a_line_start(
+    tmp_path: Path,
+) -> None:
+    """An offset inside a line is refused with why (exit 2), not read as a log
+    of undecodable records; one at a line's start still resumes there."""
+    log = tmp_path / "frames.jsonl"
+    frames = _frames("echo one; sleep 0.3; echo two")
+    log.write_bytes(frames)
+    inside = frames.index(b"\n") - 5
+    for once in (["--once"], []):
+        done = _cli("follow", *once, "--from-offset", str(inside), str(log))
+        err = done.stderr.decode()
+        assert done.returncode == EXIT_USAGE, err
+        assert f"--from-offset {inside} is inside a line" in err
+        assert "line's start" in err
+        assert "undecodable" not in err
+        assert done.stdout == b""
+    at_a_start = _cli("follow", "--once", "--from-offset", str(frames.index(b"\n") + 1), str(log))
+    assert (at_a_start.returncode, at_a_start.stdout) == (0, b"two\n")
+
+
+def test_follow_on_a_terminal_says_what_ends_it(tmp_path: Path) -> None:
+    """A finished `run --json` log says nothing of its end, so a live follow of
+    it goes on: on a terminal it says so as it starts (and what stops it);
+    SIGTERM then stops it with the offset. Piped, stderr gets no such line."""
+    log = tmp_path / "done.jsonl"
+    frames = _frames("echo finished")
+    log.write_bytes(frames)
+    main_fd, child_fd = pty.openpty()
+    try:
+        with subprocess.Popen(
+            [KIGI_STREAM, "follow", "--interval", "0.05", str(log)],
+            stdout=subprocess.PIPE,
+            stderr=child_fd,
+        ) as proc:
+            os.close(child_fd)
+            try:
+                assert proc.stdout is not None
+                assert proc.stdout.read(9) == b"finished\n"
+                said = b""
+                deadline = time.monotonic() + RUN_WAIT_S
+                while b"--once reads to its end" not in said:
+                    assert time.monotonic() < deadline, said
+                    ready, _, _ = select.select([main_fd], [], [], 1.0)
+                    if ready:
+                        said += os.read(main_fd, 4096)
+                assert proc.poll() is None  # a finished log is followed on
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(timeout=RUN_WAIT_S) == 0
+            finally:
+                reap(proc)
+    finally:
+        os.close(main_fd)
+    text = said.decode().replace("\r\n", "\n")
+    assert "until Ctrl-C, SIGTERM or SIGHUP" in text
+    assert "does not say when its run has ended" in text
+    piped = subprocess.Popen(
+        [KIGI_STREAM, "follow", "--interval", "0.05", str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert piped.stdout is not None
+        assert piped.stdout.read(9) == b"finished\n"
+        piped.send_signal(signal.SIGTERM)
+        _, err = piped.communicate(timeout=RUN_WAIT_S)
+    finally:
+        reap(piped, drain=True)
+    assert b"does not say" not in err
+    assert f"stopped at offset {len(frames)}".encode() in err

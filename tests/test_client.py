@@ -1128,6 +1128,7 @@ def test_lines_nested_too_deeply_are_counted_unused_and_reading_goes_on() -> Non
     _run(body)
 
 
+@pytest.mark.slow
 def test_leaving_or_cancelling_a_call_to_a_server_that_stopped_reading_returns() -> None:
     """A peer that never reads its input: cancel() and leaving `async with call`
     (their notifications stuck behind a full pipe) return all the same."""

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from docs_pages import DOCS, ROOT
+from docs_pages import DOCS, ROOT, pages
 
 from kigi_tool_runtime._cli._parser import build_parser
 
@@ -82,11 +82,24 @@ def test_every_public_class_and_function_has_a_docstring(package: str) -> None:
 
 def test_every_page_is_in_the_navigation() -> None:
     """A page left out of ``mkdocs.yml``'s nav is not reachable from the site."""
-    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:\n", 1)[1]
     listed = set(re.findall(r"([\w./-]+\.md)\s*$", nav, re.MULTILINE))
-    pages = {str(path.relative_to(DOCS)) for path in DOCS.rglob("*.md")}
+    # docs/pypi.md is the package index's text (mkdocs.yml excludes it).
+    pages = {str(path.relative_to(DOCS)) for path in DOCS.rglob("*.md")} - {"pypi.md"}
     assert pages - listed == set(), "pages missing from mkdocs.yml's nav"
     assert listed - pages == set(), "nav entries with no page"
+
+
+def test_the_index_pages_code_is_the_sites() -> None:
+    """``docs/pypi.md`` (the package index's text, not a page of the site, so
+    not run itself) shows only code that a page of the site shows, and runs
+    there, besides the index's own install line."""
+    index_page = (DOCS / "pypi.md").read_text(encoding="utf-8")
+    site = "\n".join(path.read_text(encoding="utf-8") for path in pages())
+    for body in re.findall(r"```\w*\n(.*?)```", index_page, re.DOTALL):
+        if body.startswith("pip install kigi-tool-runtime") and body.count("\n") == 1:
+            continue
+        assert body in site, body
 
 
 def write_cli_help() -> None:

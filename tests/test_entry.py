@@ -110,3 +110,22 @@ def test_a_sigint_just_before_runs_handlers_are_in_place_is_held_then_taken() ->
     assert "Traceback" not in err
     assert b"started" not in done.stdout
     assert "cancelled" in err  # the summary: the call was stopped
+
+
+def test_the_entry_module_imports_nothing_before_its_handler_is_in_place() -> None:
+    """Importing the console script's module (what runs before ``main`` takes
+    Ctrl-C) loads neither the package's names, the protocol package nor
+    msgspec: the slow part of a start comes after the handler."""
+    script = (
+        "import sys\n"
+        "import kigi_tool_runtime._cli._entry\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('kigi', 'msgspec'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=END_S, check=True
+    )
+    assert done.stdout.split() == [
+        "['kigi_tool_runtime',",
+        "'kigi_tool_runtime._cli',",
+        "'kigi_tool_runtime._cli._entry']",
+    ]

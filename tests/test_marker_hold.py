@@ -26,6 +26,10 @@ from kigi_tool_runtime.testing._consumer_strategies import producer_runs, progre
 
 KIGI = (sys.executable, "-m", "kigi_tool_runtime")
 MARKER = re.compile(r"\[\.\.\. (\d+)(?:-(\d+))? bytes lost \.\.\.\]")
+#: A marker as ``run`` prints it, a line of its own: the newline put before it
+#: when the output so far ends mid-line, and the one after it (for output of
+#: no newlines of its own, such as FLOOD's, both are the printer's).
+MARKER_LINE = re.compile(r"\n?\[\.\.\. (\d+)(?:-(\d+))? bytes lost \.\.\.\]\n")
 
 
 def _held_print(run: Any, give_up: list[bool]) -> tuple[list[Appended], list[Appended]]:
@@ -91,7 +95,9 @@ FLOOD = (
     "    out.write(source[at : at + 65536])\n"
 )
 FLOOD_BYTES = 26 * 1000 * 200
-PYTHON_FLOOD = (sys.executable, "-c", FLOOD)
+PY = sys.executable
+PYTHON_FLOOD = (PY, "-c", FLOOD)
+DASH_FLOOD = ("--", *PYTHON_FLOOD)
 
 
 def test_run_marks_each_gap_of_a_flood_with_what_it_lost() -> None:
@@ -100,7 +106,7 @@ def test_run_marks_each_gap_of_a_flood_with_what_it_lost() -> None:
     text between markers is the source at the place the markers put it, and
     the summary gives the exact total lost beside the gap count."""
     done = subprocess.run(
-        [*KIGI, "run", "--cap", "1024", "--tail", "4096", "--tick", "20", "--", *PYTHON_FLOOD],
+        [*KIGI, "run", "--drop", "--cap", "1024", "--tail", "4096", "--tick", "20", *DASH_FLOOD],
         capture_output=True,
         timeout=120,
         check=False,
@@ -112,9 +118,11 @@ def test_run_marks_each_gap_of_a_flood_with_what_it_lost() -> None:
     assert found, summary
     total, gaps, lost = map(int, found.groups())
     assert total == FLOOD_BYTES
-    markers = list(MARKER.finditer(out))
+    markers = list(MARKER_LINE.finditer(out))
     assert len(markers) == gaps > 1
-    pieces = MARKER.split(out)[::3]
+    for marker in markers:  # each a line of its own
+        assert marker.start() == 0 or marker[0].startswith("\n"), marker[0]
+    pieces = MARKER_LINE.split(out)[::3]
     text = "".join(pieces)
     assert lost == total - len(text)
     # Walk the source: each piece is where the marker before it says.
@@ -149,7 +157,7 @@ def test_run_prints_the_output_after_a_gap_when_the_command_falls_silent(
         "    time.sleep(0.05)\n"
     )
     proc = subprocess.Popen(
-        [*KIGI, "run", "--cap", "1024", "--tail", "4096", "--", sys.executable, "-c", command],
+        [*KIGI, "run", "--drop", "--cap", "1024", "--tail", "4096", "--", PY, "-c", command],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

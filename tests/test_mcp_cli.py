@@ -109,6 +109,7 @@ def test_serve_on_a_busy_port_says_so() -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_serve_mcp_stopped_while_its_stdout_is_unread_says_so_once() -> None:
     """``serve --mcp`` with 64 flooding calls (the most it runs) and a host that never reads
     stdout: SIGTERM stops it (143), and stderr says once how many answers

@@ -6,12 +6,18 @@ notification reaches it (``mcp._hold``)."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 from typescript_mcp import install_ts_sdk, run_driver
+
+# Slow: an npm install first (one per run, whichever workers run them).
+pytestmark = pytest.mark.slow
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
 
@@ -26,9 +32,25 @@ PIECES = (
 PIECES_TEXT = bytes(48 + i % 75 for i in range(600)).decode()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return install_ts_sdk(tmp_path_factory.mktemp("ts-mcp"))
+    """The SDK, installed once per run: in the directory every pytest-xdist
+    worker's temporary root shares, under a lock, by the first worker that
+    needs it (a module fixture was set up again whenever a worker ran another
+    module's test in between: an npm install each time)."""
+    base = tmp_path_factory.getbasetemp()
+    # A worker's root is popen-gwN inside the run's own; without workers, the
+    # run's own root is the base itself (its parent holds other runs').
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    with (shared / "ts-mcp.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        where = shared / "ts-mcp"
+        if not (where / "installed").exists():
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir()
+            driver = install_ts_sdk(where)
+            (where / "installed").write_text(str(driver))
+        return Path((where / "installed").read_text())
 
 
 def test_every_notification_of_200_one_write_calls_reaches_the_typescript_client(

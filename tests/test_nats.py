@@ -583,6 +583,7 @@ def test_a_second_signal_stops_serve_nats_at_once_while_the_server_hangs(
     run(main(), 60)
 
 
+@pytest.mark.slow
 def test_serve_nats_stops_within_its_bound_while_the_server_hangs(
     nats_server: NatsServer,
 ) -> None:
@@ -617,6 +618,7 @@ def test_serve_nats_stops_within_its_bound_while_the_server_hangs(
     run(main(), STOP_BOUND_S + 60)
 
 
+@pytest.mark.slow
 def test_a_second_signal_while_serve_nats_closes_says_only_that(
     nats_server: NatsServer,
 ) -> None:
@@ -968,6 +970,7 @@ def test_cli_follow_of_a_call_not_there_says_it_waits(nats_server: NatsServer) -
 # -- issue: the new surfaces keep the old promises ----------------------------------------
 
 
+@pytest.mark.slow
 def test_a_claim_the_frames_stream_discarded_still_stops_a_second_run(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:

@@ -28,18 +28,26 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PATH": _SCRIPTS + os.pathsep + os.environ.get("PATH", "")}
 
 
+#: The README's test command, which CI (``.ci/run``) runs as written: in
+#: parallel, the slowest tests listed at the end.
+TEST_COMMAND = (
+    ".venv/bin/python -m pip install -e '.[test]'"
+    " && .venv/bin/python -m pytest -n auto --durations=30"
+)
+
+
 def test_readme_has_the_two_commands() -> None:
     """The README gives the install-and-run command, and a test command that
-    names the extra so it resolves from the clone and does not need the venv
-    to be active."""
+    names the extra so it resolves from the clone, does not need the venv to be
+    active, runs in parallel, and is the one CI runs."""
     commands = _blocks("sh")
     assert any("kigi-stream run" in c and "pip install" in c for c in commands)
     install = next(c for c in commands if "kigi-stream run" in c and "pip install" in c)
     assert install.startswith("python3 -m venv .venv && ")
-    assert ".venv/bin/python -m pip install -e '.[test]' && .venv/bin/python -m pytest\n" in (
-        commands
-    )
+    assert TEST_COMMAND + "\n" in commands
     assert "pip install 'kigi-tool-runtime[test]'" not in all_text()
+    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text(encoding="utf-8")
+    assert f"\n{TEST_COMMAND}\n" in ci
 
 
 #: What each Python block of the README prints when it works, found by a line

@@ -57,7 +57,8 @@ def test_version_comes_from_the_package_metadata() -> None:
 
 def test_the_testing_kit_without_hypothesis_names_the_test_extra() -> None:
     """Importing ``kigi_tool_runtime.testing`` where Hypothesis is missing is an
-    ImportError that says how to install it (the ``test`` extra)."""
+    ImportError that says how to install it: the ``testing`` extra, which
+    installs Hypothesis alone."""
     import subprocess
     import sys
 
@@ -65,6 +66,7 @@ def test_the_testing_kit_without_hypothesis_names_the_test_extra() -> None:
         "import sys\n"
         "sys.modules['hypothesis'] = None  # as if it were not installed\n"
         "import kigi_tool_runtime  # the runtime itself does not need it\n"
+        "assert kigi_tool_runtime.ShellTool and kigi_tool_runtime.__all__\n"
         "try:\n"
         "    import kigi_tool_runtime.testing\n"
         "except ImportError as exc:\n"
@@ -74,4 +76,4 @@ def test_the_testing_kit_without_hypothesis_names_the_test_extra() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.startswith("ImportError kigi_tool_runtime.testing needs Hypothesis")
-    assert "pip install -e '.[test]'" in done.stdout
+    assert "pip install 'kigi-tool-runtime[testing]'" in done.stdout

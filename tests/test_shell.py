@@ -526,6 +526,119 @@ def test_a_stalled_consumer_gets_a_gap_that_says_how_much(tmp_path: Path) -> Non
     assert accounting.skipped == accounting.skipped_by_wire
 
 
+def _blocked_on_its_pipe(pid: int) -> bool:
+    """Whether process ``pid`` sleeps in a write to a full pipe (Linux's wchan;
+    where the kernel hides it, a second's stall stands in for the proof)."""
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+    return wchan.endswith("pipe_write")
+
+
+async def _stall_until_the_child_blocks(pid_file: Path) -> None:
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(PATIENCE_S):
+        while not pid_file.exists() or not pid_file.read_text():
+            await asyncio.sleep(0.01)
+        pid = int(pid_file.read_text())
+        hidden = Path(f"/proc/{pid}/wchan").read_text() == "0"
+        until = loop.time() + 1.0
+        while not (loop.time() >= until if hidden else _blocked_on_its_pipe(pid)):
+            await asyncio.sleep(0.01)
+
+
+def test_waiting_for_the_reader_a_stalled_consumer_loses_nothing(tmp_path: Path) -> None:
+    """``wait_for_reader``: a consumer that stalls until the child is blocked on
+    its full pipe (the reading paused: the tail was full of bytes not yet
+    surfaced), twice, gets every byte as a delta, no gap, in flat memory."""
+    records = 2048  # 8 MiB through a 64 KiB tail
+    pid_file = tmp_path / "pid"
+    accounting = Accounting()
+    frames: list[int] = []
+
+    async def on_frame(frame: PartialResultPayload) -> None:
+        accounting.absorb(frame)
+        frames.append(len(frame.delta))
+        if len(frames) in (1, 200):
+            await _stall_until_the_child_blocks(pid_file)
+
+    async def main() -> tuple[Collected, int]:
+        tracemalloc.start()
+        try:
+            baseline = tracemalloc.get_traced_memory()[0]
+            tool = ShellTool(tail_capacity=4 * CAP, wait_for_reader=True)
+            args = flood_args(records, str(pid_file))
+            got = await call_shell(args, tool, on_frame=on_frame, keep=False)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        return got, peak - baseline
+
+    got, growth = asyncio.run(main())
+    accounting.finish()
+    total = records * RECORD
+    assert len(frames) > 200
+    assert shell_outcome(got).total_bytes == total
+    assert accounting.gaps == 0
+    assert accounting.surfaced == accounting.position == total
+    # The tail, the channel's frames and the head: far below the output.
+    assert growth < total // 2, f"memory grew by {growth} bytes"
+
+
+def test_waiting_for_the_reader_without_progress_still_reads_everything() -> None:
+    """Without progress nothing drains, so nothing is waited for: the command
+    runs to its end and the result counts all of its output."""
+    tool = ShellTool(tail_capacity=4 * CAP, wait_for_reader=True)
+    got = run(flood_args(512), tool, wants_progress=False)
+    assert shell_outcome(got).exit_code == 0
+    assert shell_outcome(got).total_bytes == 512 * RECORD
+
+
+#: Floods until SIGTERM; then writes far more than a pipe holds, cleans up
+#: (writes the file its argument names) and exits 3.
+FLOOD_THEN_LAST_WORDS = """
+import os, pathlib, signal, sys
+def stop(*_):
+    sys.stdout.buffer.write(b"s" * 2_000_000)
+    sys.stdout.flush()
+    pathlib.Path(sys.argv[1]).write_text("cleaned up")
+    os._exit(3)
+signal.signal(signal.SIGTERM, stop)
+with open(sys.argv[2], "w") as f:
+    f.write(str(os.getpid()))
+while True:
+    sys.stdout.buffer.write(b"x" * 65535 + b"\\n")
+"""
+
+
+def test_waiting_for_the_reader_a_stopped_command_is_read_as_it_stops(tmp_path: Path) -> None:
+    """A call cancelled while its reading waits on a stalled consumer: the
+    pipe is read again during the grace, so a command that writes 2 MB as it
+    stops is not blocked on it, and finishes its cleanup before the SIGKILL."""
+    done, pid_file = tmp_path / "cleaned", tmp_path / "pid"
+    ctx = ToolContext("call-stop")
+
+    async def main() -> ToolResult | ToolError | None:
+        terminal: ToolResult | ToolError | None = None
+        tool = ShellTool(tail_capacity=4 * CAP, grace=PATIENCE_S / 4, wait_for_reader=True)
+        args = {"command": [PY, "-c", FLOOD_THEN_LAST_WORDS, str(done), str(pid_file)]}
+        async with asyncio.timeout(PATIENCE_S):
+            async for item in run_tool(tool, args, ctx=ctx):
+                if isinstance(item, ToolResult | ToolError):
+                    terminal = item
+                elif not ctx.cancelled:
+                    await _stall_until_the_child_blocks(pid_file)
+                    ctx.cancel()
+        return terminal
+
+    terminal = asyncio.run(main())
+    assert isinstance(terminal, ToolError)
+    assert terminal.kind == ToolErrorKind.CANCELLED
+    assert done.read_text() == "cleaned up"
+    assert_group_gone(int(pid_file.read_text()))
+
+
 # -- stopping: timeout, cancellation, stray grandchildren -----------------------------
 
 TICKER = """

@@ -1,6 +1,9 @@
 """``kigi-stream follow``: print a frame log's reassembled text as it grows,
 like ``tail -f``, its anomalies on stderr with their line numbers, until a stop
-signal (then the offset to resume from) or, for a pipe or ``--once``, its end."""
+signal (then the offset to resume from) or, for a pipe or ``--once``, its end.
+A log does not say when its run has ended, so a live follow of a finished
+one goes on until stopped; on a terminal it says so as it starts. An offset
+to resume from must be a line's start (one a stopped follow printed)."""
 
 from __future__ import annotations
 
@@ -144,7 +147,43 @@ def _follow_pipe(args: argparse.Namespace, printer: _Printer) -> int:
     return 0
 
 
+#: What ends a live follow, said on a terminal as it starts: nothing in a log
+#: says that its run has ended, so a finished one is followed like a growing one.
+FOLLOW_ENDS: Final = (
+    "following {path} as it grows, until Ctrl-C, SIGTERM or SIGHUP (then the offset to"
+    " resume from is printed); a log does not say when its run has ended, so a finished"
+    " one is followed too: --once reads to its end and exits"
+)
+
+
+def _check_line_start(path: str, offset: int) -> None:
+    """Refuse an offset inside a line: its records would start mid-line, and
+    each read as undecodable would not say why.
+
+    Raises:
+        UsageError: the byte before ``offset`` is there and not a newline.
+    """
+    if offset == 0:
+        return
+    try:
+        with open(path, "rb") as log:
+            log.seek(offset - 1)
+            before = log.read(1)
+    except OSError:
+        return  # not there yet (or unreadable): the follower says what it finds
+    if before and before != b"\n":
+        raise UsageError(
+            f"--from-offset {offset} is inside a line of {path!r} (the byte before it is"
+            " not a newline): give the offset of a line's start, such as the one a"
+            " stopped follow prints"
+        )
+
+
 def _follow_file(path: str, args: argparse.Namespace, printer: _Printer) -> int:
+    _check_line_start(path, args.from_offset)
+    if not args.once and sys.stderr.isatty():
+        sys.stderr.write(f"kigi-stream follow: {FOLLOW_ENDS.format(path=path)}\n")
+        sys.stderr.flush()
     follower = Follower(path, args.from_offset, seq_scope=args.seq_scope, keep_text=False)
     resumable = True
     try:

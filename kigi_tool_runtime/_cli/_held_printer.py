@@ -1,6 +1,7 @@
 """``kigi-stream run``'s text printer: each frame's text as it lands, a gap's
-marker (and the text after it) held by a :class:`MarkerHold` until the frame
-that proves the gap's bounds lands, or :data:`MARKER_HOLD_S` passes.
+marker (a line of its own) and the text after it held by a :class:`MarkerHold`
+until the frame that proves the gap's bounds lands, or :data:`MARKER_HOLD_S`
+passes.
 
 The wait is a timer beside the frames, not a deadline on reading the next one:
 a frame that lands is printed in the same step that absorbed it, so the hold
@@ -18,7 +19,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Final
 
-from .._consumer._loss import DEFAULT_GAP_MARKER, Gap
+from .._consumer._loss import DEFAULT_GAP_MARKER, Gap, render_gap_marker
 from .._consumer._marker_hold import MarkerHold
 from .._consumer._reassembler import Appended, Reassembler
 from .._scope import TaskScope
@@ -120,8 +121,28 @@ class HeldPrinter:
             self.closed = True
             self._on_closed()
 
+    def _render(self, items: list[Appended]) -> str:
+        """The text of ``items``, each gap's marker a line of its own, so that it
+        never splits a line of the output's (``352[...]2868929``): a newline
+        before it when the text so far ends mid-line, and one after it unless
+        the text right after it starts with its own."""
+        parts: list[str] = []
+        ends_line = self.ends_line
+        for item in items:
+            text = item.text or ""
+            if item.gap is not None:
+                marker = render_gap_marker(DEFAULT_GAP_MARKER, item.gap)
+                before = "" if ends_line else "\n"
+                after = "" if text.startswith("\n") else "\n"
+                parts.append(f"{before}{marker}{after}")
+                ends_line = True
+            if text:
+                parts.append(text)
+                ends_line = text.endswith("\n")
+        return "".join(parts)
+
     async def _write(self, items: list[Appended]) -> None:
-        text = "".join(item.render(DEFAULT_GAP_MARKER) for item in items)
+        text = self._render(items)
         if not text:
             return
         status = self._status

@@ -6,10 +6,14 @@ Commands:
 - ``run [options] -- CMD ...``: run CMD through the shell tool. One argument is
   a shell command line (run by bash); several are a program and its arguments.
   The command's stdin is ``/dev/null``. By default the reassembled output is
-  printed live to stdout (a gap marker where bytes were lost) and a summary
-  line goes to stderr, on a line of its own even when the output did not end
-  with a newline; ``--json`` prints the ``tool_call_progress`` notification
-  lines instead, byte for byte what ``serve`` would send. On a terminal, a run
+  printed live to stdout and a summary line goes to stderr. Into a pipe or a
+  file ``run`` waits for its reader (``--wait``): the command's pipe is read
+  only as fast as the output is taken, so nothing is lost; on a terminal, or
+  with ``--drop``, what the reader fell behind on is skipped, with a marker
+  on a line of its own where bytes were lost. The summary goes on a line of
+  its own even when the output did not end with a newline; ``--json`` prints
+  the ``tool_call_progress`` notification lines instead, byte for byte what
+  ``serve`` would send. On a terminal, a run
   longer than a moment shows a live status line on stderr (bytes, rate and
   elapsed time, redrawn while the command is silent too); piped, stderr only
   gets the summary.

@@ -164,6 +164,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds before the command's process group is stopped, exit 124"
         " (default: no deadline)",
     )
+    pacing = run.add_mutually_exclusive_group()
+    pacing.add_argument(
+        "--wait",
+        dest="drop",
+        action="store_false",
+        default=None,
+        help="a slow reader of stdout slows the command, as with cat: its pipe is read only"
+        " as fast as the output is taken, so nothing is lost (the default when stdout is"
+        " a pipe or a file)",
+    )
+    pacing.add_argument(
+        "--drop",
+        dest="drop",
+        action="store_true",
+        default=None,
+        help="a live view: the command never waits on the reader of stdout; output a"
+        " reader falls --tail bytes behind on is skipped and marked, on a line of its own,"
+        " with how many bytes were lost (the default on a terminal)",
+    )
     run.add_argument(
         "--json",
         action="store_true",
@@ -220,7 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
         " what serve wrote) as it grows, like tail -f: a marker where bytes were lost,"
         " each anomaly on stderr with its line number, and, once the log holds more than"
         " one stream, a ==> CALL/SUBKIND <== label whenever the text switches streams."
-        " Ctrl-C or SIGTERM stops it and prints the offset to resume from.",
+        " Ctrl-C or SIGTERM stops it and prints the offset to resume from. A log does not"
+        " say when its run has ended: a finished one is followed until stopped, as a"
+        " growing one is (--once reads to the end and exits; standard input and pipes"
+        " end at their end).",
     )
     follow.add_argument(
         "file",
@@ -233,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative_int,
         default=0,
         metavar="BYTES",
-        help="start at this byte offset, one a stopped follow printed (default 0)",
+        help="start at this byte offset, the start of a line, such as one a stopped"
+        " follow printed (default 0)",
     )
     follow.add_argument("--once", action="store_true", help="read what is there and exit")
     follow.add_argument(

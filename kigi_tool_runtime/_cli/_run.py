@@ -66,8 +66,14 @@ def _shell_tool(args: argparse.Namespace) -> ShellTool:
             f"--tail {args.tail} is below --cap ({cap} bytes{default}): the tail must hold"
             f" one whole delta, so --tail must be at least {max(cap, MIN_TAIL_CAPACITY)}"
         )
+    # A pipe or a file waits for its reader (nothing lost, as with cat); a
+    # terminal is a live view, where skipping what it fell behind on is right.
+    drop = getattr(args, "drop", None)
+    if drop is None:
+        drop = sys.stdout.isatty()
     try:
         return ShellTool(
+            wait_for_reader=not drop,
             tick=args.tick / 1000,
             tail_capacity=args.tail,
             max_delta_bytes=args.cap,

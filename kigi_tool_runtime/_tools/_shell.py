@@ -25,6 +25,14 @@ Rule 6. While the tool runs the command, its process group dies with the
         process the tool runs in, however that process dies (a SIGKILLed
         server's commands do not run on): the group is held on the lifeline
         (``_process.hold``) from its start until the tool is done with it.
+Rule 8. With ``wait_for_reader`` (``kigi-stream run`` into a pipe or a file),
+        nothing is skipped: the pipe is read only while the tail has room for
+        every byte not yet surfaced, so a consumer that falls behind pauses
+        the reading (the child then blocks on its full pipe, as it would
+        writing into ``cat``) instead of seeing a gap. Memory stays bounded by
+        the same tail. The exit drain of Rule 5 does not run out while the
+        reading waits on the consumer, and a stopped command's pipe is read
+        regardless, so its last words never block it.
 Rule 7. The pipe is asked for :data:`CHILD_PIPE_BYTES` (Linux only, best
         effort: ``_process.widen_pipe``), one readiness callback's read budget:
         a flooding child is then taken in about a quarter of the wake-ups a
@@ -281,10 +289,27 @@ class _PipeReader:
     """Reads the child's pipe from event-loop callbacks into an OutputStream, and
     wakes the frame side when a frame's worth is pending or the pipe has ended."""
 
-    __slots__ = ("_budget", "_buf", "_fd", "_loop", "_stream", "_view", "_waiter", "eof")
+    __slots__ = (
+        "_budget",
+        "_buf",
+        "_fd",
+        "_loop",
+        "_room",
+        "_stream",
+        "_view",
+        "_waiter",
+        "eof",
+        "paused",
+    )
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, fd: int, stream: OutputStream, chunk: int
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fd: int,
+        stream: OutputStream,
+        chunk: int,
+        *,
+        wait_for_reader: bool = False,
     ) -> None:
         self._loop = loop
         self._fd = fd
@@ -293,20 +318,34 @@ class _PipeReader:
         self._buf = bytearray(chunk)
         self._view = memoryview(self._buf)
         self._waiter: asyncio.Future[None] | None = None
+        # Rule 8: the tail's room is what may be read before a drain.
+        self._room = stream.buffer.capacity if wait_for_reader else None
         self.eof = False
+        #: Whether reading waits for the frame side to drain (Rule 8).
+        self.paused = False
         os.set_blocking(fd, False)
         loop.add_reader(fd, self._on_readable)
 
     def _on_readable(self) -> None:
         self._read(self._budget)
-        if self._stream.frame_ready or self.eof:
+        if self._stream.frame_ready or self.eof or self.paused:
             self.wake()
 
     def _read(self, budget: int) -> None:
         buf, view, stream = self._buf, self._view, self._stream
         for _ in range(budget):
+            into: bytearray | memoryview = buf
+            if self._room is not None:
+                room = self._room - stream.pending
+                if room <= 0:
+                    # Rule 8: a byte more would push an unsurfaced one out.
+                    self.paused = True
+                    self._loop.remove_reader(self._fd)
+                    return
+                if room < len(buf):
+                    into = view[:room]
             try:
-                size = os.readv(self._fd, [buf])
+                size = os.readv(self._fd, [into])
             except BlockingIOError:
                 return
             except OSError:
@@ -316,8 +355,20 @@ class _PipeReader:
                 self._loop.remove_reader(self._fd)
                 return
             stream.write(view[:size])
-            if size < len(buf):
+            if size < len(into):
                 return  # the pipe is empty: skip a read that would only fail
+
+    def resume(self) -> None:
+        """Read again after a drain made room (Rule 8)."""
+        if self.paused and self._fd >= 0 and not self.eof:
+            self.paused = False
+            self._loop.add_reader(self._fd, self._on_readable)
+
+    def stop_waiting(self) -> None:
+        """Read whatever comes from now on, room or not: the command is being
+        stopped, and a member writing as it stops must not block (Rule 8)."""
+        self._room = None
+        self.resume()
 
     def wake(self) -> None:
         waiter = self._waiter
@@ -341,7 +392,10 @@ class _PipeReader:
         if self._fd < 0:
             return
         if not self.eof:
-            self._loop.remove_reader(self._fd)
+            if not self.paused:
+                self._loop.remove_reader(self._fd)
+            self.paused = False
+            self._room = None  # what is left is taken (a gap, if any, is reported)
             self._read(self._budget)
         os.close(self._fd)
         self._fd = -1
@@ -364,6 +418,10 @@ class ShellTool(Tool[ShellArgs]):
     ``tail_capacity`` is the output kept between drains, exactly as given (a
     reader further behind sees a gap); the result's excerpt keeps the first
     half of its ``output_limit`` and at most this much of the output's end.
+    ``wait_for_reader``: a reader further behind than the tail pauses the
+    reading of the command's pipe instead of seeing a gap (the command then
+    waits on its full pipe; module Rule 8). Off by default: a host's call must
+    not stall its command on a slow peer.
 
     Raises:
         TypeError: an argument has the wrong type (``tick="fast"``), named in
@@ -396,6 +454,7 @@ class ShellTool(Tool[ShellArgs]):
         limit: int | None = None,
         shell: str | None = None,
         default_timeout_ms: int | None = DEFAULT_COMMAND_TIMEOUT_MS,
+        wait_for_reader: bool = False,
     ) -> None:
         for name, value in (("tick", tick), ("grace", grace), ("exit_drain", exit_drain)):
             if not isinstance(value, int | float) or isinstance(value, bool):
@@ -412,6 +471,8 @@ class ShellTool(Tool[ShellArgs]):
         ):
             if bound is not None and (not isinstance(bound, int) or isinstance(bound, bool)):
                 raise TypeError(f"{name} must be an int or None, not {type(bound).__name__}")
+        if not isinstance(wait_for_reader, bool):
+            raise TypeError(f"wait_for_reader must be a bool, not {type(wait_for_reader).__name__}")
         if shell is not None and not isinstance(shell, str):
             raise TypeError(f"shell must be a str or None, not {type(shell).__name__}")
         if max_delta_bytes is not None:
@@ -444,6 +505,7 @@ class ShellTool(Tool[ShellArgs]):
         self.grace = grace
         self.exit_drain = exit_drain
         self.limit = limit
+        self.wait_for_reader = wait_for_reader
         self.shell = shell or shutil.which("bash") or "/bin/sh"
 
     def __repr__(self) -> str:
@@ -486,7 +548,10 @@ class ShellTool(Tool[ShellArgs]):
             head_bytes=head,
             progress=ctx.wants_progress,
         )
-        proc, reader = await self._spawn(loop, args, stream)
+        # Rule 8 holds only while frames are taken: without progress nothing
+        # drains, and the reading must not wait for it.
+        wait = self.wait_for_reader and ctx.wants_progress
+        proc, reader = await self._spawn(loop, args, stream, wait=wait)
         started = loop.time()
         exited_at: list[float] = []
 
@@ -516,17 +581,22 @@ class ShellTool(Tool[ShellArgs]):
                 while not (reader.eof and exit_task.done()):
                     if exit_task.done() and drain_until == math.inf:
                         drain_until = loop.time() + self.exit_drain
-                    if loop.time() >= drain_until:
+                    if loop.time() >= drain_until and not reader.paused:
                         break  # Rule 5: a grandchild holds the pipe open
                     # Every pass suspends, so the pipe reader, the timers and the
                     # signal handlers run however the output arrives.
-                    ready = stream.frame_ready
+                    ready = stream.frame_ready or reader.paused
                     if ready:
                         await asyncio.sleep(0)
                     else:
                         await reader.wait(min(next_tick, drain_until))
-                    if ready or stream.frame_ready or loop.time() >= next_tick:
+                    if ready or stream.frame_ready or reader.paused or loop.time() >= next_tick:
                         frames = stream.drain()
+                        if reader.paused and not math.isinf(drain_until):
+                            # Rule 8: time spent waiting on the consumer is not
+                            # the exit drain's; the pipe gets its window again.
+                            drain_until = loop.time() + self.exit_drain
+                        reader.resume()  # Rule 8: the drain made room
                         next_tick = loop.time() + self.tick
                         for frame in frames:
                             yield frame
@@ -552,6 +622,7 @@ class ShellTool(Tool[ShellArgs]):
                 if watchdog is not None:
                     watchdog.cancel()
                 try:
+                    reader.stop_waiting()
                     if not finished and (proc.returncode is None or group_alive(proc.pid)):
                         # Cancelled (or failed) mid-run: stop the whole group. The pipe
                         # is still read meanwhile (into the bounded stream), so a
@@ -565,7 +636,7 @@ class ShellTool(Tool[ShellArgs]):
                         exit_task.cancel()
 
     async def _spawn(
-        self, loop: asyncio.AbstractEventLoop, args: ShellArgs, stream: OutputStream
+        self, loop: asyncio.AbstractEventLoop, args: ShellArgs, stream: OutputStream, *, wait: bool
     ) -> tuple[asyncio.subprocess.Process, _PipeReader]:
         argv = [self.shell, "-c", args.command] if isinstance(args.command, str) else args.command
         env = None if args.env is None else {**os.environ, **args.env}
@@ -595,7 +666,7 @@ class ShellTool(Tool[ShellArgs]):
             os.close(read_fd)
             raise
         hold(proc.pid)  # Rule 6: the group dies with this process
-        return proc, _PipeReader(loop, read_fd, stream, self.read_chunk)
+        return proc, _PipeReader(loop, read_fd, stream, self.read_chunk, wait_for_reader=wait)
 
     async def _watchdog(
         self, proc: asyncio.subprocess.Process, deadline: float, timed_out: list[bool]

@@ -12,8 +12,8 @@ try:
     import hypothesis as _hypothesis  # noqa: F401 (only whether it imports)
 except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess
     raise ImportError(
-        "kigi_tool_runtime.testing needs Hypothesis, which comes with the `test` extra:"
-        " pip install -e '.[test]' in a clone, or pip install 'kigi-tool-runtime[test]'"
+        "kigi_tool_runtime.testing needs Hypothesis, which comes with the `testing` extra:"
+        " pip install 'kigi-tool-runtime[testing]' (or -e '.[testing]' in a clone)"
     ) from _missing
 
 from ._check import CheckedStream, LostSpan, StreamCheckError, check_stream

@@ -8,15 +8,17 @@ exit status 130 (128 + SIGINT). Nothing has started yet that would need
 stopping. (SIGTERM and SIGHUP that early end the process by their default
 action, as they would any program not yet running.)
 
-A package of its own, outside ``kigi_tool_runtime``: importing anything inside
-that package runs its ``__init__`` first, which is the slow part.
+Importing this module runs the ``__init__`` of ``kigi_tool_runtime`` and of
+``kigi_tool_runtime._cli`` first; both import nothing (the package's names are
+loaded on first use), so this handler is in place before the slow part starts.
+A test (``tests/test_entry.py``) keeps it so.
 """
 
 from __future__ import annotations
 
 import signal
 
-__all__ = ("main",)
+__all__ = ()
 
 _EXIT_INTERRUPTED = 128 + signal.SIGINT
 
@@ -24,7 +26,7 @@ _EXIT_INTERRUPTED = 128 + signal.SIGINT
 def main() -> int:
     """Run ``kigi-stream`` with this process's arguments; return its exit status."""
     try:
-        from kigi_tool_runtime._cli._main import main as kigi_stream
+        from ._main import main as kigi_stream
 
         return kigi_stream()
     except KeyboardInterrupt:
