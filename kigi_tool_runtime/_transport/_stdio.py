@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import selectors
 import stat
 import sys
 from collections.abc import Iterable
@@ -82,8 +83,20 @@ class _FileFeed:
 
 
 def _is_pipe_like(fd: int) -> bool:
+    """True when the event loop can watch ``fd`` (a pipe, a socket, a terminal).
+    A character device the selector refuses (``/dev/null``: epoll says EPERM)
+    is read and written with blocking I/O, as a regular file is."""
     mode = os.fstat(fd).st_mode
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        return True
+    if not stat.S_ISCHR(mode):
+        return False
+    with selectors.DefaultSelector() as trial:
+        try:
+            trial.register(fd, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        except PermissionError:
+            return False
+    return True
 
 
 async def open_stdio() -> tuple[asyncio.StreamReader, Sink]:
