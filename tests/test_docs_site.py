@@ -19,24 +19,12 @@ from pathlib import Path
 
 import pytest
 from docs_pages import DOCS, ROOT, pages
+from test_public_api import PACKAGES
 
 from kigi_tool_runtime._cli._parser import build_parser
 
 CLI_PAGE = DOCS / "cli.md"
 COMMANDS = ("run", "serve", "follow", "check")
-#: The packages whose names the API reference renders.
-PACKAGES = (
-    "kigi_tool_protocol",
-    "kigi_tool_runtime",
-    "kigi_tool_runtime.testing",
-    "kigi_tool_runtime.mcp",
-    "kigi_tool_runtime.fastmcp",
-    "kigi_tool_runtime.nats",
-    "kigi_tool_runtime.langchain",
-    "kigi_tool_runtime.pydantic_ai",
-    "kigi_tool_runtime.adk",
-    "kigi_tool_runtime.acp",
-)
 _HELP_BLOCK = re.compile(r"```text\n(usage: kigi-stream (\w+) .*?)```", re.DOTALL)
 
 
