@@ -100,3 +100,14 @@ async def typed(
 
 
 TOOLS = [count, split_child, sleeper, fails, threaded, typed]
+
+
+async def _split(out: Output, parts: list[str]) -> CommandResult:
+    """Run a child that writes the hex `parts` one write each."""
+    return await out.run([sys.executable, "-c", SPLIT_CHILD, *parts])
+
+
+#: The split child at caps 0 to 4: ``split-0`` .. ``split-4``.
+SPLIT_BY_CAP = [tool(name=f"split-{cap}", max_delta_bytes=cap)(_split) for cap in range(5)]
+
+TOOLS += SPLIT_BY_CAP
