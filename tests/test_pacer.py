@@ -77,17 +77,22 @@ def schedule_strategy() -> st.SearchStrategy[list[tuple[float, bytes]]]:
     cap=tiny_caps(),
     capacity=st.sampled_from([64, 200, 4096]),
     interval=st.sampled_from([0.005, DEFAULT_PACING_S, 0.05]),
+    limit=st.one_of(st.none(), st.integers(0, 300)),
 )
 def test_any_schedule_keeps_every_pacing_promise(
-    schedule: list[tuple[float, bytes]], cap: int | None, capacity: int, interval: float
+    schedule: list[tuple[float, bytes]],
+    cap: int | None,
+    capacity: int,
+    interval: float,
+    limit: int | None,
 ) -> None:
-    """Over any writes and clock steps: every byte is emitted exactly once or
-    counted lost, no frame exceeds the cap, partial frames are at least the
-    interval apart, and no written byte waits longer than the interval (but a
-    character the stream still holds because its rest has not come)."""
+    """Over any writes and clock steps (and a hard limit or none): every byte
+    is emitted exactly once or counted lost, no frame exceeds the cap, partial
+    frames are at least the interval apart, and no written byte waits longer
+    than the interval (but a character whose rest has not come)."""
     spec = StreamingSpec(subkind=SPEC, max_delta_bytes=cap)
     capacity = max(capacity, cap_of(cap))
-    driver = Driver(OutputStream(spec, capacity=capacity), Pacer(interval))
+    driver = Driver(OutputStream(spec, capacity=capacity, limit=limit), Pacer(interval))
     now = 0.0
     source = bytearray()
     for step, data in schedule:
@@ -100,7 +105,16 @@ def test_any_schedule_keeps_every_pacing_promise(
     # Held at the end: at most one incomplete character.
     assert driver.stream.pending <= MAX_CONTINUATION_BYTES
     driver.frames += driver.stream.finish()
-    check_stream(driver.frames, bytes(source), cap=cap, tail_capacity=capacity, subkind=SPEC)
+    total = len(source) if limit is None else min(len(source), limit)
+    check_stream(
+        driver.frames,
+        bytes(source),
+        cap=cap,
+        tail_capacity=capacity,
+        subkind=SPEC,
+        total=total,
+        truncated=total < len(source),
+    )
     times = driver.partial_times
     for earlier, later in itertools.pairwise(times):
         assert later - earlier >= interval - 1e-12
@@ -182,3 +196,15 @@ def test_the_interval_is_checked() -> None:
             Pacer(bad)
     with pytest.raises(TypeError, match="interval"):
         Pacer("fast")  # type: ignore[arg-type]
+
+
+def test_a_truncated_source_drains_whole_at_its_final_total() -> None:
+    """Once the limit refused bytes the total never grows again: a whole-only
+    drain takes everything, so no frame after one that says truncated carries
+    a larger total."""
+    stream = OutputStream(StreamingSpec(subkind=SPEC, max_delta_bytes=3), capacity=64, limit=5)
+    stream.write(b"abcdefg")
+    frames = stream.drain_whole() + stream.finish()
+    assert [f.payload.delta for f in frames] == ["abc", "de"]  # type: ignore[union-attr]
+    assert {f.payload.total_bytes for f in frames} == {5}  # type: ignore[union-attr]
+    check_stream(frames, b"abcdefg", cap=3, subkind=SPEC, total=5, truncated=True)

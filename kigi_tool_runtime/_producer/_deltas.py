@@ -276,15 +276,18 @@ def drain_whole_buffer_deltas(streamer: DeltaStreamer, buffer: TailBuffer) -> De
     the drain the stream would have made when the source had produced just
     those bytes (so the frames end at the ``total_bytes`` they carry, as every
     drain's do; a trailing incomplete character is held). The newer bytes that
-    make less than a frame stay pending, unless the tail overflowed: a drain
-    that reports a gap takes everything, as :func:`drain_buffer_deltas` does."""
+    make less than a frame stay pending, unless the tail overflowed (a drain
+    that reports a gap) or the source was truncated at its limit: those take
+    everything, as :func:`drain_buffer_deltas` does."""
     total = buffer.total
     whole = whole_pending(streamer, buffer)
     if whole <= 0:
         return Deltas([], total, buffer.truncated, False)
     end = streamer._last_total + whole
     tail = buffer.tail()
-    if total - streamer._last_total > len(tail):
+    if buffer.truncated or total - streamer._last_total > len(tail):
+        # A truncated source's total never grows again, and a frame that says
+        # truncated carries the final total: nothing is left to wait for.
         # The tail overflowed: the drain reports the gap as a full tail shows
         # it (the survivors start where a tail of its capacity starts at
         # `total`), so it is a whole drain, the survivors caught up at once.
