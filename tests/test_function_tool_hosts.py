@@ -1,6 +1,6 @@
 """Function tools served as they are by real hosts: ``kigi-stream serve --tools
-tests/function_tools.py:TOOLS`` to the stdio ``Client``, and ``serve --mcp
---tools`` to the official MCP client: split characters at caps 0-4 through
+tests/function_tools.py:TOOLS`` to the stdio ``Client``, ``serve --mcp
+--tools`` to the official MCP client, and LangChain's ``as_langchain_tool``: split characters at caps 0-4 through
 ``out.run`` of a real child, a function that raises, a plain ``def``, bad
 arguments, cancel mid-run (the group gone), and the schema each host shows."""
 
@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from bounded import run_within
+from function_tools import count
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
 from processes import until_group_gone
@@ -167,3 +168,21 @@ def test_mcp_cancel_mid_run_stops_the_group(tmp_path: Path) -> None:
             await until_group_gone(pid)
 
     run_within(body(), WAIT_S)
+
+
+def test_langchain_serves_a_function_tool_as_it_is() -> None:
+    """as_langchain_tool takes a function tool: the schema from its hints, the
+    model's text (its output, then its value) as the ToolMessage content."""
+    from kigi_tool_runtime.langchain import as_langchain_tool
+
+    lc = as_langchain_tool(count)
+    assert lc.name == "count"
+    assert lc.args["to"]["default"] == 3
+
+    async def body() -> Any:
+        call = {"name": "count", "args": {"to": 2}, "id": "c1", "type": "tool_call"}
+        return await lc.ainvoke(call)
+
+    message = run_within(body(), WAIT_S)
+    assert message.content == "1\n2\n2"
+    assert message.status == "success"
