@@ -1,8 +1,9 @@
 """Function tools served as they are by real hosts: ``kigi-stream serve --tools
 tests/function_tools.py:TOOLS`` to the stdio ``Client``, ``serve --mcp
---tools`` to the official MCP client, and LangChain's ``as_langchain_tool``: split characters at caps 0-4 through
-``out.run`` of a real child, a function that raises, a plain ``def``, bad
-arguments, cancel mid-run (the group gone), and the schema each host shows."""
+--tools`` to the official MCP client, and LangChain's ``as_langchain_tool``:
+split characters at caps 0-4 through ``out.run`` of a real child, a function
+that raises, a plain ``def``, bad arguments, cancel mid-run (the group gone),
+and the schema each host shows."""
 
 from __future__ import annotations
 
