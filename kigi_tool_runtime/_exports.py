@@ -63,6 +63,10 @@ from ._producer._output import (
 )
 from ._producer._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
 from ._tools._errors import ToolError, ToolErrorKind
+from ._tools._author_output import Output
+from ._tools._command import CommandResult
+from ._tools._function import FunctionTool, tool
+from ._tools._paced import stream_output
 from ._tools._runner import RunStats, ToolRun, run_tool
 from ._tools._shell import SHELL_SPEC, CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
 from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
@@ -106,9 +110,11 @@ __all__: tuple[str, ...] = (
     "Client",
     "ClientStats",
     "CommandNotStarted",
+    "CommandResult",
     "DeltaStreamer",
     "Excerpt",
     "Follower",
+    "FunctionTool",
     "Gap",
     "GapMarker",
     "GapReported",
@@ -119,6 +125,7 @@ __all__: tuple[str, ...] = (
     "Message",
     "MessageBlock",
     "MessageTextBlock",
+    "Output",
     "OutputAppended",
     "OutputStream",
     "OversizedLine",
@@ -164,4 +171,6 @@ __all__: tuple[str, ...] = (
     "run_tool",
     "serve_stdio",
     "stream_chunk",
+    "stream_output",
+    "tool",
 )

@@ -803,7 +803,8 @@ def test_help_shows_defaults_descriptions_and_the_commands_stdin() -> None:
     run = " ".join(_kigi("run", "--help").stdout.decode().split())
     assert "default 16384, 16.0 KiB; 0: one character per delta" in run
     assert "default 1048576, 1.0 MiB" in run
-    assert "milliseconds between drains (default 100)" in run
+    assert "pacing interval in milliseconds" in run
+    assert "(default 20)" in run
     assert "exit 124 (default: no deadline)" in run
     assert "its stdin is /dev/null" in run
     follow = " ".join(_kigi("follow", "--help").stdout.decode().split())

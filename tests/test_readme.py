@@ -53,6 +53,13 @@ def test_readme_has_the_two_commands() -> None:
 #: What each Python block of the README prints when it works, found by a line
 #: of its code; every block must have an entry.
 _EXPECTED_OUTPUT = {
+    'await out.run("echo lift-off")': (
+        "{'to': {'type': 'integer', 'default': 3}}\n1\n2\n3\nlift-off\n",
+        "'1\\n2\\n3\\nlift-off\\n0'\n",
+        "invalid_params error (-32602): invalid arguments for tool 'count': Expected `int`,"
+        " got `str` at `$.to`",
+    ),
+    "def count_plain(": ("1\n2\n'1\\n2\\ncounted'\n",),
     "# 1. Define:": (
         "call-1/echo_chunk: 15 bytes in 4 frames (total 15), no gaps",
         "unknown field `offset`",
@@ -131,6 +138,22 @@ def test_every_python_block_has_its_expected_output() -> None:
     """No README Python block goes unrun."""
     for body in _blocks("python"):
         assert sum(marker in body for marker in _EXPECTED_OUTPUT) == 1, body[:200]
+
+
+def test_readme_function_tool_runs() -> None:
+    """The first example runs as written: a function tool of a few lines shows
+    its schema, streams its lines and a command's, gives the model the output
+    then the value, and refuses a mistyped argument by name."""
+    out = _run_block(_block_with('await out.run("echo lift-off")'))
+    for part in _EXPECTED_OUTPUT['await out.run("echo lift-off")']:
+        assert part in out, out
+
+
+def test_plain_function_tool_runs() -> None:
+    """The writing-tools page's plain ``def`` tool runs as written: its lines
+    stream, then the model reads the output and the returned text."""
+    out = _run_block(_block_with("def count_plain("))
+    assert out == _EXPECTED_OUTPUT["def count_plain("][0], out
 
 
 def test_readme_walkthrough_runs() -> None:

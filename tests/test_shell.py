@@ -1070,16 +1070,16 @@ def test_the_tail_capacity_asked_for_is_the_tail_used(monkeypatch: pytest.Monkey
     """ShellTool(tail_capacity=N) (kigi-stream run --tail N) streams through a
     tail of exactly N bytes, even below the excerpt's half of the output limit;
     the result's excerpt then keeps less of the output's end, and says so."""
-    import kigi_tool_runtime._tools._shell as shell
+    import kigi_tool_runtime._tools._paced as paced  # where a call's output is made
 
     made: list[int] = []
-    real = shell.OutputStream
+    real = paced.OutputStream
 
     def recording(spec: Any, *, capacity: int, **kw: Any) -> Any:
         made.append(capacity)
         return real(spec, capacity=capacity, **kw)
 
-    monkeypatch.setattr(shell, "OutputStream", recording)
+    monkeypatch.setattr(paced, "OutputStream", recording)
     tool = ShellTool(tail_capacity=4096, max_delta_bytes=1024)
     got = run(py("import sys; sys.stdout.write('x' * 100000)"), tool)
     assert made == [4096]

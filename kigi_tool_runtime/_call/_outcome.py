@@ -3,10 +3,12 @@ the error and the loss report (sans-IO).
 
 Invariants:
 
-Rule 1. The model reads one text per call (:func:`model_text`,
-        :func:`error_text`): a shell outcome's output excerpt (head, omission
-        marker, tail) and its exit status; a string as is; any other value as
-        JSON; an error as ``"KIND error (CODE): message"``. Never a traceback.
+Rule 1. The model reads one text per call (:func:`result_text`,
+        :func:`model_text`, :func:`error_text`): a shell outcome's output
+        excerpt (head, omission marker, tail) and its exit status; the excerpt
+        of what a tool wrote to its ``Output``, then its value's text unless
+        the value is ``None``; a string as is; any other value as JSON; an
+        error as ``"KIND error (CODE): message"``. Never a traceback.
 Rule 2. When the live output lost bytes, the model's text ends with one line
         saying so (:func:`loss_line`): a host's model is never told an output
         was whole when its live text had a hole.
@@ -28,7 +30,7 @@ from .._tools._errors import ToolError, ToolErrorKind
 from .._tools._result import ToolResult
 from .._tools._shell_outcome import ShellOutcome
 
-__all__ = ("CallEnd", "error_text", "loss_json", "loss_line", "model_text")
+__all__ = ("CallEnd", "error_text", "loss_json", "loss_line", "model_text", "result_text")
 
 
 def model_text(value: Any) -> str:
@@ -53,6 +55,23 @@ def model_text(value: Any) -> str:
         value.encode("utf-8")  # a lone surrogate is no text a host can send
         return value
     return msgspec.json.encode(value).decode("utf-8")
+
+
+def result_text(result: ToolResult) -> str:
+    """The text a model reads for a result (Rule 1): its value's text, after
+    the excerpt of the output the tool wrote when it wrote any (a ``None``
+    value then adds nothing).
+
+    Raises:
+        ValueError: as :func:`model_text`.
+    """
+    output = result.output
+    if not output:
+        return model_text(result.value)
+    if result.value is None:
+        return output
+    between = "" if output.endswith("\n") else "\n"
+    return f"{output}{between}{model_text(result.value)}"
 
 
 def error_text(error: ToolError, tool_id: str | None = None) -> str:
@@ -164,7 +183,7 @@ class CallEnd:
         tool broke its contract), never with an exception out of the host."""
         if isinstance(terminal, ToolResult):
             try:
-                text = model_text(terminal.value)
+                text = result_text(terminal)
             except (TypeError, ValueError, OverflowError, RecursionError) as exc:
                 terminal = ToolError(
                     ToolErrorKind.INTERNAL_ERROR,

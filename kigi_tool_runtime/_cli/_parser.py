@@ -155,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=DEFAULT_TICK_S * 1000,
         metavar="MS",
-        help=f"milliseconds between drains (default {DEFAULT_TICK_S * 1000:g})",
+        help="pacing interval in milliseconds: partial frames at most this often; a full"
+        f" frame and the first output after a quiet spell go at once (default"
+        f" {DEFAULT_TICK_S * 1000:g})",
     )
     run.add_argument(
         "--timeout",

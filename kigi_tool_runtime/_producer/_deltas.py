@@ -261,3 +261,43 @@ def drain_buffer_deltas(streamer: DeltaStreamer, buffer: TailBuffer) -> Deltas:
 def finish_buffer_deltas(streamer: DeltaStreamer, buffer: TailBuffer) -> Deltas:
     """:meth:`DeltaStreamer.finish_buffer`'s frames as :class:`Deltas`."""
     return streamer._run_buffer(buffer, True)
+
+
+def whole_pending(streamer: DeltaStreamer, buffer: TailBuffer) -> int:
+    """How many of ``buffer``'s pending bytes make whole frames: the largest
+    multiple of the cap (of 1 for a cap of 0) that is pending."""
+    pending = buffer.total - streamer._last_total
+    step = streamer._cap or 1
+    return pending - pending % step
+
+
+def drain_whole_buffer_deltas(streamer: DeltaStreamer, buffer: TailBuffer) -> Deltas:
+    """The frames of :func:`whole_pending`'s bytes only, as :class:`Deltas`:
+    the drain the stream would have made when the source had produced just
+    those bytes (so the frames end at the ``total_bytes`` they carry, as every
+    drain's do; a trailing incomplete character is held). The newer bytes that
+    make less than a frame stay pending, unless the tail overflowed (a drain
+    that reports a gap) or the source was truncated at its limit: those take
+    everything, as :func:`drain_buffer_deltas` does."""
+    total = buffer.total
+    whole = whole_pending(streamer, buffer)
+    if whole <= 0:
+        return Deltas([], total, buffer.truncated, False)
+    end = streamer._last_total + whole
+    tail = buffer.tail()
+    if buffer.truncated or total - streamer._last_total > len(tail):
+        # A truncated source's total never grows again, and a frame that says
+        # truncated carries the final total: nothing is left to wait for.
+        # The tail overflowed: the drain reports the gap as a full tail shows
+        # it (the survivors start where a tail of its capacity starts at
+        # `total`), so it is a whole drain, the survivors caught up at once.
+        return streamer._run_buffer(buffer, False)
+    # The newest `total - end` bytes (fewer than a cap, so inside the tail,
+    # which holds at least one frame) are left out.
+    view = tail[: len(tail) - (total - end)]
+    return streamer._loop(view, end, buffer.truncated, False)
+
+
+def whole_frames(streamer: DeltaStreamer, buffer: TailBuffer) -> list[CustomProgress]:
+    """:func:`drain_whole_buffer_deltas` as frames."""
+    return streamer._frames(drain_whole_buffer_deltas(streamer, buffer))

@@ -48,6 +48,8 @@ from ._deltas import (
     finish_buffer_deltas,
     mark,
     rewind,
+    whole_frames,
+    whole_pending,
 )
 from ._tail import TailBuffer
 
@@ -238,6 +240,42 @@ class OutputStream:
         # sequence that more bytes could still complete.
         return utf_8_decode(tail[len(tail) - pending :], "replace", False)[1] > 0
 
+    @property
+    def whole_ready(self) -> bool:
+        """True when :meth:`drain_whole` would emit a frame now: a whole frame's
+        worth of bytes (a multiple of the cap, at least 1) is pending and is
+        more than one incomplete character, or the tail overflowed (a gap)."""
+        if not self._progress:
+            return False
+        whole = whole_pending(self._streamer, self._tail)
+        if whole <= 0:
+            return False
+        if whole > MAX_CONTINUATION_BYTES:
+            return True
+        tail = self._tail.tail()
+        pending = self._tail.total - self._streamer.last_total
+        if pending > len(tail):
+            return True  # a gap, which a frame always reports
+        start = len(tail) - pending
+        return utf_8_decode(tail[start : start + whole], "replace", False)[1] > 0
+
+    @property
+    def partial_ready(self) -> bool:
+        """True when :meth:`drain` would emit more than :meth:`drain_whole`: the
+        bytes pending beyond the whole frames are more than a trailing
+        incomplete character (which a drain holds)."""
+        if not self._progress:
+            return False
+        pending = self._tail.total - self._streamer.last_total
+        rest = pending - whole_pending(self._streamer, self._tail)
+        if rest <= 0:
+            return False
+        # The trailing incomplete character may start before the rest does.
+        tail = self._tail.tail()
+        last = tail[max(len(tail) - min(pending, MAX_CONTINUATION_BYTES), 0) :]
+        held = len(last) - utf_8_decode(last, "replace", False)[1]
+        return rest > held
+
     def write(self, data: Data) -> int:
         """Append ``data``; return how many bytes were accepted (fewer only past
         the hard limit).
@@ -262,6 +300,16 @@ class OutputStream:
             return []
         self._drained_total = self._tail.total
         return self._streamer.drain_buffer(self._tail)
+
+    def drain_whole(self) -> list[CustomProgress]:
+        """The frames of the whole frames' worth of pending bytes, oldest first:
+        what :meth:`drain` would emit had the source stopped at the last
+        multiple of the cap; the newer bytes, less than a frame, stay pending
+        (a pacer lets them go later, with :meth:`drain`). Empty when the caller
+        does not want progress."""
+        if not self._progress:
+            return []
+        return whole_frames(self._streamer, self._tail)
 
     def finish(self) -> list[CustomProgress]:
         """The last frames: everything still pending, a trailing incomplete

@@ -32,11 +32,14 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
 
     ``kind`` is the ``ToolOutputWire`` kind: ``"json"`` (``value`` is any
     JSON-able value, msgspec Structs included; what the Rust servers send) or
-    ``"text"`` (``value`` is a str).
+    ``"text"`` (``value`` is a str). ``output`` is the excerpt of what the
+    tool wrote to its :class:`Output` (head, omission marker, tail), set by
+    the runtime for the model's text; it is not part of the wire value.
     """
 
     value: Any
     kind: Literal["json", "text"] = "json"
+    output: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("json", "text"):

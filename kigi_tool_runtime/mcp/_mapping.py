@@ -50,7 +50,7 @@ from kigi_tool_protocol import (
 )
 
 from .._call._live import frame_json
-from .._call._outcome import error_text, model_text
+from .._call._outcome import error_text, result_text
 from .._call._schema import root_object_schema
 from .._tools._errors import ToolError
 from .._tools._result import ToolResult
@@ -305,7 +305,7 @@ def result_from_terminal(
     """
     if isinstance(terminal, ToolError):
         return error_result(terminal, tool.id, summary)
-    text = model_text(terminal.value)
+    text = result_text(terminal)
     loss = summary.loss_line()
     if loss is not None:
         text = f"{text}\n{loss}"

@@ -9,6 +9,11 @@ through :func:`run_tool` under a deadline, and judges its frames with
         MyTool(), lambda source, steps: MyArgs(data=source), max_examples=50
     )
 
+A function tool (``@tool``) is a tool like any other: pass it, or a factory
+that decorates the function for a cap (``lambda cap: tool(max_delta_bytes=cap)(fn)``),
+its arguments made from the schedule (its writes, or a writer child for
+``out.run``).
+
 Given a factory that builds the tool for a cap instead of a tool, the test also
 draws the cap, mostly 0 to 4 bytes: at those caps a character split across
 writes is held back between ticks, where a drain loop that does not suspend
