@@ -5,7 +5,9 @@ leaves no child of a test behind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Callable
 
@@ -70,3 +72,29 @@ def stop(proc: subprocess.Popen[bytes], *, grace: float) -> None:
         proc.wait()
     if proc.stderr is not None:
         proc.stderr.close()
+
+
+def marked(mark: str) -> list[int]:
+    """The live processes whose environment holds ``KIGI_TEST_MARK=mark`` (each
+    process a command starts inherits it, whatever group or session it moves
+    to)."""
+    wanted = f"KIGI_TEST_MARK={mark}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as environ:
+                variables = environ.read().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if wanted in variables and pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def kill_marked(mark: str) -> None:
+    """SIGKILL every live process marked ``mark`` (a test's cleanup)."""
+    for pid in marked(mark):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from processes import pid_alive, until_gone, until_group_gone
 
-from kigi_tool_runtime._lifeline import HeldGroups
+from kigi_tool_runtime._lifeline import HeldGroups, descendants, parse_stat
 from kigi_tool_runtime._process import group_alive, hold, lifeline_pid, release
 
 CLI = [sys.executable, "-m", "kigi_tool_runtime"]
@@ -64,6 +64,38 @@ def test_held_groups_never_take_init_everyone_or_their_own() -> None:
     held = HeldGroups(77)
     held.feed(b"+0\n+1\n+77\n+-1\n+ 5\n+12345678901234567890\n+8\n")
     assert held.groups == {8}
+
+
+@given(st.dictionaries(st.integers(2, 40), st.integers(0, 40), max_size=30), st.integers(0, 40))
+def test_descendants_are_the_pids_whose_parents_lead_to_the_root(
+    parents: dict[int, int], root: int
+) -> None:
+    """A pid is found exactly when following its parents (cycles included)
+    reaches ``root``; ``root`` itself never is."""
+    expected = set()
+    for pid in parents:
+        seen, at = set(), pid
+        while at in parents and at not in seen and at != root:
+            seen.add(at)
+            at = parents[at]
+        if at == root and pid != root:
+            expected.add(pid)
+    assert descendants(parents, root) == expected
+
+
+@given(
+    st.text(st.characters(exclude_categories=["Cs"]), max_size=16),
+    st.sampled_from("RSDTZ"),
+    st.tuples(st.integers(0, 2**22), st.integers(0, 2**22), st.integers(0, 2**22)),
+)
+def test_parse_stat_reads_past_any_command_name(
+    comm: str, state: str, ids: tuple[int, int, int]
+) -> None:
+    """``(ppid, pgrp, session)`` whatever the command name holds (spaces,
+    parentheses); a zombie reads as ``None``."""
+    line = f"123 ({comm}) {state} {ids[0]} {ids[1]} {ids[2]} 0 -1 4194560 97 0\n"
+    assert parse_stat(line) == (None if state == "Z" else ids)
+    assert parse_stat("123 (sleep") is None
 
 
 def _call(request_id: int, call_id: str, command: list[str]) -> bytes:
@@ -132,31 +164,31 @@ def test_a_sigkilled_server_takes_its_commands_with_it(tmp_path: Path) -> None:
 
 def test_a_released_group_outlives_its_starter_and_a_dead_helper_is_replaced() -> None:
     """In this process: a held group the helper was told to release is left
-    alone; a helper that died is replaced on the next hold and told every group
-    still held (so killing it does not unhook them); once nothing is held the
-    helper ends (and its pipe is closed)."""
+    alone; a helper that died is replaced without waiting for another hold,
+    and told every group still held (so killing it does not unhook them);
+    once nothing is held the helper is kept for the next command."""
 
     async def main() -> None:
         first = await asyncio.create_subprocess_exec("sleep", "300", start_new_session=True)
         second = await asyncio.create_subprocess_exec("sleep", "300", start_new_session=True)
         try:
             hold(first.pid)
+            hold(second.pid)
             helper = lifeline_pid()
             assert helper is not None
             os.kill(helper, signal.SIGKILL)
-            await until_gone("the helper still runs", lambda: lifeline_pid() == helper)
-            hold(second.pid)  # a new helper, told of both
+            await until_gone("the helper is not replaced", lambda: lifeline_pid() in (None, helper))
             replaced = lifeline_pid()
-            assert replaced is not None
-            assert replaced != helper
             release(second.pid)
             assert group_alive(first.pid)
             assert group_alive(second.pid)
-            release(first.pid)  # nothing held: the helper ends
-            await until_gone("the helper still runs", lambda: pid_alive(replaced))
-            assert lifeline_pid() is None
+            release(first.pid)  # nothing held: the helper stays
+            assert lifeline_pid() == replaced
+            assert replaced is not None
+            assert pid_alive(replaced)
         finally:
             release(first.pid)
+            release(second.pid)
             for proc in (first, second):
                 if proc.returncode is None:
                     proc.kill()

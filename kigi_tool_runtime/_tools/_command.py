@@ -21,8 +21,10 @@ Rule 4. After the child exits the pipe is drained for at most ``exit_drain``
         cancellation are.
 Rule 5. While the command runs, its process group dies with the process that
         runs it, however that process dies (a SIGKILLed server's commands do
-        not run on): the group is held on the lifeline (``_process.hold``) from
-        its start until the command is done with.
+        not run on): the command is held on the lifeline (``_process``) from
+        before it can run until the command is done with; on Linux with a
+        writable cgroup v2 that holds whatever it starts, ``setsid`` and
+        ``timeout`` included (``docs/containment.md``).
 Rule 6. The pipe is asked for :data:`CHILD_PIPE_BYTES` (Linux only, best
         effort: ``_process.widen_pipe``), one readiness callback's read budget:
         a flooding child is then taken in about a quarter of the wake-ups a
@@ -55,7 +57,6 @@ import msgspec
 
 from .._process import (
     group_alive,
-    hold,
     release,
     signal_name,
     spawn_in_group,
@@ -410,7 +411,8 @@ async def _spawn(
     except BaseException:
         os.close(read_fd)
         raise
-    hold(proc.pid)  # Rule 5: the group dies with this process
+    # Rule 5: spawn_in_group held the command (its group, its cgroup where one
+    # can be made) before it could run anything.
     return proc, _PipeReader(loop, read_fd, sink, settings.read_chunk, backpressure)
 
 

@@ -364,6 +364,9 @@ class Client(AsyncClosing):
         try:
             process = await spawn_in_group(
                 *argv,
+                # Not held: a client that dies closes the server's input, and a
+                # kigi server then stops its calls and exits by itself.
+                held=False,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=write_fd,
                 stderr=stderr,
