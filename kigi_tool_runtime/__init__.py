@@ -63,6 +63,7 @@ from ._tools._runner import RunStats, ToolRun, run_tool
 from ._tools._shell import SHELL_SPEC, CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
 from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
 from ._transport._client import MAX_CALL_TEXT_BYTES, Call, Client, ClientStats
+from ._transport._fence import StdioWire, fence_stdio
 from ._transport._file_follow import (
     DEFAULT_POLL_INTERVAL,
     Follower,
@@ -134,6 +135,7 @@ __all__: tuple[str, ...] = (
     "ShellArgs",
     "ShellOutcome",
     "ShellTool",
+    "StdioWire",
     "StreamKey",
     "StreamState",
     "TailBuffer",
@@ -153,6 +155,7 @@ __all__: tuple[str, ...] = (
     "ToolUseBlock",
     "check_arguments",
     "error_text",
+    "fence_stdio",
     "history_is_valid",
     "iter_lines",
     "loss_json",
