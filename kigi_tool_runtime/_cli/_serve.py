@@ -22,6 +22,7 @@ from .._transport._rpc_server import SERVED_METHODS
 from .._transport._server import Server
 from .._transport._stdio import open_stdio
 from ._exits import UsageError
+from ._loop_watch import watching_loop
 from ._nats import serve_nats
 from ._parser import SERVE_EXAMPLE
 from ._signals import StopSignals
@@ -104,12 +105,13 @@ async def _serve_stdio(tools: list[Tool[Any]], max_frame_bytes: int, stop_wait: 
 
     server = Server(tools, max_frame_bytes=max_frame_bytes, stop_wait=stop_wait)
     reader, sink = await open_stdio()
-    with StopSignals(on_signal) as stops:
+    with StopSignals(on_signal, exit_when_blocked="serve") as stops:
         if os.isatty(stdio_wire().input_fd):
             sys.stderr.write(_SERVE_TTY_HINT)
             sys.stderr.flush()
         try:
-            await server.serve(reader, sink)
+            async with watching_loop("serve"):
+                await server.serve(reader, sink)
         except asyncio.CancelledError:
             if not stops.count:
                 raise
