@@ -130,3 +130,31 @@ def test_owner_of_reads_a_responses_id(request_id: int | str, session_id: str | 
 def test_owner_of_an_unreadable_head_is_unknown() -> None:
     """Bytes that name no id are nobody's line."""
     assert owner_of(b"x" * 100) == (None, None)
+
+
+def test_over_mcp_a_20_mb_progress_item_ends_its_call_with_frame_too_large(tools: Path) -> None:
+    """``serve --mcp``: a 20 MB progress item ends its call with an error result
+    saying ``frame_too_large``, and the next call answers."""
+    mcp = pytest.importorskip("mcp")
+
+    async def main() -> None:
+        server = mcp.StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "kigi_tool_runtime", "serve", "--mcp", "--tools", f"{tools}:TOOLS"],
+        )
+        async with asyncio.timeout(90), mcp.Client(server) as client:
+
+            async def on_progress(
+                progress: float, total: float | None, message: str | None
+            ) -> None:
+                pass
+
+            big = await client.call_tool(
+                "big_progress", {"size": MB20}, progress_callback=on_progress
+            )
+            assert big.is_error
+            assert "16777216" in big.content[0].text
+            small = await client.call_tool("big_result", {"size": 3})
+            assert not small.is_error
+
+    asyncio.run(main())
