@@ -62,15 +62,16 @@ from ._producer._output import (
     ProgressLines,
 )
 from ._producer._tail import MIN_TAIL_CAPACITY, TailBuffer, TailStats
-from ._tools._errors import ToolError, ToolErrorKind
 from ._tools._author_output import Output
 from ._tools._command import CommandResult
+from ._tools._errors import ToolError, ToolErrorKind
 from ._tools._function import FunctionTool, tool
 from ._tools._paced import stream_output
 from ._tools._runner import RunStats, ToolRun, run_tool
 from ._tools._shell import SHELL_SPEC, CommandNotStarted, ShellArgs, ShellOutcome, ShellTool
 from ._tools._tool import Tool, ToolContext, ToolEvent, ToolResult
 from ._transport._client import MAX_CALL_TEXT_BYTES, Call, Client, ClientStats
+from ._transport._fence import StdioWire, fence_stdio
 from ._transport._file_follow import (
     DEFAULT_POLL_INTERVAL,
     Follower,
@@ -142,6 +143,7 @@ __all__: tuple[str, ...] = (
     "ShellArgs",
     "ShellOutcome",
     "ShellTool",
+    "StdioWire",
     "StreamKey",
     "StreamState",
     "TailBuffer",
@@ -161,6 +163,7 @@ __all__: tuple[str, ...] = (
     "ToolUseBlock",
     "check_arguments",
     "error_text",
+    "fence_stdio",
     "history_is_valid",
     "iter_lines",
     "loss_json",

@@ -225,7 +225,7 @@ def test_a_20_mib_line_is_skipped_without_being_held(tmp_path: Path) -> None:
     assert (lines, offset) == ([frame("a", 1)], len(head))
     append(path, b"\n" + frame("b", 2) + b"\n")
     lines, offset = read_from(path, offset)
-    assert lines == [OversizedLine(size, DEFAULT_MAX_RECORD_BYTES), frame("b", 2)]
+    assert lines == [OversizedLine(size, DEFAULT_MAX_RECORD_BYTES, b"x" * 1024), frame("b", 2)]
     assert offset == path.stat().st_size
     folded = Reassembler.fold([frame("a", 1), *lines])
     assert [a.kind for a in folded.anomalies] == ["undecodable"]
@@ -240,7 +240,7 @@ def test_line_limit_is_hit_exactly(tmp_path: Path) -> None:
     path = tmp_path / "log"
     path.write_bytes(b"a" * 10 + b"\n" + b"b" * 11 + b"\n")
     lines, _ = read_from(path, max_line_bytes=10)
-    assert lines == [b"a" * 10, OversizedLine(11, 10)]
+    assert lines == [b"a" * 10, OversizedLine(11, 10, b"b" * 10)]
 
 
 def test_lines_longer_than_a_read_block_come_back_whole(tmp_path: Path) -> None:

@@ -21,10 +21,11 @@ def _reference(data: bytes, limit: int) -> list[bytes | OversizedLine]:
     parts = data.split(b"\n")
     last = parts.pop()
     out: list[bytes | OversizedLine] = [
-        p if len(p) <= limit else OversizedLine(len(p), limit) for p in parts
+        p if len(p) <= limit else OversizedLine(len(p), limit, p[: min(1024, limit)]) for p in parts
     ]
     if last:
-        out.append(last if len(last) <= limit else OversizedLine(len(last), limit))
+        over = OversizedLine(len(last), limit, last[: min(1024, limit)])
+        out.append(last if len(last) <= limit else over)
     return out
 
 
@@ -61,13 +62,13 @@ def test_every_single_byte_feed_matches() -> None:
         out += splitter.feed(data[i : i + 1])
     end = splitter.end()
     assert end == b"trailing"
-    assert out == [b'{"a":1}', OversizedLine(30, 10), b"", b"short"]
+    assert out == [b'{"a":1}', OversizedLine(30, 10, data.split(b"\n")[1][:10]), b"", b"short"]
 
 
 def test_line_of_exactly_the_limit_passes_one_more_is_rejected() -> None:
     """The limit is inclusive: a line of ``limit`` bytes is returned, ``limit + 1`` is not."""
     splitter = LineSplitter(4)
-    assert splitter.feed(b"abcd\nabcde\n") == [b"abcd", OversizedLine(5, 4)]
+    assert splitter.feed(b"abcd\nabcde\n") == [b"abcd", OversizedLine(5, 4, b"abcd")]
 
 
 def test_oversized_line_is_not_held() -> None:
@@ -76,14 +77,14 @@ def test_oversized_line_is_not_held() -> None:
     for _ in range(1000):
         assert splitter.feed(b"y" * 1000) == []
         assert splitter.buffered == 0
-    assert splitter.feed(b"tail\nok\n") == [OversizedLine(1_000_004, 8), b"ok"]
+    assert splitter.feed(b"tail\nok\n") == [OversizedLine(1_000_004, 8, b"y" * 8), b"ok"]
 
 
 def test_end_inside_oversized_line_reports_it() -> None:
     """Input ending inside an oversized line reports the bytes seen, then nothing more."""
     splitter = LineSplitter(3)
     assert splitter.feed(b"abcdefg") == []
-    assert splitter.end() == OversizedLine(7, 3)
+    assert splitter.end() == OversizedLine(7, 3, b"abc")
     assert splitter.end() is None
 
 
@@ -104,7 +105,7 @@ def test_read_lines_over_a_stream_reader() -> None:
         return [line async for line in read_lines(reader, 200)]
 
     out = asyncio.run(main())
-    assert out == [b"one", OversizedLine(3 * READ_CHUNK_BYTES, 200), b"m" * 100, b"two"]
+    assert out == [b"one", OversizedLine(3 * READ_CHUNK_BYTES, 200, b"q" * 200), b"m" * 100, b"two"]
 
 
 def test_line_reader_over_a_real_pipe() -> None:
@@ -124,7 +125,7 @@ def test_line_reader_over_a_real_pipe() -> None:
         finally:
             transport.close()
 
-    assert asyncio.run(main()) == [b"one", OversizedLine(50, 8), b"two", b"end"]
+    assert asyncio.run(main()) == [b"one", OversizedLine(50, 8, b"z" * 8), b"two", b"end"]
 
 
 def _unread(fd: int) -> int:

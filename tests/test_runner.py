@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -27,6 +29,7 @@ from kigi_tool_runtime import (
     ToolRun,
     run_tool,
 )
+from kigi_tool_runtime._tools._result import non_finite_error, non_finite_path
 from kigi_tool_runtime._tools._runner import (
     AFTER_TERMINAL_WAIT_S,
     CHANNEL_DEPTH,
@@ -827,3 +830,87 @@ def test_an_object_missing_a_required_field_is_told_what_it_takes() -> None:
     )
     error = error_of(run_all(ShellTool(), {})[0])
     assert "missing required field `command`; it takes {command (required), " in error.message
+
+
+class _NoArgs(msgspec.Struct):
+    pass
+
+
+class _Stats(msgspec.Struct):
+    mean: float
+
+
+class _NanResult(Tool[_NoArgs]):
+    id = "nan_result"
+    args_type = _NoArgs
+
+    async def run(self, ctx: ToolContext, args: _NoArgs) -> Any:
+        return {"stats": _Stats(mean=math.nan), "ok": [1.5]}
+
+
+def test_a_result_holding_nan_ends_with_an_error_naming_its_place() -> None:
+    """A JSON result holding NaN (here inside a Struct) is no result: the call
+    ends with an ``internal_error`` naming ``$.stats.mean``, never a ``null``."""
+    items, _ = run_all(_NanResult())
+    error = error_of(items)
+    assert error.kind is ToolErrorKind.INTERNAL_ERROR
+    assert "nan at $.stats.mean" in error.message
+    assert "JSON cannot carry" in error.message
+
+
+def test_a_text_result_and_finite_numbers_are_results() -> None:
+    """Finite floats pass, and a text result is never inspected."""
+    assert non_finite_error(ToolResult(value={"a": [1.0, -2.5e300]})) is None
+    assert non_finite_error(ToolResult.text("nan")) is None
+
+
+_JSON_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=5)
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
+_JSON = st.recursive(
+    _JSON_LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _replace_at(value: Any, at: int, bad: float) -> tuple[Any, bool]:
+    """``value`` with its leaf number ``at`` (depth first) replaced by ``bad``."""
+    count = [0]
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, dict):
+            return {k: walk(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [walk(v) for v in item]
+        count[0] += 1
+        return bad if count[0] - 1 == at else item
+
+    return walk(value), count[0] > at
+
+
+@given(_JSON, st.integers(0, 30), st.sampled_from([math.nan, math.inf, -math.inf]))
+def test_non_finite_path_finds_the_one_bad_number(value: Any, at: int, bad: float) -> None:
+    """Whatever the tree, the path ``non_finite_path`` names leads to the one
+    non-finite number put in it, and a tree without one has no path."""
+    assert non_finite_path(value) is None
+    replaced, placed = _replace_at(value, at, bad)
+    found = non_finite_path(replaced)
+    if not placed:
+        assert found is None
+        return
+    assert found is not None
+    path, number = found
+    assert number is bad or (math.isnan(number) and math.isnan(bad))
+    # The path, read back as JSON steps, reaches the number.
+    item: Any = replaced
+    for step in re.findall(r'\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]', path):
+        name, index, quoted = step
+        item = item[name] if name else item[int(index)] if index else item[json.loads(quoted)]
+    assert item is number

@@ -19,6 +19,7 @@ from .._tools._shell import ShellTool
 from .._tools._tool import Tool
 from ..mcp._server import McpToolServer
 from ..mcp._transports import DEFAULT_HTTP_HOST, bind_socket, serve_http_mcp, serve_stdio_mcp
+from ._loop_watch import watching_loop
 from ._signals import StopSignals
 
 __all__ = ()
@@ -126,9 +127,10 @@ async def _until_stopped(serving: Coroutine[Any, Any, None]) -> int:
         if stops.count == 1:
             task.cancel()
 
-    with StopSignals(on_signal) as stops:
+    with StopSignals(on_signal, exit_when_blocked="serve") as stops:
         try:
-            await serving
+            async with watching_loop("serve"):
+                await serving
         except asyncio.CancelledError:
             if not stops.count:
                 raise

@@ -1,6 +1,10 @@
 """``kigi-stream serve``: the shell tool, or the tools ``--tools`` names
 (``_tools_spec``), over stdin and stdout as JSON-RPC lines until end of input
-or a stop signal (then 128 + N), or over MCP or NATS when asked."""
+or a stop signal (then 128 + N), or over MCP or NATS when asked.
+
+Served on stdio (JSON-RPC or MCP), the process is fenced (``_transport/_fence``)
+before ``--tools`` is imported: what the tools print, at import, from a thread
+or during a call, goes to stderr and never onto the wire."""
 
 from __future__ import annotations
 
@@ -13,10 +17,12 @@ from typing import Any, Final
 from .._tools._runner import STOP_WAIT_S
 from .._tools._shell import ShellTool
 from .._tools._tool import Tool
+from .._transport._fence import fence_stdio, stdio_wire
 from .._transport._rpc_server import SERVED_METHODS
 from .._transport._server import Server
 from .._transport._stdio import open_stdio
 from ._exits import UsageError
+from ._loop_watch import watching_loop
 from ._nats import serve_nats
 from ._parser import SERVE_EXAMPLE
 from ._signals import StopSignals
@@ -42,6 +48,8 @@ def serve(args: argparse.Namespace) -> int:
     """
     if args.nats and (args.mcp or args.mcp_http is not None):
         raise UsageError("--nats and --mcp serve in two different ways; give one")
+    if not args.nats and args.mcp_http is None:
+        fence_stdio()  # before the tools' modules run (the fence's Rule 3)
     tools = _tools(args)
     if args.nats:
         return serve_nats(args, tools)
@@ -97,12 +105,13 @@ async def _serve_stdio(tools: list[Tool[Any]], max_frame_bytes: int, stop_wait: 
 
     server = Server(tools, max_frame_bytes=max_frame_bytes, stop_wait=stop_wait)
     reader, sink = await open_stdio()
-    with StopSignals(on_signal) as stops:
-        if sys.stdin.isatty():
+    with StopSignals(on_signal, exit_when_blocked="serve") as stops:
+        if os.isatty(stdio_wire().input_fd):
             sys.stderr.write(_SERVE_TTY_HINT)
             sys.stderr.flush()
         try:
-            await server.serve(reader, sink)
+            async with watching_loop("serve"):
+                await server.serve(reader, sink)
         except asyncio.CancelledError:
             if not stops.count:
                 raise

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
@@ -28,10 +29,25 @@ class StopSignals:
 
     The command decides what a signal does (``count`` says which one it is);
     :meth:`exit_status` is the status it ends with.
+
+    ``exit_when_blocked``: a signal reaches the loop only when the loop runs,
+    and a tool that blocks it (``time.sleep`` in an ``async def``) would keep
+    every signal waiting. So a Python-level handler, which runs between
+    bytecodes even while the loop is blocked, also counts them: a second
+    signal that comes before the loop has taken the first exits the process
+    at once (``os._exit``, 128 + N of the first; commands held on the lifeline
+    end with it), saying so on stderr.
     """
 
-    def __init__(self, on_signal: Callable[[int], object]) -> None:
+    def __init__(
+        self,
+        on_signal: Callable[[int], object],
+        *,
+        exit_when_blocked: str | None = None,
+    ) -> None:
         self._on_signal = on_signal
+        self._exit_when_blocked = exit_when_blocked  # the command's name, or None
+        self._arrived: list[int] = []  # counted by the Python-level handler
         self._received: list[int] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._previous: dict[int, Any] = {}
@@ -60,7 +76,22 @@ class StopSignals:
         for number in STOP_SIGNALS:
             self._previous[number] = signal.getsignal(number)
             loop.add_signal_handler(number, self._received_one, number)
+            if self._exit_when_blocked is not None:
+                # The loop's wakeup descriptor still brings the signal to
+                # ``_received_one``; this handler runs even if the loop cannot.
+                signal.signal(number, self._arrived_one)
         return self
+
+    def _arrived_one(self, number: int, frame: FrameType | None) -> None:
+        self._arrived.append(number)
+        if len(self._arrived) >= 2 and len(self._received) < len(self._arrived) - 1:
+            message = (
+                f"kigi-stream {self._exit_when_blocked}: a second stop signal while the event"
+                " loop is blocked (a tool holds it); exiting at once\n"
+            )
+            with contextlib.suppress(OSError):
+                os.write(2, message.encode())
+            os._exit(128 + self._arrived[0])
 
     def __exit__(
         self,

@@ -46,6 +46,7 @@ from kigi_tool_protocol import effective_timeout_ms
 
 from .._closing import AsyncClosing
 from ._errors import ToolError, ToolErrorKind
+from ._result import non_finite_error
 from ._tool import PROGRESS_TYPES, Tool, ToolContext, ToolEvent, ToolResult
 
 __all__ = (
@@ -368,6 +369,8 @@ class ToolRun(AsyncClosing):
             _abandon(task)
 
     def _end(self, terminal: ToolResult | ToolError) -> ToolResult | ToolError:
+        if isinstance(terminal, ToolResult):
+            terminal = non_finite_error(terminal) or terminal  # _result Rule 1
         if isinstance(terminal, ToolError):
             terminal.with_tool_id(self._tool.id)
         self._terminal = terminal

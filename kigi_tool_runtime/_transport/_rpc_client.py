@@ -25,6 +25,12 @@ Rule 4. A ``tools.list`` result is a ``tools`` list or an ``internal_error``
         (:meth:`ClientProtocol.tools_listed`); a listed tool that declares its
         ``max_frame_bytes`` has longer progress lines of its calls refused
         (:class:`ProgressRefused`), at most the client's own bound.
+Rule 6. A line longer than the client takes is skipped unread, never
+        silently: the call it belonged to, read from the line's first bytes
+        (:func:`owner_of`: a response's ``id``, a progress line's
+        ``tool_call_id``), ends with ``frame_too_large``; a line whose owner
+        cannot be read ends every pending call and request so, since any of
+        them may have lost its answer in it.
 Rule 5. The bounds and timeouts a driver is given are checked here: a line or
         item bound below 1 and a timeout that is not positive are a
         ``ValueError`` (:func:`check_bounds`, :func:`check_timeout`).
@@ -47,6 +53,7 @@ from kigi_tool_protocol import (
     TOOL_ID_PATTERN,
     ConnectionLostWire,
     DecodeError,
+    FrameTooLargeWire,
     HookFrame,
     InternalErrorWire,
     JsonRpcNotification,
@@ -146,6 +153,54 @@ class RequestEnded(NamedTuple):
 
 
 ClientEvent = ProgressReceived | ProgressRefused | CallEnded | RequestEnded
+
+
+# The keys that say whose a line is, as any JSON writer spells them.
+_CALL_ID: Final = re.compile(rb'"tool_call_id"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_ID: Final = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*[,}]')
+_PROGRESS: Final = re.compile(rb'"method"\s*:\s*"tool_call_progress"')
+
+
+def owner_of(head: bytes) -> tuple[int | str | None, str | None]:
+    """Whose a line is, read from its first bytes (Rule 6): the ``id`` of a
+    response, the ``tool_call_id`` of a progress line (else ``None``). Only
+    keys read whole count; a ``tool_call_id`` inside a response's result is not
+    its owner, so a response names its ``id`` alone."""
+    request_id: int | str | None = None
+    found = _ID.search(head)
+    if found is not None:
+        try:
+            value = msgspec.json.decode(found.group(1))
+        except msgspec.DecodeError:
+            value = None
+        if isinstance(value, int | str) and not isinstance(value, bool):
+            request_id = value
+    if _PROGRESS.search(head) is not None:
+        call = _CALL_ID.search(head)
+        if call is not None:
+            try:
+                call_id = msgspec.json.decode(b'"' + call.group(1) + b'"')
+            except msgspec.DecodeError:
+                return None, None
+            if isinstance(call_id, str):
+                return None, call_id
+        return None, None
+    return request_id, None
+
+
+def _too_large(line: OversizedLine, *, owner_known: bool = True) -> Failure:
+    """The ``frame_too_large`` failure of a call or request whose line was skipped."""
+    wire = FrameTooLargeWire(bytes=line.size, limit=line.limit)
+    whose = (
+        "its line"
+        if owner_known
+        else "a line whose call could not be read (so every pending call is ended)"
+    )
+    return Failure(
+        wire,
+        f"{whose} of {line.size} bytes from the server exceeds the client's limit of"
+        f" {line.limit} bytes; it was skipped unread",
+    )
 
 
 class _Pending(NamedTuple):
@@ -283,7 +338,7 @@ class ClientProtocol:
         self.lines += 1
         if isinstance(line, OversizedLine):
             self.lines_unused += 1
-            return []
+            return self._skipped(line)
         try:
             message = decode_progress_line(line, max_bytes=self._max_frame_bytes)
         except DecodeError:
@@ -301,6 +356,35 @@ class ClientProtocol:
             self.lines_unused += 1
             return []
         return [event]
+
+    def _skipped(self, line: OversizedLine) -> list[ClientEvent]:
+        """Rule 6: end whatever the skipped ``line`` belonged to."""
+        request_id, call_id = owner_of(line.head)
+        if call_id is None and isinstance(request_id, int):
+            call_id = self._by_request.get(request_id)
+            if call_id is None and request_id in self._requests:
+                del self._requests[request_id]
+                return [RequestEnded(request_id, None, _too_large(line))]
+        if call_id is not None:
+            pending = self._calls.pop(call_id, None)
+            if pending is None:
+                return []  # no pending call's line: unused, as any other
+            del self._by_request[pending.request_id]
+            return [CallEnded(call_id, _too_large(line))]
+        if request_id is not None:
+            return []  # an id of no request of ours
+        events: list[ClientEvent] = [
+            CallEnded(call_id, _too_large(line, owner_known=False))
+            for call_id, pending in self._calls.items()
+        ]
+        events.extend(
+            RequestEnded(request_id, None, _too_large(line, owner_known=False))
+            for request_id in self._requests
+        )
+        self._calls.clear()
+        self._by_request.clear()
+        self._requests.clear()
+        return events
 
     def _progress(self, frame: Any, seq: int | None, size: int) -> ClientEvent | None:
         if not isinstance(frame, ToolCallProgressFrame):

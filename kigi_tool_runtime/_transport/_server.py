@@ -10,7 +10,11 @@ Rule 1. One JSON-RPC message per line. A ``tool.call`` (or ``tool_call_request``
         the ``ToolErrorWire``. Any number of calls run at once (up to
         :data:`MAX_CALLS_IN_FLIGHT`). A progress item JSON cannot carry (a
         lone surrogate in its kind or body) ends its call with an
-        ``internal_error`` naming the kind; the other calls go on.
+        ``internal_error`` naming the kind; the other calls go on. No line
+        longer than a peer takes is written: a progress line past the tool's
+        declared ``max_frame_bytes`` (else ``MAX_FRAME_BYTES_CEILING``), or a
+        result line past the ceiling, ends its call with ``frame_too_large``
+        instead, saying both sizes.
 Rule 2. Every progress notification carries the call's own ``seq``: 0, 1, 2, ...
         in the order the notifications are *written*, so ``seq`` never has a
         hole. Frames the server had to drop are counted instead: the next frame
@@ -516,13 +520,16 @@ class Server:
                 timeout_ms=params.deadline_ms,
                 stop_wait=self._stop_wait,
             )
-            declared = tool.capabilities.max_frame_bytes
-            limit = None if declared is None else effective_max_frame_bytes(tool.capabilities)
+            # Rule 1: no line longer than a peer takes leaves the server; the
+            # tool's declared limit, else the ceiling every peer takes.
+            limit = effective_max_frame_bytes(tool.capabilities)
             item_of = progress_item_of(out.call_id, session_id, limit)
             terminal = await produce(run, out.feed, item_of)
             if isinstance(terminal, ToolResult):
                 final = _result_line(request_id, session_id, terminal.to_wire(ctx.call_id))
-            else:
+                if len(final) - 1 > MAX_FRAME_BYTES_CEILING:
+                    terminal = ToolError.frame_too_large(len(final) - 1, MAX_FRAME_BYTES_CEILING)
+            if not isinstance(terminal, ToolResult):
                 await self._word_stop(terminal, tool.id, ctx.call_id)
                 final = self._tool_error_line(request_id, session_id, terminal, tool.id)
         except Exception as exc:  # encoding a result failed: still answer the call

@@ -10,6 +10,12 @@ Rule 2. A regular file that cannot be read fails the reader with the error
         (``StreamReader.set_exception``): whoever reads it (the server, which
         then stops its calls and raises it) learns of it; it is never lost in
         the feeding task.
+Rule 3. Any input a user can give is served: a pipe, a socket, a terminal, a
+        regular file, and a device the event loop cannot watch (``/dev/null``,
+        which epoll refuses) read as a file is; the same for the output.
+Rule 4. The wire is the fenced pair of descriptors (``_fence``) once the
+        process is fenced: :func:`serve_stdio` fences first, so what the tools
+        print goes to stderr, not onto the wire.
 """
 
 from __future__ import annotations
@@ -18,11 +24,11 @@ import asyncio
 import os
 import selectors
 import stat
-import sys
 from collections.abc import Iterable
 from typing import Any, Final
 
 from .._tools._tool import Tool
+from ._fence import fence_stdio, stdio_wire
 from ._server import Server, ServerStats, Sink
 
 __all__ = ("serve_stdio",)
@@ -82,50 +88,51 @@ class _FileFeed:
         reader.feed_eof()
 
 
-def _is_pipe_like(fd: int) -> bool:
-    """True when the event loop can watch ``fd`` (a pipe, a socket, a terminal).
-    A character device the selector refuses (``/dev/null``: epoll says EPERM)
-    is read and written with blocking I/O, as a regular file is."""
+def _is_watchable(fd: int, events: int) -> bool:
+    """Whether the event loop can watch ``fd`` for ``events``: a pipe, a
+    socket or a terminal, and not a device the selector refuses (``/dev/null``
+    under epoll, which asyncio would only report from a callback, leaving the
+    reader waiting forever)."""
     mode = os.fstat(fd).st_mode
-    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-        return True
-    if not stat.S_ISCHR(mode):
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
         return False
-    with selectors.DefaultSelector() as trial:
+    with selectors.DefaultSelector() as selector:
         try:
-            trial.register(fd, selectors.EVENT_READ | selectors.EVENT_WRITE)
-        except PermissionError:
+            selector.register(fd, events)
+        except OSError:
             return False
     return True
 
 
 async def open_stdio() -> tuple[asyncio.StreamReader, Sink]:
-    """This process's stdin and stdout as an asyncio reader and a writer (pipes,
-    sockets and terminals natively; regular files with blocking I/O).
+    """The wire (this process's stdin and stdout, or their fenced copies:
+    Rule 4) as an asyncio reader and a writer (pipes, sockets and terminals
+    natively; regular files and devices the loop cannot watch with blocking
+    I/O: Rule 3).
 
     Raises:
-        OSError: stdin or stdout is closed or cannot be watched.
+        OSError: stdin or stdout is closed.
     """
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    stdin_fd, stdout_fd = sys.stdin.fileno(), sys.stdout.fileno()
-    if _is_pipe_like(stdin_fd):
+    stdin_fd, stdout_fd = stdio_wire()
+    if _is_watchable(stdin_fd, selectors.EVENT_READ):
         await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(stdin_fd, "rb", closefd=False)
         )
-    else:
+    else:  # a regular file, or a device the loop cannot watch (Rule 3)
         feed = _FileFeed(reader, stdin_fd)
         # Not in a scope: the feed lasts as long as the reader it feeds, which
         # is handed to the caller; its one failure goes to the reader (Rule 2).
         _background.add(task := loop.create_task(feed.run(), name="kigi stdin file feed"))
         task.add_done_callback(_background.discard)
     sink: Sink
-    if _is_pipe_like(stdout_fd):
+    if _is_watchable(stdout_fd, selectors.EVENT_WRITE):
         transport, protocol = await loop.connect_write_pipe(
             asyncio.streams.FlowControlMixin, os.fdopen(stdout_fd, "wb", closefd=False)
         )
         sink = asyncio.StreamWriter(transport, protocol, None, loop)
-    else:
+    else:  # a regular file, or a device the loop cannot watch (Rule 3)
         sink = _FileSink(stdout_fd)
     return reader, sink
 
@@ -138,11 +145,17 @@ async def serve_stdio(tools: Iterable[Tool[Any]], **options: Any) -> ServerStats
     """Serve ``tools`` over this process's stdin and stdout until end of input;
     ``options`` are :class:`Server`'s keyword arguments. Returns its counters.
 
+    The process is fenced first (:func:`fence_stdio`): from then on what any
+    code prints to stdout goes to stderr and descriptor 0 reads ``/dev/null``,
+    for the life of the process. Call :func:`fence_stdio` before importing the
+    tools for what they print at import to be fenced too.
+
     Raises:
         ValueError: two tools share an id, or a bound is below 1 (see :class:`Server`).
         OSError: stdin or stdout is closed or cannot be watched.
     """
     server = Server(tools, **options)
+    fence_stdio()
     reader, sink = await open_stdio()
     await server.serve(reader, sink)
     return server.statistics()

@@ -11,6 +11,9 @@ Rule 2. No line longer than ``max_line_bytes`` is ever held whole. Once the
         bounded by ``max_line_bytes`` plus one chunk fed.
 Rule 3. End of input with a partial line pending yields that partial line (or
         an :class:`OversizedLine`) once; nothing is dropped silently.
+Rule 4. An :class:`OversizedLine` keeps the line's first
+        :data:`OVERSIZED_HEAD_BYTES` (at most the limit): enough for a reader to
+        tell whose line it was (its ``id``, its ``tool_call_id``).
 
 The one line splitter of the project: the stdio server and client, the frame
 log follower and the NATS follower all split with it.
@@ -18,17 +21,24 @@ log follower and the NATS follower all split with it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 __all__ = ("OversizedLine",)
+
+#: Bytes of a skipped line kept (Rule 4). A JSON-RPC envelope names its id and
+#: call id in its first hundred bytes or so; 1 KiB leaves room for a long
+#: session id before them, and is nothing beside the limit.
+OVERSIZED_HEAD_BYTES: Final = 1024
 
 
 class OversizedLine(NamedTuple):
     """A line longer than the limit, discarded unread; ``size`` is its length in
-    bytes without the newline (so far, when input ended inside it)."""
+    bytes without the newline (so far, when input ended inside it); ``head``
+    its first bytes (Rule 4)."""
 
     size: int
     limit: int
+    head: bytes = b""
 
 
 class LineSplitter:
@@ -46,6 +56,8 @@ class LineSplitter:
         self._buf = bytearray()
         # Bytes of the current line already discarded (> 0: we are skipping it).
         self._skipped = 0
+        self._head = b""  # the first bytes of the line being skipped
+        self._head_bytes = min(OVERSIZED_HEAD_BYTES, max_line_bytes)
 
     @property
     def max_line_bytes(self) -> int:
@@ -68,6 +80,10 @@ class LineSplitter:
             # Finish the line in progress first; only the new bytes are scanned.
             nl = chunk.find(b"\n")
             held = self._skipped or len(buf)
+            if not self._skipped and held + (len(chunk) if nl < 0 else nl) > limit:
+                self._head = bytes(buf[: self._head_bytes])
+                if len(self._head) < self._head_bytes:
+                    self._head += chunk[: self._head_bytes - len(self._head)]
             if nl < 0:
                 if self._skipped or held + len(chunk) > limit:
                     self._skipped = held + len(chunk)  # too long: count, do not keep
@@ -77,7 +93,10 @@ class LineSplitter:
                 return out
             length = held + nl
             if self._skipped or length > limit:
-                out.append(OversizedLine(length, limit))
+                out.append(
+                    OversizedLine(length, limit, self._head)
+                )
+                self._head = b""
             else:
                 buf += memoryview(chunk)[:nl]
                 out.append(bytes(buf))
@@ -91,13 +110,14 @@ class LineSplitter:
             if nl < 0:
                 break
             if nl - pos > limit:
-                out.append(OversizedLine(nl - pos, limit))
+                out.append(OversizedLine(nl - pos, limit, chunk[pos : pos + self._head_bytes]))
             else:
                 out.append(chunk[pos:nl])
             pos = nl + 1
         rest = len(chunk) - pos
         if rest > limit:
             self._skipped = rest
+            self._head = chunk[pos : pos + self._head_bytes]
         elif rest:
             buf += memoryview(chunk)[pos:]
         return out
@@ -106,7 +126,8 @@ class LineSplitter:
         """Input ended: the unterminated last line, if any, and reset."""
         if self._skipped:
             size, self._skipped = self._skipped, 0
-            return OversizedLine(size, self._limit)
+            head, self._head = self._head, b""
+            return OversizedLine(size, self._limit, head)
         if not self._buf:
             return None
         line = bytes(self._buf)

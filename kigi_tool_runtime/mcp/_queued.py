@@ -7,6 +7,9 @@ Rule 1. A delta frame counts its delta's UTF-8 bytes, any other frame its
         encoded body (:func:`frame_size`); a frame JSON cannot carry (its kind,
         or a non-delta body) is never queued: its call ends with the
         ``internal_error`` every server gives (``_call/_frame_check`` Rule 1).
+Rule 3. A frame whose counted bytes pass ``MAX_FRAME_BYTES_CEILING`` (the
+        line limit of every kigi peer) is never queued either: its call ends
+        with ``frame_too_large``, saying both sizes, as on the stdio wire.
 Rule 2. A frame taken with drops before it carries them (:func:`sent_frame`):
         the queue's ``dropped_count`` is added to any the frame already had, so
         no loss is said twice or lost.
@@ -18,10 +21,11 @@ from typing import Any, Final
 
 import msgspec
 
-from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
+from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING, PartialResultPayload, ToolCallProgressFrame
 
 from .._call._frame_check import encoded_body, unsendable
 from .._call._queue import Taken
+from .._tools._errors import ToolError
 
 # OUTBOX_BYTES is the package's; frame_size and sent_frame are the server's plumbing.
 __all__: tuple[str, ...] = ()
@@ -36,7 +40,8 @@ def frame_size(frame: ToolCallProgressFrame[Any]) -> int:
     """The bytes ``frame`` counts against its call's budget (Rule 1).
 
     Raises:
-        ToolError: ``internal_error``, the frame cannot be sent as JSON.
+        ToolError: ``internal_error``, the frame cannot be sent as JSON;
+            ``frame_too_large``, it passes the ceiling (Rule 3).
     """
     body = frame.body
     if isinstance(body, PartialResultPayload):
@@ -44,8 +49,12 @@ def frame_size(frame: ToolCallProgressFrame[Any]) -> int:
             frame.kind.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise unsendable(frame, exc) from None
-        return len(body.delta.encode("utf-8", "surrogatepass"))
-    return len(encoded_body(frame))
+        size = len(body.delta.encode("utf-8", "surrogatepass"))
+    else:
+        size = len(encoded_body(frame))
+    if size > MAX_FRAME_BYTES_CEILING:
+        raise ToolError.frame_too_large(size, MAX_FRAME_BYTES_CEILING)  # Rule 3
+    return size
 
 
 def sent_frame(taken: Taken[ToolCallProgressFrame[Any]]) -> ToolCallProgressFrame[Any]:

@@ -59,6 +59,7 @@ from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING
 from .._call._serving import FINAL_FLUSH_S, WRITER_STALL_S
 from .._lines import read_lines
 from .._mcp_limits import HTTP_SESSION_IDLE_S, MAX_HTTP_SESSIONS
+from .._transport._fence import fence_stdio
 from .._transport._stdio import open_stdio
 from .._wire._split import OversizedLine
 from ._exchange import Refusal, read_head
@@ -289,11 +290,14 @@ async def serve_stdio_mcp(
     hold_responses: bool = True,
 ) -> None:
     """Serve MCP over this process's stdin and stdout until end of input
-    (``hold_responses``: see :func:`serve_lines_mcp`).
+    (``hold_responses``: see :func:`serve_lines_mcp`). The process is fenced
+    first (:func:`~kigi_tool_runtime.fence_stdio`): from then on what any code
+    prints to stdout goes to stderr, never onto the wire.
 
     Raises:
         OSError: stdin or stdout is closed or cannot be watched.
     """
+    fence_stdio()
     reader, sink = await open_stdio()
     await serve_lines_mcp(
         server, reader, sink, max_line_bytes=max_line_bytes, hold_responses=hold_responses
