@@ -399,6 +399,27 @@ def test_a_bad_argument_raises_kigi_tool_error_when_invoked_directly() -> None:
     assert caught.value.end is None
 
 
+@pytest.mark.parametrize(
+    ("args", "place"),
+    [
+        (json.loads('{"\\ud800": 1}'), "the object key '\\ud800' is not valid Unicode"),
+        (json.loads('{"command": "echo \\ud800"}'), "not valid Unicode at `$.command`"),
+    ],
+)
+def test_a_lone_surrogate_in_the_arguments_is_an_error_tool_message(
+    args: dict[str, Any], place: str
+) -> None:
+    """A model's tool call whose argument key (or value) is a lone surrogate,
+    as ``json.loads`` returns it, answers the model with an ``invalid_params``
+    error ``ToolMessage`` naming the place; ``graph.invoke`` raises nothing."""
+    state = agent_graph([kigi_bash()], [{"name": "bash", "args": args}]).invoke(_start())
+    (message,) = tool_messages(state)
+    assert message.status == "error"
+    assert message.content.startswith("invalid_params error (-32602): ")
+    assert place in message.content
+    assert state["messages"][-1].content == "done"
+
+
 def test_a_failing_command_is_a_result_with_its_exit_status() -> None:
     bash = kigi_bash(tick=0.02)
     folder = ToolEventFolder()
