@@ -28,6 +28,9 @@ Rule 5. stdio: a response that follows notifications is written only once the
         host has read them (``_hold``), bounded by ``RESPONSE_HOLD_S``, so a
         client that defers notifications but not responses (the official
         TypeScript SDK) never finds its call's progress handler gone.
+Rule 6. stdio: a request that reuses the id of a request still open (``_inflight``)
+        is refused with ``-32600``, its id echoed, as over HTTP (``_exchange``
+        Rule 1), and never reaches the server; the first request runs on.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from .._lines import read_lines
 from .._mcp_limits import HTTP_SESSION_IDLE_S, MAX_HTTP_SESSIONS
 from .._transport._stdio import open_stdio
 from .._wire._split import OversizedLine
-from ._exchange import Refusal, read_head
+from ._exchange import Refusal, RequestHead, read_head, reused_id_refusal
 from ._hold import RESPONSE_HOLD_S, ResponseHold
 from ._http import serve_http
 from ._inflight import InFlight
@@ -181,6 +184,7 @@ async def serve_lines_mcp(
 
     writer_done = anyio.Event()
     inflight = InFlight()
+    refused: set[int] = set()  # the reused-id refusals on their way (Rule 6)
     answered = anyio.Event()
     end_of_input: list[float] = []  # when input ended (Rule 3's deadline starts)
 
@@ -192,8 +196,14 @@ async def serve_lines_mcp(
                 if isinstance(item, JSONRPCError):
                     await replies.send(SessionMessage(item))
                 elif item is not None:
-                    _forwarded(inflight, item)
-                    await read_send.send(SessionMessage(item))
+                    refusal = _forwarded(inflight, item)
+                    if refusal is not None:
+                        # Rule 6: answered here; it closes nothing.
+                        message = SessionMessage(refusal)
+                        refused.add(id(message))
+                        await replies.send(message)
+                    else:
+                        await read_send.send(SessionMessage(item))
             # Rule 3: what is in flight and can be answered is, before the
             # server sees the end (which cancels the rest).
             end_of_input.append(anyio.current_time())
@@ -206,7 +216,9 @@ async def serve_lines_mcp(
         """``message`` encoded, noted as written (Rules 3, 5)."""
         hold.wrote(is_notification=_is_notification(message))
         inner = message.message
-        if isinstance(inner, JSONRPCResponse | JSONRPCError) and inner.id is not None:
+        if id(message) in refused:
+            refused.discard(id(message))
+        elif isinstance(inner, JSONRPCResponse | JSONRPCError) and inner.id is not None:
             inflight.answered(inner.id)
             answered.set()
         return _encode(message)
@@ -258,14 +270,19 @@ async def serve_lines_mcp(
         tg.cancel_scope.cancel()
 
 
-def _forwarded(inflight: InFlight, message: JSONRPCMessage) -> None:
-    """Note a message handed to the server (Rule 3)."""
+def _forwarded(inflight: InFlight, message: JSONRPCMessage) -> JSONRPCError | None:
+    """Note a message on its way to the server (Rule 3), or the refusal to
+    answer it with instead, when it reuses the id of an open request (Rule 6)."""
     if isinstance(message, JSONRPCRequest):
-        inflight.forwarded(message.id, message.method)
+        if not inflight.forwarded(message.id, message.method):
+            head = RequestHead(str(message.id), message.id, message.method)
+            return JSONRPCError.model_validate_json(reused_id_refusal(head).body)
     elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
         params = message.params or {}
-        if "requestId" in params:
-            inflight.cancelled(params["requestId"])
+        request_id = as_request_id(params.get("requestId"))
+        if request_id is not None:
+            inflight.cancelled(request_id)
+    return None
 
 
 def _is_response(message: SessionMessage) -> bool:
