@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ from kigi_tool_runtime.langchain import (
     LiveChunk,
     ToolEventFolder,
     as_langchain_tool,
+    cancel_running_calls,
     langchain_tool_name,
 )
 
@@ -676,6 +678,32 @@ async def test_cancelling_the_graph_task_stops_the_process_group() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert not group_alive(pgid)  # gone before the cancellation went on
+
+
+def test_closing_a_sync_stream_mid_call_stops_the_process_group() -> None:
+    """``close()`` of a sync ``graph.stream`` mid-call stops the call first
+    (its deadline is ten minutes away) and returns with the command's process
+    group gone; the async stream's ``aclose()`` does the same."""
+    bash = as_langchain_tool(ShellTool(tick=0.02), timeout_ms=600_000)
+    stream = agent_graph([bash], [bash_call(HOLD)]).stream(
+        _start(), stream_mode=["tools", "values"]
+    )
+    pgid = None
+    for mode, payload in stream:
+        if mode == "tools" and payload["event"] == "tool-output-delta":
+            pgid = int(str(payload["delta"]).strip())
+            break
+    assert pgid is not None
+    assert group_alive(pgid)
+    closer = threading.Thread(target=stream.close, daemon=True)
+    closer.start()
+    closer.join(60)  # far beyond what it takes; on failure it waits for the deadline
+    closed = not closer.is_alive()
+    if not closed:
+        cancel_running_calls()  # clean up what the failure left running
+        closer.join(60)
+    assert closed, "close() waited for the running call"
+    assert not group_alive(pgid)
 
 
 async def _cut_when(marker: Path, cut: asyncio.Timeout) -> None:

@@ -31,6 +31,9 @@ Rule 5. Backpressure, not buffering: while more than ``max_pending_events``
         items wait in the run's stream queue for a consumer that drains it
         live, a call takes no new frame (see ``_pacing``), so a slow consumer
         pauses the tool instead of growing LangGraph's queue without bound.
+Rule 6. Leaving a sync run mid-call (closing its ``graph.stream`` generator)
+        stops the call first (``_run_exit``): ``close()`` returns once the
+        command's process group is gone, not at the call's deadline.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from .._tools._runner import STOP_WAIT_S
 from .._tools._tool import Tool
 from ._mapping import LiveChunk, args_schema, artifact, langchain_tool_name
 from ._pacing import MAX_PENDING_EVENTS, Pacer
+from ._run_exit import stop_when_run_exits
 
 __all__ = (
     "KigiToolError",
@@ -145,6 +149,8 @@ class _Served:
         served = ServedCall(
             tool, args, call_id=call_id, timeout_ms=self.timeout_ms, stop_wait=self.stop_wait
         )
+        if runtime is not None:
+            stop_when_run_exits(runtime.config, served)  # Rule 6
         with _running_lock:
             _running.add(served)
         try:
