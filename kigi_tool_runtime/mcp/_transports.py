@@ -243,11 +243,12 @@ async def serve_lines_mcp(
         going = hold.release(unread(batched), anyio.current_time())
         return b"".join(take(message) for message in going)
 
-    def offered(message: SessionMessage, batched: int) -> bool:
-        """Whether ``message``, a response, is held (Rule 5); with the look
-        this took first, when it could be held."""
+    def offered(message: SessionMessage) -> bool:
+        """Whether ``message`` is a response that is held (Rule 5); the
+        look that follows releases it at once when the host has read its
+        call's notifications by then."""
         call = _call_of(message)
-        if call is None or not _is_response(message) or not hold.must_look(call):
+        if call is None or not _is_response(message):
             return False
         return hold.hold(message, call, anyio.current_time())
 
@@ -287,7 +288,7 @@ async def serve_lines_mcp(
                     pending = await next_message()
                     batch = bytearray()
                     while pending is not None:
-                        if not offered(pending, len(batch)):
+                        if not offered(pending):
                             batch += take(pending)
                         if hold.holding:
                             batch += released(len(batch))
