@@ -13,6 +13,9 @@ Node (installed with npm into a temporary directory; skipped as "n/a" without
 Node and npm). Rounds alternate held and unheld so load drifts alike. Figures:
 median milliseconds per call, the hold's cost per call (held minus unheld),
 and the share of announced notifications each client's progress handler saw.
+Then ``20`` calls that end together, read by a host that makes one read every
+0.3 s: seconds to the last answer, held beside unheld (the hold may add one of
+the host's reads, the one that takes the notifications, and no more).
 Compare figures from the same run only.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -44,6 +48,16 @@ UNHELD = [
     "asyncio.run(serve_stdio_mcp(McpToolServer([ShellTool()]), hold_responses=False))\n",
 ]
 COMMAND = "printf 'one write\\n'"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"},
+    },
+}
 TS_SDK = "@modelcontextprotocol/sdk@1.32.2"
 DRIVER = Path(__file__).resolve().parents[1] / "tests" / "mcp_ts" / "driver.mjs"
 
@@ -117,6 +131,57 @@ def ts_round(driver: Path, server: list[str], calls: int) -> Round:
     )
 
 
+def together_round(server: list[str], calls: int, pause: float) -> float:
+    """Seconds from the moment ``calls`` running calls are let end together to
+    their last answer, with a host that makes one read every ``pause``
+    seconds (a raw pipe, each read as a host makes it)."""
+    with tempfile.TemporaryDirectory(prefix="kigi-bench-hold-") as tmp:
+        go = Path(tmp) / "go"
+        command = f"echo started; while [ ! -e {go} ]; do sleep 0.01; done; echo done"
+        with subprocess.Popen(server, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
+            assert proc.stdin is not None
+            assert proc.stdout is not None
+
+            def send(message: dict[str, object]) -> None:
+                assert proc.stdin is not None
+                proc.stdin.write(json.dumps(message).encode() + b"\n")
+                proc.stdin.flush()
+
+            send(INITIALIZE)
+            proc.stdout.readline()
+            send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            for n in range(1, calls + 1):
+                send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": n,
+                        "method": "tools/call",
+                        "params": {
+                            "name": "bash",
+                            "arguments": {"command": command},
+                            "_meta": {"progressToken": f"t{n}"},
+                        },
+                    }
+                )
+            started = 0
+            while started < calls:
+                started += b'"started\\n"' in proc.stdout.readline()
+            go.touch()
+            began = time.perf_counter()
+            answered, rest = 0, b""
+            while answered < calls:
+                time.sleep(pause)
+                data = os.read(proc.stdout.fileno(), 16 * 1024 * 1024)
+                if not data:
+                    raise RuntimeError("the server closed its output")
+                *lines, rest = (rest + data).split(b"\n")
+                answered += sum(b'"id"' in line and b'"method"' not in line for line in lines)
+            took = time.perf_counter() - began
+            proc.stdin.close()
+            proc.wait(timeout=30)
+    return took
+
+
 def _summary(rounds: list[Round]) -> tuple[float, float]:
     ms = [value for r in rounds for value in r.ms]
     announced = sum(r.announced for r in rounds)
@@ -171,6 +236,20 @@ async def main() -> int:
         "TypeScript client saw every notification with the hold (share)",
         ts_figures["held"][1] if ts_figures else float("nan"),
         1.0,
+    )
+    pause, together = 0.3, 20
+    ends = {
+        name: statistics.median(together_round(server, together, pause) for _ in range(rounds))
+        for name, server in (("held", HELD), ("unheld", UNHELD))
+    }
+    print(f"{together} calls ending together, a host reading every {pause:g} s: last answer after")
+    print(f"  {'hold on (kigi-stream)':<28} {ends['held']:7.2f} s")
+    print(f"  {'hold off (baseline)':<28} {ends['unheld']:7.2f} s")
+    goals.record(
+        f"{together} calls ending together, last answer beyond the hold-off baseline (s)",
+        max(ends["held"] - ends["unheld"], 0.0),
+        pause + 0.05,
+        at_most=True,
     )
     for client, by_mode in figures.items():
         cost = by_mode["held"][0] - by_mode["unheld"][0]

@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import tracemalloc
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ from typing import Any
 import msgspec
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -58,8 +62,10 @@ from kigi_tool_runtime.langchain import (
     LiveChunk,
     ToolEventFolder,
     as_langchain_tool,
+    cancel_running_calls,
     langchain_tool_name,
 )
+from kigi_tool_runtime.langchain._mapping import HeldBack
 
 V3_WARNING = "ignore:The v3 streaming protocol on Pregel is experimental"
 LOSS_LINE = re.compile(re.escape(LOSS_MARKER).replace(r"\{lost\}", r"\d+(-\d+)?") + "\n")
@@ -399,6 +405,27 @@ def test_a_bad_argument_raises_kigi_tool_error_when_invoked_directly() -> None:
     assert caught.value.end is None
 
 
+@pytest.mark.parametrize(
+    ("args", "place"),
+    [
+        (json.loads('{"\\ud800": 1}'), "the object key '\\ud800' is not valid Unicode"),
+        (json.loads('{"command": "echo \\ud800"}'), "not valid Unicode at `$.command`"),
+    ],
+)
+def test_a_lone_surrogate_in_the_arguments_is_an_error_tool_message(
+    args: dict[str, Any], place: str
+) -> None:
+    """A model's tool call whose argument key (or value) is a lone surrogate,
+    as ``json.loads`` returns it, answers the model with an ``invalid_params``
+    error ``ToolMessage`` naming the place; ``graph.invoke`` raises nothing."""
+    state = agent_graph([kigi_bash()], [{"name": "bash", "args": args}]).invoke(_start())
+    (message,) = tool_messages(state)
+    assert message.status == "error"
+    assert message.content.startswith("invalid_params error (-32602): ")
+    assert place in message.content
+    assert state["messages"][-1].content == "done"
+
+
 def test_a_failing_command_is_a_result_with_its_exit_status() -> None:
     bash = kigi_bash(tick=0.02)
     folder = ToolEventFolder()
@@ -657,6 +684,32 @@ async def test_cancelling_the_graph_task_stops_the_process_group() -> None:
         assert not group_alive(pgid)  # gone before the cancellation went on
 
 
+def test_closing_a_sync_stream_mid_call_stops_the_process_group() -> None:
+    """``close()`` of a sync ``graph.stream`` mid-call stops the call first
+    (its deadline is ten minutes away) and returns with the command's process
+    group gone; the async stream's ``aclose()`` does the same."""
+    bash = as_langchain_tool(ShellTool(tick=0.02), timeout_ms=600_000)
+    stream = agent_graph([bash], [bash_call(HOLD)]).stream(
+        _start(), stream_mode=["tools", "values"]
+    )
+    pgid = None
+    for mode, payload in stream:
+        if mode == "tools" and payload["event"] == "tool-output-delta":
+            pgid = int(str(payload["delta"]).strip())
+            break
+    assert pgid is not None
+    assert group_alive(pgid)
+    closer = threading.Thread(target=stream.close, daemon=True)
+    closer.start()
+    closer.join(60)  # far beyond what it takes; on failure it waits for the deadline
+    closed = not closer.is_alive()
+    if not closed:
+        cancel_running_calls()  # clean up what the failure left running
+        closer.join(60)
+    assert closed, "close() waited for the running call"
+    assert not group_alive(pgid)
+
+
 async def _cut_when(marker: Path, cut: asyncio.Timeout) -> None:
     while not marker.exists():
         await asyncio.sleep(0.02)
@@ -784,6 +837,69 @@ class _CountingFlood(Tool[ShellArgs]):
             self.made += 1
             yield frame
         yield ToolResult(value="flooded")
+
+
+#: 64 MB in 64 KiB lines, a line every 4 ms (about 5 s): slow enough that the
+#: shell tool takes every byte, so each one is a frame for LangGraph's queue.
+SLOW_FLOOD = (
+    f'{sys.executable} -c "import sys, time\n'
+    "line = b'x' * 65535 + b'\\n'\n"
+    "for _ in range(1024):\n"
+    '    sys.stdout.buffer.write(line); sys.stdout.flush(); time.sleep(0.004)"'
+)
+
+
+def test_a_flood_in_langgraphs_default_streaming_costs_a_bounded_amount() -> None:
+    """With LangGraph's defaults (``stream_mode="tools"``, no ``stream_eager``)
+    the queue is drained only when the node ends: a 64 MB flood adds at most
+    24 MiB to the process (it added 107 MiB: every frame waited in the queue),
+    the frames held back are said by one marker line before the last frame,
+    the fold reports the loss, and the ``ToolMessage`` is whole."""
+    bash = as_langchain_tool(ShellTool(), timeout_ms=120_000)
+    graph = agent_graph([bash], [bash_call(SLOW_FLOOD)], eager=False)
+    folder = ToolEventFolder()
+    chunks: list[Any] = []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for payload in graph.stream(_start(), stream_mode="tools"):
+            folder.absorb(("tools", payload))
+            if payload["event"] == "tool-output-delta":
+                chunks.append(payload["delta"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak - before <= 24 * 1024 * 1024, (peak - before) / 2**20
+    *shown, marker, last = chunks
+    assert all(chunk.frame is not None for chunk in shown)
+    assert marker.frame is None
+    assert re.fullmatch(r"\[\.\.\. \d+ frames dropped here \.\.\.\]\n", marker)
+    assert last.frame is not None
+    assert last.seq > shown[-1].seq + 1
+    folded = folder.call("call-0")
+    assert folded is not None
+    assert folded.finished
+    assert not folded.complete
+    report = folded.report()
+    assert report is not None
+    assert report.undelivered_bytes > 0
+    assert folded.artifact is not None
+    assert folded.artifact["value"]["exit_code"] == 0
+    assert folded.artifact["loss"]["total_bytes"] == 64 * 1024 * 1024
+
+
+@given(texts=st.lists(st.text("ab\n", max_size=4), max_size=4), held=st.integers(2, 10_000))
+def test_the_held_back_marker_is_a_line_of_its_own(texts: list[str], held: int) -> None:
+    """``HeldBack``'s marker starts a line after whatever was shown, ends one,
+    and counts the frames held back before the last (sent after it)."""
+    held_back = HeldBack()
+    for text in texts:
+        held_back.shown(text)
+    held_back.count = held
+    shown = "".join(texts)
+    line = f"[... {held - 1} frame{'s' if held > 2 else ''} dropped here ...]\n"
+    lead = "" if not shown or shown.endswith("\n") else "\n"
+    assert held_back.marker() == lead + line
 
 
 def test_the_langgraph_internal_the_pacer_reads_is_there() -> None:

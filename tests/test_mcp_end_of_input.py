@@ -123,23 +123,24 @@ def test_a_running_call_is_cancelled_while_the_requests_behind_it_are_answered(
 
 
 def test_in_flight_counts_requests_until_answered_but_never_waits_for_calls() -> None:
-    """``_inflight`` Rules 1-2: reused ids count twice, 1 and "1" are distinct,
-    calls and cancelled requests are not awaited."""
+    """``_inflight`` Rules 1-3: a reused open id is refused (1 and "1" are one,
+    as the SDK correlates them), calls and cancelled requests are not awaited."""
     inflight = InFlight()
-    inflight.forwarded(1, "ping")
-    inflight.forwarded(1, "tools/list")
-    inflight.forwarded("1", "ping")
-    inflight.forwarded(2, "tools/call")
-    inflight.forwarded(3, "resources/read")
-    assert inflight.awaited == 4
+    assert inflight.forwarded(1, "ping")
+    assert not inflight.forwarded(1, "tools/list")
+    assert not inflight.forwarded("1", "ping")
+    assert inflight.forwarded("a", "ping")
+    assert inflight.forwarded(2, "tools/call")
+    assert inflight.forwarded(3, "resources/read")
+    assert inflight.awaited == 3
     inflight.answered(2)
     inflight.answered(1)
-    assert inflight.awaited == 3
-    inflight.answered(1)
-    inflight.answered("1")
+    assert inflight.awaited == 2
+    inflight.answered("a")
     assert inflight.awaited == 1
     inflight.cancelled(3)
     assert inflight.awaited == 0
     inflight.answered(99)  # an unknown id changes nothing
     inflight.cancelled(99)
     assert inflight.awaited == 0
+    assert inflight.open == 0

@@ -531,3 +531,70 @@ async def test_a_progress_token_in_use_is_refused_until_its_call_ends() -> None:
         assert (await raw.read())["params"]["message"] == "again\n"
         assert (await raw.read())["id"] == 4
         assert await raw.close() == 0
+
+
+def _partial_call(request_id: int, command: str, token: str, progress: str) -> dict[str, Any]:
+    """A call declaring SEP-2998 partial results under ``token`` (and a
+    progress token of its own, as the official client always sends one)."""
+    call = bash_call(request_id, command, progress)
+    call["params"]["_meta"].update(
+        {
+            "io.modelcontextprotocol/clientCapabilities": {"partialResults": {}},
+            "partialResultToken": token,
+        }
+    )
+    return call
+
+
+@_sync
+async def test_a_partial_result_token_in_use_is_refused_until_its_call_ends() -> None:
+    """A call bringing the ``partialResultToken`` of a call still running (with
+    a progress token of its own) is a -32602 error naming that token; the first
+    call's partial results alone go under it; once it ended, the token is free."""
+    async with asyncio.timeout(30):
+        raw = await _Raw.start()
+        await raw.send(_partial_call(1, "echo started; sleep 0.5; echo first", "p", "g1"))
+        note = await raw.read()
+        assert note["params"]["content"][0]["text"] == "started\n"
+        await raw.send(_partial_call(2, "echo second", "p", "g2"))
+        reply = await raw.read()
+        assert reply["id"] == 2
+        assert reply["error"]["code"] == -32602
+        assert "partialResultToken 'p' is in use" in reply["error"]["message"]
+        rest = [await raw.read()]
+        while "id" not in rest[-1]:
+            rest.append(await raw.read())
+        assert rest[-1]["id"] == 1
+        texts = [n["params"]["content"][0]["text"] for n in rest[:-1] if n["params"]["content"]]
+        assert texts == ["first\n"]
+        await raw.send(_partial_call(3, "echo again", "p", "g3"))
+        assert (await raw.read())["params"]["content"][0]["text"] == "again\n"
+        assert await raw.close() == 0
+
+
+@_sync
+async def test_a_request_id_in_flight_is_refused_as_over_http() -> None:
+    """A second ``tools/call`` with the id of a call still running is refused
+    with -32600 (its id echoed, as the HTTP transport refuses it) and never
+    runs; the first call answers once, with its own result; once it ended the
+    id is free again."""
+    async with asyncio.timeout(30):
+        raw = await _Raw.start()
+        await raw.send(bash_call(5, "echo started; sleep 0.5; echo first", "t1"))
+        assert (await raw.read())["params"]["message"] == "started\n"
+        await raw.send(bash_call("5", "echo second", "t2"))
+        reply = await raw.read()
+        assert reply["id"] == "5"
+        assert reply["error"]["code"] == -32600
+        assert "already used by a request in flight" in reply["error"]["message"]
+        note, answer = await raw.read(), await raw.read()
+        assert note["params"]["message"] == "first\n"
+        assert answer["id"] == 5
+        assert not answer["result"]["isError"]
+        assert "first" in answer["result"]["content"][0]["text"]
+        await raw.send({"jsonrpc": "2.0", "id": 6, "method": "ping"})
+        assert await raw.read() == {"jsonrpc": "2.0", "id": 6, "result": {}}  # nothing else came
+        await raw.send(bash_call(5, "echo again", "t3"))
+        assert (await raw.read())["params"]["message"] == "again\n"
+        assert (await raw.read())["id"] == 5
+        assert await raw.close() == 0

@@ -152,6 +152,31 @@ def test_decode_args_raises_the_terminal_it_would_yield() -> None:
         decode_args(Counter(), {"count": "x"})
 
 
+@pytest.mark.parametrize(
+    ("raw", "place"),
+    [
+        ({"\ud800": 1}, "the object key '\\ud800' is not valid Unicode"),
+        ({"count": 1, "word": "a\udfff"}, "the string 'a\\udfff' is not valid Unicode at `$.word`"),
+        (
+            '{"count": 1, "word": "a\udfff"}',
+            "not valid Unicode (surrogates not allowed at character 23)",
+        ),
+    ],
+)
+def test_arguments_utf8_cannot_encode_are_invalid_params_naming_the_place(
+    raw: Any, place: str
+) -> None:
+    """A lone surrogate in a key or a value (Python values, or JSON text as a
+    ``str``) is an ``invalid_params`` terminal naming where it is, never a
+    ``UnicodeEncodeError``."""
+    error = error_of(run_all(Counter(), raw)[0])
+    assert error.kind is ToolErrorKind.INVALID_PARAMS
+    assert place in error.message
+    with pytest.raises(ToolError) as caught:
+        decode_args(Counter(), raw)
+    assert caught.value.message == error.message
+
+
 class Loose(msgspec.Struct):
     extra: Any = None
 

@@ -49,6 +49,7 @@ CORE_MODULES = (
     "kigi_tool_runtime.mcp._queued",
     "kigi_tool_runtime.mcp._hold",
     "kigi_tool_runtime.mcp._inflight",
+    "kigi_tool_runtime.mcp._claims",
     "kigi_tool_runtime.mcp._partial",
     "kigi_tool_runtime.nats._protocol",
     "kigi_tool_runtime.langchain._mapping",

@@ -48,6 +48,7 @@ from .._closing import AsyncClosing
 from ._errors import ToolError, ToolErrorKind
 from ._result import non_finite_error
 from ._tool import PROGRESS_TYPES, Tool, ToolContext, ToolEvent, ToolResult
+from ._unencodable import find_unencodable
 
 __all__ = (
     "RunStats",
@@ -173,6 +174,8 @@ def _wake(waiter: asyncio.Future[None] | None) -> None:
 def decode_args(tool: Tool[Any], raw_args: Any) -> Any:
     """Decode ``raw_args`` as ``tool.args_type``: JSON text (``bytes`` or
     ``str``), already-decoded JSON values, or an instance of the type itself.
+    A string UTF-8 cannot encode (a lone surrogate, in a key or a value) is
+    refused like any other bad argument, never raised as ``UnicodeEncodeError``.
 
     Raises:
         ToolError: ``invalid_params``, naming the offending field's JSON path
@@ -184,6 +187,13 @@ def decode_args(tool: Tool[Any], raw_args: Any) -> Any:
     try:
         if isinstance(raw_args, (bytes, bytearray, memoryview, str)):
             return msgspec.json.decode(raw_args, type=args_type)
+        bad = find_unencodable(raw_args)
+        if bad is not None:
+            where = "" if bad.path == "$" else f" at `{bad.path}`"
+            raise ToolError.invalid_params(
+                f"invalid arguments for tool {tool.id!r}: {bad.reason}{where}",
+                details={"path": bad.path, "reason": bad.reason},
+            )
         return msgspec.convert(raw_args, args_type)
     except msgspec.ValidationError as exc:
         match = _AT_PATH.match(str(exc))
@@ -198,6 +208,12 @@ def decode_args(tool: Tool[Any], raw_args: Any) -> Any:
             f"arguments for tool {tool.id!r} are not valid JSON: {exc}",
             details={"path": "$", "reason": str(exc)},
         ) from exc
+    except UnicodeEncodeError as exc:  # JSON text (a ``str``) UTF-8 cannot encode
+        reason = f"not valid Unicode ({exc.reason} at character {exc.start})"
+        raise ToolError.invalid_params(
+            f"arguments for tool {tool.id!r} are {reason}",
+            details={"path": "$", "reason": reason},
+        ) from None
     except RecursionError as exc:
         reason = "nested too deeply to decode"
         raise ToolError.invalid_params(

@@ -19,6 +19,14 @@ Rule 2. Only a queue drained live is waited on: one whose consumer has been
 Rule 3. The queue is found through LangGraph 1.x internals (the writer's
         handler, its ``put``); when it is not found, nothing is paced and the
         call runs as before.
+Rule 4. A queue not drained live (LangGraph's default: ``stream_mode="tools"``
+        without ``stream_eager``) is bounded too: once judged so, a call puts
+        no more frames into it while more than :data:`STILL_EVENTS` items wait
+        there (:meth:`Pacer.admits` says no); the driver counts the frames it
+        held back and says so with a marker, and the call's end (the
+        ``ToolMessage``) is whole as ever. The judgement is made once more
+        than ``min(bound, STILL_EVENTS)`` items wait, so the queue never holds
+        many more than that.
 """
 
 from __future__ import annotations
@@ -50,6 +58,12 @@ __all__ = ("MAX_PENDING_EVENTS",)
 #: nothing, and one that falls behind for good costs a bounded amount. A paused
 #: call looks at the queue again every ``PENDING_POLL_S``.
 MAX_PENDING_EVENTS: Final = CALL_BUFFER_FRAMES
+
+#: Items a queue not drained live may hold before calls stop putting frames
+#: into it (Rule 4): 256 full 16 KiB deltas, 4 MiB of text (each held twice,
+#: as the event's text and in its frame), enough to show a long output's
+#: beginning when the node ends, while a flood of any size costs no more.
+STILL_EVENTS: Final = 256
 
 #: How long a call past the bound watches a queue for a consumer before it
 #: judges the queue not drained live (Rule 2). A consumer slower than this per
@@ -111,14 +125,25 @@ class Pacer:
         """The items waiting in the run's stream queue (0 when not found)."""
         return 0 if self._pending is None else len(self._pending)
 
+    def admits(self) -> bool:
+        """Whether the next frame may go into the run's stream queue: always,
+        unless the queue is not drained live and holds more than
+        :data:`STILL_EVENTS` items (Rule 4)."""
+        pending = self._pending
+        return pending is None or self._queue not in _still_queues or len(pending) <= STILL_EVENTS
+
     async def pace(self) -> None:
-        """Wait while more than the bound of items wait for a live consumer."""
+        """Wait while more than the bound of items wait for a live consumer;
+        judge the queue once it holds more than a still queue may (Rule 2)."""
         pending, queue = self._pending, self._queue
-        if pending is None or len(pending) <= self._bound or queue in _still_queues:
+        if pending is None or queue in _still_queues:
             return
-        if queue not in _live_queues and not await self._probe(pending):
-            _still_queues.add(queue)
-            return
+        if queue not in _live_queues:
+            if len(pending) <= min(self._bound, STILL_EVENTS):
+                return
+            if not await self._probe(pending):
+                _still_queues.add(queue)
+                return
         while len(pending) > self._bound:
             await asyncio.sleep(PENDING_POLL_S)
 

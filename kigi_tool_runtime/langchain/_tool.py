@@ -30,7 +30,14 @@ Rule 4. A sync graph runs tools in worker threads and, on Ctrl-C, waits for
 Rule 5. Backpressure, not buffering: while more than ``max_pending_events``
         items wait in the run's stream queue for a consumer that drains it
         live, a call takes no new frame (see ``_pacing``), so a slow consumer
-        pauses the tool instead of growing LangGraph's queue without bound.
+        pauses the tool instead of growing LangGraph's queue without bound. A
+        queue nobody drains until the node ends (LangGraph's default) takes
+        frames only up to ``_pacing.STILL_EVENTS`` items; the frames held back
+        are said at the end by one marker line, followed by the call's last
+        frame (so a fold sees the loss in its ``seq`` and ``total_bytes``).
+Rule 6. Leaving a sync run mid-call (closing its ``graph.stream`` generator)
+        stops the call first (``_run_exit``): ``close()`` returns once the
+        command's process group is gone, not at the call's deadline.
 """
 
 from __future__ import annotations
@@ -53,8 +60,9 @@ from .._call._served import ServedCall, check_arguments
 from .._tools._errors import ToolError, ToolErrorKind
 from .._tools._runner import STOP_WAIT_S
 from .._tools._tool import Tool
-from ._mapping import LiveChunk, args_schema, artifact, langchain_tool_name
+from ._mapping import HeldBack, LiveChunk, args_schema, artifact, langchain_tool_name
 from ._pacing import MAX_PENDING_EVENTS, Pacer
+from ._run_exit import stop_when_run_exits
 
 __all__ = (
     "KigiToolError",
@@ -145,17 +153,28 @@ class _Served:
         served = ServedCall(
             tool, args, call_id=call_id, timeout_ms=self.timeout_ms, stop_wait=self.stop_wait
         )
+        if runtime is not None:
+            stop_when_run_exits(runtime.config, served)  # Rule 6
         with _running_lock:
             _running.add(served)
+        held_back = HeldBack()
         try:
             async with served:
                 async for delta in served:
                     if emit is not None and pacer is not None:
-                        emit(LiveChunk.of(delta))
-                        await pacer.pace()
+                        if pacer.admits():
+                            emit(LiveChunk.of(delta))
+                            held_back.shown(delta.text)
+                            await pacer.pace()
+                        else:
+                            held_back.add(delta)  # Rule 5: a queue nobody drains yet
         finally:
             with _running_lock:
                 _running.discard(served)
+        if emit is not None and held_back.last is not None:
+            if held_back.count > 1:
+                emit(LiveChunk(held_back.marker()))
+            emit(LiveChunk.of(held_back.last))
         end = served.end
         if end.closing and emit is not None:
             emit(LiveChunk(end.closing))

@@ -31,10 +31,10 @@ Rule 4. The call's deadline is the tool's own (``ToolCapabilities.timeout_ms``),
 Rule 5. An unknown tool is a protocol error (``-32602``); everything a tool does
         wrong (bad arguments, a failure, a timeout) is an ``isError`` result with
         the kigi error code.
-Rule 6. A progress token names one running call per connection: a call that
-        brings the token (or, as text, the call id) of a call still running on
-        its connection is refused with ``-32602``, so two calls' progress never
-        share a token.
+Rule 6. A token names one running call per connection (``_claims``): a call
+        that brings the progress token (or, as text, the call id) or the
+        ``partialResultToken`` of a call still running on its connection is
+        refused with ``-32602``, so two calls' output never shares a token.
 Rule 7. Each notification's text (``message``, or a partial result's content)
         is the call's live text (``LiveText``): the delta after a one-line
         marker where bytes were lost (a gap in the tool's output, or frames the
@@ -80,6 +80,7 @@ from .._mcp_limits import MAX_CALLS_IN_FLIGHT
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, ToolRun, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
+from ._claims import Claims
 from ._http import Exchange, exchange_of
 from ._mapping import (
     META_DEADLINE_MS,
@@ -183,8 +184,8 @@ class McpToolServer:
         self._in_flight = 0
         self._sent = 0
         self._dropped = 0  # by the calls that ended
-        # (connection, call id) of the calls running with a progress token (Rule 6).
-        self._tokens: set[tuple[int, str]] = set()
+        # (connection, kind, token) of the running calls' tokens (Rule 6).
+        self._tokens: Claims[tuple[int, str, str]] = Claims()
         self.server: Server[Any] = Server(
             name,
             version=version,
@@ -263,14 +264,11 @@ class McpToolServer:
         # the session when it is gone; tests/test_mcp_server.py pins the SDK's
         # behaviour.
         connection = getattr(ctx.session, "_connection", ctx.session)
-        in_use = (id(connection), call_id) if channel is not None else None
-        if in_use is not None and in_use in self._tokens:
-            raise MCPError(
-                code=types.INVALID_PARAMS,
-                message=f"the progressToken {token!r} is in use by a call still running"
-                " (MCP wants one token per active request); its progress would mix with"
-                " that call's",
-            )
+        keys: list[tuple[int, str, str]] = []
+        if channel is not None:
+            keys.append((id(connection), "call", call_id))
+        if partial is not None:
+            keys.append((id(connection), "partial", str(partial)))
         if self._closing:
             raise MCPError(
                 code=ERROR_CODES["session_draining"],
@@ -281,6 +279,19 @@ class McpToolServer:
                 code=ERROR_CODES["tool_busy"],
                 message=f"{self._max_calls} calls are already running on this server;"
                 " retry when one has finished",
+            )
+        held = self._tokens.claim(keys)
+        if held is not None:
+            _, kind, _ = held
+            named = (
+                f"partialResultToken {partial!r}"
+                if kind == "partial"
+                else f"progressToken {token if token is not None else partial!r}"
+            )
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"the {named} is in use by a call still running (MCP wants one"
+                " token per active request); its output would mix with that call's",
             )
         exchange = exchange_of(ctx.request)
         kctx = ToolContext(call_id, wants_progress=channel is not None)
@@ -299,8 +310,6 @@ class McpToolServer:
             self._produce(run, feed), name=f"kigi mcp call {call_id}"
         )
         self._calls[id(kctx)] = (kctx, producer, queue)
-        if in_use is not None:
-            self._tokens.add(in_use)
         with anyio.CancelScope() as gone_scope:
             if exchange is not None:
                 exchange.on_leave = gone_scope.cancel  # Rule 11
@@ -326,8 +335,7 @@ class McpToolServer:
                 self._in_flight -= 1
                 del self._calls[id(kctx)]
                 self._dropped += queue.dropped
-                if in_use is not None:
-                    self._tokens.discard(in_use)
+                self._tokens.release(keys)
             summary = StreamSummary(numbering.sent, queue.dropped, channel is not None)
             result = result_from_terminal(terminal, tool, summary)
             return types.CallToolResult.model_validate(result, by_name=False)

@@ -24,15 +24,22 @@ Rule 4. HTTP: streamable HTTP on ``host:port``, loopback by default, with the
         SDK's DNS-rebinding protection on for loopback hosts. Closing a session,
         or the socket of a call's SSE response (the host leaving), cancels its calls;
         sessions, calls and shutdown are bounded as ``_http`` says.
-Rule 5. stdio: a response that follows notifications is written only once the
-        host has read them (``_hold``), bounded by ``RESPONSE_HOLD_S``, so a
-        client that defers notifications but not responses (the official
-        TypeScript SDK) never finds its call's progress handler gone.
+Rule 5. stdio: a response that follows notifications of its call is written
+        only once the host has read them (``_hold``), bounded by
+        ``RESPONSE_HOLD_S``, so a client that defers notifications but not
+        responses (the official TypeScript SDK) never finds its call's
+        progress handler gone. Each call's response is held on its own: what
+        comes behind it is written meanwhile (the one exception to Rule 2's
+        order), so calls that end together wait for one read of the host.
+Rule 6. stdio: a request that reuses the id of a request still open (``_inflight``)
+        is refused with ``-32600``, its id echoed, as over HTTP (``_exchange``
+        Rule 1), and never reaches the server; the first request runs on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Callable
 from typing import Any, Final
@@ -62,12 +69,12 @@ from .._mcp_limits import HTTP_SESSION_IDLE_S, MAX_HTTP_SESSIONS
 from .._transport._fence import fence_stdio
 from .._transport._stdio import open_stdio
 from .._wire._split import OversizedLine
-from ._exchange import Refusal, read_head
-from ._hold import RESPONSE_HOLD_S, ResponseHold
+from ._exchange import Refusal, RequestHead, read_head, reused_id_refusal
+from ._hold import ResponseHold
 from ._http import serve_http
-from ._inflight import InFlight
+from ._inflight import InFlight, correlated
 from ._server import McpToolServer
-from ._unread import Probe, buffered, unread_probe, wait_until_read
+from ._unread import buffered, unread_probe
 
 __all__ = (
     "DEFAULT_HTTP_HOST",
@@ -182,6 +189,7 @@ async def serve_lines_mcp(
 
     writer_done = anyio.Event()
     inflight = InFlight()
+    refused: set[int] = set()  # the reused-id refusals on their way (Rule 6)
     answered = anyio.Event()
     end_of_input: list[float] = []  # when input ended (Rule 3's deadline starts)
 
@@ -193,8 +201,14 @@ async def serve_lines_mcp(
                 if isinstance(item, JSONRPCError):
                     await replies.send(SessionMessage(item))
                 elif item is not None:
-                    _forwarded(inflight, item)
-                    await read_send.send(SessionMessage(item))
+                    refusal = _forwarded(inflight, item)
+                    if refusal is not None:
+                        # Rule 6: answered here; it closes nothing.
+                        message = SessionMessage(refusal)
+                        refused.add(id(message))
+                        await replies.send(message)
+                    else:
+                        await read_send.send(SessionMessage(item))
             # Rule 3: what is in flight and can be answered is, before the
             # server sees the end (which cancels the rest).
             end_of_input.append(anyio.current_time())
@@ -205,35 +219,91 @@ async def serve_lines_mcp(
 
     def take(message: SessionMessage) -> bytes:
         """``message`` encoded, noted as written (Rules 3, 5)."""
-        hold.wrote(is_notification=_is_notification(message))
         inner = message.message
-        if isinstance(inner, JSONRPCResponse | JSONRPCError) and inner.id is not None:
+        line = _encode(message)
+        hold.wrote(len(line), call=_call_of(message), is_notification=_is_notification(message))
+        if id(message) in refused:
+            refused.discard(id(message))
+        elif isinstance(inner, JSONRPCResponse | JSONRPCError) and inner.id is not None:
             inflight.answered(inner.id)
             answered.set()
-        return _encode(message)
+        return line
 
     probe = unread_probe(sink) if hold_responses else None
-    hold = ResponseHold(enabled=probe is not None)
+    hold: ResponseHold[SessionMessage] = ResponseHold(enabled=probe is not None)
+    closed = False  # the server handed over its last message
+
+    def unread(batched: int) -> int | None:
+        """Bytes written that the host has not read, ``batched`` of them not
+        yet handed to the sink (``None``: the probe failed)."""
+        left = probe() if probe is not None else None
+        return None if left is None else batched + (buffered(sink) or 0) + left
+
+    def released(batched: int) -> bytes:
+        """The held responses that may go now, encoded (Rule 5)."""
+        going = hold.release(unread(batched), anyio.current_time())
+        return b"".join(take(message) for message in going)
+
+    def offered(message: SessionMessage) -> bool:
+        """Whether ``message`` is a response that is held (Rule 5); the
+        look that follows releases it at once when the host has read its
+        call's notifications by then."""
+        call = _call_of(message)
+        if call is None or not _is_response(message):
+            return False
+        return hold.hold(message, call, anyio.current_time())
+
+    async def next_message() -> SessionMessage | None:
+        """The next message to write, or ``None`` when a look at the held
+        responses is due first or the server is done (``closed``)."""
+        nonlocal closed
+        try:
+            if not hold.holding:
+                return await write_recv.receive()
+            with contextlib.suppress(anyio.WouldBlock):
+                return write_recv.receive_nowait()
+            delay = hold.next_look(anyio.current_time())
+            if delay <= 0:
+                await anyio.sleep(0)
+                return None
+            with anyio.move_on_after(delay):
+                return await write_recv.receive()
+            return None
+        except anyio.EndOfStream:
+            closed = True
+            return None
 
     async def write_loop(scope: anyio.CancelScope) -> None:
+        nonlocal closed
         try:
             async with write_recv:
-                async for first in write_recv:
-                    pending: SessionMessage | None = first
+                while True:
+                    if hold.holding and (ready := released(0)):
+                        sink.write(ready)
+                        await sink.drain()
+                    if closed:
+                        if not hold.holding:
+                            break
+                        await anyio.sleep(hold.next_look(anyio.current_time()))
+                        continue
+                    pending = await next_message()
+                    batch = bytearray()
                     while pending is not None:
-                        if hold.must_wait(is_response=_is_response(pending)):
-                            await _hold_response(sink, probe, hold)
-                        batch = bytearray(take(pending))
-                        pending = None
-                        while len(batch) < WRITE_BATCH_BYTES:
-                            try:
-                                pending = write_recv.receive_nowait()
-                            except (anyio.WouldBlock, anyio.EndOfStream):
-                                break
-                            if hold.must_wait(is_response=_is_response(pending)):
-                                break  # Rule 5: written once the batch is read
+                        if not offered(pending):
                             batch += take(pending)
-                            pending = None
+                        if hold.holding:
+                            batch += released(len(batch))
+                        pending = None
+                        if len(batch) >= WRITE_BATCH_BYTES:
+                            break
+                        try:
+                            pending = write_recv.receive_nowait()
+                        except anyio.WouldBlock:
+                            break
+                        except anyio.EndOfStream:
+                            closed = True
+                            break
+                    if batch:
                         sink.write(batch)
                         await sink.drain()
         except (ConnectionError, OSError):
@@ -259,14 +329,33 @@ async def serve_lines_mcp(
         tg.cancel_scope.cancel()
 
 
-def _forwarded(inflight: InFlight, message: JSONRPCMessage) -> None:
-    """Note a message handed to the server (Rule 3)."""
+def _forwarded(inflight: InFlight, message: JSONRPCMessage) -> JSONRPCError | None:
+    """Note a message on its way to the server (Rule 3), or the refusal to
+    answer it with instead, when it reuses the id of an open request (Rule 6)."""
     if isinstance(message, JSONRPCRequest):
-        inflight.forwarded(message.id, message.method)
+        if not inflight.forwarded(message.id, message.method):
+            head = RequestHead(str(message.id), message.id, message.method)
+            return JSONRPCError.model_validate_json(reused_id_refusal(head).body)
     elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
         params = message.params or {}
-        if "requestId" in params:
-            inflight.cancelled(params["requestId"])
+        request_id = as_request_id(params.get("requestId"))
+        if request_id is not None:
+            inflight.cancelled(request_id)
+    return None
+
+
+def _call_of(message: SessionMessage) -> tuple[str, object] | None:
+    """The request a message belongs to (a response's id, a notification's
+    related request), as ids correlate (``_inflight``), or ``None``."""
+    inner = message.message
+    if isinstance(inner, JSONRPCResponse | JSONRPCError):
+        request_id = inner.id
+    else:
+        request_id = getattr(message.metadata, "related_request_id", None)
+    if request_id is None:
+        return None
+    key = correlated(request_id)
+    return (type(key).__name__, key)
 
 
 def _is_response(message: SessionMessage) -> bool:
@@ -275,12 +364,6 @@ def _is_response(message: SessionMessage) -> bool:
 
 def _is_notification(message: SessionMessage) -> bool:
     return isinstance(message.message, JSONRPCNotification)
-
-
-async def _hold_response(sink: Any, probe: Probe | None, hold: ResponseHold) -> None:
-    """Rule 5: wait until the host has read everything written so far."""
-    caught_up = probe is None or await wait_until_read(sink, probe, RESPONSE_HOLD_S)
-    hold.caught_up(in_time=caught_up)
 
 
 async def serve_stdio_mcp(

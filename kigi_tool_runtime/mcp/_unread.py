@@ -1,5 +1,5 @@
-"""How many bytes written to an output its reader has not read yet, and waiting
-until it has read them all (the I/O under ``_hold``).
+"""How many bytes written to an output its reader has not read yet (the I/O
+under ``_hold``).
 
 Rule 1. A pipe reports the bytes it holds (``FIONREAD``, on either end); a Unix
         stream socket the bytes sent and not yet consumed by its peer
@@ -7,9 +7,8 @@ Rule 1. A pipe reports the bytes it holds (``FIONREAD``, on either end); a Unix
         has read them). Nothing else is asked: a file, a terminal or a TCP
         socket has no probe (``_hold`` Rule 3), and a probe that fails later
         answers ``None``, which ends a wait as if everything had been read.
-Rule 2. :func:`wait_until_read` first waits for the writer's own buffer to be
-        empty, then for the probe to answer zero, on ``_hold``'s poll schedule,
-        for at most ``limit`` seconds; it says whether the reader caught up.
+Rule 2. The bytes a reader has not read are those the writer's own transport
+        still buffers (:func:`buffered`) plus those the probe reports.
 """
 
 from __future__ import annotations
@@ -23,10 +22,6 @@ import sys
 import termios
 from collections.abc import Callable
 from typing import Any
-
-import anyio
-
-from ._hold import poll_delay
 
 __all__: tuple[str, ...] = ()
 
@@ -88,18 +83,3 @@ def buffered(sink: Any) -> int | None:
     """Bytes the writer's transport holds unwritten, when it can say."""
     size = getattr(getattr(sink, "transport", None), "get_write_buffer_size", None)
     return None if size is None else int(size())
-
-
-async def wait_until_read(sink: Any, probe: Probe, limit: float) -> bool:
-    """Wait until ``sink`` holds nothing unwritten and its reader has read every
-    byte (Rule 2), for at most ``limit`` seconds. True when it caught up."""
-    started = anyio.current_time()
-    while True:
-        if not buffered(sink):
-            left = probe()
-            if not left:
-                return True
-        waited = anyio.current_time() - started
-        if waited >= limit:
-            return False
-        await anyio.sleep(poll_delay(waited))
