@@ -194,9 +194,8 @@ class StatusLine:
             self.lost(delta.marker)
         if delta.delta:
             self.write(delta.delta)
-        total = getattr(delta.frame.body, "total_bytes", None)
-        if isinstance(total, int) and total > self._bytes:
-            self._bytes = total
+        if delta.total_bytes is not None and delta.total_bytes > self._bytes:
+            self._bytes = delta.total_bytes
 
     def count(self, total_bytes: int) -> None:
         """The output's byte count is now ``total_bytes`` (it never goes down)."""
