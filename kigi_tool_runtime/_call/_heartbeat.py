@@ -38,6 +38,14 @@ __all__: tuple[str, ...] = ()
 HEARTBEAT_S: Final = 30.0
 
 
+#: The stdio wire's notification of a beat (the stdio server's Rule 9):
+#: ``{"tool_call_id", "elapsed_ms", "silent_ms"}``, with the call's
+#: ``session_id`` and no ``seq`` (docs/wire-heartbeat.md). A consumer that does
+#: not know it skips it: the Rust crates, earlier clients of this SDK and the
+#: ``Reassembler`` pass over a notification of another method.
+METHOD_TOOL_CALL_HEARTBEAT: Final = "tool_call_heartbeat"
+
+
 @dataclass(frozen=True, slots=True)
 class Beat:
     """One heartbeat: the call has run ``elapsed_s`` seconds and written

@@ -76,7 +76,7 @@ from kigi_tool_protocol import (
 )
 
 from .._call._frame_check import encoded_body
-from .._call._heartbeat import Beat
+from .._call._heartbeat import METHOD_TOOL_CALL_HEARTBEAT, Beat
 from .._call._queue import CallQueue
 from .._text import MAX_DETAIL_CHARS, cut, excerpt
 from .._tools._errors import ToolError
@@ -106,14 +106,6 @@ _CALL_METHODS: Final = frozenset({METHOD_TOOL_CALL, METHOD_TOOL_CALL_REQUEST})
 # (tools.list takes none, and an unknown method is answered as unknown).
 _METHODS_WITH_PARAMS: Final = frozenset(SERVED_METHODS) - {METHOD_TOOLS_LIST}
 _NULL_PARAMS: Final = msgspec.Raw(b"null")
-
-
-#: The notification a running call that has written nothing for a while sends
-#: (the server's Rule 9): ``{"tool_call_id", "elapsed_ms", "silent_ms"}``, with
-#: the call's ``session_id`` and no ``seq`` (docs/wire-heartbeat.md). A consumer
-#: that does not know it ignores it: the Rust crates, this SDK's earlier
-#: clients and the ``Reassembler`` skip a notification of another method.
-METHOD_TOOL_CALL_HEARTBEAT: Final = "tool_call_heartbeat"
 
 
 def heartbeat_line(call_id: str, session_id: str | None, beat: Beat) -> bytes:
