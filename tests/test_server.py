@@ -710,7 +710,8 @@ def test_a_silent_call_gets_heartbeat_lines_that_old_consumers_skip() -> None:
     assert [frame["seq"] for frame in frames] == list(range(len(frames)))
     silences = []
     for beat in beats:
-        assert "seq" not in beat and "id" not in beat
+        assert "seq" not in beat
+        assert "id" not in beat
         params = beat["params"]
         assert set(params) == {"tool_call_id", "elapsed_ms", "silent_ms"}
         assert params["tool_call_id"] == "c1"
@@ -718,7 +719,8 @@ def test_a_silent_call_gets_heartbeat_lines_that_old_consumers_skip() -> None:
         assert params["elapsed_ms"] >= params["silent_ms"]
         silences.append(params["silent_ms"])
     assert all(b - a >= 290 for a, b in itertools.pairwise(silences))
-    assert response["id"] == 1 and second["id"] == 2
+    assert response["id"] == 1
+    assert second["id"] == 2
     assert all(line["method"] == "tool_call_progress" for line in after)  # none of c1's
     reassembler = Reassembler()
     protocol = ClientProtocol("s")
@@ -731,5 +733,6 @@ def test_a_silent_call_gets_heartbeat_lines_that_old_consumers_skip() -> None:
     assert reassembler.ignored == len(beats)
     (state,) = reassembler.streams.values()
     report = state.report(ended=True)
-    assert report.complete and not report.anomalies
+    assert report.complete
+    assert not report.anomalies
     assert state.text == "a\nb\n"
