@@ -16,12 +16,20 @@ Rule 3. Leaving ``async with`` before the end (a ``break``, an exception, the
         group is gone when ``__aexit__`` returns.
 Rule 4. :meth:`ServedCall.cancel` may be called from any thread; the call then
         ends with a ``cancelled`` error.
+Rule 5. :meth:`ServedCall.events` yields the same deltas and, with a
+        ``heartbeat_s``, a :class:`Beat` each time the call has written nothing
+        for that long (``HeartbeatRule``), for hosts that tell a silent call is
+        alive. It then waits for the tool's next event in a task of its own,
+        so it can wake for a beat (one task per event: only when beating);
+        leaving early cancels that task first, and Rule 3 holds as before.
+        Plain iteration yields no beats and makes no task.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import Any, Final, cast
 
 from kigi_tool_protocol import progress_to_frame
 
@@ -29,6 +37,7 @@ from .._closing import AsyncClosing
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, decode_args, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
+from ._heartbeat import Beat, HeartbeatRule
 from ._live import LiveDelta, LiveText
 from ._outcome import CallEnd
 
@@ -51,7 +60,11 @@ class ServedCall(AsyncClosing):
     ``call_id`` is the call's ``tool_call_id``; ``wants_progress``: whether the
     host takes live output (without it no frame is made); ``timeout_ms``: the
     call's deadline (``None``: the tool's own); ``stop_wait``: how long a
-    stopped tool may take to clean up.
+    stopped tool may take to clean up; ``heartbeat_s``: the silence after
+    which :meth:`events` yields a :class:`Beat` (Rule 5; 0: never).
+
+    Raises:
+        ValueError: ``heartbeat_s`` is negative.
     """
 
     def __init__(
@@ -63,7 +76,11 @@ class ServedCall(AsyncClosing):
         wants_progress: bool = True,
         timeout_ms: float | None = None,
         stop_wait: float = STOP_WAIT_S,
+        heartbeat_s: float = 0.0,
     ) -> None:
+        if not heartbeat_s >= 0:
+            raise ValueError(f"heartbeat_s must be >= 0 seconds, got {heartbeat_s}")
+        self._heartbeat_s = heartbeat_s
         self._tool = tool
         self._ctx = ToolContext(call_id, wants_progress=wants_progress)
         self._run = run_tool(
@@ -71,7 +88,7 @@ class ServedCall(AsyncClosing):
         )
         self._live = LiveText(call_id)
         self._end: CallEnd | None = None
-        self._gen: AsyncGenerator[LiveDelta, None] | None = None
+        self._gen: AsyncGenerator[Any, None] | None = None
 
     def __repr__(self) -> str:
         return f"ServedCall(tool={self._tool.id!r}, call_id={self._ctx.call_id!r})"
@@ -115,16 +132,55 @@ class ServedCall(AsyncClosing):
 
     def __aiter__(self) -> AsyncIterator[LiveDelta]:
         if self._gen is None:
-            self._gen = self._frames()
+            self._gen = self._frames(beating=False)
+        return cast("AsyncIterator[LiveDelta]", self._gen)  # no beats without beating
+
+    def events(self) -> AsyncIterator[LiveDelta | Beat]:
+        """The call's deltas and its heartbeats (Rule 5); iterate it once, in
+        place of iterating the call."""
+        if self._gen is None:
+            self._gen = self._frames(beating=bool(self._heartbeat_s))
         return self._gen
 
-    async def _frames(self) -> AsyncGenerator[LiveDelta, None]:
+    async def _frames(self, *, beating: bool) -> AsyncGenerator[LiveDelta | Beat, None]:
         call_id = self._ctx.call_id
         live = self._live
         terminal: ToolResult | ToolError | None = None
         seq = 0
         async with self._run as run:
-            async for event in run:
+            events = run.__aiter__()
+            loop = asyncio.get_running_loop()
+            rule = HeartbeatRule(self._heartbeat_s, loop.time()) if beating else None
+            while True:
+                if rule is None:
+                    try:
+                        event = await events.__anext__()
+                    except StopAsyncIteration:
+                        break
+                else:
+                    waiting = asyncio.ensure_future(_next(events))
+                    try:
+                        while True:
+                            due = rule.due_at()
+                            assert due is not None  # beating only with an interval
+                            done, _ = await asyncio.wait(
+                                (waiting,), timeout=max(due - loop.time(), 0.0)
+                            )
+                            if done:
+                                break
+                            beat = rule.beat(max(loop.time(), due))
+                            if beat is not None:
+                                yield beat
+                    finally:
+                        if not waiting.done():
+                            # Left early: the run's own cleanup (Rule 3) runs in it.
+                            waiting.cancel()
+                            await asyncio.wait((waiting,))
+                    got = waiting.result()
+                    if got is _END:
+                        break
+                    event = got
+                    rule.output(loop.time())
                 if isinstance(event, ToolResult | ToolError):
                     terminal = event
                     continue
@@ -151,3 +207,15 @@ class ServedCall(AsyncClosing):
             await self._gen.aclose()
         elif self._end is None:
             await self._run.aclose()
+
+
+#: What :func:`_next` gives once the run has no more events.
+_END: Final = object()
+
+
+async def _next(events: AsyncIterator[Any]) -> Any:
+    """The run's next event, or :data:`_END`."""
+    try:
+        return await events.__anext__()
+    except StopAsyncIteration:
+        return _END
