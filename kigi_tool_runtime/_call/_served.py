@@ -18,28 +18,33 @@ Rule 4. :meth:`ServedCall.cancel` may be called from any thread; the call then
         ends with a ``cancelled`` error.
 Rule 5. :meth:`ServedCall.events` yields the same deltas and, with a
         ``heartbeat_s``, a :class:`Beat` each time the call has written nothing
-        for that long (``HeartbeatRule``), for hosts that tell a silent call is
-        alive. It then waits for the tool's next event in a task of its own,
-        so it can wake for a beat (one task per event: only when beating);
-        leaving early cancels that task first, and Rule 3 holds as before.
-        Plain iteration yields no beats and makes no task.
+        for that long, for hosts that tell a silent call is alive. The beats
+        are timed where every queued server's are (``_call/_feed``'s
+        ``produce``, run in a task of the call's own that may make at most
+        :data:`BEATING_AHEAD_FRAMES` frames ahead of the host: Rule 2 holds
+        past those); leaving early cancels
+        that task and waits for it, and Rule 3 holds as before. Plain
+        iteration yields no beats and makes no task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final, cast
 
-from kigi_tool_protocol import progress_to_frame
+from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
 
 from .._closing import AsyncClosing
 from .._tools._errors import ToolError
-from .._tools._runner import STOP_WAIT_S, decode_args, run_tool
+from .._tools._runner import STOP_WAIT_S, ToolRun, decode_args, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
-from ._heartbeat import Beat, HeartbeatRule
+from ._feed import QueueFeed, produce
+from ._heartbeat import Beat
 from ._live import LiveDelta, LiveText
 from ._outcome import CallEnd
+from ._queue import CallQueue, QueuePolicy, StallWatch, Taken
 
 __all__ = ("ServedCall", "check_arguments")
 
@@ -147,52 +152,62 @@ class ServedCall(AsyncClosing):
         live = self._live
         terminal: ToolResult | ToolError | None = None
         seq = 0
-        async with self._run as run:
-            events = run.__aiter__()
-            loop = asyncio.get_running_loop()
-            rule = HeartbeatRule(self._heartbeat_s, loop.time()) if beating else None
-            while True:
-                if rule is None:
-                    try:
-                        event = await events.__anext__()
-                    except StopAsyncIteration:
+        if beating:
+            # Closed here, not left to the collector: its task must stop first (Rule 3).
+            async with contextlib.aclosing(self._beating()) as items:
+                async for item in items:
+                    if isinstance(item, Beat):
+                        yield item
+                        continue
+                    if isinstance(item, ToolResult | ToolError):
+                        terminal = item
                         break
-                else:
-                    waiting = asyncio.ensure_future(_next(events))
-                    try:
-                        while True:
-                            due = rule.due_at()
-                            assert due is not None  # beating only with an interval
-                            done, _ = await asyncio.wait(
-                                (waiting,), timeout=max(due - loop.time(), 0.0)
-                            )
-                            if done:
-                                break
-                            beat = rule.beat(max(loop.time(), due))
-                            if beat is not None:
-                                yield beat
-                    finally:
-                        if not waiting.done():
-                            # Left early: the run's own cleanup (Rule 3) runs in it.
-                            waiting.cancel()
-                            await asyncio.wait((waiting,))
-                    got = waiting.result()
-                    if got is _END:
-                        break
-                    event = got
-                    rule.output(loop.time())
-                if isinstance(event, ToolResult | ToolError):
-                    terminal = event
-                    continue
-                delta = live.add(progress_to_frame(call_id, event), seq)
-                seq += 1
-                yield delta
+                    delta = live.add(item, seq)
+                    seq += 1
+                    yield delta
+        else:
+            async with self._run as run:
+                async for event in run:
+                    if isinstance(event, ToolResult | ToolError):
+                        terminal = event
+                        continue
+                    delta = live.add(progress_to_frame(call_id, event), seq)
+                    seq += 1
+                    yield delta
         if terminal is None:  # pragma: no cover - the runner always ends with one
             terminal = ToolError("internal_error", "the tool run ended without a terminal")
         closing = live.finish()
         self._end = CallEnd.of(
             call_id, self._tool.id, terminal, live.report(), frames=live.frames, closing=closing
         )
+
+    async def _beating(
+        self,
+    ) -> AsyncGenerator[ToolCallProgressFrame[Any] | Beat | ToolResult | ToolError, None]:
+        """Rule 5: the call core's own driver (``produce``, whose timer puts the
+        beats) in a task, handing over frames through a queue that holds at
+        most :data:`BEATING_AHEAD_FRAMES`; then the terminal. Left early, the task is
+        cancelled, and the run's cleanup (Rule 3) runs in it before this ends."""
+        feed: QueueFeed[ToolCallProgressFrame[Any], ToolResult | ToolError] = QueueFeed(
+            CallQueue(QueuePolicy.wait(BEATING_AHEAD_FRAMES)), StallWatch(_NEVER_DROPS_S)
+        )
+        pump = asyncio.get_running_loop().create_task(
+            _pump(self._run, feed, self._heartbeat_s), name=f"kigi call {self.call_id}"
+        )
+        try:
+            while True:
+                item = await feed.get()
+                if isinstance(item, Taken):
+                    yield item.item
+                    continue
+                yield item
+                if not isinstance(item, Beat):
+                    return
+        finally:
+            if not pump.done():
+                pump.cancel()
+                feed.give_up()
+            await asyncio.wait((pump,))
 
     async def run(self) -> CallEnd:
         """Serve the call to its end, taking every frame, and say how it ended
@@ -209,13 +224,30 @@ class ServedCall(AsyncClosing):
             await self._run.aclose()
 
 
-#: What :func:`_next` gives once the run has no more events.
-_END: Final = object()
+#: Frames a beating call may make ahead of its host (Rule 5): as many as the
+#: runner's own channel holds (``CHANNEL_DEPTH``), so the handover costs a task
+#: switch per batch, not per frame (one frame at a time cost about 4 times the
+#: plain iteration's time per frame); past it the call pauses as in Rule 2.
+BEATING_AHEAD_FRAMES: Final = 64
+
+# The feed's stall figure: its queue waits and never drops, so this only sets
+# how often a waiting put looks again.
+_NEVER_DROPS_S: Final = 1.0
 
 
-async def _next(events: AsyncIterator[Any]) -> Any:
-    """The run's next event, or :data:`_END`."""
+def _frame_item(frame: ToolCallProgressFrame[Any]) -> tuple[ToolCallProgressFrame[Any], int]:
+    return frame, 1
+
+
+async def _pump(
+    run: ToolRun,
+    feed: QueueFeed[ToolCallProgressFrame[Any], ToolResult | ToolError],
+    heartbeat_s: float,
+) -> None:
+    """Run the call into ``feed``, its terminal the feed's reply."""
     try:
-        return await events.__anext__()
-    except StopAsyncIteration:
-        return _END
+        terminal = await produce(run, feed, _frame_item, heartbeat_s=heartbeat_s)
+    except BaseException:
+        feed.finish(ToolError("internal_error", "the tool run ended without a terminal"))
+        raise
+    feed.finish(terminal)
