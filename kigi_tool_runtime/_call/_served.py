@@ -37,6 +37,7 @@ from typing import Any, Final, cast
 from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
 
 from .._closing import AsyncClosing
+from .._scope import TaskScope
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, ToolRun, decode_args, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -191,23 +192,27 @@ class ServedCall(AsyncClosing):
         feed: QueueFeed[ToolCallProgressFrame[Any], ToolResult | ToolError] = QueueFeed(
             CallQueue(QueuePolicy.wait(BEATING_AHEAD_FRAMES)), StallWatch(_NEVER_DROPS_S)
         )
-        pump = asyncio.get_running_loop().create_task(
-            _pump(self._run, feed, self._heartbeat_s), name=f"kigi call {self.call_id}"
-        )
-        try:
-            while True:
-                item = await feed.get()
-                if isinstance(item, Taken):
-                    yield item.item
-                    continue
-                yield item
-                if not isinstance(item, Beat):
-                    return
-        finally:
-            if not pump.done():
-                pump.cancel()
-                feed.give_up()
-            await asyncio.wait((pump,))
+        # A TaskScope, held across this generator's yields: leaving it cancels
+        # the task and waits for it (the run's cleanup runs in it), and a
+        # failure of the task is raised from it, never lost.
+        async with TaskScope() as tasks:
+            pump = tasks.start(
+                _pump(self._run, feed, self._heartbeat_s), name=f"kigi call {self.call_id}"
+            )
+            try:
+                while True:
+                    item = await feed.get()
+                    if isinstance(item, Taken):
+                        yield item.item
+                    elif isinstance(item, Beat):
+                        yield item
+                    else:
+                        await asyncio.wait((pump,))  # its failure, if any, is the scope's
+                        yield item
+                        return
+            finally:
+                if not pump.done():
+                    feed.give_up()
 
     async def run(self) -> CallEnd:
         """Serve the call to its end, taking every frame, and say how it ended
