@@ -475,3 +475,28 @@ async def test_a_call_refused_up_front_sends_nothing_and_leaves_nothing_running(
     assert updates.sent == []
     assert calls.running("s1") == 0
     assert calls.cancel("s1") == 0
+
+
+async def test_a_silent_call_sends_heartbeat_updates() -> None:
+    """``heartbeat_s=0.1``: a command silent for 1 s sends several
+    ``tool_call_update`` heartbeats (in progress, the figures and a sentence
+    under ``_meta["dev.kigi/heartbeat"]``, no content), valid for the SDK's
+    model, and none after the last update."""
+    updates = _Updates()
+    calls = AcpToolCalls(updates, heartbeat_s=0.1)
+    async with asyncio.timeout(30):
+        end = await calls.run("s1", ShellTool(tick=0.01), {"command": "echo a; sleep 1; echo b"})
+    assert end.ok
+    metas = [getattr(update, "field_meta", None) or {} for update in updates.sent]
+    beats = [meta["dev.kigi/heartbeat"] for meta in metas if "dev.kigi/heartbeat" in meta]
+    assert len(beats) >= 3
+    assert all(beat["silent_s"] >= 0.099 for beat in beats)
+    assert all(beat["elapsed_s"] >= beat["silent_s"] for beat in beats)
+    assert all(beat["text"].startswith("running ") for beat in beats)
+    for update, meta in zip(updates.sent, metas, strict=True):
+        if "dev.kigi/heartbeat" in meta:
+            assert update.status == "in_progress"
+            assert update.content is None
+    assert "dev.kigi/heartbeat" not in metas[-1]
+    with pytest.raises(ValueError, match="heartbeat_s"):
+        AcpToolCalls(updates, heartbeat_s=-1)

@@ -6,6 +6,7 @@ item counted once."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from hypothesis.stateful import (
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, ToolCallProgressFrame
 from kigi_tool_runtime._call._feed import QueueFeed, produce
 from kigi_tool_runtime._call._frame_check import encoded_body
+from kigi_tool_runtime._call._heartbeat import Beat
 from kigi_tool_runtime._call._queue import CallQueue, QueuePolicy, StallWatch, Taken
 from kigi_tool_runtime._tools._errors import ToolError
 from kigi_tool_runtime._tools._runner import run_tool
@@ -406,3 +408,72 @@ async def test_produce_ends_the_call_with_the_item_error_and_stops_the_tool() ->
     assert "a progress frame of kind 'count' cannot be sent as JSON" in terminal.message
     assert len(feed.queue) == 2  # the frames before it went to the queue
     assert tool.stopped
+
+
+def test_a_heartbeat_waits_beside_the_items_and_never_after_the_reply() -> None:
+    """The beat slot (Rule 6): let in only while no item waits, a newer beat
+    replaces it, it takes no seq and is never counted as dropped, and setting
+    the reply removes it."""
+    queue: CallQueue[int, str] = CallQueue(QueuePolicy.drop_oldest_when_stalled(2))
+    assert queue.offer_beat(Beat(1.0, 1.0))
+    assert queue.offer_beat(Beat(2.0, 2.0))
+    assert queue.take_beat() == Beat(2.0, 2.0)
+    assert queue.take_beat() is None
+    assert queue.offer(1, 1)
+    assert not queue.offer_beat(Beat(3.0, 3.0))  # output waits: no silence
+    assert queue.take() == Taken(1, 0, None)
+    assert queue.offer_beat(Beat(4.0, 4.0))
+    assert queue.offer(2, 2)
+    assert queue.offer(3, 2, stalled=True)
+    assert queue.dropped == 1
+    assert queue.take() == Taken(3, 1, 1)
+    queue.finish("reply")
+    assert queue.take_beat() is None
+    assert not queue.offer_beat(Beat(5.0, 5.0))
+    assert queue.take_reply() == "reply"
+
+
+class Quiet(Tool[Count]):
+    """One frame, ``count`` tenths of a second of silence, one more frame."""
+
+    id = "quiet"
+    args_type = Count
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        yield CustomProgress(subkind="count", payload=0)
+        await asyncio.sleep(args.count / 10)
+        yield CustomProgress(subkind="count", payload=1)
+        yield ToolResult(value="done")
+
+
+async def test_produce_beats_through_silence_and_stops_at_the_end() -> None:
+    """A call silent for 1 s with a 0.1 s interval: the taker gets beats
+    between its two frames, each silence at least one interval longer than
+    the one before, the frames' seq whole, and no beat once produce returned."""
+    feed: QueueFeed[bytes, ToolResult | ToolError] = QueueFeed(
+        CallQueue(QueuePolicy.wait(64)), StallWatch(1)
+    )
+    run = run_tool(Quiet(), b'{"count": 10}', ctx=ToolContext("c"))
+    taker = asyncio.ensure_future(_drain_all(feed))
+    terminal = await asyncio.wait_for(produce(run, feed, _item_of, heartbeat_s=0.1), 10)
+    await asyncio.sleep(0.3)  # a timer left armed would beat here
+    feed.finish(terminal)
+    got = await asyncio.wait_for(taker, 10)
+    beats = [item for item in got if isinstance(item, Beat)]
+    frames = [item for item in got if isinstance(item, Taken)]
+    assert [t.seq for t in frames] == [0, 1]
+    assert got.index(beats[0]) > got.index(frames[0])
+    assert got.index(beats[-1]) < got.index(frames[1])
+    assert len(beats) >= 3
+    assert all(b.silent_s - a.silent_s >= 0.1 - 1e-6 for a, b in itertools.pairwise(beats))
+    assert all(beat.silent_s >= 0.1 and beat.elapsed_s >= beat.silent_s for beat in beats)
+    assert got[-1] is terminal
+
+
+async def _drain_all(feed: QueueFeed[bytes, ToolResult | ToolError]) -> list[Any]:
+    got: list[Any] = []
+    while True:
+        item = await feed.get()
+        got.append(item)
+        if not isinstance(item, Taken | Beat):
+            return got

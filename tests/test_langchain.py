@@ -7,6 +7,7 @@ for the same command."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 import signal
@@ -52,6 +53,7 @@ from kigi_tool_runtime import (
     ToolEvent,
     ToolResult,
 )
+from kigi_tool_runtime._call._served import BEATING_AHEAD_FRAMES
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._tools._runner import CHANNEL_DEPTH
 from kigi_tool_runtime._transport._client import CALL_BUFFER_FRAMES
@@ -936,6 +938,37 @@ async def test_a_slow_consumer_paces_the_call_instead_of_growing_langgraphs_queu
         # check below can fail).
         assert ahead > 1000, ahead
     else:
-        # The bound, the runner's channel, and about as much again on its way
-        # through LangGraph's hand-off; unpaced it is thousands.
-        assert ahead <= bound + 2 * CHANNEL_DEPTH + 16, ahead
+        # The bound, the runner's channel, the frames a beating call makes
+        # ahead (ServedCall Rule 5), and about as much again on its way through
+        # LangGraph's hand-off; unpaced it is thousands.
+        assert ahead <= bound + 2 * CHANNEL_DEPTH + BEATING_AHEAD_FRAMES + 16, ahead
+
+
+async def test_a_silent_call_writes_heartbeats_to_the_custom_stream() -> None:
+    """``heartbeat_s=0.1``: a command silent for 1 s writes several heartbeats
+    to the graph's ``custom`` stream (each silence, after the first line, at
+    least one interval longer than the one before); the ``tools`` stream and
+    the folded text are the output alone."""
+    bash = as_langchain_tool(ShellTool(tick=0.02), timeout_ms=CALL_DEADLINE_MS, heartbeat_s=0.1)
+    graph = agent_graph([bash], [bash_call("echo a; sleep 1; echo b")])
+    folder = ToolEventFolder()
+    stream: list[tuple[str, Any]] = []
+    async with asyncio.timeout(60):
+        async for mode, payload in graph.astream(_start(), stream_mode=["tools", "custom"]):
+            folder.absorb((mode, payload))
+            stream.append((mode, payload))
+    first = next(
+        i
+        for i, (mode, payload) in enumerate(stream)
+        if mode == "tools" and payload["event"] == "tool-output-delta"
+    )
+    beats = [payload for mode, payload in stream[first:] if mode == "custom"]
+    assert len(beats) >= 3
+    assert all(beat["kigi"] == "heartbeat" for beat in beats)
+    assert all(beat["tool_call_id"] == "call-0" for beat in beats)
+    assert all(beat["text"].startswith("running ") for beat in beats)
+    assert all(b["silent_s"] - a["silent_s"] >= 0.099 for a, b in itertools.pairwise(beats))
+    call = folder.call("call-0")
+    assert call is not None
+    assert call.text == "a\nb\n"
+    assert folder.ignored == len([1 for mode, _ in stream if mode == "custom"])

@@ -171,7 +171,7 @@ def test_serve_mcp_stopped_while_its_stdout_is_unread_says_so_once() -> None:
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
-    assert proc.returncode == 128 + signal.SIGTERM
+    assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-3000:]
     lines = err.decode().splitlines()
     assert "gave up: transport write blocked" not in err.decode(), lines
     assert len(lines) <= 1, lines

@@ -6,6 +6,7 @@ messages or shows only the latest."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from kigi_tool_protocol import (
     ToolCapabilities,
 )
 from kigi_tool_runtime import Tool, ToolContext, ToolEvent, ToolResult
+from kigi_tool_runtime._call._status import MessageMode
 from kigi_tool_runtime.mcp import McpToolServer
 
 SPEC = StreamingSpec(subkind="gappy_chunk", max_delta_bytes=16)
@@ -43,20 +45,20 @@ class Gappy(Tool[Args]):
         yield ToolResult(value="done")
 
 
-def _in_process(tool: Tool[Any]) -> Any:
+def _in_process(tool: Tool[Any], mode: MessageMode = "delta") -> Any:
     # In process, only the legacy path carries a progressToken on the wire
     # (the SDK's direct 2026 path calls progress callbacks without one).
-    return McpToolServer([tool]).server
+    return McpToolServer([tool], message_mode=mode).server
 
 
-def _messages() -> list[str | None]:
+def _messages(mode: MessageMode = "delta") -> list[str | None]:
     seen: list[str | None] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append(message)
 
     async def body() -> None:
-        async with asyncio.timeout(30), Client(_in_process(Gappy()), mode="legacy") as client:
+        async with asyncio.timeout(30), Client(_in_process(Gappy(), mode), mode="legacy") as client:
             result = await client.call_tool("gappy", {}, progress_callback=on_progress)
             assert not result.is_error
             await asyncio.sleep(0.05)  # progress callbacks run in tasks of their own
@@ -65,14 +67,41 @@ def _messages() -> list[str | None]:
     return seen
 
 
+def test_a_host_that_overwrites_sees_the_newest_line_after_the_loss_marker() -> None:
+    """Status mode (the default): each message is the newest complete line,
+    the one after the hole starts with the loss marker, and before any line
+    the message says the bytes and the time run."""
+    seen = _messages("status")
+    assert re.fullmatch(r"3 bytes of output, running \d+\.\d s", seen[0] or "")
+    assert seen[1:] == ["[... 1-4 bytes lost ...] xyz", "xyz"]
+
+
+def test_status_is_the_default_message_mode() -> None:
+    """A server made without a mode says the status."""
+
+    async def body() -> list[str | None]:
+        seen: list[str | None] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(message)
+
+        server = McpToolServer([Gappy()]).server
+        async with asyncio.timeout(30), Client(server, mode="legacy") as client:
+            await client.call_tool("gappy", {}, progress_callback=on_progress)
+            await asyncio.sleep(0.05)
+        return seen
+
+    assert asyncio.run(body())[1:] == ["[... 1-4 bytes lost ...] xyz", "xyz"]
+
+
 def test_a_host_that_appends_messages_sees_the_loss_marked_where_it_happened() -> None:
-    """Appended, the messages are the output with the loss on a line of its
+    """Delta mode: appended, the messages are the output with the loss on a line of its
     own between the bytes before and after it."""
     assert "".join(m or "" for m in _messages()) == "abc\n[... 1-4 bytes lost ...]\nxyz\nend"
 
 
-def test_a_host_that_shows_the_latest_message_sees_the_marker_whole_in_it() -> None:
-    """Each message stands alone: the one after the hole carries the whole
+def test_in_delta_mode_each_message_carries_its_marker_whole() -> None:
+    """Delta mode: each message stands alone: the one after the hole carries the whole
     marker line before its text; the others are plain deltas."""
     assert _messages() == ["abc", "\n[... 1-4 bytes lost ...]\nxyz\n", "end"]
 

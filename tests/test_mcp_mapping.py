@@ -31,10 +31,12 @@ from kigi_tool_runtime import (
     ToolError,
     ToolResult,
 )
+from kigi_tool_runtime._call._heartbeat import Beat
 from kigi_tool_runtime._call._queue import Taken
 from kigi_tool_runtime.mcp import (
     META_ERROR,
     META_FRAME,
+    META_HEARTBEAT,
     META_SEQ,
     META_STREAM,
     ProgressNote,
@@ -44,6 +46,7 @@ from kigi_tool_runtime.mcp import (
 from kigi_tool_runtime.mcp._mapping import (
     ProgressNumbering,
     StreamSummary,
+    heartbeat_params,
     notification_from_progress,
     progress_params,
     result_from_terminal,
@@ -312,6 +315,7 @@ def test_a_shell_result_has_the_excerpt_the_value_and_the_stream_summary() -> No
         "progress_requested": True,
         "frames_sent": 4,
         "frames_dropped": 0,
+        "heartbeats_sent": 0,
         "last_progress": 4,
     }
     lossy = result_from_terminal(
@@ -358,3 +362,28 @@ def test_a_tool_error_is_an_error_result_with_the_kigi_code() -> None:
 def test_shell_args_schema_is_what_the_tool_decodes() -> None:
     """A value valid by the listed schema decodes as the tool's arguments."""
     assert msgspec.convert({"command": ["true"]}, ShellArgs).command == ["true"]
+
+
+def test_heartbeats_raise_progress_and_leave_the_frames_seq_whole() -> None:
+    """A heartbeat takes the next ``progress`` but no ``seq``: frames keep 0, 1,
+    2, ... and ``progress`` rises by one over every notification; a heartbeat
+    carries no kigi frame, so a kigi host keeps it as a note."""
+    numbering = ProgressNumbering()
+    frame = _frame("x", 1)
+    first = progress_params("t", numbering.take(), frame, "x", numbering.last_progress)
+    beat = heartbeat_params("t", numbering.beat(), Beat(31.0, 30.5), "running 31 s")
+    second = progress_params("t", numbering.take(), frame, "x", numbering.last_progress)
+    assert [first["progress"], beat["progress"], second["progress"]] == [1, 2, 3]
+    assert [first["_meta"][META_SEQ], second["_meta"][META_SEQ]] == [0, 1]
+    assert beat == {
+        "progressToken": "t",
+        "progress": 2,
+        "message": "running 31 s",
+        "_meta": {META_HEARTBEAT: {"elapsed_s": 31.0, "silent_s": 30.5}},
+    }
+    assert isinstance(notification_from_progress(beat), ProgressNote)
+    silent = heartbeat_params("t", 3, Beat(1.0, 1.0), None)
+    assert "message" not in silent
+    assert StreamSummary(2, 0, True, 1).to_meta()["last_progress"] == 3
+    with pytest.raises(ValueError, match="progress must be >= 1"):
+        heartbeat_params("t", 0, Beat(1.0, 1.0), None)

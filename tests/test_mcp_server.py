@@ -135,8 +135,9 @@ def test_a_truncation_notice_is_one_more_notification() -> None:
     the truncation notice: it is a notification of its own (progress still
     rising by one, an empty message), and the folded stream says truncated;
     one closing notification, without a frame, says the truncation in its
-    message for hosts that read only text."""
-    server = McpToolServer([ShellTool(limit=10)])
+    message for hosts that read only text (delta mode: the status is pinned
+    in test_mcp_live_message)."""
+    server = McpToolServer([ShellTool(limit=10)], message_mode="delta")
     seen: list[tuple[float, str | None]] = []
     folder = ProgressFolder()
 

@@ -57,8 +57,8 @@ def _sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]
     return run
 
 
-def _params() -> StdioServerParameters:
-    return StdioServerParameters(command=SERVE[0], args=SERVE[1:])
+def _params(*options: str) -> StdioServerParameters:
+    return StdioServerParameters(command=SERVE[0], args=[*SERVE[1:], *options])
 
 
 class _Recorder:
@@ -126,15 +126,16 @@ async def test_split_characters_reassemble_exactly_from_progress() -> None:
 
 
 @_sync
-async def test_the_official_progress_callback_gets_the_deltas() -> None:
-    """A host using only the client's progress_callback sees the live deltas
-    as messages, in order, with strictly increasing progress."""
+async def test_the_official_progress_callback_gets_the_deltas_in_delta_mode() -> None:
+    """With ``--mcp-message delta``, a host using only the client's
+    progress_callback sees the live deltas as messages, in order, with strictly
+    increasing progress."""
     seen: list[tuple[float, str | None]] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append((progress, message))
 
-    async with asyncio.timeout(30), Client(_params()) as client:
+    async with asyncio.timeout(30), Client(_params("--mcp-message", "delta")) as client:
         result = await client.call_tool(
             "bash", {"command": [PY, "-c", SPLIT]}, progress_callback=on_progress
         )
@@ -443,8 +444,9 @@ async def test_a_host_that_stops_reading_loses_frames_said_in_the_next_frame_and
     STALL_S, the call drops its oldest queued frames instead of waiting; the
     next frame sent says how many (dropped_count), the result counts them all
     and says so to the model, progress still rises by one per notification,
-    the message of each frame after dropped ones says so on a line of its own,
-    and the folded stream reports the loss instead of hiding it."""
+    the message of each frame after dropped ones starts with the marker that
+    says so (status mode, the default), and the folded stream reports the
+    loss instead of hiding it."""
     # 40 MB over about 4 s, so the flood outlasts the host's pause.
     flood = (
         "import sys, time\n"
@@ -472,7 +474,7 @@ async def test_a_host_that_stops_reading_loses_frames_said_in_the_next_frame_and
             dropped = params["_meta"][META_FRAME].get("dropped_count", 0)
             dropped_counts.append(dropped)
             # Said where it happened, for hosts that read only `message`.
-            said = f"[... {dropped} frame{'s' if dropped > 1 else ''} dropped here ...]\n"
+            said = f"[... {dropped} frame{'s' if dropped > 1 else ''} dropped here ...]"
             assert (said in params["message"]) == bool(dropped)
             folder.absorb(params)
         assert await raw.close() == 0
@@ -516,7 +518,7 @@ async def test_a_progress_token_in_use_is_refused_until_its_call_ends() -> None:
         raw = await _Raw.start()
         await raw.send(bash_call(1, "echo started; sleep 0.5; echo first", 7))
         note = await raw.read()
-        assert note["params"]["message"] == "started\n"
+        assert note["params"]["message"] == "started"
         for request_id, token in ((2, 7), (3, "7")):
             await raw.send(bash_call(request_id, "echo second", token))
             reply = await raw.read()
@@ -524,11 +526,11 @@ async def test_a_progress_token_in_use_is_refused_until_its_call_ends() -> None:
             assert reply["error"]["code"] == -32602
             assert "in use by a call still running" in reply["error"]["message"]
         messages = [await raw.read(), await raw.read()]
-        assert [m["params"]["message"] for m in messages[:1]] == ["first\n"]
+        assert [m["params"]["message"] for m in messages[:1]] == ["first"]
         assert messages[1]["id"] == 1
         assert not messages[1]["result"]["isError"]
         await raw.send(bash_call(4, "echo again", 7))
-        assert (await raw.read())["params"]["message"] == "again\n"
+        assert (await raw.read())["params"]["message"] == "again"
         assert (await raw.read())["id"] == 4
         assert await raw.close() == 0
 
@@ -581,20 +583,20 @@ async def test_a_request_id_in_flight_is_refused_as_over_http() -> None:
     async with asyncio.timeout(30):
         raw = await _Raw.start()
         await raw.send(bash_call(5, "echo started; sleep 0.5; echo first", "t1"))
-        assert (await raw.read())["params"]["message"] == "started\n"
+        assert (await raw.read())["params"]["message"] == "started"  # status mode: the newest line
         await raw.send(bash_call("5", "echo second", "t2"))
         reply = await raw.read()
         assert reply["id"] == "5"
         assert reply["error"]["code"] == -32600
         assert "already used by a request in flight" in reply["error"]["message"]
         note, answer = await raw.read(), await raw.read()
-        assert note["params"]["message"] == "first\n"
+        assert note["params"]["message"] == "first"
         assert answer["id"] == 5
         assert not answer["result"]["isError"]
         assert "first" in answer["result"]["content"][0]["text"]
         await raw.send({"jsonrpc": "2.0", "id": 6, "method": "ping"})
         assert await raw.read() == {"jsonrpc": "2.0", "id": 6, "result": {}}  # nothing else came
         await raw.send(bash_call(5, "echo again", "t3"))
-        assert (await raw.read())["params"]["message"] == "again\n"
+        assert (await raw.read())["params"]["message"] == "again"
         assert (await raw.read())["id"] == 5
         assert await raw.close() == 0

@@ -19,7 +19,10 @@ from typescript_mcp import install_ts_sdk, run_driver
 # Slow: an npm install first (one per run, whichever workers run them).
 pytestmark = pytest.mark.slow
 
-SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
+# Delta mode: these tests join the messages into the output, as an appending
+# host does (status mode's messages are pinned in test_mcp_heartbeat and
+# test_mcp_live_message).
+SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp", "--mcp-message", "delta"]
 
 # 600 bytes in 7-byte pieces, 10 ms apart: many small notifications, the last
 # one written just before the call ends.

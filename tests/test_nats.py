@@ -1415,3 +1415,35 @@ def test_a_publisher_that_fails_stops_the_tool_and_its_error_is_raised() -> None
         assert len(js.messages) == 2
 
     run(main())
+
+
+def test_a_silent_calls_heartbeat_says_how_long_it_has_run_and_been_silent(
+    nats_server: NatsServer,
+) -> None:
+    """While a call writes nothing, its worker's heartbeats (every 0.2 s here)
+    say how long it has run and been silent: the caller's newest heartbeat,
+    read after 1 s of silence, has a silence of at least 0.5 s, no more than
+    the time run."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            call = await client.call(
+                "bash", {"command": py("import time; print('up', flush=True); time.sleep(1.5)")}
+            )
+            async for item in call:
+                assert isinstance(item, CallProgress)
+                break
+            await asyncio.sleep(1.0)
+            beat = call.last_heartbeat
+            assert beat is not None
+            assert beat.silent_s is not None
+            assert beat.elapsed_s is not None
+            assert beat.silent_s >= 0.5
+            assert beat.elapsed_s >= beat.silent_s
+            assert isinstance(await call.result(), ToolCallResult)
+        finally:
+            await fleet.close()
+
+    run(main(), 30)

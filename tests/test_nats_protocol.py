@@ -623,3 +623,20 @@ def test_a_resume_at_a_discarded_sequence_records_the_loss_before_the_first_fram
     stream = ledger.reassembler.stream(CALL, KIND)
     assert stream is not None
     assert stream.frames == 1
+
+
+def test_a_heartbeat_says_time_run_and_silent_and_old_callers_skip_it() -> None:
+    """The heartbeat's figures round-trip; a caller that knows only the worker
+    and the frames (an earlier version) decodes it all the same."""
+    import msgspec
+
+    from kigi_tool_runtime.nats._protocol import Heartbeat, decode_heartbeat, encode_heartbeat
+
+    class Earlier(msgspec.Struct, frozen=True, kw_only=True):
+        worker: str
+        frames: int
+
+    data = encode_heartbeat(Heartbeat(worker="w", frames=3, elapsed_s=372.1, silent_s=45.0))
+    assert decode_heartbeat(data) == Heartbeat(worker="w", frames=3, elapsed_s=372.1, silent_s=45.0)
+    assert msgspec.json.decode(data, type=Earlier) == Earlier(worker="w", frames=3)
+    assert decode_heartbeat(b'{"worker": "w", "frames": 1}') == Heartbeat(worker="w", frames=1)

@@ -5,6 +5,7 @@ streamed as ``kigi.tool_output`` events and folded back exactly."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sys
 from collections.abc import AsyncIterable
@@ -43,6 +44,7 @@ from kigi_tool_runtime import (
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime.pydantic_ai import (
     MAX_PENDING_EVENTS,
+    KigiToolHeartbeat,
     KigiToolOutput,
     KigiToolOutputEnd,
     KigiToolset,
@@ -721,3 +723,23 @@ def test_the_pydantic_ai_internal_the_pacer_reads_is_there() -> None:
     from pydantic_ai import RunContext
 
     assert "_event_stream_buffer" in {field.name for field in dataclasses.fields(RunContext)}
+
+
+async def test_a_silent_call_emits_heartbeats_the_folder_does_not_take_as_output() -> None:
+    """``heartbeat_s=0.1``: a command silent for 1 s emits several
+    ``kigi.tool_heartbeat`` events (each silence at least one interval longer
+    than the one before) between its outputs; the folded text is the output."""
+    script = Script([Call("bash", {"command": "echo a; sleep 1; echo b"}, "c1")])
+    toolset = KigiToolset([ShellTool()], heartbeat_s=0.1)
+    events, folder = await _run(Agent(script.model(), toolsets=[toolset]))
+    # A beat may come before the first line (a slow start): the silence after
+    # the first line is the one measured here.
+    first = next(i for i, event in enumerate(events) if isinstance(event, KigiToolOutput))
+    beats = [event for event in events[first:] if isinstance(event, KigiToolHeartbeat)]
+    assert len(beats) >= 3
+    assert all(beat.tool_call_id == "c1" for beat in beats)
+    assert all(b.silent_s - a.silent_s >= 0.099 for a, b in itertools.pairwise(beats))
+    assert all(beat.text.startswith("running ") for beat in beats)
+    assert beats[0].to_payload()["silent_s"] == beats[0].silent_s
+    assert folder["c1"].text == "a\nb\n"
+    assert "".join(output.text for output in _outputs(events)) == "a\nb\n"

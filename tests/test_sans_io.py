@@ -38,6 +38,8 @@ CORE_MODULES = (
     "kigi_tool_runtime._call._queue",
     "kigi_tool_runtime._call._frame_check",
     "kigi_tool_runtime._call._schema",
+    "kigi_tool_runtime._call._status",
+    "kigi_tool_runtime._call._heartbeat",
     "kigi_tool_runtime._wire._split",
     "kigi_tool_runtime._transport._rpc_server",
     "kigi_tool_runtime._transport._rpc_client",

@@ -5,6 +5,7 @@ happened), ``CallEnd`` (the model's text and the loss report) and
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import re
 import sys
@@ -38,6 +39,7 @@ from kigi_tool_runtime import (
     loss_line,
     model_text,
 )
+from kigi_tool_runtime._call._heartbeat import Beat
 from kigi_tool_runtime._process import group_alive
 
 SPEC_CAPS = (0, 1, 2, 3, 4, 64)
@@ -351,3 +353,59 @@ async def test_the_live_fold_is_the_one_each_delta_came_from() -> None:
     assert [report.frames for report in reports] == [len(deltas)] == [call.live.frames]
     assert reports[0].total_bytes == 13
     assert "".join(delta.appended.text or "" for delta in deltas) == "abcdefghijkl\n"
+
+
+async def test_events_beat_through_silence_between_the_deltas() -> None:
+    """``events()`` with a 0.1 s heartbeat: a command silent for 1 s yields
+    several beats between its two lines, each silence at least one interval
+    longer than the one before; the deltas and the end are as without them."""
+    tool = ShellTool(tick=0.01)
+    async with asyncio.timeout(30):
+        async with ServedCall(
+            tool, ShellArgs(command="echo a; sleep 1; echo b"), call_id="c1", heartbeat_s=0.1
+        ) as call:
+            items = [item async for item in call.events()]
+    # A beat may come before the first line (a slow start): the silence after
+    # the first line is the one measured here.
+    first = next(i for i, item in enumerate(items) if not isinstance(item, Beat))
+    beats = [item for item in items[first:] if isinstance(item, Beat)]
+    deltas = [item for item in items if not isinstance(item, Beat)]
+    assert "".join(d.delta for d in deltas) == "a\nb\n"
+    assert [d.seq for d in deltas] == list(range(len(deltas)))
+    assert len(beats) >= 3
+    assert all(b.silent_s - a.silent_s >= 0.1 - 1e-6 for a, b in itertools.pairwise(beats))
+    assert all(beat.silent_s >= 0.1 for beat in beats)
+    assert call.end.ok
+
+
+async def test_leaving_events_at_a_beat_stops_the_process_group() -> None:
+    """Leaving ``events()`` while it waits for a silent command (at a beat)
+    still stops the command's whole process group (Rule 3)."""
+    tool = ShellTool(tick=0.01)
+    async with asyncio.timeout(30):
+        async with ServedCall(
+            tool, ShellArgs(command="echo $$; sleep 30 & wait"), call_id="c1", heartbeat_s=0.05
+        ) as call:
+            pgid = None
+            async for item in call.events():
+                if isinstance(item, Beat):
+                    break
+                if item.delta.strip():
+                    pgid = int(item.delta.split()[0])
+            assert pgid is not None
+            assert group_alive(pgid)
+        assert not group_alive(pgid)
+    assert not call.ended
+
+
+async def test_plain_iteration_yields_no_beats() -> None:
+    """Iterating the call itself yields deltas only, whatever its heartbeat."""
+    tool = ShellTool(tick=0.01)
+    async with asyncio.timeout(30):
+        async with ServedCall(
+            tool, ShellArgs(command="echo a; sleep 0.3"), call_id="c1", heartbeat_s=0.05
+        ) as call:
+            items = [item async for item in call]
+    assert all(not isinstance(item, Beat) for item in items)
+    with pytest.raises(ValueError, match=">= 0"):
+        ServedCall(tool, ShellArgs(command="true"), call_id="c", heartbeat_s=-1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import select
@@ -680,3 +681,62 @@ def test_frames_dropped_counts_what_the_call_queue_dropped() -> None:
         assert stats.lines_abandoned == 0
 
     asyncio.run(body())
+
+
+def test_a_silent_call_gets_heartbeat_lines_that_old_consumers_skip() -> None:
+    """``serve --heartbeat 0.3``: a call silent for 2 s gets several
+    ``tool_call_heartbeat`` lines (no ``seq``; each silence at least one
+    interval longer than the last), its frames keep ``seq`` 0, 1, 2, ...
+    without a hole, nothing follows the response, and the strict consumers
+    skip the heartbeats: the ``Reassembler`` folds the stream complete with no
+    anomaly, and the client's protocol takes them as used lines that end
+    nothing."""
+    from kigi_tool_runtime import Reassembler
+    from kigi_tool_runtime._transport._rpc_client import ClientProtocol
+
+    server = ServeProcess("--heartbeat", "0.3")
+    try:
+        server.send(_call("c1", "echo a; sleep 2; echo b"))
+        lines, response = server.until_response()
+        server.send(_call("c2", "true", request_id=2))
+        after, second = server.until_response()
+        assert server.close() == 0
+    finally:
+        server.kill()
+    # A beat may come before the first line (a slow start): the silence after
+    # the first line is the one measured here.
+    first = next(i for i, line in enumerate(lines) if line["method"] == "tool_call_progress")
+    early = [line for line in lines[:first] if line["method"] == "tool_call_heartbeat"]
+    beats = [line for line in lines[first:] if line["method"] == "tool_call_heartbeat"]
+    frames = [line for line in lines if line["method"] == "tool_call_progress"]
+    assert len(early) + len(beats) + len(frames) == len(lines)
+    assert len(beats) >= 2
+    assert [frame["seq"] for frame in frames] == list(range(len(frames)))
+    silences = []
+    for beat in beats:
+        assert "seq" not in beat
+        assert "id" not in beat
+        params = beat["params"]
+        assert set(params) == {"tool_call_id", "elapsed_ms", "silent_ms"}
+        assert params["tool_call_id"] == "c1"
+        assert params["silent_ms"] >= 300
+        assert params["elapsed_ms"] >= params["silent_ms"]
+        silences.append(params["silent_ms"])
+    assert all(b - a >= 290 for a, b in itertools.pairwise(silences))
+    assert response["id"] == 1
+    assert second["id"] == 2
+    assert all(line["method"] == "tool_call_progress" for line in after)  # none of c1's
+    reassembler = Reassembler()
+    protocol = ClientProtocol("s")
+    for line in lines:
+        raw = json.dumps(line).encode()
+        reassembler.absorb_line(raw)
+        if line["method"] == "tool_call_heartbeat":
+            assert protocol.receive_line(raw) == []
+    assert protocol.lines_unused == 0
+    assert reassembler.ignored == len(early) + len(beats)
+    (state,) = reassembler.streams.values()
+    report = state.report(ended=True)
+    assert report.complete
+    assert not report.anomalies
+    assert state.text == "a\nb\n"

@@ -15,9 +15,15 @@ Rule 2. :meth:`QueueFeed.put` waits while the queue refuses the item (the
         queue is given up. A slow host therefore slows the tool first.
 Rule 3. :meth:`QueueFeed.get` hands the host each item in order and then the
         reply, waiting while there is neither: the reply is always last.
-Rule 4. ``on_ready``, when given, is called each time an item or the reply
-        has been queued (a host that takes from many queues in one task, the
-        stdio writer, learns which call has something to send).
+Rule 4. ``on_ready``, when given, is called each time an item, a heartbeat or
+        the reply has been queued (a host that takes from many queues in one
+        task, the stdio writer, learns which call has something to send).
+Rule 5. With a heartbeat interval, :func:`produce` is the one place that
+        decides when a call says it is alive (:class:`HeartbeatRule`, fed the
+        time of each frame): one timer per call, re-armed at each due time, puts
+        a :class:`Beat` in the queue's slot (the queue's Rule 6), and
+        :meth:`QueueFeed.get` hands it out before the items queued after it.
+        The timer is gone when ``produce`` returns, so no beat follows the end.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
 from .._tools._errors import ToolError
 from .._tools._runner import ToolRun
 from .._tools._tool import ToolResult
+from ._heartbeat import Beat, HeartbeatRule
 from ._queue import CallQueue, Taken
 
 # Plumbing for the servers and callers, not exported.
@@ -42,6 +49,9 @@ R = TypeVar("R")
 
 # A tuple, built once: ``ToolResult | ToolError`` in the loop made a union per frame.
 _TERMINALS: Final = (ToolResult, ToolError)
+
+# How early the event loop may run a timer (its clock's resolution, with room).
+_EARLY_S: Final = 0.001
 
 
 class Stall(Protocol):
@@ -88,6 +98,14 @@ class QueueFeed(Generic[T, R]):
         if self._on_ready is not None:
             self._on_ready()
 
+    def beat(self, beat: Beat) -> None:
+        """Queue ``beat`` in the heartbeat slot, unless output waits or the
+        reply is set (the queue's Rule 6)."""
+        if self.queue.offer_beat(beat):
+            self._ready.set()
+            if self._on_ready is not None:
+                self._on_ready()
+
     def finish(self, reply: R) -> None:
         """Set the reply (the queue's Rule 4)."""
         self.queue.finish(reply)
@@ -111,10 +129,14 @@ class QueueFeed(Generic[T, R]):
             self._room.set()
         return taken
 
-    async def get(self) -> Taken[T] | R:
-        """The next item, or the reply once every item is out (Rule 3)."""
+    async def get(self) -> Taken[T] | Beat | R:
+        """The next item (a heartbeat first when one waits: it was let in before
+        them), or the reply once every item is out (Rules 3 and 5)."""
         queue = self.queue
         while True:
+            beat = queue.take_beat()
+            if beat is not None:
+                return beat
             taken = queue.take()
             if taken is not None:
                 self._room.set()
@@ -130,21 +152,73 @@ async def produce(
     run: ToolRun,
     feed: QueueFeed[T, Any],
     item_of: Callable[[ToolCallProgressFrame[Any]], tuple[T, int]],
+    *,
+    heartbeat_s: float = 0.0,
 ) -> ToolResult | ToolError:
-    """Run the call to its terminal, feeding its frames to ``feed`` (Rule 1)."""
+    """Run the call to its terminal, feeding its frames to ``feed`` (Rule 1),
+    and a heartbeat through each ``heartbeat_s`` of silence (Rule 5; 0: none).
+
+    Raises:
+        ValueError: ``heartbeat_s`` is negative.
+    """
     call_id = run.ctx.call_id
     terminal: ToolResult | ToolError | None = None
-    async with run:
-        async for event in run:
-            if isinstance(event, _TERMINALS):
-                terminal = event
-                continue
-            try:
-                item, size = item_of(progress_to_frame(call_id, event))
-            except ToolError as error:
-                terminal = error
-                break
-            await feed.put(item, size)
+    pulse = _Pulse(feed, heartbeat_s) if heartbeat_s else None
+    try:
+        async with run:
+            async for event in run:
+                if isinstance(event, _TERMINALS):
+                    terminal = event
+                    continue
+                try:
+                    item, size = item_of(progress_to_frame(call_id, event))
+                except ToolError as error:
+                    terminal = error
+                    break
+                if pulse is not None:
+                    pulse.output()
+                await feed.put(item, size)
+    finally:
+        if pulse is not None:
+            pulse.stop()
     if terminal is None:  # pragma: no cover - the runner always ends with one
         terminal = ToolError("internal_error", "the tool run ended without a terminal")
     return terminal
+
+
+class _Pulse:
+    """The timer of one call's heartbeats (Rule 5): armed at each due time of
+    its :class:`HeartbeatRule`, a beat put in the feed's slot when one is due."""
+
+    __slots__ = ("_feed", "_loop", "_rule", "_timer")
+
+    def __init__(self, feed: QueueFeed[Any, Any], interval_s: float) -> None:
+        self._loop = loop = asyncio.get_running_loop()
+        self._feed = feed
+        self._rule = HeartbeatRule(interval_s, loop.time())
+        self._timer: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def output(self) -> None:
+        """A frame was made now (the timer, early, re-arms itself)."""
+        self._rule.output(self._loop.time())
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self) -> None:
+        due = self._rule.due_at()
+        if due is not None:
+            self._timer = self._loop.call_at(due, self._fire)
+
+    def _fire(self) -> None:
+        now = self._loop.time()
+        due = self._rule.due_at()
+        if due is not None and now < due <= now + _EARLY_S:
+            now = due  # the loop runs a timer up to its clock's resolution early
+        beat = self._rule.beat(now)
+        if beat is not None:
+            self._feed.beat(beat)
+        self._arm()

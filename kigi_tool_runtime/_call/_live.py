@@ -59,7 +59,8 @@ class LiveDelta:
     0); ``delta`` the frame's delta text alone (``""`` when it has none);
     ``marker`` the loss line(s) said at this frame, if any; ``text`` what a
     text-only host appends; ``appended`` what the fold made of the frame (gap
-    bounds, truncation, anomalies)."""
+    bounds, truncation, anomalies); ``total_bytes`` its stream's byte count so
+    far (``None`` when the frame landed in no stream)."""
 
     frame: ToolCallProgressFrame[Any]
     seq: int
@@ -67,6 +68,7 @@ class LiveDelta:
     marker: str | None
     text: str
     appended: Appended
+    total_bytes: int | None = None
 
     @property
     def gap(self) -> Gap | None:
@@ -139,7 +141,10 @@ class LiveText:
         if delta:
             parts.append(delta)
             self._at_line_start = delta.endswith("\n")
-        return LiveDelta(frame, seq, delta, marker, "".join(parts), appended)
+        key = appended.key
+        state = None if key is None else self._fold.streams.get(key)
+        total = None if state is None else state.total_bytes
+        return LiveDelta(frame, seq, delta, marker, "".join(parts), appended, total)
 
     def finish(self) -> str:
         """The closing text (Rule 3); call once, after the call's last frame."""

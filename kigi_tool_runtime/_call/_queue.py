@@ -27,6 +27,11 @@ Rule 4. The reply is last: :meth:`CallQueue.finish` sets it once, after which
 Rule 5. A host is stalled (:class:`StallWatch`) when a send has been pending
         and nothing of it has moved for ``stall_s`` seconds, or the output
         broke; a slow host that keeps taking bytes, however few, is not.
+Rule 6. A heartbeat (:class:`Beat`) waits in a slot of its own, beside the
+        items: it takes no ``seq``, counts no bytes and is never counted as
+        dropped. It is let in only while no item waits (output on its way is
+        no silence) and before the reply; a newer one replaces it, and setting
+        the reply (or discarding) removes it, so nothing follows the reply.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from typing import Final, Generic, NamedTuple, TypeVar
+
+from ._heartbeat import Beat
 
 # Plumbing for the servers and callers, not exported.
 __all__: tuple[str, ...] = ()
@@ -87,6 +94,7 @@ class CallQueue(Generic[T, R]):
     the module's rules."""
 
     __slots__ = (
+        "_beat",
         "_dropped_since",
         "_given_up",
         "_items",
@@ -108,6 +116,7 @@ class CallQueue(Generic[T, R]):
         self._given_up = False
         self._reply: R | None = None
         self._replied = False
+        self._beat: Beat | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -162,6 +171,19 @@ class CallQueue(Generic[T, R]):
         self.queued_bytes += size
         return True
 
+    def offer_beat(self, beat: Beat) -> bool:
+        """Put ``beat`` in the heartbeat slot (Rule 6); ``False``: an item waits,
+        or the reply is set, so it is not let in."""
+        if self._items or self.finished or self._given_up:
+            return False
+        self._beat = beat
+        return True
+
+    def take_beat(self) -> Beat | None:
+        """The waiting heartbeat, once (``None``: none waits)."""
+        beat, self._beat = self._beat, None
+        return beat
+
     def take(self) -> Taken[T] | None:
         """The oldest item, numbered (Rules 1 and 3); ``None`` when empty."""
         if not self._items:
@@ -185,6 +207,7 @@ class CallQueue(Generic[T, R]):
         if self.finished:
             raise RuntimeError("a call's reply is set once")
         self._reply = reply
+        self._beat = None
 
     def take_reply(self) -> R | None:
         """The reply, once every item has been taken and only once; else ``None``."""
@@ -206,6 +229,7 @@ class CallQueue(Generic[T, R]):
         are not counted as dropped: nothing after them will say so."""
         lines = len(self._items) + (self._reply is not None)
         self._items.clear()
+        self._beat = None
         self.queued_bytes = 0
         if self._reply is not None:
             self._reply = None

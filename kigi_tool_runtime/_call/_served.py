@@ -16,21 +16,36 @@ Rule 3. Leaving ``async with`` before the end (a ``break``, an exception, the
         group is gone when ``__aexit__`` returns.
 Rule 4. :meth:`ServedCall.cancel` may be called from any thread; the call then
         ends with a ``cancelled`` error.
+Rule 5. :meth:`ServedCall.events` yields the same deltas and, with a
+        ``heartbeat_s``, a :class:`Beat` each time the call has written nothing
+        for that long, for hosts that tell a silent call is alive. The beats
+        are timed where every queued server's are (``_call/_feed``'s
+        ``produce``, run in a task of the call's own that may make at most
+        :data:`BEATING_AHEAD_FRAMES` frames ahead of the host: Rule 2 holds
+        past those); leaving early cancels
+        that task and waits for it, and Rule 3 holds as before. Plain
+        iteration yields no beats and makes no task.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import Any, Final, cast
 
-from kigi_tool_protocol import progress_to_frame
+from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
 
 from .._closing import AsyncClosing
+from .._scope import TaskScope
 from .._tools._errors import ToolError
-from .._tools._runner import STOP_WAIT_S, decode_args, run_tool
+from .._tools._runner import STOP_WAIT_S, ToolRun, decode_args, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
+from ._feed import QueueFeed, produce
+from ._heartbeat import Beat
 from ._live import LiveDelta, LiveText
 from ._outcome import CallEnd
+from ._queue import CallQueue, QueuePolicy, StallWatch, Taken
 
 __all__ = ("ServedCall", "check_arguments")
 
@@ -51,7 +66,11 @@ class ServedCall(AsyncClosing):
     ``call_id`` is the call's ``tool_call_id``; ``wants_progress``: whether the
     host takes live output (without it no frame is made); ``timeout_ms``: the
     call's deadline (``None``: the tool's own); ``stop_wait``: how long a
-    stopped tool may take to clean up.
+    stopped tool may take to clean up; ``heartbeat_s``: the silence after
+    which :meth:`events` yields a :class:`Beat` (Rule 5; 0: never).
+
+    Raises:
+        ValueError: ``heartbeat_s`` is negative.
     """
 
     def __init__(
@@ -63,7 +82,11 @@ class ServedCall(AsyncClosing):
         wants_progress: bool = True,
         timeout_ms: float | None = None,
         stop_wait: float = STOP_WAIT_S,
+        heartbeat_s: float = 0.0,
     ) -> None:
+        if not heartbeat_s >= 0:
+            raise ValueError(f"heartbeat_s must be >= 0 seconds, got {heartbeat_s}")
+        self._heartbeat_s = heartbeat_s
         self._tool = tool
         self._ctx = ToolContext(call_id, wants_progress=wants_progress)
         self._run = run_tool(
@@ -71,7 +94,7 @@ class ServedCall(AsyncClosing):
         )
         self._live = LiveText(call_id)
         self._end: CallEnd | None = None
-        self._gen: AsyncGenerator[LiveDelta, None] | None = None
+        self._gen: AsyncGenerator[Any, None] | None = None
 
     def __repr__(self) -> str:
         return f"ServedCall(tool={self._tool.id!r}, call_id={self._ctx.call_id!r})"
@@ -115,28 +138,81 @@ class ServedCall(AsyncClosing):
 
     def __aiter__(self) -> AsyncIterator[LiveDelta]:
         if self._gen is None:
-            self._gen = self._frames()
+            self._gen = self._frames(beating=False)
+        return cast("AsyncIterator[LiveDelta]", self._gen)  # no beats without beating
+
+    def events(self) -> AsyncIterator[LiveDelta | Beat]:
+        """The call's deltas and its heartbeats (Rule 5); iterate it once, in
+        place of iterating the call."""
+        if self._gen is None:
+            self._gen = self._frames(beating=bool(self._heartbeat_s))
         return self._gen
 
-    async def _frames(self) -> AsyncGenerator[LiveDelta, None]:
+    async def _frames(self, *, beating: bool) -> AsyncGenerator[LiveDelta | Beat, None]:
         call_id = self._ctx.call_id
         live = self._live
         terminal: ToolResult | ToolError | None = None
         seq = 0
-        async with self._run as run:
-            async for event in run:
-                if isinstance(event, ToolResult | ToolError):
-                    terminal = event
-                    continue
-                delta = live.add(progress_to_frame(call_id, event), seq)
-                seq += 1
-                yield delta
+        if beating:
+            # Closed here, not left to the collector: its task must stop first (Rule 3).
+            async with contextlib.aclosing(self._beating()) as items:
+                async for item in items:
+                    if isinstance(item, Beat):
+                        yield item
+                        continue
+                    if isinstance(item, ToolResult | ToolError):
+                        terminal = item
+                        break
+                    delta = live.add(item, seq)
+                    seq += 1
+                    yield delta
+        else:
+            async with self._run as run:
+                async for event in run:
+                    if isinstance(event, ToolResult | ToolError):
+                        terminal = event
+                        continue
+                    delta = live.add(progress_to_frame(call_id, event), seq)
+                    seq += 1
+                    yield delta
         if terminal is None:  # pragma: no cover - the runner always ends with one
             terminal = ToolError("internal_error", "the tool run ended without a terminal")
         closing = live.finish()
         self._end = CallEnd.of(
             call_id, self._tool.id, terminal, live.report(), frames=live.frames, closing=closing
         )
+
+    async def _beating(
+        self,
+    ) -> AsyncGenerator[ToolCallProgressFrame[Any] | Beat | ToolResult | ToolError, None]:
+        """Rule 5: the call core's own driver (``produce``, whose timer puts the
+        beats) in a task, handing over frames through a queue that holds at
+        most :data:`BEATING_AHEAD_FRAMES`; then the terminal. Left early, the task is
+        cancelled, and the run's cleanup (Rule 3) runs in it before this ends."""
+        feed: QueueFeed[ToolCallProgressFrame[Any], ToolResult | ToolError] = QueueFeed(
+            CallQueue(QueuePolicy.wait(BEATING_AHEAD_FRAMES)), StallWatch(_NEVER_DROPS_S)
+        )
+        # A TaskScope, held across this generator's yields: leaving it cancels
+        # the task and waits for it (the run's cleanup runs in it), and a
+        # failure of the task is raised from it, never lost.
+        async with TaskScope() as tasks:
+            pump = tasks.start(
+                _pump(self._run, feed, self._heartbeat_s), name=f"kigi call {self.call_id}"
+            )
+            try:
+                while True:
+                    item = await feed.get()
+                    if isinstance(item, Taken):
+                        yield item.item
+                    elif isinstance(item, Beat):
+                        yield item
+                    else:
+                        await asyncio.wait((pump,))  # its failure, if any, is the scope's
+                        yield item
+                        return
+            finally:
+                if not pump.done():
+                    feed.give_up()
 
     async def run(self) -> CallEnd:
         """Serve the call to its end, taking every frame, and say how it ended
@@ -151,3 +227,32 @@ class ServedCall(AsyncClosing):
             await self._gen.aclose()
         elif self._end is None:
             await self._run.aclose()
+
+
+#: Frames a beating call may make ahead of its host (Rule 5): as many as the
+#: runner's own channel holds (``CHANNEL_DEPTH``), so the handover costs a task
+#: switch per batch, not per frame (one frame at a time cost about 4 times the
+#: plain iteration's time per frame); past it the call pauses as in Rule 2.
+BEATING_AHEAD_FRAMES: Final = 64
+
+# The feed's stall figure: its queue waits and never drops, so this only sets
+# how often a waiting put looks again.
+_NEVER_DROPS_S: Final = 1.0
+
+
+def _frame_item(frame: ToolCallProgressFrame[Any]) -> tuple[ToolCallProgressFrame[Any], int]:
+    return frame, 1
+
+
+async def _pump(
+    run: ToolRun,
+    feed: QueueFeed[ToolCallProgressFrame[Any], ToolResult | ToolError],
+    heartbeat_s: float,
+) -> None:
+    """Run the call into ``feed``, its terminal the feed's reply."""
+    try:
+        terminal = await produce(run, feed, _frame_item, heartbeat_s=heartbeat_s)
+    except BaseException:
+        feed.finish(ToolError("internal_error", "the tool run ended without a terminal"))
+        raise
+    feed.finish(terminal)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from .._call._heartbeat import HEARTBEAT_S
+from .._call._status import MessageMode
 from .._tools._shell import ShellTool
 from .._tools._tool import Tool
 from ..mcp._server import McpToolServer
@@ -53,17 +55,32 @@ def run_mcp_serve(
     *,
     max_frame_bytes: int,
     tools: Sequence[Tool[Any]] | None = None,
+    message_mode: MessageMode = "status",
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> int:
     """Serve ``tools`` (default: the shell tool) over MCP: stdio when
-    ``address`` is ``None``, else streamable HTTP on ``address`` (host, port).
-    Returns the exit status."""
-    return asyncio.run(_serve(address, max_frame_bytes, tools))
+    ``address`` is ``None``, else streamable HTTP on ``address`` (host, port),
+    with progress messages in ``message_mode`` and a heartbeat every
+    ``heartbeat_s`` of a call's silence. Returns the exit status."""
+    return asyncio.run(
+        _serve(
+            address,
+            max_frame_bytes,
+            lambda: McpToolServer(
+                [ShellTool()] if tools is None else tools,
+                message_mode=message_mode,
+                heartbeat_s=heartbeat_s,
+            ),
+        )
+    )
 
 
 async def _serve(
-    address: tuple[str, int] | None, max_frame_bytes: int, tools: Sequence[Tool[Any]] | None
+    address: tuple[str, int] | None,
+    max_frame_bytes: int,
+    make_server: Callable[[], McpToolServer],
 ) -> int:
-    server = McpToolServer([ShellTool()] if tools is None else tools)
+    server = make_server()
     serving: Coroutine[Any, Any, None]
     if address is not None:
 

@@ -9,6 +9,8 @@ from typing import Final, NoReturn, get_args
 
 from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, MAX_FRAME_BYTES_CEILING, __version__
 
+from .._call._heartbeat import HEARTBEAT_S
+from .._call._status import MESSAGE_MODES
 from .._consumer._reassembler import SeqScope
 from .._mcp_limits import HTTP_SESSION_IDLE_S, MAX_CALLS_IN_FLIGHT, MAX_HTTP_SESSIONS
 from .._tools._shell import DEFAULT_TAIL_CAPACITY, DEFAULT_TICK_S
@@ -102,6 +104,12 @@ def _timeout_seconds(text: str) -> float:
 
 def _interval_seconds(text: str) -> float:
     return _seconds_at_most(text, MAX_POLL_INTERVAL_S, "a day")
+
+
+def _heartbeat_seconds(text: str) -> float:
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    return _seconds_at_most(text, MAX_POLL_INTERVAL_S, "a day", "; 0 turns heartbeats off")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,6 +240,23 @@ def build_parser() -> argparse.ArgumentParser:
         f" extra): at most {MAX_HTTP_SESSIONS} sessions open, one idle for"
         f" {HTTP_SESSION_IDLE_S / 60:g} minutes closed, and {MAX_CALLS_IN_FLIGHT} calls"
         " running (over every session; one more is refused busy)",
+    )
+    serve.add_argument(
+        "--mcp-message",
+        choices=MESSAGE_MODES,
+        default="status",
+        help="what an MCP progress message says: status (the default) the newest complete"
+        " line, for hosts that show the latest message (Claude Code, VS Code); delta the"
+        " output itself, for hosts that append every message",
+    )
+    serve.add_argument(
+        "--heartbeat",
+        type=_heartbeat_seconds,
+        default=HEARTBEAT_S,
+        metavar="SECONDS",
+        help=f"while a call has written nothing for this long, tell the host it is alive"
+        f" (how long it has run and been silent), again every SECONDS of silence"
+        f" (default {HEARTBEAT_S:g}; 0 turns it off)",
     )
 
     follow = commands.add_parser(

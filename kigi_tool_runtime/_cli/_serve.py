@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any, Final
 
+from .._call._heartbeat import HEARTBEAT_S
 from .._tools._runner import STOP_WAIT_S
 from .._tools._shell import ShellTool
 from .._tools._tool import Tool
@@ -55,18 +56,22 @@ def serve(args: argparse.Namespace) -> int:
         return serve_nats(args, tools)
     if args.mcp or args.mcp_http is not None:
         return _serve_mcp(args, tools)
-    return serve_tools(tools, max_frame_bytes=args.max_frame_bytes)
+    return serve_tools(tools, max_frame_bytes=args.max_frame_bytes, heartbeat_s=args.heartbeat)
 
 
 def serve_tools(
-    tools: list[Tool[Any]], *, max_frame_bytes: int, stop_wait: float = STOP_WAIT_S
+    tools: list[Tool[Any]],
+    *,
+    max_frame_bytes: int,
+    stop_wait: float = STOP_WAIT_S,
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> int:
     """Serve ``tools`` on stdin and stdout as the whole of this process's work,
     until end of input or a stop signal; return the exit status. A tool left
     running because it ignored its cancellation (Server Rule 7) is named on
     stderr, and the process exits at once without waiting for it: the process
     groups held on the lifeline then end with it."""
-    return asyncio.run(_serve_stdio(tools, max_frame_bytes, stop_wait))
+    return asyncio.run(_serve_stdio(tools, max_frame_bytes, stop_wait, heartbeat_s))
 
 
 def _tools(args: argparse.Namespace) -> list[Tool[Any]]:
@@ -88,10 +93,18 @@ def _serve_mcp(args: argparse.Namespace, tools: list[Tool[Any]]) -> int:
         address = None if args.mcp_http is None else parse_http_address(args.mcp_http)
     except ValueError as exc:
         raise UsageError(f"--mcp-http: {exc}") from None
-    return run_mcp_serve(address, max_frame_bytes=args.max_frame_bytes, tools=tools)
+    return run_mcp_serve(
+        address,
+        max_frame_bytes=args.max_frame_bytes,
+        tools=tools,
+        message_mode=args.mcp_message,
+        heartbeat_s=args.heartbeat,
+    )
 
 
-async def _serve_stdio(tools: list[Tool[Any]], max_frame_bytes: int, stop_wait: float) -> int:
+async def _serve_stdio(
+    tools: list[Tool[Any]], max_frame_bytes: int, stop_wait: float, heartbeat_s: float
+) -> int:
     # A stop signal ends serving as end of input does: every call in flight is
     # cancelled (its command's process group stopped) and answered, the final
     # flush bounded, then 128 + N. A second signal cuts the wait short: the
@@ -103,7 +116,9 @@ async def _serve_stdio(tools: list[Tool[Any]], max_frame_bytes: int, stop_wait: 
         if stops.count <= 2:
             serving.cancel()
 
-    server = Server(tools, max_frame_bytes=max_frame_bytes, stop_wait=stop_wait)
+    server = Server(
+        tools, max_frame_bytes=max_frame_bytes, stop_wait=stop_wait, heartbeat_s=heartbeat_s
+    )
     reader, sink = await open_stdio()
     with StopSignals(on_signal, exit_when_blocked="serve") as stops:
         if os.isatty(stdio_wire().input_fd):

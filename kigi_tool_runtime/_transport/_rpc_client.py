@@ -13,7 +13,9 @@ Rules:
 Rule 1. Each request gets its own id (1, 2, 3, ...). A response ends the call
         or request with that id exactly once; a response for no pending id, a
         progress frame for no pending call, and any line that is not a JSON-RPC
-        message are counted as unused and change nothing.
+        message are counted as unused and change nothing. A
+        ``tool_call_heartbeat`` (the server's Rule 9) is used: it only says a
+        call is alive.
 Rule 2. :meth:`ClientProtocol.connection_lost` ends everything pending at once,
         each with a ``connection_lost`` failure, and anything started after it
         is not registered (the driver fails it at once).
@@ -68,6 +70,7 @@ from kigi_tool_protocol import (
     json_codec,
 )
 
+from .._call._heartbeat import METHOD_TOOL_CALL_HEARTBEAT
 from .._call._response import Failure, failure_of, outcome_of
 from .._wire._split import OversizedLine
 
@@ -350,6 +353,11 @@ class ClientProtocol:
             isinstance(message, JsonRpcNotification) and message.method == METHOD_TOOL_CALL_PROGRESS
         ):
             event = self._progress(message.params, message.seq, len(line))
+        elif (
+            isinstance(message, JsonRpcNotification)
+            and message.method == METHOD_TOOL_CALL_HEARTBEAT
+        ):
+            return []
         else:
             event = None
         if event is None:

@@ -63,6 +63,7 @@ from kigi_tool_protocol import (
     HookSessionEnded,
     InvalidParamsWire,
     JsonRpcError,
+    JsonRpcNotification,
     JsonRpcResponse,
     ToolCallParams,
     ToolCallProgressFrame,
@@ -75,6 +76,7 @@ from kigi_tool_protocol import (
 )
 
 from .._call._frame_check import encoded_body
+from .._call._heartbeat import METHOD_TOOL_CALL_HEARTBEAT, Beat
 from .._call._queue import CallQueue
 from .._text import MAX_DETAIL_CHARS, cut, excerpt
 from .._tools._errors import ToolError
@@ -104,6 +106,20 @@ _CALL_METHODS: Final = frozenset({METHOD_TOOL_CALL, METHOD_TOOL_CALL_REQUEST})
 # (tools.list takes none, and an unknown method is answered as unknown).
 _METHODS_WITH_PARAMS: Final = frozenset(SERVED_METHODS) - {METHOD_TOOLS_LIST}
 _NULL_PARAMS: Final = msgspec.Raw(b"null")
+
+
+def heartbeat_line(call_id: str, session_id: str | None, beat: Beat) -> bytes:
+    """The ``tool_call_heartbeat`` line of ``beat`` (whole milliseconds)."""
+    note: JsonRpcNotification[Any] = JsonRpcNotification(
+        session_id=session_id,
+        method=METHOD_TOOL_CALL_HEARTBEAT,
+        params={
+            "tool_call_id": call_id,
+            "elapsed_ms": int(beat.elapsed_s * 1000),
+            "silent_ms": int(beat.silent_s * 1000),
+        },
+    )
+    return json_codec.encode(note) + b"\n"
 
 
 # -- Reply lines ------------------------------------------------------------------
@@ -494,11 +510,16 @@ def take_lines(
     max_bytes: int,
     out: bytearray,
 ) -> tuple[int, bool]:
-    """Take ``queue``'s frames onto ``out`` as ``tool_call_progress`` lines, each
-    with the ``seq`` and ``dropped_count`` the queue numbered it with (the
-    server's Rule 2), up to about ``max_bytes`` (at least one frame when any is
-    queued), then the final response line once every frame is out. Returns
-    (frames taken, whether the final response went too)."""
+    """Take ``queue``'s heartbeat (the server's Rule 9: it was let in before any
+    frame now queued) and frames onto ``out``, the frames as
+    ``tool_call_progress`` lines, each with the ``seq`` and ``dropped_count``
+    the queue numbered it with (the server's Rule 2), up to about ``max_bytes``
+    (at least one frame when any is queued), then the final response line once
+    every frame is out. Returns (frames taken, whether the final response went
+    too)."""
+    beat = queue.take_beat()
+    if beat is not None:
+        out += heartbeat_line(call_id, session_id, beat)
     limit = len(out) + max_bytes
     take = queue.take
 

@@ -69,6 +69,13 @@ Rule 8. ``serve`` owns its tasks (the writer, the reader, one per call) in one
         task's failure (the input broke, a bug) is raised from it, a lone one as
         itself, several in an exception group. The tool tasks of Rule 7 are the
         runner's, not the group's.
+Rule 9. A call that has written nothing for ``heartbeat_s`` seconds gets a
+        ``tool_call_heartbeat`` notification (``_rpc_server``), again every
+        ``heartbeat_s`` of its silence, timed by the call core (``_call/_feed``
+        Rule 5): ``{"tool_call_id", "elapsed_ms", "silent_ms"}`` with the
+        call's ``session_id`` and no ``seq``, so the frames' ``seq`` keeps no
+        hole and a consumer that does not know the method skips it. Never
+        after the call's response; ``heartbeat_s`` 0 sends none.
 """
 
 from __future__ import annotations
@@ -87,6 +94,7 @@ from kigi_tool_protocol import (
 )
 
 from .._call._feed import QueueFeed, produce
+from .._call._heartbeat import HEARTBEAT_S
 from .._call._queue import CallQueue, QueuePolicy, StallWatch
 from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
 from .._lines import read_lines
@@ -353,10 +361,12 @@ class Server:
 
     ``max_frame_bytes`` bounds an input line (longer ones are rejected unread);
     ``call_queue_bytes`` is the per-call output budget of Rule 3; ``stop_wait``
-    bounds how long a cancelled tool may take to clean up.
+    bounds how long a cancelled tool may take to clean up; ``heartbeat_s`` is
+    the silence after which a running call says it is alive (Rule 9; 0: never).
 
     Raises:
-        ValueError: two tools share an id, or a bound is below 1.
+        ValueError: two tools share an id, a bound is below 1, or
+            ``heartbeat_s`` is negative.
     """
 
     def __init__(
@@ -366,7 +376,11 @@ class Server:
         max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
         call_queue_bytes: int = CALL_QUEUE_BYTES,
         stop_wait: float = STOP_WAIT_S,
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
+        if not heartbeat_s >= 0:
+            raise ValueError(f"heartbeat_s must be >= 0 seconds, got {heartbeat_s}")
+        self._heartbeat_s = heartbeat_s
         self._tools: dict[str, Tool[Any]] = {}
         for tool in tools:
             if tool.id in self._tools:
@@ -524,7 +538,7 @@ class Server:
             # tool's declared limit, else the ceiling every peer takes.
             limit = effective_max_frame_bytes(tool.capabilities)
             item_of = progress_item_of(out.call_id, session_id, limit)
-            terminal = await produce(run, out.feed, item_of)
+            terminal = await produce(run, out.feed, item_of, heartbeat_s=self._heartbeat_s)
             if isinstance(terminal, ToolResult):
                 final = _result_line(request_id, session_id, terminal.to_wire(ctx.call_id))
                 if len(final) - 1 > MAX_FRAME_BYTES_CEILING:

@@ -36,6 +36,7 @@ from typing import Any, Final, Protocol
 
 from acp.schema import ClientCapabilities, ToolCallProgress, ToolCallStart
 
+from .._call._heartbeat import HEARTBEAT_S, Beat
 from .._call._outcome import CallEnd
 from .._call._served import ServedCall
 from .._producer._chunk import cap_of
@@ -95,7 +96,13 @@ class AcpToolCalls:
     ``connection`` is the agent's ``AgentSideConnection``;
     ``client_capabilities`` what the client declared in ``initialize`` (set it
     later with :meth:`negotiated`), which picks the :class:`LiveOutput`;
-    ``tail_bytes`` and ``pacing`` bound the replacements.
+    ``tail_bytes`` and ``pacing`` bound the replacements; ``heartbeat_s`` is
+    the silence after which a call sends a heartbeat update (a
+    ``tool_call_update`` with ``_meta["dev.kigi/heartbeat"]``, again every
+    ``heartbeat_s`` of silence; 0: never).
+
+    Raises:
+        ValueError: ``heartbeat_s`` is negative.
     """
 
     def __init__(
@@ -105,7 +112,11 @@ class AcpToolCalls:
         client_capabilities: ClientCapabilities | Mapping[str, Any] | None = None,
         tail_bytes: int = DEFAULT_TAIL_BYTES,
         pacing: Pacing | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
+        if not heartbeat_s >= 0:
+            raise ValueError(f"heartbeat_s must be >= 0 seconds, got {heartbeat_s}")
+        self._heartbeat_s = heartbeat_s
         self._connection = connection
         self._output = LiveOutput.of(client_capabilities)
         self._tail_bytes = tail_bytes
@@ -170,7 +181,9 @@ class AcpToolCalls:
         if kind is None:
             kind = "execute" if isinstance(tool, ShellTool) else "other"
         loop = asyncio.get_running_loop()
-        call = ServedCall(tool, arguments, call_id=call_id, timeout_ms=timeout_ms)
+        call = ServedCall(
+            tool, arguments, call_id=call_id, timeout_ms=timeout_ms, heartbeat_s=self._heartbeat_s
+        )
         # Registered before the start goes out, so a cancel that comes while it
         # is sent still reaches the call (it then ends at once).
         calls = self._running.setdefault(session_id, set())
@@ -179,7 +192,10 @@ class AcpToolCalls:
             try:
                 start = mapper.start(title or tool_title(tool, arguments), kind, arguments)
                 await self._send(session_id, start)
-                async for delta in call:
+                async for delta in call.events():
+                    if isinstance(delta, Beat):
+                        await self._send(session_id, mapper.heartbeat(delta))
+                        continue
                     update = mapper.frame(delta, loop.time())
                     if update is not None:
                         await self._send(session_id, update)

@@ -60,6 +60,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from .._call._heartbeat import Beat
 from .._call._live import LOSS_MARKER, LiveDelta
 from .._call._outcome import CallEnd
 from .._tools._shell_outcome import ShellOutcome
@@ -96,6 +97,9 @@ META_LIVE: Final = "dev.kigi/live"
 META_FRAME: Final = "dev.kigi/frame"
 #: ``_meta`` key of the last update's loss report (``CallEnd.loss_json``).
 META_LOSS: Final = "dev.kigi/loss"
+#: ``_meta`` key of a heartbeat update: the seconds a silent call has run and
+#: been silent, and a sentence saying so (the MCP host's key).
+META_HEARTBEAT: Final = "dev.kigi/heartbeat"
 
 #: The live text a replacement holds: 32 KiB, two default shell frames, small
 #: enough that one update stays well under the 64 KiB line a default asyncio
@@ -375,6 +379,24 @@ class ToolCallMapper:
             update["content"] = [self._terminal()]
             update["_meta"] = {TERMINAL_INFO: {"terminal_id": self._tool_call_id}}
         return update
+
+    def heartbeat(self, beat: Beat) -> Update:
+        """The update of a heartbeat: the call is still in progress, and
+        ``_meta[META_HEARTBEAT]`` says for how long it has run and been silent;
+        its content is left as it is."""
+        self.updates += 1
+        return {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": self._tool_call_id,
+            "status": "in_progress",
+            "_meta": {
+                META_HEARTBEAT: {
+                    "elapsed_s": round(beat.elapsed_s, 3),
+                    "silent_s": round(beat.silent_s, 3),
+                    "text": beat.text(),
+                }
+            },
+        }
 
     def frame(self, delta: LiveDelta, now: float) -> Update | None:
         """The update for one frame, ``None`` when none is due (Rules 2-5)."""

@@ -38,6 +38,12 @@ Rule 5. Backpressure, not buffering: while more than ``max_pending_events``
 Rule 6. Leaving a sync run mid-call (closing its ``graph.stream`` generator)
         stops the call first (``_run_exit``): ``close()`` returns once the
         command's process group is gone, not at the call's deadline.
+Rule 7. In a graph, a call silent for ``heartbeat_s`` writes a heartbeat to
+        the graph's ``custom`` stream (``runtime.stream_writer``) every
+        ``heartbeat_s`` of its silence: ``{"kigi": "heartbeat",
+        "tool_call_id", "elapsed_s", "silent_s", "text"}``. The tool's output
+        stream (``emit_output_delta``) never carries it, so the deltas
+        concatenated stay the output; 0 writes none.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool, Tool
 from langgraph.prebuilt import ToolRuntime
 from langgraph.prebuilt.tool_node import ToolInvocationError
 
+from .._call._heartbeat import HEARTBEAT_S, Beat
 from .._call._outcome import CallEnd, error_text
 from .._call._served import ServedCall, check_arguments
 from .._tools._errors import ToolError, ToolErrorKind
@@ -122,7 +129,9 @@ class _Served:
         timeout_ms: float | None,
         stop_wait: float,
         max_pending_events: int,
+        heartbeat_s: float,
     ) -> None:
+        self.heartbeat_s = heartbeat_s
         self.tool = tool
         self.name = name
         self.timeout_ms = timeout_ms
@@ -146,12 +155,18 @@ class _Served:
             f"lc-{uuid.uuid4().hex[:12]}"
         )
         emit = runtime.emit_output_delta if runtime is not None else None
+        write = runtime.stream_writer if runtime is not None else None
         pacer = Pacer.of_current_call(self.max_pending_events) if emit is not None else None
         # Frames are made even with no emitter (a direct invoke): they are the
         # artifact's loss report, which then still says what the output lost
         # (a gap, the output limit), as it does in a graph.
         served = ServedCall(
-            tool, args, call_id=call_id, timeout_ms=self.timeout_ms, stop_wait=self.stop_wait
+            tool,
+            args,
+            call_id=call_id,
+            timeout_ms=self.timeout_ms,
+            stop_wait=self.stop_wait,
+            heartbeat_s=self.heartbeat_s if write is not None else 0.0,
         )
         if runtime is not None:
             stop_when_run_exits(runtime.config, served)  # Rule 6
@@ -160,7 +175,11 @@ class _Served:
         held_back = HeldBack()
         try:
             async with served:
-                async for delta in served:
+                async for delta in served.events():
+                    if isinstance(delta, Beat):
+                        if write is not None:
+                            write(heartbeat_chunk(call_id, delta))
+                        continue
                     if emit is not None and pacer is not None:
                         if pacer.admits():
                             emit(LiveChunk.of(delta))
@@ -208,6 +227,7 @@ def as_langchain_tool(
     timeout_ms: float | None = None,
     stop_wait: float = STOP_WAIT_S,
     max_pending_events: int = MAX_PENDING_EVENTS,
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> BaseTool:
     """``tool`` as a LangChain tool (see the module's rules), for a ``ToolNode``,
     an agent, or a direct ``invoke`` / ``ainvoke``.
@@ -216,7 +236,8 @@ def as_langchain_tool(
     tool's own; ``timeout_ms`` gives every call a deadline (``None``: the
     tool's own); ``stop_wait`` is how long a stopped tool may take to clean up;
     ``max_pending_events`` how many items may wait in a streamed run's queue
-    for its consumer before a call pauses (Rule 5).
+    for its consumer before a call pauses (Rule 5); ``heartbeat_s`` the
+    silence after which a call in a graph says it is alive (Rule 7; 0: never).
     Invoked with a tool call, the result is a ``ToolMessage`` whose content is
     the model's text and whose artifact holds the value and the loss report.
 
@@ -224,12 +245,14 @@ def as_langchain_tool(
         ValueError: the name is not one a chat model accepts, the tool's
             argument schema is not an object, or it has an argument named
             ``runtime`` (the name LangGraph injects its ``ToolRuntime`` under),
-            or ``max_pending_events`` is below 1.
+            ``max_pending_events`` is below 1, or ``heartbeat_s`` is negative.
     """
     if not isinstance(tool, Tool):
         raise TypeError(f"as_langchain_tool takes a kigi Tool, not {type(tool).__name__}")
     if max_pending_events < 1:
         raise ValueError(f"max_pending_events must be at least 1, got {max_pending_events}")
+    if not heartbeat_s >= 0:
+        raise ValueError(f"heartbeat_s must be >= 0 seconds, got {heartbeat_s}")
     chosen = langchain_tool_name(tool.id, name)
     schema = args_schema(tool)
     if RUNTIME_ARG in (schema.get("properties") or {}):
@@ -237,7 +260,7 @@ def as_langchain_tool(
             f"tool {tool.id!r} has an argument named {RUNTIME_ARG!r}, the name LangGraph"
             " injects its ToolRuntime under"
         )
-    served = _Served(tool, chosen, timeout_ms, stop_wait, max_pending_events)
+    served = _Served(tool, chosen, timeout_ms, stop_wait, max_pending_events, heartbeat_s)
     return StructuredTool(
         name=chosen,
         description=tool.description if description is None else description,
@@ -247,6 +270,17 @@ def as_langchain_tool(
         response_format="content_and_artifact",
         metadata={"kigi_tool_id": tool.id},
     )
+
+
+def heartbeat_chunk(call_id: str, beat: Beat) -> dict[str, Any]:
+    """What a heartbeat writes to the graph's ``custom`` stream (Rule 7)."""
+    return {
+        "kigi": "heartbeat",
+        "tool_call_id": call_id,
+        "elapsed_s": round(beat.elapsed_s, 3),
+        "silent_s": round(beat.silent_s, 3),
+        "text": beat.text(),
+    }
 
 
 def cancel_running_calls() -> int:

@@ -7,7 +7,10 @@ Needs the ``mcp`` extra (the official MCP SDK, 2.x):
 - :class:`McpToolServer` serves any set of tools; :func:`serve_stdio_mcp` and
   :func:`serve_http_mcp` run it (``kigi-stream serve --mcp`` / ``--mcp-http``).
 - Each streamed frame is one ``notifications/progress``: ``message`` is the
-  delta, the exact kigi frame is under ``_meta["dev.kigi/frame"]``.
+  newest complete line (``message_mode="status"``, the default, for hosts that
+  show the latest message) or the delta (``"delta"``, for hosts that append);
+  the exact kigi frame is under ``_meta["dev.kigi/frame"]``. A call silent for
+  ``heartbeat_s`` (30 s) gets a heartbeat notification (``_meta["dev.kigi/heartbeat"]``).
 - :class:`ProgressFolder` feeds those notifications (from the official client's
   ``message_handler``, or raw) into a ``Reassembler``.
 - SEP-2998 partial results (draft, :data:`DRAFT`): a call that declares them
@@ -30,6 +33,7 @@ from ._mapping import (
     META_DEADLINE_MS,
     META_ERROR,
     META_FRAME,
+    META_HEARTBEAT,
     META_SEQ,
     META_STREAM,
     ProgressNote,
@@ -53,6 +57,7 @@ __all__: tuple[str, ...] = (
     "META_DEADLINE_MS",
     "META_ERROR",
     "META_FRAME",
+    "META_HEARTBEAT",
     "META_SEQ",
     "META_STREAM",
     "METHOD_PARTIAL_RESULT",

@@ -4,16 +4,18 @@ frames as ``notifications/progress``, and terminals as ``CallToolResult``.
 Invariants:
 
 Rule 1. A call's progress notifications are numbered by :class:`ProgressNumbering`
-        in the order they are *sent*: ``progress`` is ``seq + 1`` (1, 2, 3, ...),
-        so it increases strictly whatever the frames hold (gap frames, the
-        truncation notice, frames with equal ``total_bytes``). Frames dropped
-        before sending take no number; the next frame sent carries
-        ``dropped_count`` in its kigi frame (as the stdio server's Rule 2).
+        in the order they are *sent*: ``progress`` is 1, 2, 3, ... over every
+        notification (frames and heartbeats), so it increases strictly whatever
+        the frames hold (gap frames, the truncation notice, frames with equal
+        ``total_bytes``); a frame's ``seq`` counts frames alone (0, 1, 2, ...),
+        so a heartbeat never opens a hole in it. Frames dropped before sending
+        take no number; the next frame sent carries ``dropped_count`` in its
+        kigi frame (as the stdio server's Rule 2).
 Rule 2. The kigi frame travels whole under ``_meta[META_FRAME]`` (the
         ``ToolCallProgressFrame`` as the kigi JSON codec writes it) with its
-        ``seq`` under ``_meta[META_SEQ]``; ``message`` is the delta text (with
-        Rule 5's markers), so a host that ignores ``_meta`` still shows the
-        live output and where it lost bytes.
+        ``seq`` under ``_meta[META_SEQ]``; ``message`` is what a host shows
+        (Rule 5), so a host that ignores ``_meta`` still shows the live output
+        and where it lost bytes.
 Rule 3. A host folds a progress notification back into exactly the kigi
         ``tool_call_progress`` notification the stdio transport would have
         carried (:func:`notification_from_progress`). A notification without
@@ -23,11 +25,21 @@ Rule 4. Every terminal maps to one ``CallToolResult``: the model-facing text in
         declares a result type, ``isError`` with the kigi error code, kind and
         message for a ``ToolError``, and the progress stream's loss summary
         under ``_meta[META_STREAM]`` (and in the text when frames were dropped).
-Rule 5. A call's ``message`` texts are its live text (``LiveText``): each frame's
-        delta, preceded by a one-line marker where bytes were lost, so a host
-        that reads only ``message`` sees every loss where it happened. A loss
-        known only at the end is said by one more notification without a kigi
-        frame (:func:`closing_params`).
+Rule 5. A call's ``message`` texts are in the server's message mode
+        (``_call/_status``): ``"status"`` (the default, for hosts that show
+        the latest message in place of the last: Claude Code, VS Code) says the
+        newest complete line, at most 200 characters, after the loss marker
+        whenever bytes were lost since the previous notification;
+        ``"delta"`` (for hosts that append) says the live text (``LiveText``):
+        each frame's delta after a one-line marker where bytes were lost. In
+        both, a host that reads only ``message`` sees every loss. A loss known
+        only at the end is said by one more notification without a kigi frame
+        (:func:`closing_params`).
+Rule 6. A heartbeat (``_call/_heartbeat``) is a progress notification without
+        a kigi frame: ``_meta[META_HEARTBEAT]`` says the seconds run and
+        silent; its ``message`` says them too in status mode, and it has none
+        in delta mode (an appending host would add it to the output). A kigi
+        host keeps it as a note (Rule 3), never as output.
 
 Nothing here imports the MCP SDK or an event loop: values in, JSON-able dicts out.
 """
@@ -56,6 +68,7 @@ from .._tools._errors import ToolError
 from .._tools._result import ToolResult
 
 if TYPE_CHECKING:
+    from .._call._heartbeat import Beat
     from .._tools._tool import Tool
 
 __all__ = (
@@ -64,6 +77,7 @@ __all__ = (
     "META_DEADLINE_MS",
     "META_ERROR",
     "META_FRAME",
+    "META_HEARTBEAT",
     "META_SEQ",
     "META_STREAM",
     "ProgressNote",
@@ -76,6 +90,9 @@ META_FRAME: Final = "dev.kigi/frame"
 #: ``_meta`` key of the progress notification that only says, in its
 #: ``message``, a loss known at the end of a call (Rule 5).
 META_CLOSING: Final = "dev.kigi/closing"
+#: ``_meta`` key of a heartbeat progress notification (Rule 6): the seconds the
+#: call has run and been silent, ``{"elapsed_s": 372.1, "silent_s": 45.0}``.
+META_HEARTBEAT: Final = "dev.kigi/heartbeat"
 #: ``_meta`` key of a progress notification holding the frame's per-call ``seq``.
 META_SEQ: Final = "dev.kigi/seq"
 #: ``_meta`` key of a result holding the progress stream's loss summary.
@@ -152,24 +169,31 @@ def call_id_for(progress_token: str | int | None, request_id: str | int | None) 
 
 
 class ProgressNumbering:
-    """Numbers one call's progress notifications (Rule 1): each :meth:`take` is the
-    next ``seq``, and ``progress = seq + 1`` increases strictly."""
+    """Numbers one call's progress notifications (Rule 1): :meth:`take` gives a
+    frame its ``seq`` and :meth:`beat` counts a heartbeat; ``progress``
+    (:attr:`last_progress` after either) increases strictly over both."""
 
-    __slots__ = ("sent",)
+    __slots__ = ("beats", "sent")
 
     def __init__(self) -> None:
-        self.sent = 0
+        self.sent = 0  # frames
+        self.beats = 0
 
     def take(self) -> int:
-        """The next ``seq`` (0, 1, 2, ...)."""
+        """The next frame's ``seq`` (0, 1, 2, ...)."""
         seq = self.sent
         self.sent = seq + 1
         return seq
 
+    def beat(self) -> int:
+        """Count a heartbeat; its ``progress``."""
+        self.beats += 1
+        return self.sent + self.beats
+
     @property
     def last_progress(self) -> int:
         """The ``progress`` of the last notification taken (0 before the first)."""
-        return self.sent
+        return self.sent + self.beats
 
 
 def progress_params(
@@ -177,11 +201,12 @@ def progress_params(
     seq: int,
     frame: ToolCallProgressFrame[Any],
     text: str | None = None,
+    progress: int | None = None,
 ) -> dict[str, Any]:
     """The params of the ``notifications/progress`` carrying ``frame`` as the
-    call's ``seq``-th notification (Rules 1, 2); ``text`` is its ``message``
-    when given (the live text with its loss markers, Rule 5), else the
-    frame's delta.
+    call's ``seq``-th frame (Rules 1, 2); ``text`` is its ``message`` when
+    given (Rule 5), else the frame's delta; ``progress`` its number among the
+    call's notifications (``seq + 1`` when not given: no heartbeat before it).
 
     Raises:
         WireError: the frame holds a value JSON cannot carry.
@@ -198,7 +223,8 @@ def progress_params(
         message = body["text"]
     else:
         message = None
-    params: dict[str, Any] = {"progressToken": progress_token, "progress": seq + 1}
+    number = seq + 1 if progress is None else progress
+    params: dict[str, Any] = {"progressToken": progress_token, "progress": number}
     if message is not None:
         params["message"] = message
     params["_meta"] = {META_FRAME: frame_json(frame), META_SEQ: seq}
@@ -223,6 +249,30 @@ def closing_params(progress_token: str | int, progress: int, text: str) -> dict[
         "message": text,
         "_meta": {META_CLOSING: True},
     }
+
+
+def heartbeat_params(
+    progress_token: str | int, progress: int, beat: Beat, message: str | None
+) -> dict[str, Any]:
+    """The params of a heartbeat ``notifications/progress`` (Rule 6): ``progress``
+    its number among the call's notifications, ``message`` what it says
+    (``None``: none, in delta mode).
+
+    Raises:
+        ValueError: ``progress`` is below 1.
+    """
+    if progress < 1:
+        raise ValueError(f"progress must be >= 1, got {progress}")
+    params: dict[str, Any] = {"progressToken": progress_token, "progress": progress}
+    if message is not None:
+        params["message"] = message
+    params["_meta"] = {
+        META_HEARTBEAT: {
+            "elapsed_s": round(beat.elapsed_s, 3),
+            "silent_s": round(beat.silent_s, 3),
+        }
+    }
+    return params
 
 
 class ProgressNote(NamedTuple):
@@ -270,19 +320,22 @@ def _number(value: Any) -> float | None:
 
 class StreamSummary(NamedTuple):
     """What a call's progress stream sent and dropped, for the result's ``_meta``:
-    notifications sent (the last ``progress`` equals it), frames dropped because
-    the host read too slowly, and whether the host asked for progress at all."""
+    frames sent, frames dropped because the host read too slowly, whether the
+    host asked for progress at all, and heartbeats sent (the last ``progress``
+    is frames plus heartbeats)."""
 
     sent: int
     dropped: int
     requested: bool
+    beats: int = 0
 
     def to_meta(self) -> dict[str, Any]:
         return {
             "progress_requested": self.requested,
             "frames_sent": self.sent,
             "frames_dropped": self.dropped,
-            "last_progress": self.sent,
+            "heartbeats_sent": self.beats,
+            "last_progress": self.sent + self.beats,
         }
 
     def loss_line(self) -> str | None:

@@ -35,11 +35,14 @@ Rule 6. A token names one running call per connection (``_claims``): a call
         that brings the progress token (or, as text, the call id) or the
         ``partialResultToken`` of a call still running on its connection is
         refused with ``-32602``, so two calls' output never shares a token.
-Rule 7. Each notification's text (``message``, or a partial result's content)
-        is the call's live text (``LiveText``): the delta after a one-line
-        marker where bytes were lost (a gap in the tool's output, or frames the
-        queue dropped before this one, Rule 2); a loss known only at the end
-        is said by one closing notification.
+Rule 7. Each progress ``message`` is in the server's ``message_mode``
+        (``_mapping`` Rule 5): ``"status"`` (the default) the newest complete
+        line after the loss marker when bytes were lost since the previous
+        notification, ``"delta"`` the live text (``LiveText``, the delta after
+        a one-line marker where bytes were lost: a gap in the tool's output,
+        or frames the queue dropped before this one, Rule 2). A partial
+        result's content is always the live text (partial results append). A
+        loss known only at the end is said by one closing notification.
 Rule 8. A call that declares SEP-2998 partial results (``_partial`` Rule 1) gets
         its frames as partial results instead of progress, then a ``final``
         one; any other call gets none.
@@ -55,6 +58,12 @@ Rule 11. Over HTTP (``_http``) a call whose host went away is cancelled as by
         than ``_http.PIPE_EVENTS`` of its messages are on their way to its
         socket: a host that stops reading one call's stream stalls that call
         alone (Rule 2 applies to it), never the other calls of its session.
+Rule 12. A call with a ``progressToken`` that has written nothing for
+        ``heartbeat_s`` seconds gets a heartbeat notification (``_mapping``
+        Rule 6) every ``heartbeat_s`` of its silence, timed by the call core
+        (``_call/_feed`` Rule 5), so a host that aborts idle calls never sees
+        a silent call idle for longer; ``progress`` goes on increasing and the
+        frames' ``seq`` has no hole. ``heartbeat_s`` 0 sends none.
 """
 
 from __future__ import annotations
@@ -74,8 +83,10 @@ from pydantic import BaseModel
 from kigi_tool_protocol import ERROR_CODES, ToolCallProgressFrame
 
 from .._call._feed import QueueFeed, produce
+from .._call._heartbeat import HEARTBEAT_S, Beat
 from .._call._live import LiveText
 from .._call._queue import CallQueue, QueuePolicy, StallWatch, Taken
+from .._call._status import MESSAGE_MODES, MessageMode, ProgressMessages
 from .._mcp_limits import MAX_CALLS_IN_FLIGHT
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, ToolRun, run_tool
@@ -88,6 +99,7 @@ from ._mapping import (
     StreamSummary,
     call_id_for,
     closing_params,
+    heartbeat_params,
     mcp_tool_name,
     progress_params,
     result_from_terminal,
@@ -139,12 +151,16 @@ class McpToolServer:
     (``_transports``), or hand it to the official ``Client`` in-process.
 
     ``outbox_bytes`` bounds each call's queued progress (Rule 2), ``max_calls``
-    the calls running at once (Rule 7); ``stop_wait`` bounds how long a stopped
-    tool may take to clean up.
+    the calls running at once (Rule 9); ``stop_wait`` bounds how long a stopped
+    tool may take to clean up; ``message_mode`` is how hosts read the progress
+    ``message`` (Rule 7: ``"status"``, the default, for hosts that show the
+    latest, ``"delta"`` for hosts that append); ``heartbeat_s`` the silence
+    after which a running call says it is alive (Rule 12; 0: never).
 
     Raises:
         ValueError: two tools map to one MCP name, a schema is not an object at
-            the root, or ``outbox_bytes`` or ``max_calls`` is below 1.
+            the root, ``outbox_bytes`` or ``max_calls`` is below 1, the message
+            mode is not one of the two, or ``heartbeat_s`` is negative.
     """
 
     def __init__(
@@ -156,7 +172,15 @@ class McpToolServer:
         stop_wait: float = STOP_WAIT_S,
         name: str = SERVER_NAME,
         version: str = "0.1.0",
+        message_mode: MessageMode = "status",
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
+        if message_mode not in MESSAGE_MODES:
+            raise ValueError(f"message_mode must be 'status' or 'delta', got {message_mode!r}")
+        if not heartbeat_s >= 0:
+            raise ValueError(f"heartbeat_s must be >= 0 seconds, got {heartbeat_s}")
+        self._message_mode: MessageMode = message_mode
+        self._heartbeat_s = heartbeat_s
         if outbox_bytes < 1:
             raise ValueError(f"outbox_bytes must be at least 1, got {outbox_bytes}")
         if max_calls < 1:
@@ -246,7 +270,7 @@ class McpToolServer:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         channel: _Channel | None = None
         if partial is not None:
-            channel = _PartialChannel(partial)
+            channel = _PartialChannel(partial, token)
         elif token is not None:
             channel = _ProgressChannel(token)
         call_id = call_id_for(token if token is not None else partial, ctx.request_id)
@@ -307,7 +331,8 @@ class McpToolServer:
         self._calls_started += 1
         self._in_flight += 1
         producer = asyncio.get_running_loop().create_task(
-            self._produce(run, feed), name=f"kigi mcp call {call_id}"
+            self._produce(run, feed, self._heartbeat_s if channel is not None else 0.0),
+            name=f"kigi mcp call {call_id}",
         )
         self._calls[id(kctx)] = (kctx, producer, queue)
         with anyio.CancelScope() as gone_scope:
@@ -336,7 +361,9 @@ class McpToolServer:
                 del self._calls[id(kctx)]
                 self._dropped += queue.dropped
                 self._tokens.release(keys)
-            summary = StreamSummary(numbering.sent, queue.dropped, channel is not None)
+            summary = StreamSummary(
+                numbering.sent, queue.dropped, channel is not None, numbering.beats
+            )
             result = result_from_terminal(terminal, tool, summary)
             return types.CallToolResult.model_validate(result, by_name=False)
         # Rule 11: the host's HTTP stream closed and the call was cancelled; this
@@ -347,11 +374,12 @@ class McpToolServer:
         )
 
     @staticmethod
-    async def _produce(run: ToolRun, feed: _Feed) -> ToolResult | ToolError:
-        """Run the tool, queue its frames (Rule 2), and return its terminal,
-        which is also the queue's reply: the sender's last item (Rule 1)."""
+    async def _produce(run: ToolRun, feed: _Feed, heartbeat_s: float) -> ToolResult | ToolError:
+        """Run the tool, queue its frames (Rule 2) and heartbeats (Rule 12), and
+        return its terminal, which is also the queue's reply: the sender's last
+        item (Rule 1)."""
         try:
-            terminal = await produce(run, feed, _queued)
+            terminal = await produce(run, feed, _queued, heartbeat_s=heartbeat_s)
         except BaseException:
             # Failed or cancelled: the sender still ends (on a reply it never
             # sends); awaiting this task raises what ended it.
@@ -371,26 +399,41 @@ class McpToolServer:
         exchange: Exchange | None,
     ) -> None:
         """Send every queued frame, in order, until the queue's reply (the
-        tool's terminal, Rule 1), each with its live text (Rule 7); then the
-        channel's closing notification, if it has one; over HTTP only while the
-        call's pipe has room (Rule 11)."""
+        tool's terminal, Rule 1), each with its message (Rule 7), and each
+        heartbeat (Rule 12); then the channel's closing notification, if it has
+        one; over HTTP only while the call's pipe has room (Rule 11)."""
         clock = asyncio.get_running_loop().time
         session = ctx.session
         request_id = ctx.request_id
         live = LiveText(call_id)
-        while isinstance(taken := await feed.get(), Taken):
-            frame = sent_frame(taken)
-            # The producer checked that the body and kind encode, and the call
-            # checked its id: this cannot fail, so no seq is ever skipped.
-            seq = numbering.take()
-            note = channel.frame(seq, frame, live.add(frame, seq).text)
+        messages = ProgressMessages(self._message_mode, clock())
+        while True:
+            taken = await feed.get()
+            note: types.ServerNotification | None
+            if isinstance(taken, Beat):
+                note = channel.beat(numbering, taken, messages.heartbeat(taken))
+                if note is None:
+                    continue
+            elif isinstance(taken, Taken):
+                frame = sent_frame(taken)
+                # The producer checked that the body and kind encode, and the call
+                # checked its id: this cannot fail, so no seq is ever skipped.
+                seq = numbering.take()
+                delta = live.add(frame, seq)
+                text = delta.text if channel.appends else messages.frame(delta, clock())
+                note = channel.frame(seq, numbering.last_progress, frame, text)
+            else:
+                break
             watch.sending(clock())
             if exchange is not None:
                 await exchange.room()
             await session.send_notification(note, related_request_id=request_id)
             watch.sent()
             self._sent += 1
-        closing = channel.end(numbering.sent, live.finish())
+        closing_text = live.finish()
+        if not channel.appends:
+            closing_text = messages.closing(closing_text, clock())
+        closing = channel.end(numbering, closing_text)
         if closing is not None:
             if exchange is not None:
                 await exchange.room()
@@ -399,30 +442,54 @@ class McpToolServer:
 
 class _Channel(Protocol):
     """Where a call's frames go: progress (``progressToken``) or SEP-2998
-    partial results (``partialResultToken``, Rule 8)."""
+    partial results (``partialResultToken``, Rule 8). ``appends``: the host
+    appends each text (partial results), so it gets the live text whatever
+    the message mode."""
+
+    appends: bool
 
     def frame(
-        self, seq: int, frame: ToolCallProgressFrame[Any], text: str
+        self, seq: int, progress: int, frame: ToolCallProgressFrame[Any], text: str
     ) -> types.ServerNotification: ...
 
-    def end(self, sent: int, closing: str) -> types.ServerNotification | None: ...
+    def beat(
+        self, numbering: ProgressNumbering, beat: Beat, message: str | None
+    ) -> types.ServerNotification | None: ...
+
+    def end(
+        self, numbering: ProgressNumbering, closing: str
+    ) -> types.ServerNotification | None: ...
 
 
 class _ProgressChannel:
     __slots__ = ("token",)
 
+    appends = False
+
     def __init__(self, token: str | int) -> None:
         self.token = token
 
     def frame(
-        self, seq: int, frame: ToolCallProgressFrame[Any], text: str
+        self, seq: int, progress: int, frame: ToolCallProgressFrame[Any], text: str
     ) -> types.ServerNotification:
-        return _progress_notification(progress_params(self.token, seq, frame, text))
+        return _progress_notification(progress_params(self.token, seq, frame, text, progress))
 
-    def end(self, sent: int, closing: str) -> types.ServerNotification | None:
+    def beat(
+        self, numbering: ProgressNumbering, beat: Beat, message: str | None
+    ) -> types.ServerNotification | None:
+        return _beat_notification(self.token, numbering, beat, message)
+
+    def end(self, numbering: ProgressNumbering, closing: str) -> types.ServerNotification | None:
         if not closing:
             return None
-        return _progress_notification(closing_params(self.token, sent + 1, closing))
+        params = closing_params(self.token, numbering.last_progress + 1, closing)
+        return _progress_notification(params)
+
+
+def _beat_notification(
+    token: str | int, numbering: ProgressNumbering, beat: Beat, message: str | None
+) -> types.ServerNotification:
+    return _progress_notification(heartbeat_params(token, numbering.beat(), beat, message))
 
 
 def _progress_notification(params: dict[str, Any]) -> types.ServerNotification:
@@ -448,21 +515,34 @@ class _RawNotification(BaseModel):
 
 
 class _PartialChannel:
-    __slots__ = ("token",)
+    """Partial results; heartbeats go as progress when the call also brought a
+    ``progressToken`` (the draft has no notification of its own for them)."""
 
-    def __init__(self, token: str | int) -> None:
+    __slots__ = ("progress_token", "token")
+
+    appends = True
+
+    def __init__(self, token: str | int, progress_token: str | int | None) -> None:
         self.token = token
+        self.progress_token = progress_token
 
     def frame(
-        self, seq: int, frame: ToolCallProgressFrame[Any], text: str
+        self, seq: int, progress: int, frame: ToolCallProgressFrame[Any], text: str
     ) -> types.ServerNotification:
         note = _RawNotification(
             method=METHOD_PARTIAL_RESULT, params=partial_params(self.token, seq, frame, text)
         )
         return cast("types.ServerNotification", note)
 
-    def end(self, sent: int, closing: str) -> types.ServerNotification | None:
+    def beat(
+        self, numbering: ProgressNumbering, beat: Beat, message: str | None
+    ) -> types.ServerNotification | None:
+        if self.progress_token is None:
+            return None
+        return _beat_notification(self.progress_token, numbering, beat, beat.text())
+
+    def end(self, numbering: ProgressNumbering, closing: str) -> types.ServerNotification | None:
         note = _RawNotification(
-            method=METHOD_PARTIAL_RESULT, params=final_params(self.token, sent, closing)
+            method=METHOD_PARTIAL_RESULT, params=final_params(self.token, numbering.sent, closing)
         )
         return cast("types.ServerNotification", note)

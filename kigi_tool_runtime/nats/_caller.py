@@ -73,10 +73,12 @@ from ._protocol import (
     CallLedger,
     Done,
     FollowPosition,
+    Heartbeat,
     Subjects,
     check_call_id,
     decode_done,
     decode_end,
+    decode_heartbeat,
     encode_submit,
     request_digest,
 )
@@ -157,6 +159,9 @@ class Follower(AsyncClosing):
         self._verdict_at: float | None = None
         self._done: Done | None = None
         self.worker: str | None = None
+        #: The newest heartbeat of the call's worker (``None`` before one): how
+        #: long the call has run and been silent, even while it writes nothing.
+        self.last_heartbeat: Heartbeat | None = None
 
     @property
     def reassembler(self) -> Reassembler:
@@ -229,6 +234,9 @@ class Follower(AsyncClosing):
         self._sub = self._beats = None
 
     async def _on_beat(self, msg: Msg) -> None:
+        beat = decode_heartbeat(msg.data)
+        if beat is not None:
+            self.last_heartbeat = beat
         self._alive = asyncio.get_running_loop().time()
         self._started = True
 
@@ -453,6 +461,12 @@ class NatsCall(CallHandle):
     def outcome(self) -> ToolCallResult | RemoteToolError | None:
         """The result or error, once the call ended."""
         return self.follower.outcome
+
+    @property
+    def last_heartbeat(self) -> Heartbeat | None:
+        """The newest heartbeat of the call's worker (``None`` before one): how
+        long the call has run and been silent, even while it writes nothing."""
+        return self.follower.last_heartbeat
 
     def __aiter__(self) -> AsyncIterator[CallProgress | CallLoss | ToolCallResult]:
         return self

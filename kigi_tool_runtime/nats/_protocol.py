@@ -252,10 +252,15 @@ def request_digest(params: ToolCallParams[Any]) -> str:
 
 
 class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
-    """A running call's heartbeat: the worker, and how far its output got."""
+    """A running call's heartbeat: the worker, how far its output got, how
+    long the call has run and how long it has written nothing (seconds;
+    ``None`` from a worker that does not say). A caller that knows only the
+    first two fields skips the others (unknown fields are ignored)."""
 
     worker: str
     frames: int
+    elapsed_s: float | None = None
+    silent_s: float | None = None
 
 
 class Done(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,9 +17,10 @@ Rule 2. A call is started at most once. Before running it, the worker writes
         done record (its worker died between the end and the ack) is acked.
 Rule 3. While a call runs, its worker tells the queue it is still working
         (``in_progress``) and publishes a heartbeat, every ``heartbeat``
-        seconds. A worker that stops doing both is presumed dead: callers end
-        the call after their lease, and the queue redelivers it after its ack
-        wait (Rule 2).
+        seconds, saying how long the call has run and been silent (so a silent
+        call is seen alive at that interval, never longer). A worker that stops
+        doing both is presumed dead: callers end the call after their lease,
+        and the queue redelivers it after its ack wait (Rule 2).
 Rule 4. Frames are the stdio wire's bytes: each progress item becomes the
         ``tool_call_progress`` line ``serve`` would write (``seq`` 0, 1, 2, ...).
         The lines queued while the previous message was unacknowledged go
@@ -252,6 +253,8 @@ class _Running:
     claim: Claim
     frames: int = 0
     totals: dict[str, tuple[int, int]] = field(default_factory=dict)
+    started: float = 0.0  # loop time the call started
+    last_output: float | None = None  # loop time of its last frame
 
 
 class Worker:
@@ -469,7 +472,7 @@ class Worker:
         delivery = msg.metadata.num_delivered or 1
         claim = Claim(worker=self.worker_id, delivery=delivery, request=request_digest(params))
         ctx = ToolContext(call_id)
-        running = _Running(ctx, msg, claim)
+        running = _Running(ctx, msg, claim, started=asyncio.get_running_loop().time())
         self._running[call_id] = running
         try:
             await self._serve(running, params, session_id)
@@ -541,6 +544,7 @@ class Worker:
         )
         # The policy never drops: the stall verdict only paces a waiting put.
         feed = QueueFeed(queue, StallWatch(WRITER_STALL_S))
+        loop = asyncio.get_running_loop()
 
         def line_of(frame: ToolCallProgressFrame[Any]) -> tuple[bytes, int]:
             # Numbered as the queue numbers it at take: it never drops, so the
@@ -565,6 +569,7 @@ class Worker:
                 _, count = running.totals.get(frame.kind, (0, 0))
                 running.totals[frame.kind] = (frame.body.total_bytes, count + 1)
             running.frames += 1
+            running.last_output = loop.time()
             self._frames += 1
             return line, len(line)
 
@@ -705,7 +710,16 @@ class Worker:
         while True:
             await asyncio.sleep(self._heartbeat)
             for call_id, running in list(self._running.items()):
-                beat = encode_heartbeat(Heartbeat(worker=self.worker_id, frames=running.frames))
+                now = asyncio.get_running_loop().time()
+                quiet = running.started if running.last_output is None else running.last_output
+                beat = encode_heartbeat(
+                    Heartbeat(
+                        worker=self.worker_id,
+                        frames=running.frames,
+                        elapsed_s=round(now - running.started, 3),
+                        silent_s=round(now - quiet, 3),
+                    )
+                )
                 with contextlib.suppress(nats.errors.Error, OSError):
                     await running.msg.in_progress()
                     await self._nc.publish(self.subjects.heartbeat(call_id), beat)

@@ -9,7 +9,8 @@ Needs the ``pydantic-ai`` extra (``pydantic-ai-slim`` 2.x):
 - Each frame a call streams is one :class:`KigiToolOutput` event, delivered to
   ``event_stream_handler``, ``run_stream_events``, ``iter`` and the UI adapters
   (AG-UI ``CUSTOM``, Vercel AI ``data-kigi.tool_output``); one
-  :class:`KigiToolOutputEnd` closes the call's output.
+  :class:`KigiToolOutputEnd` closes the call's output; a silent call emits a
+  :class:`KigiToolHeartbeat` each heartbeat interval.
 - :class:`ToolOutputFolder` folds those events back, per tool call, as the stdio
   client folds a call.
 """
@@ -22,17 +23,26 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " pip install 'kigi-tool-runtime[pydantic-ai]'"
     ) from exc
 
-from ._events import OUTPUT_END_EVENT, OUTPUT_EVENT, KigiToolOutput, KigiToolOutputEnd
+from ._events import (
+    HEARTBEAT_EVENT,
+    OUTPUT_END_EVENT,
+    OUTPUT_EVENT,
+    KigiToolHeartbeat,
+    KigiToolOutput,
+    KigiToolOutputEnd,
+)
 from ._folder import MAX_FOLDED_TEXT_BYTES, FoldedToolCall, ToolOutputFolder
 from ._mapping import tool_name
 from ._toolset import MAX_PENDING_EVENTS, KigiToolset
 
 __all__: tuple[str, ...] = (
+    "HEARTBEAT_EVENT",
     "MAX_FOLDED_TEXT_BYTES",
     "MAX_PENDING_EVENTS",
     "OUTPUT_END_EVENT",
     "OUTPUT_EVENT",
     "FoldedToolCall",
+    "KigiToolHeartbeat",
     "KigiToolOutput",
     "KigiToolOutputEnd",
     "KigiToolset",

@@ -20,6 +20,10 @@ Rule 4. After the last frame, one :class:`KigiToolOutputEnd`: its ``closing``
         is what a text-only consumer appends last (the truncation marker, bytes
         never delivered; ``""`` when there is nothing to say), with whether the
         call succeeded and its loss report as JSON values.
+Rule 5. Through a call's silence, one :class:`KigiToolHeartbeat` each
+        heartbeat interval: how long the call has run and been silent, and
+        ``text`` saying so for a person (never output: a consumer that appends
+        ``kigi.tool_output`` texts does not take it).
 
 The fields are JSON values only: pydantic-ai builds a schema for every
 registered event class, and the UI adapters serialize the payload as is.
@@ -34,16 +38,26 @@ from pydantic_ai import CustomEvent
 
 from kigi_tool_protocol import WireError
 
+from .._call._heartbeat import Beat
 from .._call._live import LiveDelta
 from .._call._live import frame_json as _frame_json
 from .._call._outcome import CallEnd
 
-__all__ = ("OUTPUT_END_EVENT", "OUTPUT_EVENT", "KigiToolOutput", "KigiToolOutputEnd")
+__all__ = (
+    "HEARTBEAT_EVENT",
+    "OUTPUT_END_EVENT",
+    "OUTPUT_EVENT",
+    "KigiToolHeartbeat",
+    "KigiToolOutput",
+    "KigiToolOutputEnd",
+)
 
 #: The name a frame's event is registered and forwarded under.
 OUTPUT_EVENT: Final = "kigi.tool_output"
 #: The name of the event that closes a call's output.
 OUTPUT_END_EVENT: Final = "kigi.tool_output_end"
+#: The name of the event a silent call sends each heartbeat interval.
+HEARTBEAT_EVENT: Final = "kigi.tool_heartbeat"
 
 
 def frame_json(delta: LiveDelta) -> dict[str, Any]:
@@ -136,4 +150,28 @@ class KigiToolOutputEnd(CustomEvent, name=OUTPUT_END_EVENT):
                 "complete": self.complete,
                 "loss": self.loss,
             },
+        )
+
+
+@dataclass(repr=False, kw_only=True)
+class KigiToolHeartbeat(CustomEvent, name=HEARTBEAT_EVENT):
+    """A kigi call is alive though silent (Rule 5): it has run ``elapsed_s``
+    seconds and written nothing for ``silent_s``; ``text`` says so
+    (``running 6m 12s, no output for 45 s``)."""
+
+    elapsed_s: float
+    silent_s: float
+    text: str
+
+    @classmethod
+    def of(cls, beat: Beat) -> KigiToolHeartbeat:
+        """The event of one heartbeat."""
+        return cls(
+            elapsed_s=round(beat.elapsed_s, 3), silent_s=round(beat.silent_s, 3), text=beat.text()
+        )
+
+    def to_payload(self) -> dict[str, Any]:
+        """What the UI adapters forward (Rule 3)."""
+        return _attributed(
+            self, {"elapsed_s": self.elapsed_s, "silent_s": self.silent_s, "text": self.text}
         )

@@ -25,6 +25,9 @@ Rule 4. Backpressure, not buffering: ``ctx.emit`` returns at once, leaving the
         whose buffer is not being drained live is not paced.
         ``live=False`` serves calls without live output (no frame is made; the
         result is the same).
+Rule 5. A live call silent for ``heartbeat_s`` emits a ``kigi.tool_heartbeat``
+        event (``_events`` Rule 5) every ``heartbeat_s`` of its silence
+        (``ServedCall.events``); 0 emits none.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ from typing import Any, Final
 
 from pydantic_ai import AbstractToolset, RunContext, ToolReturn, ToolsetTool
 
+from .._call._heartbeat import HEARTBEAT_S, Beat
 from .._call._limits import CALL_BUFFER_FRAMES, PENDING_POLL_S
 from .._call._served import ServedCall
 from .._tools._tool import Tool
-from ._events import KigiToolOutput, KigiToolOutputEnd
+from ._events import KigiToolHeartbeat, KigiToolOutput, KigiToolOutputEnd
 from ._mapping import ARGS_OBJECT, check_or_retry, return_of, tool_definition, tool_name
 
 __all__ = ("MAX_PENDING_EVENTS", "KigiToolset")
@@ -93,12 +97,13 @@ class KigiToolset(AbstractToolset[Any]):
     the tool's own deadline; the agent's ``tool_timeout`` applies only to the
     agent's own function tools); ``live``: stream each call's output as events;
     ``max_pending_events``: how many events may wait for the run's consumer
-    before a call pauses (Rule 4).
+    before a call pauses (Rule 4); ``heartbeat_s``: the silence after which a
+    live call says it is alive (Rule 5; 0: never).
 
     Raises:
         ValueError: two tools have the same pydantic-ai name, a tool's input
             schema is not an object at the root, ``timeout`` is not positive,
-            or ``max_pending_events`` is below 1.
+            ``max_pending_events`` is below 1, or ``heartbeat_s`` is negative.
     """
 
     def __init__(
@@ -110,7 +115,11 @@ class KigiToolset(AbstractToolset[Any]):
         timeout: float | None = None,
         live: bool = True,
         max_pending_events: int = MAX_PENDING_EVENTS,
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
+        if not heartbeat_s >= 0:
+            raise ValueError(f"heartbeat_s must be >= 0 seconds, got {heartbeat_s}")
+        self.heartbeat_s = heartbeat_s
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
         if max_pending_events < 1:
@@ -176,10 +185,14 @@ class KigiToolset(AbstractToolset[Any]):
             call_id=call_id,
             wants_progress=self.live,
             timeout_ms=None if limit is None else limit * 1000,
+            heartbeat_s=self.heartbeat_s if self.live else 0.0,
         )
         async with served as call:
-            async for delta in call:
-                await ctx.emit(KigiToolOutput.of(delta))
+            async for item in call.events():
+                if isinstance(item, Beat):
+                    await ctx.emit(KigiToolHeartbeat.of(item))
+                    continue
+                await ctx.emit(KigiToolOutput.of(item))
                 await _paced(ctx, self.max_pending_events)
         end = call.end
         await ctx.emit(KigiToolOutputEnd.of(end))
