@@ -18,17 +18,22 @@ Rule 3. :meth:`QueueFeed.get` hands the host each item in order and then the
 Rule 4. ``on_ready``, when given, is called each time an item or the reply
         has been queued (a host that takes from many queues in one task, the
         stdio writer, learns which call has something to send).
+Rule 5. With OpenTelemetry, :func:`produce` records one span per call
+        (``_otel``), its parent the trace context the host passes (``trace``)
+        or the current span, and tells it which frames the queue handed on
+        and which it dropped (``_trace`` Rule 1).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
 
+from .._otel import start_call_span
 from .._tools._errors import ToolError
 from .._tools._runner import ToolRun
 from .._tools._tool import ToolResult
@@ -130,21 +135,38 @@ async def produce(
     run: ToolRun,
     feed: QueueFeed[T, Any],
     item_of: Callable[[ToolCallProgressFrame[Any]], tuple[T, int]],
+    *,
+    trace: Mapping[str, Any] | None = None,
 ) -> ToolResult | ToolError:
-    """Run the call to its terminal, feeding its frames to ``feed`` (Rule 1)."""
+    """Run the call to its terminal, feeding its frames to ``feed`` (Rule 1);
+    ``trace``: the trace context the call came with (``traceparent``,
+    ``tracestate``), for its span (Rule 5)."""
     call_id = run.ctx.call_id
+    span = start_call_span(run.tool.id, call_id, trace, make_current=True)
     terminal: ToolResult | ToolError | None = None
-    async with run:
-        async for event in run:
-            if isinstance(event, _TERMINALS):
-                terminal = event
-                continue
-            try:
-                item, size = item_of(progress_to_frame(call_id, event))
-            except ToolError as error:
-                terminal = error
-                break
-            await feed.put(item, size)
+    try:
+        async with run:
+            async for event in run:
+                if isinstance(event, _TERMINALS):
+                    terminal = event
+                    continue
+                frame = progress_to_frame(call_id, event)
+                try:
+                    item, size = item_of(frame)
+                except ToolError as error:
+                    terminal = error
+                    break
+                await feed.put(item, size)
+                if span is not None:
+                    # Right after the offer, before anything can take (_trace Rule 1).
+                    span.trace.offered(frame)
+                    span.trace.queue_moved(len(feed.queue), feed.queue.dropped)
+    except BaseException:
+        if span is not None:
+            span.end(ToolError("cancelled", "the call was stopped before its end"))
+        raise
     if terminal is None:  # pragma: no cover - the runner always ends with one
         terminal = ToolError("internal_error", "the tool run ended without a terminal")
+    if span is not None:
+        span.end(terminal)
     return terminal

@@ -16,16 +16,20 @@ Rule 3. Leaving ``async with`` before the end (a ``break``, an exception, the
         group is gone when ``__aexit__`` returns.
 Rule 4. :meth:`ServedCall.cancel` may be called from any thread; the call then
         ends with a ``cancelled`` error.
+Rule 5. With OpenTelemetry, each call records one span (``_otel``), a child
+        of the span current where it is iterated (or of ``trace``), ended
+        with the call's end and its live text's loss reports.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from kigi_tool_protocol import progress_to_frame
 
 from .._closing import AsyncClosing
+from .._otel import start_call_span
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, decode_args, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -51,7 +55,8 @@ class ServedCall(AsyncClosing):
     ``call_id`` is the call's ``tool_call_id``; ``wants_progress``: whether the
     host takes live output (without it no frame is made); ``timeout_ms``: the
     call's deadline (``None``: the tool's own); ``stop_wait``: how long a
-    stopped tool may take to clean up.
+    stopped tool may take to clean up; ``trace``: the trace context the call
+    came with (``traceparent``, ``tracestate``), for its span (Rule 5).
     """
 
     def __init__(
@@ -63,7 +68,9 @@ class ServedCall(AsyncClosing):
         wants_progress: bool = True,
         timeout_ms: float | None = None,
         stop_wait: float = STOP_WAIT_S,
+        trace: Mapping[str, Any] | None = None,
     ) -> None:
+        self._trace = trace
         self._tool = tool
         self._ctx = ToolContext(call_id, wants_progress=wants_progress)
         self._run = run_tool(
@@ -123,20 +130,29 @@ class ServedCall(AsyncClosing):
         live = self._live
         terminal: ToolResult | ToolError | None = None
         seq = 0
-        async with self._run as run:
-            async for event in run:
-                if isinstance(event, ToolResult | ToolError):
-                    terminal = event
-                    continue
-                delta = live.add(progress_to_frame(call_id, event), seq)
-                seq += 1
-                yield delta
+        span = start_call_span(self._tool.id, call_id, self._trace)
+        try:
+            async with self._run as run:
+                async for event in run:
+                    if isinstance(event, ToolResult | ToolError):
+                        terminal = event
+                        continue
+                    delta = live.add(progress_to_frame(call_id, event), seq)
+                    seq += 1
+                    yield delta
+        except BaseException:
+            if span is not None:
+                stopped = ToolError("cancelled", "the call was stopped before its end")
+                span.end(stopped, live.reassembler.reports(ended=True))
+            raise
         if terminal is None:  # pragma: no cover - the runner always ends with one
             terminal = ToolError("internal_error", "the tool run ended without a terminal")
         closing = live.finish()
         self._end = CallEnd.of(
             call_id, self._tool.id, terminal, live.report(), frames=live.frames, closing=closing
         )
+        if span is not None:
+            span.end(self._end.terminal, live.reassembler.reports(ended=True))
 
     async def run(self) -> CallEnd:
         """Serve the call to its end, taking every frame, and say how it ended

@@ -86,6 +86,7 @@ from .._call._feed import QueueFeed, produce
 from .._call._queue import CallQueue, QueuePolicy, StallWatch
 from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
 from .._lines import read_lines
+from .._otel import TRACEPARENT
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -519,7 +520,8 @@ class Server:
             declared = tool.capabilities.max_frame_bytes
             limit = None if declared is None else effective_max_frame_bytes(tool.capabilities)
             item_of = progress_item_of(out.call_id, session_id, limit)
-            terminal = await produce(run, out.feed, item_of)
+            trace = None if params.trace_context is None else {TRACEPARENT: params.trace_context}
+            terminal = await produce(run, out.feed, item_of, trace=trace)
             if isinstance(terminal, ToolResult):
                 final = _result_line(request_id, session_id, terminal.to_wire(ctx.call_id))
             else:

@@ -296,7 +296,8 @@ class McpToolServer:
         self._calls_started += 1
         self._in_flight += 1
         producer = asyncio.get_running_loop().create_task(
-            self._produce(run, feed), name=f"kigi mcp call {call_id}"
+            self._produce(run, feed, meta if isinstance(meta, Mapping) else None),
+            name=f"kigi mcp call {call_id}",
         )
         self._calls[id(kctx)] = (kctx, producer, queue)
         if in_use is not None:
@@ -339,11 +340,14 @@ class McpToolServer:
         )
 
     @staticmethod
-    async def _produce(run: ToolRun, feed: _Feed) -> ToolResult | ToolError:
+    async def _produce(
+        run: ToolRun, feed: _Feed, meta: Mapping[str, Any] | None
+    ) -> ToolResult | ToolError:
         """Run the tool, queue its frames (Rule 2), and return its terminal,
         which is also the queue's reply: the sender's last item (Rule 1)."""
         try:
-            terminal = await produce(run, feed, _queued)
+            # _meta's traceparent/tracestate (VS Code sends them) parent its span.
+            terminal = await produce(run, feed, _queued, trace=meta)
         except BaseException:
             # Failed or cancelled: the sender still ends (on a reply it never
             # sends); awaiting this task raises what ended it.

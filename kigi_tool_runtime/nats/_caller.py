@@ -77,6 +77,7 @@ from kigi_tool_protocol import (
 from .._call._caller import CallHandle, CallLoss, CallProgress, CallTerms, RemoteToolError
 from .._closing import AsyncClosing
 from .._consumer._reassembler import Reassembler
+from .._otel import current_carrier
 from .._tools._errors import ToolError
 from .._transport._rpc_server import wire_error_line as _wire_error_line
 from ._jetstream import WRONG_LAST_SEQUENCE, JetStreamLimits, ensure_jetstream, publish_retrying
@@ -690,11 +691,12 @@ class NatsClient(AsyncClosing):
             if not await self._served_soon(tool_id):
                 await follower.end_unserved(withdraw=False)
             else:
+                # The caller's span is the worker's call span's parent (no-op without OTel).
                 await publish_retrying(
                     self._js,
                     self.subjects.call_queue(tool_id),
                     data,
-                    {Header.MSG_ID: call_id},
+                    {Header.MSG_ID: call_id, **current_carrier()},
                     retry_for=self._lease,
                 )
         except BaseException:

@@ -86,6 +86,7 @@ from .._call._feed import QueueFeed, produce
 from .._call._frame_check import encoded_body
 from .._call._queue import CallQueue, QueuePolicy, StallWatch, Taken
 from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
+from .._otel import TRACEPARENT, carrier_of
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -242,6 +243,15 @@ async def _publish_progress(
         except (nats.errors.Error, TimeoutError, OSError):
             feed.give_up()
             raise
+
+
+def _trace_of(msg: Msg, params: Any) -> dict[str, str] | None:
+    """The trace context a call came with: its message's ``traceparent`` and
+    ``tracestate`` headers, else its params' ``trace_context``."""
+    found = carrier_of(msg.headers)
+    if not found and params.trace_context is not None:
+        found = {TRACEPARENT: params.trace_context}
+    return found or None
 
 
 def _too_large(size: int, limit: int, message: str) -> ToolError:
@@ -627,7 +637,7 @@ class Worker:
                 run = run_tool(
                     tool, bytes(params.arguments), ctx=ctx, timeout_ms=params.deadline_ms
                 )
-                terminal = await produce(run, feed, line_of)
+                terminal = await produce(run, feed, line_of, trace=_trace_of(running.msg, params))
                 feed.finish(terminal)
         except* (nats.errors.Error, TimeoutError, OSError) as failed:
             raise failed.exceptions[0] from None
