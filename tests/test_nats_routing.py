@@ -233,3 +233,65 @@ def test_an_earlier_layout_is_refused_with_how_to_move_on(nats_server: NatsServe
             await nc.drain()
 
     run_within(main(), 30)
+
+
+def test_a_queued_call_whose_tools_last_worker_left_ends_unserved(
+    nats_server: NatsServer,
+) -> None:
+    """A call queued behind a busy worker, which then stops, is asked about
+    again a lease later: no worker serves its tool, so it ends
+    ``tool_not_found`` with its cancel written; a worker that comes later
+    takes it and does not run it."""
+
+    async def main() -> None:
+        first_nc = await connect(nats_server.url)
+        first = Worker(
+            first_nc, [ShellTool(tick=0.01)], prefix=PREFIX, max_in_flight=1, heartbeat=0.2
+        )
+        first_run = asyncio.create_task(first.run())
+        client = NatsClient(
+            await connect(nats_server.url),
+            prefix=PREFIX,
+            lease=2.0,
+            owns_connection=True,
+            serves_wait=1.0,
+        )
+        later_nc = await connect(nats_server.url)
+        later: Worker | None = None
+        later_run: asyncio.Task[Any] | None = None
+        try:
+            async with client:
+                busy = await client.call("bash", {"command": "sleep 30"}, tool_call_id="busy")
+
+                async def running() -> bool:
+                    return first.statistics().calls_run == 1
+
+                await _until("the first worker runs the busy call", running)
+                queued = await client.call("bash", {"command": "echo never"}, tool_call_id="q")
+                first.stop()
+                await first_run
+                with pytest.raises(RemoteToolError) as gone:
+                    async with asyncio.timeout(30):
+                        await queued.result()
+                assert gone.value.wire.code == "tool_not_found", gone.value.message
+                assert "no worker serves tool 'bash'" in gone.value.message
+                with pytest.raises(RemoteToolError):
+                    await busy.result()
+                later = Worker(later_nc, [ShellTool(tick=0.01)], prefix=PREFIX)
+                later_run = asyncio.create_task(later.run())
+
+                async def emptied() -> bool:
+                    info = await client.connection.jetstream().stream_info("KR_CALLS")
+                    return info.state.messages == 0
+
+                await _until("the later worker takes the queued call", emptied)
+                assert later.statistics().calls_run == 0
+        finally:
+            first.stop()
+            if later is not None and later_run is not None:
+                later.stop()
+                await later_run
+            await first_nc.drain()
+            await later_nc.drain()
+
+    run_within(main(), 90)

@@ -268,6 +268,8 @@ class _Running:
     claim: Claim
     frames: int = 0
     totals: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # The trace context the call came with (its span's parent), if any.
+    trace: dict[str, str] | None = None
 
 
 class Worker:
@@ -515,7 +517,7 @@ class Worker:
         delivery = msg.metadata.num_delivered or 1
         claim = Claim(worker=self.worker_id, delivery=delivery, request=request_digest(params))
         ctx = ToolContext(call_id)
-        running = _Running(ctx, msg, claim)
+        running = _Running(ctx, msg, claim, trace=_trace_of(msg, params))
         self._running[call_id] = running
         try:
             await self._serve(running, params, session_id, msg.subject)
@@ -637,7 +639,7 @@ class Worker:
                 run = run_tool(
                     tool, bytes(params.arguments), ctx=ctx, timeout_ms=params.deadline_ms
                 )
-                terminal = await produce(run, feed, line_of, trace=_trace_of(running.msg, params))
+                terminal = await produce(run, feed, line_of, trace=running.trace)
                 feed.finish(terminal)
         except* (nats.errors.Error, TimeoutError, OSError) as failed:
             raise failed.exceptions[0] from None
