@@ -180,6 +180,15 @@ async def _answered_not_rerun(rescuer: Worker) -> None:
     assert rescuer.statistics().calls_run == 0
 
 
+async def _answers_serves(connection: Any, client: NatsClient, tool_id: str) -> None:
+    """Make ``connection`` answer "who serves ``tool_id``?" as a worker does."""
+
+    async def answer(msg: Any) -> None:
+        await msg.respond(b'{"worker":"stand-in"}')
+
+    await connection.subscribe(client.subjects.serves(tool_id), cb=answer)
+
+
 def text_of(call: Any) -> str | None:
     stream = call.reassembler.stream(call.tool_call_id, "bash_output_chunk")
     return None if stream is None else stream.text
@@ -365,9 +374,10 @@ def test_a_call_whose_worker_died_before_starting_it_is_redelivered(
         # A "worker" that takes the call and dies without a word.
         dead = await connect(nats_server.url)
         fleet.connections.append(dead)
+        await _answers_serves(dead, client, "bash")
         pull = await dead.jetstream().pull_subscribe(
-            client.subjects.calls,
-            durable=client.subjects.workers,
+            client.subjects.call_queue("bash"),
+            durable=client.subjects.tool_consumer("bash"),
             stream=client.subjects.calls_jetstream,
         )
         call = await client.call("bash", {"command": py("print('ran')")})
@@ -452,10 +462,11 @@ def test_a_redelivered_started_call_is_answered_not_rerun(nats_server: NatsServe
         await fleet.tasks[0]
         silent = await connect(nats_server.url)
         fleet.connections.append(silent)
+        await _answers_serves(silent, client, "bash")
         js = silent.jetstream()
         pull = await js.pull_subscribe(
-            client.subjects.calls,
-            durable=client.subjects.workers,
+            client.subjects.call_queue("bash"),
+            durable=client.subjects.tool_consumer("bash"),
             stream=client.subjects.calls_jetstream,
         )
         call = await client.call("bash", {"command": py("print('never')")})
@@ -1126,7 +1137,9 @@ def test_a_call_message_the_worker_cannot_read_is_answered(nats_server: NatsServ
             for call_id, data in bad.items():
                 followers[call_id] = client.follow(call_id)
                 await followers[call_id].open()
-                await js.publish(client.subjects.calls, data, headers={"Nats-Msg-Id": call_id})
+                await js.publish(
+                    client.subjects.call_queue("bash"), data, headers={"Nats-Msg-Id": call_id}
+                )
             for call_id, follower in followers.items():
                 async with follower:
                     async with asyncio.timeout(2.5):  # under the lease
@@ -1255,13 +1268,13 @@ def test_the_wire_as_docs_nats_wire_md_specifies_it(nats_server: NatsServer) -> 
             await ensure_jetstream(js, client.subjects)
             follower = client.follow("hand-1")
             async with follower:
-                await js.publish("kt.calls", submit, headers={"Nats-Msg-Id": "hand-1"})
+                await js.publish("kt.calls.bash", submit, headers={"Nats-Msg-Id": "hand-1"})
                 async with asyncio.timeout(10):
                     [_ async for _ in follower]
             assert isinstance(follower.outcome, ToolCallResult)
             names = {info.config.name for info in await js.streams_info()}
             assert {"KT_CALLS", "KT_FRAMES", "KT_CLAIMS"} <= names
-            assert (await js.consumer_info("KT_CALLS", "KT_WORKERS")).config.ack_wait == 2.0
+            assert (await js.consumer_info("KT_CALLS", "KT_TOOL_bash")).config.ack_wait == 2.0
             claim = json.loads((await js.get_last_msg("KT_CLAIMS", "kt.claims.hand-1")).data)
             assert claim["request"] == _wire_doc_digest()("hand-1", "bash", arguments)
             copy = await js.get_last_msg("KT_FRAMES", "kt.frames.hand-1.claim")

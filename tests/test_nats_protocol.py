@@ -31,10 +31,15 @@ from kigi_tool_runtime.nats import CallLedger, Claim, FollowPosition, Subjects
 from kigi_tool_runtime.nats._protocol import (
     FRAMES_HEADER,
     TOTALS_HEADER,
+    calls_layout_problem,
+    decide_start,
+    decide_unstarted,
     decode_end,
     decode_submit,
     encode_claim,
     encode_submit,
+    route,
+    unserved_message,
 )
 
 CALL = "c1"
@@ -640,3 +645,110 @@ def test_a_heartbeat_says_time_run_and_silent_and_old_callers_skip_it() -> None:
     assert decode_heartbeat(data) == Heartbeat(worker="w", frames=3, elapsed_s=372.1, silent_s=45.0)
     assert msgspec.json.decode(data, type=Earlier) == Earlier(worker="w", frames=3)
     assert decode_heartbeat(b'{"worker": "w", "frames": 1}') == Heartbeat(worker="w", frames=1)
+
+
+# -- routing by tool (Rules 8, 9) ----------------------------------------------------------
+
+_TOOL_IDS = st.from_regex(r"[A-Za-z0-9_-]{1,20}(:[A-Za-z0-9_-]{1,20})?", fullmatch=True)
+
+
+@given(_TOOL_IDS)
+def test_a_tool_has_its_own_queue_consumer_and_serves_subject(tool_id: str) -> None:
+    """Every tool id names a queue subject that parses back to it, a consumer
+    and a serves subject; the queue subject is one token under the calls
+    stream's subjects."""
+    subjects = Subjects("my-app")
+    queue = subjects.call_queue(tool_id)
+    assert queue == f"my-app.calls.{tool_id}"
+    assert subjects.tool_of(queue) == tool_id
+    assert subjects.calls == "my-app.calls.*"
+    assert subjects.tool_consumer(tool_id) == f"MY_APP_TOOL_{tool_id}"
+    assert subjects.serves(tool_id) == f"my-app.serves.{tool_id}"
+    assert "." not in subjects.tool_consumer(tool_id)
+
+
+def test_tool_ids_that_cannot_be_routed_are_refused() -> None:
+    """A tool id outside the grammar, or too long for a consumer name, is a
+    ValueError; subjects that are no tool's queue parse to None."""
+    subjects = Subjects("kigi")
+    for bad in ("a.b", "a b", "*", ">", "", "a:b:c", ":a"):
+        with pytest.raises(ValueError, match="SEG"):
+            subjects.call_queue(bad)
+    with pytest.raises(ValueError, match="at most 100"):
+        subjects.tool_consumer("x" * 101)
+    assert subjects.tool_consumer("x" * 100)
+    for other in ("kigi.calls", "kigi.calls.a.b", "other.calls.a", "kigi.frames.a", "kigi.calls.*"):
+        assert subjects.tool_of(other) is None
+
+
+@given(subject_tool=_TOOL_IDS, call_tool=_TOOL_IDS, served=st.sets(_TOOL_IDS, max_size=4))
+def test_route_runs_only_a_call_of_a_served_tool_on_its_own_subject(
+    subject_tool: str, call_tool: str, served: set[str]
+) -> None:
+    """A worker runs a delivered call only when its subject and its tool_id
+    name one tool and the worker serves it; otherwise the refusal names both."""
+    subjects = Subjects("kigi")
+    refusal = route(subjects, subjects.call_queue(subject_tool), call_tool, served, "w1")
+    if subject_tool == call_tool and call_tool in served:
+        assert refusal is None
+        return
+    assert refusal is not None
+    if subject_tool != call_tool:
+        assert refusal.code == "invalid_params"
+        assert f"kigi.calls.{call_tool}" in refusal.message
+    else:
+        assert refusal.code == "tool_not_found"
+        assert repr(call_tool) in refusal.message
+
+
+@given(claim_written=st.booleans(), done_found=st.booleans(), cancel_stored=st.booleans())
+def test_decide_start(claim_written: bool, done_found: bool, cancel_stored: bool) -> None:
+    """A worker runs a call only when its claim was written and no cancel was
+    stored; a call claimed before is acked when done, else not run again."""
+    decision = decide_start(
+        claim_written=claim_written, done_found=done_found, cancel_stored=cancel_stored
+    )
+    expected = (
+        ("cancelled" if cancel_stored else "run")
+        if claim_written
+        else ("ended" if done_found else "not_again")
+    )
+    assert decision == expected
+    assert (decision == "run") == (claim_written and not cancel_stored)
+
+
+@given(claimed=st.booleans(), done=st.booleans(), served=st.sampled_from([True, False, None]))
+def test_decide_unstarted(claimed: bool, done: bool, served: bool | None) -> None:
+    """A caller that saw nothing of its call ends it as unserved only when
+    nothing was claimed or done and the server said no worker serves its
+    tool; a worker that did not answer in time counts as serving."""
+    decision = decide_unstarted(claimed=claimed, done=done, served=served)
+    assert (decision == "unserved") == (not claimed and not done and served is False)
+    if done:
+        assert decision == "ended"
+    elif claimed:
+        assert decision == "started"
+    elif served is not False:
+        assert decision == "wait"
+
+
+def test_the_unserved_message_names_the_tool_and_the_fix() -> None:
+    """The tool_not_found message names the tool, the call, and the command that serves it."""
+    message = unserved_message("Kigi:grep", "c9", "kigi")
+    assert "no worker serves tool 'Kigi:grep'" in message
+    assert "'c9'" in message
+    assert "--nats-prefix kigi" in message
+
+
+def test_calls_layout_problem_refuses_other_layouts() -> None:
+    """This layout's calls stream passes; the earlier one (``<prefix>.calls``)
+    is refused with how to move on; any other subjects are refused too."""
+    subjects = Subjects("kigi")
+    assert calls_layout_problem(subjects, ["kigi.calls.*"]) is None
+    earlier = calls_layout_problem(subjects, ["kigi.calls"])
+    assert earlier is not None
+    assert "earlier layout" in earlier
+    assert "nats stream rm KIGI_CALLS" in earlier
+    other = calls_layout_problem(subjects, ["elsewhere.>"])
+    assert other is not None
+    assert "not this version's calls stream" in other

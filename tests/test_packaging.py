@@ -40,7 +40,7 @@ def test_the_testing_extra_is_hypothesis_alone_and_all_is_every_extra() -> None:
     [everything] = extras["all"]
     named = re.fullmatch(r"kigi-tool-runtime\[(.*)\]", everything)
     assert named is not None, everything
-    assert set(named[1].split(",")) == {*INTEGRATIONS, "testing"}
+    assert set(named[1].split(",")) == {*INTEGRATIONS, "otel", "testing"}
     for suite in ("test", "dev"):  # the suite runs in parallel, and builds the wheel
         names = {re.split(r"[<>=\[]", dep)[0] for dep in extras[suite]}
         assert {"pytest-xdist", "hatchling", "hypothesis"} <= names, suite

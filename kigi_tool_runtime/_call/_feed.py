@@ -24,17 +24,23 @@ Rule 5. With a heartbeat interval, :func:`produce` is the one place that
         a :class:`Beat` in the queue's slot (the queue's Rule 6), and
         :meth:`QueueFeed.get` hands it out before the items queued after it.
         The timer is gone when ``produce`` returns, so no beat follows the end.
+Rule 6. With OpenTelemetry, :func:`produce` records one span per call
+        (``_otel``), its parent the trace context the host passes (``trace``)
+        or the current span, and tells it which frames the queue handed on
+        and which it dropped (``_trace`` Rule 1); ``traced=False`` leaves that
+        to a caller that records the call's span itself (``ServedCall``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
 
+from .._otel import start_call_span
 from .._tools._errors import ToolError
 from .._tools._runner import ToolRun
 from .._tools._tool import ToolResult
@@ -154,14 +160,19 @@ async def produce(
     item_of: Callable[[ToolCallProgressFrame[Any]], tuple[T, int]],
     *,
     heartbeat_s: float = 0.0,
+    trace: Mapping[str, Any] | None = None,
+    traced: bool = True,
 ) -> ToolResult | ToolError:
     """Run the call to its terminal, feeding its frames to ``feed`` (Rule 1),
-    and a heartbeat through each ``heartbeat_s`` of silence (Rule 5; 0: none).
+    and a heartbeat through each ``heartbeat_s`` of silence (Rule 5; 0: none);
+    ``trace``: the trace context the call came with (``traceparent``,
+    ``tracestate``), for its span (Rule 6).
 
     Raises:
         ValueError: ``heartbeat_s`` is negative.
     """
     call_id = run.ctx.call_id
+    span = start_call_span(run.tool.id, call_id, trace, make_current=True) if traced else None
     terminal: ToolResult | ToolError | None = None
     pulse = _Pulse(feed, heartbeat_s) if heartbeat_s else None
     try:
@@ -170,19 +181,30 @@ async def produce(
                 if isinstance(event, _TERMINALS):
                     terminal = event
                     continue
+                frame = progress_to_frame(call_id, event)
                 try:
-                    item, size = item_of(progress_to_frame(call_id, event))
+                    item, size = item_of(frame)
                 except ToolError as error:
                     terminal = error
                     break
                 if pulse is not None:
                     pulse.output()
                 await feed.put(item, size)
+                if span is not None:
+                    # Right after the offer, before anything can take (_trace Rule 1).
+                    span.trace.offered(frame)
+                    span.trace.queue_moved(len(feed.queue), feed.queue.dropped)
+    except BaseException:
+        if span is not None:
+            span.end(ToolError("cancelled", "the call was stopped before its end"))
+        raise
     finally:
         if pulse is not None:
             pulse.stop()
     if terminal is None:  # pragma: no cover - the runner always ends with one
         terminal = ToolError("internal_error", "the tool run ended without a terminal")
+    if span is not None:
+        span.end(terminal)
     return terminal
 
 

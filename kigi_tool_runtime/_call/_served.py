@@ -25,19 +25,23 @@ Rule 5. :meth:`ServedCall.events` yields the same deltas and, with a
         past those); leaving early cancels
         that task and waits for it, and Rule 3 holds as before. Plain
         iteration yields no beats and makes no task.
+Rule 6. With OpenTelemetry, each call records one span (``_otel``), a child
+        of the span current where it is iterated (or of ``trace``), ended
+        with the call's end and its live text's loss reports.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final, cast
 
 from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
 
 from .._closing import AsyncClosing
 from .._scope import TaskScope
+from .._otel import start_call_span
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, ToolRun, decode_args, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -67,7 +71,9 @@ class ServedCall(AsyncClosing):
     host takes live output (without it no frame is made); ``timeout_ms``: the
     call's deadline (``None``: the tool's own); ``stop_wait``: how long a
     stopped tool may take to clean up; ``heartbeat_s``: the silence after
-    which :meth:`events` yields a :class:`Beat` (Rule 5; 0: never).
+    which :meth:`events` yields a :class:`Beat` (Rule 5; 0: never);
+    ``trace``: the trace context the call came with (``traceparent``,
+    ``tracestate``), for its span (Rule 6).
 
     Raises:
         ValueError: ``heartbeat_s`` is negative.
@@ -83,10 +89,12 @@ class ServedCall(AsyncClosing):
         timeout_ms: float | None = None,
         stop_wait: float = STOP_WAIT_S,
         heartbeat_s: float = 0.0,
+        trace: Mapping[str, Any] | None = None,
     ) -> None:
         if not heartbeat_s >= 0:
             raise ValueError(f"heartbeat_s must be >= 0 seconds, got {heartbeat_s}")
         self._heartbeat_s = heartbeat_s
+        self._trace = trace
         self._tool = tool
         self._ctx = ToolContext(call_id, wants_progress=wants_progress)
         self._run = run_tool(
@@ -153,34 +161,43 @@ class ServedCall(AsyncClosing):
         live = self._live
         terminal: ToolResult | ToolError | None = None
         seq = 0
-        if beating:
-            # Closed here, not left to the collector: its task must stop first (Rule 3).
-            async with contextlib.aclosing(self._beating()) as items:
-                async for item in items:
-                    if isinstance(item, Beat):
-                        yield item
-                        continue
-                    if isinstance(item, ToolResult | ToolError):
-                        terminal = item
-                        break
-                    delta = live.add(item, seq)
-                    seq += 1
-                    yield delta
-        else:
-            async with self._run as run:
-                async for event in run:
-                    if isinstance(event, ToolResult | ToolError):
-                        terminal = event
-                        continue
-                    delta = live.add(progress_to_frame(call_id, event), seq)
-                    seq += 1
-                    yield delta
+        span = start_call_span(self._tool.id, call_id, self._trace)
+        try:
+            if beating:
+                # Closed here, not left to the collector: its task must stop first (Rule 3).
+                async with contextlib.aclosing(self._beating()) as items:
+                    async for item in items:
+                        if isinstance(item, Beat):
+                            yield item
+                            continue
+                        if isinstance(item, ToolResult | ToolError):
+                            terminal = item
+                            break
+                        delta = live.add(item, seq)
+                        seq += 1
+                        yield delta
+            else:
+                async with self._run as run:
+                    async for event in run:
+                        if isinstance(event, ToolResult | ToolError):
+                            terminal = event
+                            continue
+                        delta = live.add(progress_to_frame(call_id, event), seq)
+                        seq += 1
+                        yield delta
+        except BaseException:
+            if span is not None:
+                stopped = ToolError("cancelled", "the call was stopped before its end")
+                span.end(stopped, live.reassembler.reports(ended=True))
+            raise
         if terminal is None:  # pragma: no cover - the runner always ends with one
             terminal = ToolError("internal_error", "the tool run ended without a terminal")
         closing = live.finish()
         self._end = CallEnd.of(
             call_id, self._tool.id, terminal, live.report(), frames=live.frames, closing=closing
         )
+        if span is not None:
+            span.end(self._end.terminal, live.reassembler.reports(ended=True))
 
     async def _beating(
         self,
@@ -251,7 +268,7 @@ async def _pump(
 ) -> None:
     """Run the call into ``feed``, its terminal the feed's reply."""
     try:
-        terminal = await produce(run, feed, _frame_item, heartbeat_s=heartbeat_s)
+        terminal = await produce(run, feed, _frame_item, heartbeat_s=heartbeat_s, traced=False)
     except BaseException:
         feed.finish(ToolError("internal_error", "the tool run ended without a terminal"))
         raise

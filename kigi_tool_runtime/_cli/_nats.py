@@ -2,8 +2,9 @@
 contact with the optional ``nats`` extra, imported lazily so the core CLI never
 needs it.
 
-- ``serve --nats URL [--prefix P] [--max-in-flight N]``: a worker that runs the
-  built-in tools for calls from the JetStream work queue. It checks that the
+- ``serve --nats URL [--nats-prefix P] [--max-in-flight N]``: a worker that runs
+  the built-in tools (or ``--tools``) for their calls from the JetStream work
+  queue (each tool's calls go only to workers that serve it). It checks that the
   server has JetStream before it says it takes calls (exit 2 saying "JetStream
   is not enabled on URL" when not). SIGINT, SIGTERM or SIGHUP cancels its calls
   (their ends are written), then it exits 128 + N; a second signal, or
@@ -17,6 +18,8 @@ needs it.
   is waited for, said once on stderr after a moment. Exit 0 when the call ended
   with a result, 1 when it ended with an error (or the server refused, e.g.
   no frames stream under that prefix), 130 on Ctrl-C.
+
+Both spell the prefix option ``--nats-prefix``; ``--prefix`` is kept as its alias.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
     """``serve``'s NATS options."""
     group = serve.add_argument_group("over NATS JetStream (the 'nats' extra)")
     group.add_argument("--nats", metavar="URL", help="take calls from this NATS server's queue")
-    group.add_argument("--prefix", default="kigi", help="subject prefix (default kigi)")
+    _add_prefix(group)
     group.add_argument(
         "--max-in-flight", type=_positive, default=4, help="calls run at once (default 4)"
     )
@@ -93,7 +96,19 @@ def add_follow_options(follow: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--from-seq", type=_jetstream_seq, help="resume at this stream sequence (with --nats)"
     )
-    group.add_argument("--nats-prefix", default="kigi", help="subject prefix (default kigi)")
+    _add_prefix(group)
+
+
+def _add_prefix(group: Any) -> None:
+    """The one prefix option of every ``--nats`` command, ``--prefix`` its alias."""
+    group.add_argument(
+        "--nats-prefix",
+        "--prefix",
+        dest="nats_prefix",
+        default="kigi",
+        metavar="P",
+        help="subject prefix (default kigi; --prefix is an alias)",
+    )
 
 
 def _load() -> Any:
@@ -123,7 +138,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
     from .._tools._shell import ShellTool
 
     try:
-        nats.Subjects(args.prefix)
+        nats.Subjects(args.nats_prefix)
     except ValueError as exc:
         raise NatsUsageError(str(exc)) from None
 
@@ -188,12 +203,21 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                     say(f"stopped by {_signal_name(stops.first)} while starting")
                     return stops.exit_status(1)
                 served = [ShellTool()] if tools is None else tools
-                worker = nats.Worker(
-                    connection, served, prefix=args.prefix, max_in_flight=args.max_in_flight
-                )
+                try:
+                    worker = nats.Worker(
+                        connection,
+                        served,
+                        prefix=args.nats_prefix,
+                        max_in_flight=args.max_in_flight,
+                    )
+                except ValueError as exc:  # a tool id that cannot name its consumer
+                    say(f"error: {exc}")
+                    closing_status = 2
+                    return 2
                 say(
                     f"{worker.worker_id} takes calls from {args.nats}"
-                    f" (prefix {args.prefix}, {args.max_in_flight} at once)"
+                    f" (prefix {args.nats_prefix}, tools {', '.join(t.id for t in served)},"
+                    f" {args.max_in_flight} at once)"
                 )
                 try:
                     stats = await worker.run()

@@ -279,6 +279,11 @@ class ToolRun(AsyncClosing):
         return self._ctx
 
     @property
+    def tool(self) -> Tool[Any]:
+        """The tool it runs."""
+        return self._tool
+
+    @property
     def terminal(self) -> ToolResult | ToolError | None:
         """The terminal, once it has been yielded."""
         return self._terminal

@@ -61,6 +61,7 @@ from .._call._limits import CALL_BUFFER_FRAMES, MAX_CALL_TEXT_BYTES
 from .._closing import AsyncClosing
 from .._consumer._reassembler import Reassembler
 from .._lines import LineReader, read_lines
+from .._otel import TRACEPARENT, current_carrier
 from .._process import group_alive, spawn_in_group, stop_group, widen_pipe
 from .._tools._runner import STOP_WAIT_S
 from ._rpc_client import (
@@ -468,7 +469,12 @@ class Client(AsyncClosing):
         check_timeout(timeout)
         call_id = tool_call_id or str(uuid.uuid4())
         request_id, line = self._protocol.start_call(
-            tool_id, arguments, tool_call_id=call_id, deadline_ms=deadline_ms_of(timeout)
+            tool_id,
+            arguments,
+            tool_call_id=call_id,
+            deadline_ms=deadline_ms_of(timeout),
+            # The caller's span is the server's call span's parent (no-op without OTel).
+            trace_context=current_carrier().get(TRACEPARENT),
         )
         call = Call(self._link, request_id, call_id, tool_id, timeout, keep_text)
         self._reading()

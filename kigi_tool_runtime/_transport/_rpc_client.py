@@ -269,10 +269,18 @@ class ClientProtocol:
     # -- out ------------------------------------------------------------------------
 
     def start_call(
-        self, tool_id: str, arguments: Any, *, tool_call_id: str, deadline_ms: int | None
+        self,
+        tool_id: str,
+        arguments: Any,
+        *,
+        tool_call_id: str,
+        deadline_ms: int | None,
+        trace_context: str | None = None,
     ) -> tuple[int, bytes]:
         """The request id and line (newline included) of a new call. It is pending
         from now on, unless the connection is lost (the driver then fails it).
+        ``trace_context``: the caller's W3C ``traceparent``, sent as the
+        request's optional ``trace_context`` (the server's span is its child).
 
         Raises:
             ValueError: ``tool_call_id`` is pending already.
@@ -283,7 +291,11 @@ class ClientProtocol:
             raise ValueError(f"tool_call_id {tool_call_id!r} is already in flight")
         request_id = next(self._ids)
         params: ToolCallParams[Any] = ToolCallParams(
-            tool_call_id=tool_call_id, tool_id=tool_id, arguments=arguments, deadline_ms=deadline_ms
+            tool_call_id=tool_call_id,
+            tool_id=tool_id,
+            arguments=arguments,
+            deadline_ms=deadline_ms,
+            trace_context=trace_context,
         )
         request: JsonRpcRequest[Any] = JsonRpcRequest(
             id=request_id, session_id=self.session_id, method=METHOD_TOOL_CALL, params=params

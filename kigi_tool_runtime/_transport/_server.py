@@ -98,6 +98,7 @@ from .._call._heartbeat import HEARTBEAT_S
 from .._call._queue import CallQueue, QueuePolicy, StallWatch
 from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
 from .._lines import read_lines
+from .._otel import TRACEPARENT
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -538,7 +539,10 @@ class Server:
             # tool's declared limit, else the ceiling every peer takes.
             limit = effective_max_frame_bytes(tool.capabilities)
             item_of = progress_item_of(out.call_id, session_id, limit)
-            terminal = await produce(run, out.feed, item_of, heartbeat_s=self._heartbeat_s)
+            trace = None if params.trace_context is None else {TRACEPARENT: params.trace_context}
+            terminal = await produce(
+                run, out.feed, item_of, heartbeat_s=self._heartbeat_s, trace=trace
+            )
             if isinstance(terminal, ToolResult):
                 final = _result_line(request_id, session_id, terminal.to_wire(ctx.call_id))
                 if len(final) - 1 > MAX_FRAME_BYTES_CEILING:

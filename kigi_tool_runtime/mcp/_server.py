@@ -331,7 +331,12 @@ class McpToolServer:
         self._calls_started += 1
         self._in_flight += 1
         producer = asyncio.get_running_loop().create_task(
-            self._produce(run, feed, self._heartbeat_s if channel is not None else 0.0),
+            self._produce(
+                run,
+                feed,
+                self._heartbeat_s if channel is not None else 0.0,
+                meta if isinstance(meta, Mapping) else None,
+            ),
             name=f"kigi mcp call {call_id}",
         )
         self._calls[id(kctx)] = (kctx, producer, queue)
@@ -374,12 +379,15 @@ class McpToolServer:
         )
 
     @staticmethod
-    async def _produce(run: ToolRun, feed: _Feed, heartbeat_s: float) -> ToolResult | ToolError:
+    async def _produce(
+        run: ToolRun, feed: _Feed, heartbeat_s: float, meta: Mapping[str, Any] | None
+    ) -> ToolResult | ToolError:
         """Run the tool, queue its frames (Rule 2) and heartbeats (Rule 12), and
         return its terminal, which is also the queue's reply: the sender's last
         item (Rule 1)."""
         try:
-            terminal = await produce(run, feed, _queued, heartbeat_s=heartbeat_s)
+            # _meta's traceparent/tracestate (VS Code sends them) parent its span.
+            terminal = await produce(run, feed, _queued, heartbeat_s=heartbeat_s, trace=meta)
         except BaseException:
             # Failed or cancelled: the sender still ends (on a reply it never
             # sends); awaiting this task raises what ended it.

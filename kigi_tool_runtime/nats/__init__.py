@@ -13,7 +13,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " pip install 'kigi-tool-runtime[nats]'"
     ) from exc
 
-from ._caller import LEASE_S, Follower, NatsCall, NatsClient
+from ._caller import LEASE_S, SERVES_WAIT_S, Follower, NatsCall, NatsClient
 from ._jetstream import (
     CALLS_MAX_AGE_S,
     FRAMES_MAX_AGE_S,
@@ -55,6 +55,7 @@ __all__: tuple[str, ...] = (
     "FRAMES_MAX_BYTES",
     "HEARTBEAT_S",
     "LEASE_S",
+    "SERVES_WAIT_S",
     "STOP_BOUND_S",
     "CallLedger",
     "Claim",

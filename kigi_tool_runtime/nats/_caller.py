@@ -34,6 +34,17 @@ Rule 3. A call is ``(CallProgress | CallLoss)* (ToolCallResult |
         ``cancel()`` writes the call's cancel message, which reaches the
         worker running it (or stops it before it starts);
         ``timeout`` is sent as the deadline and enforced here too.
+Rule 3a. A call goes to its tool's subject (``_protocol`` Rule 8). A caller
+        first asks whether any worker serves the tool: while none does (the
+        server's "no responders") it asks again, for at most
+        ``serves_wait`` seconds (:data:`SERVES_WAIT_S`; a worker starting at the same moment is
+        waited for); then the call is not submitted and ends with a
+        ``tool_not_found`` end naming the tool. A submitted call of which
+        nothing is seen for a lease is asked about again: when by then no
+        worker serves its tool, the caller writes its cancel (so a worker
+        that comes later does not run it) and its ``tool_not_found`` end.
+        So a call no worker can run ends at once, or within a lease of its
+        tool's last worker going away.
 Rule 4. A follower that resumes after the call's end (at or past the sequence
         a follower that saw the end reports as its position) ends at once with
         the outcome that end carries, instead of waiting for frames that can
@@ -66,6 +77,8 @@ from kigi_tool_protocol import (
 from .._call._caller import CallHandle, CallLoss, CallProgress, CallTerms, RemoteToolError
 from .._closing import AsyncClosing
 from .._consumer._reassembler import Reassembler
+from .._otel import current_carrier
+from .._tools._errors import ToolError
 from .._transport._rpc_server import wire_error_line as _wire_error_line
 from ._jetstream import WRONG_LAST_SEQUENCE, JetStreamLimits, ensure_jetstream, publish_retrying
 from ._protocol import (
@@ -76,20 +89,35 @@ from ._protocol import (
     Heartbeat,
     Subjects,
     check_call_id,
+    check_tool_id,
+    decide_unstarted,
     decode_done,
     decode_end,
     decode_heartbeat,
     encode_submit,
     request_digest,
+    unserved_message,
 )
 from ._worker import HEARTBEAT_S
 
-__all__ = ("LEASE_S", "Follower", "NatsCall", "NatsClient")
+__all__ = ("LEASE_S", "SERVES_WAIT_S", "Follower", "NatsCall", "NatsClient")
 
 #: Seconds without a heartbeat or a frame after which a started call's worker is
 #: presumed dead (Rule 2): ten heartbeats, so a worker on a loaded host or a
 #: server restart of a few seconds is not taken for a dead worker.
 LEASE_S: Final = 10.0 * HEARTBEAT_S
+
+#: Seconds a caller asks "who serves this tool?" before it ends a call that
+#: no worker serves (Rule 3a): "no responders" comes back at once and is
+#: asked again until then, so a worker starting beside the caller is waited
+#: for; a worker too busy to answer (in 2 s) still counts as serving.
+SERVES_WAIT_S: Final = 5.0
+
+#: Seconds one question waits for a worker's answer.
+_ANSWER_WAIT_S: Final = 2.0
+
+#: Seconds between two questions while no worker serves a call's tool.
+_SERVES_POLL_S: Final = 0.1
 
 #: Seconds the ordered consumer may go without a server heartbeat before it is
 #: recreated (after a server restart, a lost connection).
@@ -116,7 +144,9 @@ class Follower(AsyncClosing):
     earlier follower's to fold only what is new). ``lease``: Rule 2;
     ``write_verdict``: whether this follower may write a lost call's end;
     ``request``: the digest of the call this follower's caller submitted, to
-    refuse another call under the same id (``_protocol`` Rule 5).
+    refuse another call under the same id (``_protocol`` Rule 5);
+    ``served``: asks whether any worker serves the call's tool (``True``,
+    ``False`` when none does, ``None`` when not known), for Rule 3a.
     :attr:`worker` is the worker named by the call's claim, once seen;
     :attr:`ledger` the accounting (frames lost, ranges the frames
     JetStream stream discarded).
@@ -138,6 +168,7 @@ class Follower(AsyncClosing):
         lease: float = LEASE_S,
         write_verdict: bool = True,
         request: str | None = None,
+        served: Callable[[], Awaitable[bool | None]] | None = None,
     ) -> None:
         check_call_id(call_id)
         if not lease > 0:
@@ -158,6 +189,7 @@ class Follower(AsyncClosing):
         self._started = False
         self._verdict_at: float | None = None
         self._done: Done | None = None
+        self._served = served
         self.worker: str | None = None
         #: The newest heartbeat of the call's worker (``None`` before one): how
         #: long the call has run and been silent, even while it writes nothing.
@@ -307,7 +339,18 @@ class Follower(AsyncClosing):
                 except _RETRYABLE_READ:
                     return  # the server is away: try again at the next poll
                 if self._done is None and not self._started:
-                    if not claimed:
+                    served = None
+                    if not claimed and self._served is not None and self._write_verdict:
+                        served = await self._served()
+                    decision = decide_unstarted(
+                        claimed=claimed, done=self._done is not None, served=served
+                    )
+                    if decision == "unserved":
+                        with contextlib.suppress(*_RETRYABLE_READ, TimeoutError):
+                            await self.end_unserved(withdraw=True)
+                        self._alive = now  # its end is on its way
+                        return
+                    if decision == "wait":
                         self._alive = now  # not started yet: look again a lease later
                         return
                     self._started = True  # claimed, and its worker is silent
@@ -331,6 +374,37 @@ class Follower(AsyncClosing):
         error = self._lost_error(undelivered=False)
         line = _wire_error_line(self.call_id, None, error.message, error.wire)
         with contextlib.suppress(nats.js.errors.APIError, TimeoutError, *_RETRYABLE_READ):
+            await publish_retrying(
+                self._js,
+                subjects.frame(self.call_id, "end"),
+                line,
+                {Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"},
+                retry_for=self._lease,
+            )
+
+    async def end_unserved(self, *, withdraw: bool) -> None:
+        """End the call with ``tool_not_found``, as no worker serves its tool
+        (Rule 3a): with ``withdraw`` (it was submitted) write its cancel first,
+        so a worker that takes it later does not run it; then its end, written
+        once (an end already there stands).
+
+        Raises:
+            TimeoutError: the server did not take them.
+        """
+        subjects = self.subjects
+        tool_id = self.ledger.tool_id
+        if withdraw:
+            await publish_retrying(
+                self._js,
+                subjects.frame(self.call_id, "cancel"),
+                b"{}",
+                {Header.MSG_ID: f"{self.call_id}:cancel"},
+                retry_for=self._lease,
+            )
+        message = unserved_message(tool_id, self.call_id, subjects.prefix)
+        wire = ToolError("tool_not_found", message).with_tool_id(tool_id).to_wire()
+        line = _wire_error_line(self.call_id, None, message, wire)
+        with contextlib.suppress(nats.js.errors.APIError):  # ended already
             await publish_retrying(
                 self._js,
                 subjects.frame(self.call_id, "end"),
@@ -513,10 +587,13 @@ class NatsClient(AsyncClosing):
     Make it with :meth:`connect` (a URL) or from a connected ``nats`` client;
     use it as an async context manager. ``lease``: see :class:`Follower`;
     ``limits``: when given, the JetStream streams are brought to them
-    (otherwise existing ones keep theirs and missing ones get the defaults).
+    (otherwise existing ones keep theirs and missing ones get the defaults);
+    ``serves_wait``: how long a call of a tool no worker serves waits for one
+    before it ends ``tool_not_found`` (Rule 3a).
 
     Raises:
-        ValueError: ``prefix`` is not a NATS subject token.
+        ValueError: ``prefix`` is not a NATS subject token, or ``serves_wait``
+            is negative.
     """
 
     def __init__(
@@ -528,7 +605,11 @@ class NatsClient(AsyncClosing):
         limits: JetStreamLimits | None = None,
         session_id: str | None = None,
         owns_connection: bool = False,
+        serves_wait: float = SERVES_WAIT_S,
     ) -> None:
+        if not serves_wait >= 0:
+            raise ValueError(f"serves_wait must be at least 0 seconds, got {serves_wait}")
+        self._serves_wait = serves_wait
         self.subjects = Subjects(prefix)
         self.connection = connection
         self._js = connection.jetstream()
@@ -582,16 +663,20 @@ class NatsClient(AsyncClosing):
         :class:`NatsCall`. ``timeout`` (seconds) is sent as ``deadline_ms`` and
         enforced here too.
 
+        A call of a tool that no worker serves is not submitted: it ends with
+        ``tool_not_found`` naming the tool (Rule 3a).
+
         Raises:
             ValueError: ``tool_call_id`` is not a NATS subject token,
-                ``timeout`` is not positive, or the call is larger than the
-                server's ``max_payload``.
+                ``tool_id`` is not a tool id, ``timeout`` is not positive, or
+                the call is larger than the server's ``max_payload``.
             WireError: ``arguments`` hold a value JSON cannot carry.
             TimeoutError: the server did not take the call.
         """
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         call_id = tool_call_id or uuid.uuid4().hex
+        check_tool_id(tool_id)
         params: ToolCallParams[Any] = ToolCallParams(
             tool_call_id=check_call_id(call_id),
             tool_id=tool_id,
@@ -613,12 +698,21 @@ class NatsClient(AsyncClosing):
             prefix=self.subjects.prefix,
             lease=self._lease,
             request=request_digest(params),
+            served=functools.partial(self.served, tool_id),
         )
         await follower.open()
         try:
-            await publish_retrying(
-                self._js, self.subjects.calls, data, {Header.MSG_ID: call_id}, retry_for=self._lease
-            )
+            if not await self._served_soon(tool_id):
+                await follower.end_unserved(withdraw=False)
+            else:
+                # The caller's span is the worker's call span's parent (no-op without OTel).
+                await publish_retrying(
+                    self._js,
+                    self.subjects.call_queue(tool_id),
+                    data,
+                    {Header.MSG_ID: call_id, **current_carrier()},
+                    retry_for=self._lease,
+                )
         except BaseException:
             await follower.aclose()
             raise
@@ -630,6 +724,33 @@ class NatsClient(AsyncClosing):
             cancel=functools.partial(self.cancel, call_id),
             give_up=functools.partial(self.cancel_later, call_id),
         )
+
+    async def served(self, tool_id: str) -> bool | None:
+        """Whether any worker serves ``tool_id`` now (Rule 3a): ``False`` when
+        the server says no one listens, ``None`` when no answer came within
+        :data:`_ANSWER_WAIT_S` or the server is away.
+
+        Raises:
+            ValueError: ``tool_id`` is not a tool id.
+        """
+        subject = self.subjects.serves(tool_id)
+        try:
+            await self.connection.request(subject, b"", timeout=_ANSWER_WAIT_S)
+        except nats.errors.NoRespondersError:
+            return False
+        except (nats.errors.Error, TimeoutError, OSError):
+            return None
+        return True
+
+    async def _served_soon(self, tool_id: str) -> bool:
+        """Whether a worker serves ``tool_id`` within ``serves_wait`` (Rule 3a)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._serves_wait
+        while await self.served(tool_id) is False:
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(_SERVES_POLL_S)
+        return True
 
     def follow(
         self,

@@ -4,6 +4,7 @@ set-up, the connection options, publishing with retries, and finding a ``nats-se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import sysconfig
@@ -24,7 +25,7 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from ._protocol import Subjects
+from ._protocol import Subjects, calls_layout_problem
 
 __all__ = (
     "CALLS_MAX_AGE_S",
@@ -112,8 +113,13 @@ async def ensure_jetstream(
     frames' age limits as the streams have them (no age limit if either has
     none), so no claim goes before its call or its frames.
 
+    A calls stream of another layout (an earlier version's: ``_protocol``
+    Rule 9) is refused, never changed.
+
     Raises:
         nats.js.errors.APIError: the server refused the configuration.
+        RuntimeError: the calls stream exists with another layout (the message
+            says how to move on).
     """
     update = limits is not None
     if limits is None:
@@ -140,6 +146,11 @@ async def ensure_jetstream(
             allow_direct=True,
         ),
     )
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        found = await js.stream_info(subjects.calls_jetstream)
+        problem = calls_layout_problem(subjects, found.config.subjects or [])
+        if problem is not None:
+            raise RuntimeError(problem)
     ages: list[float] = []
     for config in configs:
         ages.append(await _ensure(js, config, update))

@@ -4,10 +4,10 @@ consumer's loss accounting across stream sequences.
 Invariants:
 
 Rule 1. Three JetStream streams. ``<PREFIX>_CALLS`` is a work queue on
-        ``<prefix>.calls``: each message is one ``tool.call`` JSON-RPC request
-        line, exactly as the stdio client writes it, with the call id as its
-        request id and its ``Nats-Msg-Id`` (a resubmitted call is a duplicate,
-        not a second call).
+        ``<prefix>.calls.<tool>``, one subject per tool (Rule 8): each message
+        is one ``tool.call`` JSON-RPC request line, exactly as the stdio
+        client writes it, with the call id as its request id and its
+        ``Nats-Msg-Id`` (a resubmitted call is a duplicate, not a second call).
         ``<PREFIX>_FRAMES`` keeps every call's frames under
         ``<prefix>.frames.<call>.<kind>``, with stated limits (bytes, age).
         ``<PREFIX>_CLAIMS`` keeps each call's claim and done record (Rule 6).
@@ -59,12 +59,27 @@ Rule 7. A work-queue message that is not a call it can run but names a call id
         (top-level ``id`` and ``params.tool_call_id``, equal, a subject token,
         read even when the rest cannot be decoded: :func:`call_id_of`) gets an
         ``invalid_params`` end, so its caller is answered at once.
+Rule 8. Calls are routed by tool. A call of tool ``T`` goes to
+        ``<prefix>.calls.T``; each tool has one durable consumer of it,
+        ``<PREFIX>_TOOL_T``, that every worker serving ``T`` pulls from and no
+        other worker does, so a call reaches only workers that have its tool
+        (:func:`route`: a message whose subject and ``tool_id`` disagree is
+        not run). Each worker answers requests on ``<prefix>.serves.T`` for
+        each of its tools (core NATS), so a caller learns at once that no
+        worker serves ``T`` (the server's "no responders") and ends the call
+        with ``tool_not_found`` naming ``T`` instead of waiting
+        (:func:`unserved_error`).
+Rule 9. A calls stream of the earlier layout (one subject ``<prefix>.calls``
+        that every worker took every call from) is refused with a message
+        saying how to move on (:func:`calls_layout_problem`): workers and
+        callers of both layouts never share one deployment.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple
 
@@ -150,24 +165,57 @@ class Subjects:
         "frames",
         "frames_jetstream",
         "prefix",
-        "workers",
+        "stem",
     )
 
     def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
         self.prefix = _check_token("prefix", prefix)
         stem = prefix.upper().replace("-", "_")
+        #: The JetStream stream (and consumer) name stem.
+        self.stem = stem
         self.calls_jetstream = f"{stem}_CALLS"
         self.frames_jetstream = f"{stem}_FRAMES"
         #: The JetStream stream of every call's claim and done record (Rule 6).
         self.claims_jetstream = f"{stem}_CLAIMS"
         #: The claims stream's subjects.
         self.claims = (f"{prefix}.claims.*", f"{prefix}.done.*")
-        #: The durable pull consumer that every worker shares.
-        self.workers = f"{stem}_WORKERS"
-        self.calls = f"{prefix}.calls"
+        #: The calls stream's subjects: one per tool (Rule 8).
+        self.calls = f"{prefix}.calls.*"
         self.frames = f"{prefix}.frames.>"
         #: Every call's cancel subject (workers listen to it live).
         self.cancels = f"{prefix}.frames.*.cancel"
+
+    def call_queue(self, tool_id: str) -> str:
+        """The work-queue subject of ``tool_id``'s calls (Rule 8).
+
+        Raises:
+            ValueError: ``tool_id`` is not a tool id.
+        """
+        return f"{self.prefix}.calls.{check_tool_id(tool_id)}"
+
+    def tool_consumer(self, tool_id: str) -> str:
+        """The durable consumer every worker serving ``tool_id`` pulls from (Rule 8).
+
+        Raises:
+            ValueError: ``tool_id`` is not a tool id.
+        """
+        return f"{self.stem}_TOOL_{check_tool_id(tool_id)}"
+
+    def serves(self, tool_id: str) -> str:
+        """The (core NATS) subject on which the workers serving ``tool_id``
+        answer (Rule 8).
+
+        Raises:
+            ValueError: ``tool_id`` is not a tool id.
+        """
+        return f"{self.prefix}.serves.{check_tool_id(tool_id)}"
+
+    def tool_of(self, subject: str) -> str | None:
+        """The tool a work-queue subject names, or ``None`` for any other subject."""
+        parts = subject.split(".")
+        if len(parts) != 3 or parts[0] != self.prefix or parts[1] != "calls":
+            return None
+        return parts[2] if _TOOL.fullmatch(parts[2]) else None
 
     def call_frames(self, call_id: str) -> str:
         """The filter of one call's frame subjects.
@@ -214,6 +262,32 @@ class Subjects:
         if kind not in _KINDS:
             return None
         return parts[2], kind  # type: ignore[return-value]
+
+
+#: The longest tool id a worker serves over NATS: its consumer's name
+#: (``<PREFIX>_TOOL_<tool>``) must fit the server's 255-character names with
+#: room for the prefix.
+MAX_TOOL_ID_CHARS: Final = 100
+
+# The tool id grammar (``SEG`` or ``SEG:SEG``): every one is a subject token
+# and a consumer name (no dots, spaces or wildcards).
+_TOOL: Final = re.compile(r"[A-Za-z0-9_-]+(?::[A-Za-z0-9_-]+)?")
+
+
+def check_tool_id(tool_id: str) -> str:
+    """``tool_id`` if it can name a tool's subjects and consumer (Rule 8).
+
+    Raises:
+        ValueError: it is not a tool id, or is longer than :data:`MAX_TOOL_ID_CHARS`.
+    """
+    if not isinstance(tool_id, str) or _TOOL.fullmatch(tool_id) is None:
+        raise ValueError(f"tool id {tool_id!r} is not SEG or SEG:SEG (SEG: A-Z a-z 0-9 _ -)")
+    if len(tool_id) > MAX_TOOL_ID_CHARS:
+        raise ValueError(
+            f"tool id {tool_id[:20]!r}... is {len(tool_id)} characters; over NATS a tool id"
+            f" has at most {MAX_TOOL_ID_CHARS} (it names a JetStream consumer)"
+        )
+    return tool_id
 
 
 def check_call_id(call_id: str) -> str:
@@ -414,6 +488,101 @@ def call_id_of(data: bytes) -> str | None:
         return None
     text = call_id.decode("ascii", "replace")
     return text if _TOKEN.fullmatch(text) else None
+
+
+# -- routing and claim decisions (Rules 2, 8, 9) -------------------------------------
+
+
+class Refusal(NamedTuple):
+    """Why a worker does not run a call it was delivered: the tool error
+    ``code`` to end it with and its message."""
+
+    code: Literal["invalid_params", "tool_not_found"]
+    message: str
+
+
+def route(
+    subjects: Subjects, subject: str, tool_id: str, served: Collection[str], worker: str
+) -> Refusal | None:
+    """Whether a worker serving ``served`` runs a call of ``tool_id`` delivered
+    on ``subject`` (Rule 8): ``None`` to run it, else why not. The subject
+    and the call must name one tool, and it must be one the worker serves (a
+    consumer that some other program bound to the wrong subject is caught
+    here, never run with another tool)."""
+    routed = subjects.tool_of(subject)
+    if routed != tool_id:
+        return Refusal(
+            "invalid_params",
+            f"the call message on {subject!r} names tool {tool_id!r}: a call of tool"
+            f" {tool_id!r} goes to {subjects.prefix}.calls.{tool_id}",
+        )
+    if tool_id not in served:
+        return Refusal(
+            "tool_not_found",
+            f"no tool {tool_id!r} on worker {worker} (tools: {', '.join(sorted(served))})",
+        )
+    return None
+
+
+StartDecision = Literal["run", "cancelled", "ended", "not_again"]
+
+
+def decide_start(*, claim_written: bool, done_found: bool, cancel_stored: bool) -> StartDecision:
+    """What a worker does with a delivered call once it tried to write the
+    claim (Rule 6 and the worker's Rule 2): ``run`` it (claimed, no cancel
+    stored), end it ``cancelled`` without running it (claimed, but cancelled
+    before it started), ack it as ``ended`` (claimed before and done), or
+    end it with ``connection_lost`` as ``not_again`` (claimed before by a
+    worker that stopped mid-call)."""
+    if claim_written:
+        return "cancelled" if cancel_stored else "run"
+    return "ended" if done_found else "not_again"
+
+
+WaitDecision = Literal["wait", "started", "ended", "unserved"]
+
+
+def decide_unstarted(*, claimed: bool, done: bool, served: bool | None) -> WaitDecision:
+    """What a caller does when a lease passed and it saw nothing of its call
+    (Rules 2a and 8): a done record means the call ``ended``; a claim that it
+    ``started`` (its worker is silent); neither, with no worker serving the
+    tool (``served`` is ``False``: no responder), that it is ``unserved``;
+    else (a worker serves it, or none answered in time) it ``wait``s."""
+    if done:
+        return "ended"
+    if claimed:
+        return "started"
+    return "unserved" if served is False else "wait"
+
+
+def unserved_message(tool_id: str, call_id: str, prefix: str) -> str:
+    """The ``tool_not_found`` message of a call that no worker serves (Rule 8)."""
+    return (
+        f"no worker serves tool {tool_id!r} under prefix {prefix!r}: call {call_id!r} was"
+        f" not run (start a worker with that tool: kigi-stream serve --nats URL"
+        f" --tools ... --nats-prefix {prefix})"
+    )
+
+
+def calls_layout_problem(subjects: Subjects, stream_subjects: Collection[str]) -> str | None:
+    """What is wrong with a calls stream whose subjects are ``stream_subjects``
+    (Rule 9), or ``None`` when it is this layout's."""
+    if list(stream_subjects) == [subjects.calls]:
+        return None
+    old = f"{subjects.prefix}.calls"
+    if old in stream_subjects:
+        return (
+            f"the JetStream stream {subjects.calls_jetstream} has the earlier layout"
+            f" (subject {old}, every worker taking every call): this version routes calls"
+            f" by tool on {subjects.calls}. Stop the earlier workers and callers, then"
+            f" delete the stream (nats stream rm {subjects.calls_jetstream}), or use"
+            " another prefix"
+        )
+    return (
+        f"the JetStream stream {subjects.calls_jetstream} takes {sorted(stream_subjects)},"
+        f" not [{subjects.calls!r}]: it is not this version's calls stream; delete it or"
+        " use another prefix"
+    )
 
 
 def decode_end(data: bytes) -> ToolCallResult | RemoteToolError:

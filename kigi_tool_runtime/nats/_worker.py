@@ -2,9 +2,12 @@
 
 Invariants:
 
-Rule 1. Workers compete: every worker on every host pulls from one durable
-        consumer with explicit acks, and takes a call only when it has a free
-        slot, so at most ``max_in_flight`` calls run on one worker.
+Rule 1. Workers compete for each tool: every worker serving a tool pulls
+        from that tool's one durable consumer (explicit acks; ``_protocol``
+        Rule 8), and no other worker does, so a call goes only to a worker
+        that has its tool. A worker pulls for each of its tools only while it
+        has a free slot, so at most ``max_in_flight`` calls run on one worker;
+        it answers on each of its tools' ``serves`` subjects while it runs.
 Rule 2. A call is started at most once. Before running it, the worker writes
         the call's claim to the claims stream, accepted only while the call
         has none there (``_protocol`` Rule 6: the frames stream's limits
@@ -48,7 +51,7 @@ Rule 7. A queue message that is not a call it can decode is never delivered
         again; when it names a call id anyway (``_protocol`` Rule 7) that call
         ends with an ``invalid_params`` error saying why, so no caller waits
         for it.
-Rule 8. Setting up (the JetStream streams, the shared consumer) is retried for
+Rule 8. Setting up (the JetStream streams, the tools' consumers) is retried for
         :data:`SETUP_RETRY_S` seconds while the server answers with a
         transient error (away, starting, another worker creating the same
         stream or consumer at the same moment); past that the error is raised.
@@ -84,6 +87,7 @@ from .._call._feed import QueueFeed, produce
 from .._call._frame_check import encoded_body
 from .._call._queue import CallQueue, QueuePolicy, StallWatch, Taken
 from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
+from .._otel import TRACEPARENT, carrier_of
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -105,6 +109,8 @@ from ._protocol import (
     Heartbeat,
     Subjects,
     call_id_of,
+    check_tool_id,
+    decide_start,
     decode_claim,
     decode_done,
     decode_submit,
@@ -112,6 +118,7 @@ from ._protocol import (
     encode_done,
     encode_heartbeat,
     request_digest,
+    route,
 )
 
 __all__ = (
@@ -239,6 +246,15 @@ async def _publish_progress(
             raise
 
 
+def _trace_of(msg: Msg, params: Any) -> dict[str, str] | None:
+    """The trace context a call came with: its message's ``traceparent`` and
+    ``tracestate`` headers, else its params' ``trace_context``."""
+    found = carrier_of(msg.headers)
+    if not found and params.trace_context is not None:
+        found = {TRACEPARENT: params.trace_context}
+    return found or None
+
+
 def _too_large(size: int, limit: int, message: str) -> ToolError:
     """The ``frame_too_large`` error of a message the server would refuse (Rule 6)."""
     error = ToolError.frame_too_large(size, limit)
@@ -255,6 +271,8 @@ class _Running:
     totals: dict[str, tuple[int, int]] = field(default_factory=dict)
     started: float = 0.0  # loop time the call started
     last_output: float | None = None  # loop time of its last frame
+    # The trace context the call came with (its span's parent), if any.
+    trace: dict[str, str] | None = None
 
 
 class Worker:
@@ -268,8 +286,9 @@ class Worker:
     given.
 
     Raises:
-        ValueError: two tools share an id, a bound is below 1, or ``heartbeat``
-            is not well below ``ack_wait``.
+        ValueError: two tools share an id, a tool id cannot name a NATS
+            consumer (``_protocol.check_tool_id``), a bound is below 1, or
+            ``heartbeat`` is not well below ``ack_wait``.
     """
 
     def __init__(
@@ -287,6 +306,7 @@ class Worker:
     ) -> None:
         self._tools: dict[str, Tool[Any]] = {}
         for tool in tools:
+            check_tool_id(tool.id)
             if tool.id in self._tools:
                 raise ValueError(f"two tools share the id {tool.id!r}")
             self._tools[tool.id] = tool
@@ -313,8 +333,8 @@ class Worker:
         self._running: dict[str, _Running] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
-        self._slot = asyncio.Event()
-        self._slot.set()
+        # A slot is held from a pull until its call's task ends (Rule 1).
+        self._slots = asyncio.Semaphore(max_in_flight)
         self._calls_run = 0
         self._frames = 0
         self._not_rerun = 0
@@ -349,42 +369,73 @@ class Worker:
             nats.js.errors.APIError: the JetStream streams or the consumer
                 cannot be set up.
         """
-        pull = await self._set_up()
-        cancels = await self._nc.subscribe(self.subjects.cancels, cb=self._on_cancel)
+        pulls = await self._set_up()
+        nc = self._nc
+        listening = [await nc.subscribe(self.subjects.cancels, cb=self._on_cancel)]
+        for tool_id in self._tools:
+            listening.append(
+                await nc.subscribe(
+                    self.subjects.serves(tool_id), queue="workers", cb=self._on_serves
+                )
+            )
         beats = asyncio.create_task(self._beat_loop(), name="kigi worker heartbeat")
+        pullers = [
+            asyncio.create_task(self._pull_loop(pull), name=f"kigi worker pull {tool_id}")
+            for tool_id, pull in pulls.items()
+        ]
+        stopping = asyncio.ensure_future(self._stopping.wait())
         try:
-            while not self._stopping.is_set():
-                free = self._max_in_flight - len(self._tasks)
-                if free <= 0:
-                    self._slot.clear()
-                    await self._wait_stop_or(self._slot.wait())
-                    continue
+            await asyncio.wait({stopping, *pullers}, return_when=asyncio.FIRST_COMPLETED)
+            for puller in pullers:
+                if puller.done() and puller.exception() is not None:
+                    raise puller.exception()  # type: ignore[misc]
+        finally:
+            self.stop()
+            stopping.cancel()
+            # A pull under way ends within its wait; what it brings is given back.
+            _, late = await asyncio.wait(pullers, timeout=FETCH_WAIT_S + 1.0)
+            for puller in late:
+                puller.cancel()
+            await asyncio.gather(*pullers, return_exceptions=True)
+            await self._finish_calls()
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
+            for sub in (*listening, *pulls.values()):
+                with contextlib.suppress(nats.errors.Error):
+                    await sub.unsubscribe()
+        return self.statistics()
+
+    async def _pull_loop(self, pull: Any) -> None:
+        """Take one tool's calls, one at a time, each only with a free slot (Rule 1)."""
+        while not self._stopping.is_set():
+            await self._slots.acquire()
+            started = False
+            try:
                 try:
-                    msgs = await pull.fetch(free, timeout=FETCH_WAIT_S)
+                    msgs = await pull.fetch(1, timeout=FETCH_WAIT_S)
                 except (TimeoutError, nats.errors.TimeoutError):
                     continue
                 except (nats.errors.Error, OSError):
                     # The server is away (restarting): the durable consumer
                     # outlives it; pull again once it is back.
-                    await self._wait_stop_or(asyncio.sleep(0.2))
+                    await asyncio.sleep(0.2)
                     continue
                 for msg in msgs:
-                    if self._stopping.is_set():
+                    if started or self._stopping.is_set():
                         with contextlib.suppress(nats.errors.Error):
                             await msg.nak()
                         continue
-                    self._start(msg)
-        finally:
-            self.stop()
-            await self._finish_calls()
-            beats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beats
-            with contextlib.suppress(nats.errors.Error):
-                await cancels.unsubscribe()
-            with contextlib.suppress(nats.errors.Error):
-                await pull.unsubscribe()
-        return self.statistics()
+                    self._start(msg)  # the slot is the call's until it ends
+                    started = True
+            finally:
+                if not started:
+                    self._slots.release()
+
+    async def _on_serves(self, msg: Msg) -> None:
+        """Answer "who serves this tool?" (``_protocol`` Rule 8)."""
+        with contextlib.suppress(nats.errors.Error):
+            await msg.respond(json.dumps({"worker": self.worker_id}).encode())
 
     async def _finish_calls(self) -> None:
         """Wait for the calls' ends, until the stop bound (Rule 5)."""
@@ -399,42 +450,39 @@ class Worker:
         self._unwritten += len(late)
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _set_up(self) -> Any:
-        """The JetStream streams and the shared consumer's subscription (Rule 8)."""
-        config = ConsumerConfig(
-            durable_name=self.subjects.workers,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=self._ack_wait,
-            max_ack_pending=-1,
-        )
+    async def _set_up(self) -> dict[str, Any]:
+        """The JetStream streams and a pull subscription to each tool's consumer
+        (Rules 1, 8)."""
+        subjects = self.subjects
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SETUP_RETRY_S
+        pulls: dict[str, Any] = {}
         while True:
             try:
-                await ensure_jetstream(self._js, self.subjects, self._limits)
-                return await self._js.pull_subscribe(
-                    self.subjects.calls,
-                    durable=self.subjects.workers,
-                    stream=self.subjects.calls_jetstream,
-                    config=config,
-                )
+                await ensure_jetstream(self._js, subjects, self._limits)
+                for tool_id in self._tools:
+                    if tool_id in pulls:
+                        continue
+                    config = ConsumerConfig(
+                        durable_name=subjects.tool_consumer(tool_id),
+                        ack_policy=AckPolicy.EXPLICIT,
+                        ack_wait=self._ack_wait,
+                        max_ack_pending=-1,
+                        filter_subject=subjects.call_queue(tool_id),
+                    )
+                    pulls[tool_id] = await self._js.pull_subscribe(
+                        subjects.call_queue(tool_id),
+                        durable=subjects.tool_consumer(tool_id),
+                        stream=subjects.calls_jetstream,
+                        config=config,
+                    )
+                return pulls
             except (*RETRYABLE, nats.js.errors.BadRequestError, nats.errors.NoServersError):
                 # BadRequest: another worker made the same stream or consumer
                 # in between; the next try finds it.
                 if loop.time() >= deadline or self._stopping.is_set():
                     raise
                 await asyncio.sleep(0.2)
-
-    async def _wait_stop_or(self, waiting: Any) -> None:
-        stop = asyncio.ensure_future(self._stopping.wait())
-        other = asyncio.ensure_future(waiting)
-        try:
-            await asyncio.wait({stop, other}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (stop, other):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
 
     def _start(self, msg: Msg) -> None:
         task = asyncio.create_task(self._handle(msg), name="kigi worker call")
@@ -443,7 +491,7 @@ class Worker:
 
         def done(task: asyncio.Task[None]) -> None:
             self._tasks.discard(task)
-            self._slot.set()
+            self._slots.release()
 
         task.add_done_callback(done)
 
@@ -472,10 +520,16 @@ class Worker:
         delivery = msg.metadata.num_delivered or 1
         claim = Claim(worker=self.worker_id, delivery=delivery, request=request_digest(params))
         ctx = ToolContext(call_id)
-        running = _Running(ctx, msg, claim, started=asyncio.get_running_loop().time())
+        running = _Running(
+            ctx,
+            msg,
+            claim,
+            started=asyncio.get_running_loop().time(),
+            trace=_trace_of(msg, params),
+        )
         self._running[call_id] = running
         try:
-            await self._serve(running, params, session_id)
+            await self._serve(running, params, session_id, msg.subject)
         except (nats.errors.Error, TimeoutError, OSError):
             # The server stayed away past the publish retries: leave the call
             # message unacked; the queue redelivers it and Rule 2 decides.
@@ -483,7 +537,9 @@ class Worker:
         finally:
             del self._running[call_id]
 
-    async def _serve(self, running: _Running, params: Any, session_id: str | None) -> None:
+    async def _serve(
+        self, running: _Running, params: Any, session_id: str | None, queue_subject: str
+    ) -> None:
         call_id = running.ctx.call_id
         tool_id = params.tool_id
         subjects = self.subjects
@@ -499,20 +555,28 @@ class Worker:
             except nats.js.errors.APIError as exc:
                 if exc.err_code != WRONG_LAST_SEQUENCE:
                     raise
+                done = await self._done_found(call_id)
+                if (
+                    decide_start(claim_written=False, done_found=done, cancel_stored=False)
+                    == "ended"
+                ):
+                    # It ended; its worker stopped before acking it (Rule 2).
+                    self._not_rerun += 1
+                    with contextlib.suppress(nats.errors.Error):
+                        await running.msg.ack_sync(timeout=5.0)
+                    return
                 await self._not_again(running, tool_id, session_id)
                 return
         final: bytes
-        tool = self._tools.get(tool_id)
-        if tool is None:
-            error = ToolError(
-                "tool_not_found",
-                f"no tool {tool_id!r} on worker {self.worker_id}"
-                f" (tools: {', '.join(sorted(self._tools))})",
-            )
+        refusal = route(subjects, queue_subject, tool_id, self._tools, self.worker_id)
+        if refusal is not None:
+            error = ToolError(refusal.code, refusal.message)
             final = self._error_line(call_id, session_id, error, tool_id)
             await self._end(running, final)
             return
-        if await self._cancelled_before(call_id):
+        tool = self._tools[tool_id]
+        cancelled = await self._cancelled_before(call_id)
+        if decide_start(claim_written=True, done_found=False, cancel_stored=cancelled) != "run":
             error = ToolError("cancelled", f"call {call_id!r} was cancelled before it started")
             final = self._error_line(call_id, session_id, error, tool.id)
             await self._end(running, final)
@@ -586,7 +650,7 @@ class Worker:
                 run = run_tool(
                     tool, bytes(params.arguments), ctx=ctx, timeout_ms=params.deadline_ms
                 )
-                terminal = await produce(run, feed, line_of)
+                terminal = await produce(run, feed, line_of, trace=running.trace)
                 feed.finish(terminal)
         except* (nats.errors.Error, TimeoutError, OSError) as failed:
             raise failed.exceptions[0] from None
@@ -646,14 +710,6 @@ class Worker:
         call_id = running.ctx.call_id
         js = self._js
         subjects = self.subjects
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            got = await js.get_last_msg(subjects.claims_jetstream, subjects.done(call_id))
-            if decode_done(got.data or b"") is not None:
-                # It ended; its worker stopped before acking it (Rule 2).
-                self._not_rerun += 1
-                with contextlib.suppress(nats.errors.Error):
-                    await running.msg.ack_sync(timeout=5.0)
-                return
         earlier: Claim | None = None
         for jetstream, subject in (
             (subjects.claims_jetstream, subjects.claim(call_id)),
@@ -680,6 +736,15 @@ class Worker:
         wire = ConnectionLostWire(tool_id=tool_id or "unknown")
         line = _wire_error_line(call_id, session_id, message, wire)
         await self._end(running, line)
+
+    async def _done_found(self, call_id: str) -> bool:
+        """Whether the call has a done record (``_protocol`` Rule 6)."""
+        subjects = self.subjects
+        try:
+            got = await self._js.get_last_msg(subjects.claims_jetstream, subjects.done(call_id))
+        except nats.js.errors.NotFoundError:
+            return False
+        return decode_done(got.data or b"") is not None
 
     async def _cancelled_before(self, call_id: str) -> bool:
         subjects = self.subjects
