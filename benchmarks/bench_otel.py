@@ -1,6 +1,6 @@
 """What tracing costs a call, beside the same calls untraced, in the same run.
 
-    python benchmarks/bench_otel.py [--quick]
+    python benchmarks/bench_otel.py [--quick] [--check]
 
 Each mode runs in its own child process: ``off`` (OpenTelemetry not
 importable: the baseline), ``api`` (``opentelemetry-api`` installed, no SDK:
@@ -10,6 +10,10 @@ that streams ``FRAMES`` frames through ``ServedCall`` (the in-process hosts'
 driver) and through ``produce`` with a call queue (the stdio, MCP and NATS
 servers' driver). Figures: median microseconds per call over rounds, and the
 cost per call against ``off``. Compare figures from the same run only.
+
+Goal: with the API alone (no SDK configured) a call costs at most
+:data:`API_GOAL` of the untraced call's time more: tracing that records
+nothing must cost next to nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ import argparse
 import json
 import subprocess
 import sys
+
+from _goals import Goals, add_check_flag
+
+#: The most a call may cost with the API alone, as a fraction of the untraced call.
+API_GOAL = 0.10
 
 CHILD = r"""
 import asyncio, json, statistics, sys, time
@@ -87,10 +96,12 @@ print(json.dumps(out))
 """
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small rounds")
+    add_check_flag(parser)
     args = parser.parse_args()
+    goals = Goals()
     calls, frames, rounds = (100, 20, 3) if args.quick else (300, 50, 5)
     print(f"{calls} calls of {frames} frames each, median of {rounds} rounds, µs per call")
     figures = {}
@@ -109,7 +120,14 @@ def main() -> None:
             for mode in ("off", "api", "sdk")
         )
         print(f"{driver:>7}: {row}")
+        goals.record(
+            f"{driver}: API-only cost per call, of the untraced call",
+            (figures["api"][driver] - base) / base,
+            API_GOAL,
+            at_most=True,
+        )
+    return goals.finish(args.check)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

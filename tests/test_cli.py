@@ -666,14 +666,18 @@ def test_run_into_a_closed_pipe_exits_141_quietly() -> None:
 
 def test_run_into_a_closed_pipe_leaves_no_descriptor_open() -> None:
     """The closed-pipe path points stdout at /dev/null, so the exit's flush is quiet,
-    and leaves no descriptor open: `main` returns 141 with the fds it started with."""
+    and leaves no descriptor open: `main` returns 141 with the fds it started with
+    (and the lifeline's pipe, which the process keeps for its life once a command
+    ran)."""
     flood = "import os\nwhile True: os.write(1, b'z' * 65536)\n"
     script = (
         "import json, os, sys\n"
         "from kigi_tool_runtime._cli._main import main\n"
         "before = sorted(os.listdir('/proc/self/fd'))\n"
         f"code = main(['run', '--', sys.executable, '-c', {flood!r}])\n"
-        "after = sorted(os.listdir('/proc/self/fd'))\n"
+        "from kigi_tool_runtime._process import _LIFELINE\n"
+        "kept = {str(_LIFELINE._fd)}  # the lifeline's pipe: one per process, kept\n"
+        "after = sorted(set(os.listdir('/proc/self/fd')) - kept)\n"
         "stdout = os.readlink('/proc/self/fd/1')\n"
         "sys.stderr.write('\\n' + json.dumps([code, before, after, stdout]) + '\\n')\n"
     )

@@ -223,7 +223,9 @@ def test_calls_that_end_together_are_answered_in_a_read_or_two_of_a_slow_host(
             send(bash_call(n, command, f"t{n}"))
         started = 0
         while started < TOGETHER:
-            started += json.loads(proc.stdout.readline())["params"]["message"] == "started\n"
+            started += (
+                json.loads(proc.stdout.readline())["params"]["message"] == "started"
+            )  # status mode: the newest line
         go.touch()
         reads: list[list[dict[str, Any]]] = []
         rest = b""

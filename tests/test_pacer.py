@@ -121,8 +121,12 @@ def test_any_schedule_keeps_every_pacing_promise(
     # Nothing held longer than the interval: when a poll comes, every byte
     # written more than an interval before it was surfaced already, but an
     # incomplete character (a late poll would find it still pending).
+    # (``1e-9``: a poll exactly one interval after a write, ``(t + i) - i``
+    # computed in floats, may land a hair past ``t``.)
     for at, cursor, total in driver.polls:
-        due = max((count for when, count in driver.written if when < at - interval), default=0)
+        due = max(
+            (count for when, count in driver.written if when < at - interval - 1e-9), default=0
+        )
         assert cursor >= min(due, total) - MAX_CONTINUATION_BYTES
 
 
