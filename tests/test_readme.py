@@ -59,6 +59,8 @@ _EXPECTED_OUTPUT = {
         "invalid_params error (-32602): invalid arguments for tool 'count': Expected `int`,"
         " got `str` at `$.to`",
     ),
+    # Served from a file by test_quickstart_tool_is_served_as_written.
+    "async def shout(": ("shouting\nHI THERE\n",),
     "def count_plain(": ("1\n2\n'1\\n2\\ncounted'\n",),
     "# 1. Define:": (
         "call-1/echo_chunk: 15 bytes in 4 frames (total 15), no gaps",
@@ -147,6 +149,36 @@ def test_readme_function_tool_runs() -> None:
     out = _run_block(_block_with('await out.run("echo lift-off")'))
     for part in _EXPECTED_OUTPUT['await out.run("echo lift-off")']:
         assert part in out, out
+
+
+def test_quickstart_tool_is_served_as_written(tmp_path: Path) -> None:
+    """The quickstart's tool, saved as it says and served with the command it
+    gives, streams its line and the command's, and returns the exit code."""
+    (tmp_path / "quick_tools.py").write_text(_block_with("async def shout("), encoding="utf-8")
+    script = (
+        "import asyncio, sys\n"
+        "from kigi_tool_runtime import CallProgress, Client\n"
+        "async def main():\n"
+        "    serve = [sys.executable, '-m', 'kigi_tool_runtime', 'serve',\n"
+        "             '--tools', 'quick_tools.py:shout']\n"
+        "    async with await Client.spawn(serve) as client:\n"
+        "        call = client.call('shout', {'words': ['hi', 'there']}, keep_text=True)\n"
+        "        async for item in call:\n"
+        "            if not isinstance(item, CallProgress):\n"
+        "                print(item.output.value)\n"
+        "        print(call.reassembler.stream(call.tool_call_id, 'output_chunk').text, end='')\n"
+        "asyncio.run(asyncio.wait_for(main(), 60))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "0\n" + _EXPECTED_OUTPUT["async def shout("][0], done.stdout
 
 
 def test_plain_function_tool_runs() -> None:
