@@ -1,7 +1,8 @@
 """A small ACP agent for the tests, run as a child process over its stdin and
 stdout on the SDK's ``AgentSideConnection`` (``acp.run_agent``).
 
-Each prompt's text is a JSON call: ``args`` for the shell tool, and
+Each prompt's text is a JSON call: ``args`` for the shell tool (or, with
+``tool``, for that function tool of tests/function_tools.py), and
 optionally ``shell`` (``ShellTool`` keywords), ``tail_bytes``, ``pacing``
 (``Pacing`` keywords) and ``cancel_by``: ``"task_cancel"`` makes
 ``session/cancel`` cancel the prompt's task rather than the call. The agent
@@ -18,9 +19,13 @@ from typing import Any
 
 from acp import PROTOCOL_VERSION, run_agent
 from acp.schema import InitializeResponse, NewSessionResponse, PromptResponse
+from function_tools import TOOLS
 
-from kigi_tool_runtime import ShellTool
+from kigi_tool_runtime import ShellTool, Tool
 from kigi_tool_runtime.acp import DEFAULT_TAIL_BYTES, AcpToolCalls, Pacing, is_cancelled
+
+#: The function tools a prompt may name (``tool``), by id.
+FUNCTIONS = {tool.id: tool for tool in TOOLS}
 
 
 class TestAgent:
@@ -55,7 +60,10 @@ class TestAgent:
         if spec.get("cancel_by") == "task_cancel":
             self._tasks[session_id] = asyncio.current_task()
         try:
-            end = await calls.run(session_id, ShellTool(**spec.get("shell", {})), spec["args"])
+            tool: Tool[Any] = (
+                FUNCTIONS[spec["tool"]] if "tool" in spec else ShellTool(**spec.get("shell", {}))
+            )
+            end = await calls.run(session_id, tool, spec["args"])
         except asyncio.CancelledError:
             return PromptResponse(stop_reason="cancelled")
         finally:

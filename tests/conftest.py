@@ -48,6 +48,8 @@ collect_ignore = [
         ("fastmcp_app.py", "fastmcp"),
         ("test_adk.py", "google.adk"),
         ("test_adk_folder.py", "google.adk"),
+        ("test_function_tool_fastmcp.py", "fastmcp"),
+        ("test_function_tool_adk.py", "google.adk"),
     )
     if not _installed(module)
 ]

@@ -4,7 +4,8 @@ added with :func:`add_kigi_tools`. Run as ``python fastmcp_app.py stdio`` or
 
 Tools: ``bash`` (the shell tool as ``serve --mcp`` serves it),
 ``bash_small_tail`` (a 4 KiB tail and 1 KiB deltas, so a flood loses bytes), and
-``bash_cap0`` .. ``bash_cap4`` (deltas capped at 0-4 bytes, 10 ms ticks)."""
+``bash_cap0`` .. ``bash_cap4`` (deltas capped at 0-4 bytes, 10 ms ticks), and
+the function tools of tests/function_tools.py as they are."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from typing import Any
 
 from fastmcp import FastMCP
+from function_tools import TOOLS as FUNCTION_TOOLS
 
 from kigi_tool_runtime import ShellTool, Tool
 from kigi_tool_runtime.fastmcp import add_kigi_tools
@@ -37,6 +39,7 @@ def app() -> FastMCP[Any]:
         ShellTool(),
         _shell("bash_small_tail", tail_capacity=SMALL_TAIL, max_delta_bytes=1024),
         *(_shell(f"bash_cap{cap}", max_delta_bytes=cap, tick=0.01) for cap in range(5)),
+        *FUNCTION_TOOLS,
     ]
     add_kigi_tools(mcp, tools)
     return mcp

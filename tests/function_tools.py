@@ -20,6 +20,12 @@ SPLIT_CHILD = (
     "    time.sleep(0.002)\n"
 )
 
+#: What the tests have the split child write: 2-, 3- and 4-byte characters,
+#: each cut inside across the child's writes (``SPLIT_PARTS``, hex).
+SPLIT_TEXT = "aé€😀\nb"
+_SOURCE = SPLIT_TEXT.encode()
+SPLIT_PARTS = [_SOURCE[:2].hex(), _SOURCE[2:5].hex(), _SOURCE[5:9].hex(), _SOURCE[9:].hex()]
+
 
 class Point(msgspec.Struct, forbid_unknown_fields=True):
     x: int

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from bounded import run_within
-from function_tools import count
+from function_tools import SPLIT_PARTS, SPLIT_TEXT, count
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
 from processes import until_group_gone
@@ -29,10 +29,7 @@ MCP_SERVE = [*SERVE, "--mcp"]
 #: A bound on each test body: a hang fails, never a timing assertion.
 WAIT_S = 120.0
 
-#: 2-, 3- and 4-byte characters, cut inside each across the child's writes.
-SPLIT_TEXT = "aé€😀\nb"
 _SOURCE = SPLIT_TEXT.encode()
-SPLIT_PARTS = [_SOURCE[:2].hex(), _SOURCE[2:5].hex(), _SOURCE[5:9].hex(), _SOURCE[9:].hex()]
 
 
 async def _stdio_split(cap: int) -> None:

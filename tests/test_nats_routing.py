@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("nats", reason="the 'nats' extra is not installed (pip install '.[nats]')")
 
+import nats.js.errors
 from bounded import run_within
 from nats.js.api import RetentionPolicy, StreamConfig
 from nats_server import NatsServer, server_binary
@@ -27,7 +28,7 @@ from processes import reap
 from routed_tools import SERVED
 
 from kigi_tool_protocol import ToolCallResult
-from kigi_tool_runtime import RemoteToolError, ShellTool
+from kigi_tool_runtime import Output, RemoteToolError, ShellTool, tool
 from kigi_tool_runtime.nats import NatsClient, Worker, connect
 
 PREFIX = "kr"
@@ -293,5 +294,60 @@ def test_a_queued_call_whose_tools_last_worker_left_ends_unserved(
                 await later_run
             await first_nc.drain()
             await later_nc.drain()
+
+    run_within(main(), 90)
+
+
+async def _nap(out: Output, sleep: float = 0.0) -> str:
+    """Sleep for `sleep` seconds."""
+    await asyncio.sleep(sleep)
+    return "rested"
+
+
+def test_a_worker_with_more_tools_than_slots_pulls_on_every_tool(
+    nats_server: NatsServer,
+) -> None:
+    """A worker with six tools and two slots has a pull waiting on each of
+    its six tools while a slot is free (so a call of any of them is taken as
+    it comes, not when its turn among the tools comes round); twenty-four
+    concurrent calls across them all run once each, never more than two at
+    a time."""
+    tools = [tool(name=f"nap-{n}")(_nap) for n in range(6)]
+
+    async def main() -> None:
+        worker_nc = await connect(nats_server.url)
+        worker = Worker(worker_nc, tools, prefix=PREFIX, max_in_flight=2, heartbeat=0.2)
+        running = asyncio.create_task(worker.run())
+        client = NatsClient(await connect(nats_server.url), prefix=PREFIX, owns_connection=True)
+        try:
+            async with client:
+                js = client.connection.jetstream()
+                subjects = worker.subjects
+
+                async def all_pulled() -> bool:
+                    for made in tools:
+                        consumer = subjects.tool_consumer(made.id)
+                        try:
+                            info = await js.consumer_info(subjects.calls_jetstream, consumer)
+                        except nats.js.errors.NotFoundError:
+                            return False
+                        if info.num_waiting < 1:
+                            return False
+                    return True
+
+                await _until("a pull waits on every tool", all_pulled, seconds=20)
+                calls = [
+                    await client.call(f"nap-{n % 6}", {"sleep": 0.05}, tool_call_id=f"nap-{n}")
+                    for n in range(24)
+                ]
+                for call in calls:
+                    assert (await call.result()).output.value == "rested"
+                stats = worker.statistics()
+                assert stats.calls_run == 24
+                assert stats.peak_in_flight == 2
+        finally:
+            worker.stop()
+            await running
+            await worker_nc.drain()
 
     run_within(main(), 90)

@@ -5,9 +5,14 @@ Invariants:
 Rule 1. Workers compete for each tool: every worker serving a tool pulls
         from that tool's one durable consumer (explicit acks; ``_protocol``
         Rule 8), and no other worker does, so a call goes only to a worker
-        that has its tool. A worker pulls for each of its tools only while it
-        has a free slot, so at most ``max_in_flight`` calls run on one worker;
-        it answers on each of its tools' ``serves`` subjects while it runs.
+        that has its tool. While it has a free slot a worker has a pull
+        waiting on every one of its tools at once (however many more tools
+        than slots it has, a call of any of them is taken as it comes); a
+        call that arrives when the slots have filled meanwhile is given back
+        at once (``nak``: the queue hands it to another worker, or to this one
+        once a slot frees), so at most ``max_in_flight`` calls run on one
+        worker. It answers on each of its tools' ``serves`` subjects while it
+        runs.
 Rule 2. A call is started at most once. Before running it, the worker writes
         the call's claim to the claims stream, accepted only while the call
         has none there (``_protocol`` Rule 6: the frames stream's limits
@@ -333,8 +338,10 @@ class Worker:
         self._running: dict[str, _Running] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
-        # A slot is held from a pull until its call's task ends (Rule 1).
-        self._slots = asyncio.Semaphore(max_in_flight)
+        # A slot is taken when a call arrives and held until its task ends;
+        # `_freed` wakes the pulls waiting for one (Rule 1).
+        self._free_slots = max_in_flight
+        self._freed = asyncio.Event()
         self._calls_run = 0
         self._frames = 0
         self._not_rerun = 0
@@ -359,6 +366,7 @@ class Worker:
         if self._stopped_at is None:
             self._stopped_at = asyncio.get_running_loop().time()
         self._stopping.set()
+        self._freed.set()
         for running in self._running.values():
             running.ctx.cancel()
 
@@ -407,30 +415,30 @@ class Worker:
         return self.statistics()
 
     async def _pull_loop(self, pull: Any) -> None:
-        """Take one tool's calls, one at a time, each only with a free slot (Rule 1)."""
+        """Take one tool's calls, one at a time, while a slot is free (Rule 1)."""
         while not self._stopping.is_set():
-            await self._slots.acquire()
-            started = False
+            while self._free_slots == 0 and not self._stopping.is_set():
+                self._freed.clear()
+                await self._freed.wait()
+            if self._stopping.is_set():
+                return
             try:
-                try:
-                    msgs = await pull.fetch(1, timeout=FETCH_WAIT_S)
-                except (TimeoutError, nats.errors.TimeoutError):
+                msgs = await pull.fetch(1, timeout=FETCH_WAIT_S)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            except (nats.errors.Error, OSError):
+                # The server is away (restarting): the durable consumer
+                # outlives it; pull again once it is back.
+                await asyncio.sleep(0.2)
+                continue
+            for msg in msgs:
+                if self._free_slots == 0 or self._stopping.is_set():
+                    # Another tool's call took the last slot meanwhile.
+                    with contextlib.suppress(nats.errors.Error):
+                        await msg.nak()
                     continue
-                except (nats.errors.Error, OSError):
-                    # The server is away (restarting): the durable consumer
-                    # outlives it; pull again once it is back.
-                    await asyncio.sleep(0.2)
-                    continue
-                for msg in msgs:
-                    if started or self._stopping.is_set():
-                        with contextlib.suppress(nats.errors.Error):
-                            await msg.nak()
-                        continue
-                    self._start(msg)  # the slot is the call's until it ends
-                    started = True
-            finally:
-                if not started:
-                    self._slots.release()
+                self._free_slots -= 1
+                self._start(msg)  # the slot is the call's until it ends
 
     async def _on_serves(self, msg: Msg) -> None:
         """Answer "who serves this tool?" (``_protocol`` Rule 8)."""
@@ -491,7 +499,8 @@ class Worker:
 
         def done(task: asyncio.Task[None]) -> None:
             self._tasks.discard(task)
-            self._slots.release()
+            self._free_slots += 1
+            self._freed.set()
 
         task.add_done_callback(done)
 
