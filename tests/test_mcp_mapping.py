@@ -7,10 +7,11 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import (
+    MAX_FRAME_BYTES_CEILING,
     CustomProgress,
     PartialResultPayload,
     TextProgress,
@@ -49,6 +50,7 @@ from kigi_tool_runtime.mcp._mapping import (
     heartbeat_params,
     notification_from_progress,
     progress_params,
+    response_envelope_bytes,
     result_from_terminal,
     root_object_schema,
 )
@@ -357,6 +359,37 @@ def test_a_tool_error_is_an_error_result_with_the_kigi_code() -> None:
     )
     assert timeout["_meta"][META_ERROR]["data"]["tool_id"] == "bash"
     assert "dropped" in timeout["content"][0]["text"]
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.integers(-200, 200),
+    st.one_of(st.integers(0, 2**53), st.text(max_size=40)),
+)
+def test_a_result_is_sent_only_when_its_line_fits_the_ceiling(
+    over: int, request_id: int | str
+) -> None:
+    """A result whose response line (the envelope with ``request_id`` around
+    it) would be ``over`` bytes past the ceiling ends with ``frame_too_large``
+    saying its size when ``over > 0``; otherwise it is the result, and its
+    line is within the ceiling."""
+    envelope = response_envelope_bytes(request_id)
+    summary = StreamSummary(0, 0, False)
+    empty = result_from_terminal(ToolResult.text(""), _Reader(), summary, envelope_bytes=envelope)
+    size = MAX_FRAME_BYTES_CEILING - len(msgspec.json.encode(empty)) - envelope + over
+    result = result_from_terminal(
+        ToolResult.text("x" * size), _Reader(), summary, envelope_bytes=envelope
+    )
+    if over > 0:
+        assert result["isError"] is True
+        error = result["_meta"][META_ERROR]
+        assert error["kind"] == "frame_too_large"
+        assert error["data"]["bytes"] == MAX_FRAME_BYTES_CEILING + over
+        assert error["data"]["limit"] == MAX_FRAME_BYTES_CEILING
+    else:
+        assert result["isError"] is False
+        line = msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "result": result})
+        assert len(line) + 1 == MAX_FRAME_BYTES_CEILING + over
 
 
 def test_shell_args_schema_is_what_the_tool_decodes() -> None:
