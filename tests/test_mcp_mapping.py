@@ -34,6 +34,7 @@ from kigi_tool_runtime import (
 )
 from kigi_tool_runtime._call._heartbeat import Beat
 from kigi_tool_runtime._call._queue import Taken
+from kigi_tool_runtime._text import text_bytes
 from kigi_tool_runtime.mcp import (
     META_ERROR,
     META_FRAME,
@@ -179,10 +180,27 @@ def _frame(delta: str, total: int, kind: str = "k") -> ToolCallProgressFrame[Any
 
 
 @given(st.text(max_size=40))
-def test_a_delta_frame_counts_its_deltas_utf8_bytes(delta: str) -> None:
+def test_a_delta_frame_counts_its_deltas_utf8_bytes_or_its_memory(delta: str) -> None:
     """A delta counts its UTF-8 bytes (a lone surrogate too: it is the mapping's
-    to replace), not its encoded body."""
-    assert frame_size(_frame(delta, 0)) == len(delta.encode("utf-8", "surrogatepass"))
+    to replace), not its encoded body, or the bytes its text takes in memory
+    where that is more; ASCII counts its length exactly."""
+    utf8 = len(delta.encode("utf-8", "surrogatepass"))
+    assert frame_size(_frame(delta, 0)) == max(utf8, text_bytes(delta))
+    assert text_bytes(delta) >= len(delta)
+    if delta.isascii():
+        assert frame_size(_frame(delta, 0)) == len(delta)
+
+
+@given(st.text(st.characters(max_codepoint=0x7F), max_size=200), st.sampled_from("😀𝄞"))
+def test_one_astral_character_makes_a_delta_count_4_bytes_a_character(
+    ascii_text: str, astral: str
+) -> None:
+    """A binary flood's text: ASCII and replacement characters beside one
+    character past U+FFFF takes 4 bytes a character in memory, and counts them,
+    though its UTF-8 is far shorter."""
+    delta = ascii_text + "\ufffd" * 10 + astral
+    assert frame_size(_frame(delta, 0)) >= 4 * len(delta)
+    assert len(delta.encode()) < 4 * len(delta)
 
 
 def test_another_frame_counts_its_encoded_body_and_json_must_carry_it() -> None:
