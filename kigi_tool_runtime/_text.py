@@ -7,6 +7,7 @@ characters everywhere.
 
 from __future__ import annotations
 
+import sys
 from typing import Final
 
 __all__ = ()
@@ -44,3 +45,13 @@ def cut(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
 def plural(count: int, noun: str, nouns: str) -> str:
     """``"1 frame"``, ``"2 frames"``."""
     return f"{count} {noun if count == 1 else nouns}"
+
+
+_EMPTY_TEXT_BYTES: Final = sys.getsizeof("")
+
+
+def text_bytes(text: str) -> int:
+    """The bytes ``text`` takes in memory beyond an empty string's: its length
+    for ASCII, up to 4 bytes a character past it (a string holding one
+    character past U+FFFF stores each of its characters in 4 bytes)."""
+    return sys.getsizeof(text) - _EMPTY_TEXT_BYTES

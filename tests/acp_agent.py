@@ -1,5 +1,5 @@
 """A small ACP agent for the tests, run as a child process over its stdin and
-stdout on the SDK's ``AgentSideConnection`` (``acp.run_agent``).
+stdout on the SDK's ``AgentSideConnection`` (``kigi_tool_runtime.acp.run_agent``).
 
 Each prompt's text is a JSON call: ``args`` for the shell tool (or, with
 ``tool``, for that function tool of tests/function_tools.py), and
@@ -17,12 +17,18 @@ import json
 import sys
 from typing import Any
 
-from acp import PROTOCOL_VERSION, run_agent
+from acp import PROTOCOL_VERSION
 from acp.schema import InitializeResponse, NewSessionResponse, PromptResponse
 from function_tools import TOOLS
 
 from kigi_tool_runtime import ShellTool, Tool
-from kigi_tool_runtime.acp import DEFAULT_TAIL_BYTES, AcpToolCalls, Pacing, is_cancelled
+from kigi_tool_runtime.acp import (
+    DEFAULT_TAIL_BYTES,
+    AcpToolCalls,
+    Pacing,
+    is_cancelled,
+    run_agent,
+)
 
 #: The function tools a prompt may name (``tool``), by id.
 FUNCTIONS = {tool.id: tool for tool in TOOLS}

@@ -1,32 +1,35 @@
 """An editor for the tests that dies: the SDK's ``ClientSideConnection``
-(``acp.spawn_agent_process``) runs the test agent, asks it for one call of
-``argv``, prints ``pgid <command's group> agent <agent's pid>`` once the
-command has printed its process group, and then waits to be killed."""
+(``acp.spawn_agent_process``) runs an agent script (``argv[1]``), sends it one
+prompt (the text ``argv[2]``), prints ``pgid <command's group> agent <agent's
+pid>`` once the command has printed its process group, and then waits to be
+killed. The agent's stderr is a pipe to this editor (as an editor keeps an
+agent's log), gone with it."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import sys
 
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 from acp.schema import ClientCapabilities
-from acp_editor import AGENT, CAPABILITIES, Editor
+from acp_editor import CAPABILITIES, Editor
 
 
-async def main(argv: list[str]) -> None:
+async def main(agent: str, text: str) -> None:
     editor = Editor()
     async with spawn_agent_process(
-        editor, sys.executable, str(AGENT), transport_kwargs={"limit": 16 * 1024 * 1024}
+        editor,
+        sys.executable,
+        agent,
+        transport_kwargs={"limit": 16 * 1024 * 1024},
     ) as (conn, process):
         declared = ClientCapabilities(field_meta=CAPABILITIES["append"])
         await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=declared)
         session = await conn.new_session(cwd=os.getcwd(), mcp_servers=[])
-        spec = {"args": {"command": argv}}
         turn = asyncio.create_task(
-            conn.prompt(session_id=session.session_id, prompt=[text_block(json.dumps(spec))])
+            conn.prompt(session_id=session.session_id, prompt=[text_block(text)])
         )
         while True:
             calls = editor.calls()
@@ -40,4 +43,4 @@ async def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(json.loads(sys.argv[1])))
+    asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -105,7 +105,13 @@ async def typed(
     }
 
 
-TOOLS = [count, split_child, sleeper, fails, threaded, typed]
+@tool
+async def big(out: Output, size: int) -> str:
+    """Return a string of `size` x's."""
+    return "x" * size
+
+
+TOOLS = [count, split_child, sleeper, fails, threaded, typed, big]
 
 
 async def _split(out: Output, parts: list[str]) -> CommandResult:

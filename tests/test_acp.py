@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 from acp.schema import ClientCapabilities, ToolCallProgress, ToolCallStart
 from acp_editor import AGENT, CAPABILITIES, Call, Editor, agent, content_text, markers, prompt
 from docs_pages import blocks, page
-from processes import pid_alive, until_group_gone
+from processes import pid_alive, until_gone, until_group_gone
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
 from kigi_tool_runtime import LiveText, Reassembler, ShellTool
@@ -309,13 +310,12 @@ async def test_cancel_mid_flood_stops_the_call_and_its_processes(how: str) -> No
 DYING_EDITOR = Path(__file__).resolve().parent / "acp_dying_editor.py"
 
 
-async def test_an_editor_killed_mid_flood_leaves_no_command_running() -> None:
-    """The editor vanishes (SIGKILL) mid-flood: its pipes break under an
-    agent that is writing an update, and the SDK's send never returns. The
-    call still stops, its process group gone, instead of running on with
-    nobody to show it to."""
+async def _kill_the_editor_mid_flood(agent_script: Path, text: str) -> None:
+    """Run ``agent_script`` under the dying editor with the prompt ``text`` (a
+    flood that prints its process group first), SIGKILL the editor mid-flood,
+    and wait for the command's group and then the agent process to be gone."""
     editor = subprocess.Popen(
-        [sys.executable, str(DYING_EDITOR), json.dumps([sys.executable, "-c", _FOREVER])],
+        [sys.executable, str(DYING_EDITOR), str(agent_script), text],
         stdout=subprocess.PIPE,
         start_new_session=True,
     )
@@ -331,15 +331,31 @@ async def test_an_editor_killed_mid_flood_leaves_no_command_running() -> None:
             editor.kill()
             await asyncio.to_thread(editor.wait)
             await until_group_gone(pgid)
+            await until_gone(f"agent {agent_pid} still running", lambda: pid_alive(agent_pid))
     finally:
         editor.kill()
         editor.wait()
         assert editor.stdout is not None
         editor.stdout.close()
         if agent_pid is not None and pid_alive(agent_pid):
-            os.kill(agent_pid, signal.SIGKILL)  # the SDK's own shutdown may hang
+            os.kill(agent_pid, signal.SIGKILL)
         if pgid is not None and group_alive(pgid):
             os.killpg(pgid, signal.SIGKILL)
+
+
+async def test_an_editor_killed_mid_flood_leaves_nothing_running() -> None:
+    """The editor vanishes (SIGKILL) mid-flood: its pipes break under an
+    agent that is writing an update. The call stops, its process group gone,
+    and the agent process exits instead of waiting forever on a dead pipe."""
+    spec = {"args": {"command": [sys.executable, "-c", _FOREVER]}}
+    await _kill_the_editor_mid_flood(AGENT, json.dumps(spec))
+
+
+async def test_the_docs_agent_exits_when_its_editor_is_killed(tmp_path: Path) -> None:
+    """The same for the agent docs/hosts/acp.md shows, run as written."""
+    script = tmp_path / "agent.py"
+    script.write_text(_readme_agent(), encoding="utf-8")
+    await _kill_the_editor_mid_flood(script, shlex.join([sys.executable, "-c", _FOREVER]))
 
 
 def _readme_agent() -> str:

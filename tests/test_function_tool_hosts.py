@@ -19,7 +19,7 @@ from mcp import Client as McpClient
 from mcp import StdioServerParameters
 from processes import until_group_gone
 
-from kigi_tool_protocol import ToolCallResult
+from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING, ToolCallResult
 from kigi_tool_runtime import CallProgress, Client, RemoteToolError, ToolErrorKind
 from kigi_tool_runtime.testing import check_stream
 
@@ -146,6 +146,29 @@ def test_mcp_serves_function_tools_as_they_are() -> None:
             bad = await client.call_tool("count", {"to": "x"})
             assert bad.is_error
             assert "$.to" in bad.content[0].text  # type: ignore[union-attr]
+
+    run_within(body(), WAIT_S)
+
+
+def test_mcp_a_result_past_the_ceiling_ends_with_frame_too_large() -> None:
+    """serve --mcp --tools: a function returning a 20 MB string ends its call
+    with a ``frame_too_large`` error result saying both sizes, instead of a
+    response line no kigi peer takes; the next call answers, and a result
+    just under the ceiling is sent whole."""
+
+    async def body() -> None:
+        async with McpClient(_mcp_params()) as client:
+            done = await client.call_tool("big", {"size": 20 * 1024 * 1024})
+            assert done.is_error
+            error = (done.meta or {})["dev.kigi/error"]
+            assert error["kind"] == "frame_too_large"
+            assert error["data"]["limit"] == MAX_FRAME_BYTES_CEILING
+            assert error["data"]["bytes"] > 20 * 1024 * 1024
+            assert str(MAX_FRAME_BYTES_CEILING) in done.content[0].text  # type: ignore[union-attr]
+            size = MAX_FRAME_BYTES_CEILING - 4096
+            whole = await client.call_tool("big", {"size": size})
+            assert not whole.is_error
+            assert whole.content[0].text == "x" * size  # type: ignore[union-attr]
 
     run_within(body(), WAIT_S)
 

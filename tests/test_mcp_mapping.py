@@ -7,10 +7,11 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import (
+    MAX_FRAME_BYTES_CEILING,
     CustomProgress,
     PartialResultPayload,
     TextProgress,
@@ -33,6 +34,7 @@ from kigi_tool_runtime import (
 )
 from kigi_tool_runtime._call._heartbeat import Beat
 from kigi_tool_runtime._call._queue import Taken
+from kigi_tool_runtime._text import text_bytes
 from kigi_tool_runtime.mcp import (
     META_ERROR,
     META_FRAME,
@@ -49,6 +51,7 @@ from kigi_tool_runtime.mcp._mapping import (
     heartbeat_params,
     notification_from_progress,
     progress_params,
+    response_envelope_bytes,
     result_from_terminal,
     root_object_schema,
 )
@@ -177,10 +180,27 @@ def _frame(delta: str, total: int, kind: str = "k") -> ToolCallProgressFrame[Any
 
 
 @given(st.text(max_size=40))
-def test_a_delta_frame_counts_its_deltas_utf8_bytes(delta: str) -> None:
+def test_a_delta_frame_counts_its_deltas_utf8_bytes_or_its_memory(delta: str) -> None:
     """A delta counts its UTF-8 bytes (a lone surrogate too: it is the mapping's
-    to replace), not its encoded body."""
-    assert frame_size(_frame(delta, 0)) == len(delta.encode("utf-8", "surrogatepass"))
+    to replace), not its encoded body, or the bytes its text takes in memory
+    where that is more; ASCII counts its length exactly."""
+    utf8 = len(delta.encode("utf-8", "surrogatepass"))
+    assert frame_size(_frame(delta, 0)) == max(utf8, text_bytes(delta))
+    assert text_bytes(delta) >= len(delta)
+    if delta.isascii():
+        assert frame_size(_frame(delta, 0)) == len(delta)
+
+
+@given(st.text(st.characters(max_codepoint=0x7F), max_size=200), st.sampled_from("😀𝄞"))
+def test_one_astral_character_makes_a_delta_count_4_bytes_a_character(
+    ascii_text: str, astral: str
+) -> None:
+    """A binary flood's text: ASCII and replacement characters beside one
+    character past U+FFFF takes 4 bytes a character in memory, and counts them,
+    though its UTF-8 is far shorter."""
+    delta = ascii_text + "\ufffd" * 10 + astral
+    assert frame_size(_frame(delta, 0)) >= 4 * len(delta)
+    assert len(delta.encode()) < 4 * len(delta)
 
 
 def test_another_frame_counts_its_encoded_body_and_json_must_carry_it() -> None:
@@ -357,6 +377,37 @@ def test_a_tool_error_is_an_error_result_with_the_kigi_code() -> None:
     )
     assert timeout["_meta"][META_ERROR]["data"]["tool_id"] == "bash"
     assert "dropped" in timeout["content"][0]["text"]
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.integers(-200, 200),
+    st.one_of(st.integers(0, 2**53), st.text(max_size=40)),
+)
+def test_a_result_is_sent_only_when_its_line_fits_the_ceiling(
+    over: int, request_id: int | str
+) -> None:
+    """A result whose response line (the envelope with ``request_id`` around
+    it) would be ``over`` bytes past the ceiling ends with ``frame_too_large``
+    saying its size when ``over > 0``; otherwise it is the result, and its
+    line is within the ceiling."""
+    envelope = response_envelope_bytes(request_id)
+    summary = StreamSummary(0, 0, False)
+    empty = result_from_terminal(ToolResult.text(""), _Reader(), summary, envelope_bytes=envelope)
+    size = MAX_FRAME_BYTES_CEILING - len(msgspec.json.encode(empty)) - envelope + over
+    result = result_from_terminal(
+        ToolResult.text("x" * size), _Reader(), summary, envelope_bytes=envelope
+    )
+    if over > 0:
+        assert result["isError"] is True
+        error = result["_meta"][META_ERROR]
+        assert error["kind"] == "frame_too_large"
+        assert error["data"]["bytes"] == MAX_FRAME_BYTES_CEILING + over
+        assert error["data"]["limit"] == MAX_FRAME_BYTES_CEILING
+    else:
+        assert result["isError"] is False
+        line = msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "result": result})
+        assert len(line) + 1 == MAX_FRAME_BYTES_CEILING + over
 
 
 def test_shell_args_schema_is_what_the_tool_decodes() -> None:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kigi_tool_protocol import CustomProgress, TextProgress, ToolCapabilities
+from kigi_tool_protocol import CustomProgress, PartialResultPayload, TextProgress, ToolCapabilities
 from kigi_tool_runtime import (
     RunStats,
     ShellTool,
@@ -33,9 +33,11 @@ from kigi_tool_runtime._tools._result import non_finite_error, non_finite_path
 from kigi_tool_runtime._tools._runner import (
     AFTER_TERMINAL_WAIT_S,
     CHANNEL_DEPTH,
+    CHANNEL_TEXT_BYTES,
     MAX_ITEMS_AFTER_TERMINAL,
     SUPPRESSED_BURST,
     decode_args,
+    item_text_bytes,
 )
 
 #: Every wait in these tests is bounded by this, far above what any of them needs.
@@ -672,6 +674,61 @@ class Flood(Tool[Count]):
             self.yielded += 1
             yield text(i)
         yield ToolResult(value=args.count)
+
+
+class WideFlood(Tool[Count]):
+    """Yields ``count`` 16 KiB deltas of ASCII beside one character past
+    U+FFFF (each character 4 bytes in memory, as a binary flood's text)."""
+
+    id = "wide_flood"
+    args_type = Count
+
+    def __init__(self) -> None:
+        self.yielded = 0
+
+    async def execute(self, ctx: ToolContext, args: Count) -> AsyncIterator[ToolEvent]:
+        for i in range(args.count):
+            self.yielded += 1
+            delta = f"{i:05d}" + "y" * (16 * 1024 - 9) + "😀"
+            yield CustomProgress(
+                subkind="output_chunk",
+                payload=PartialResultPayload(delta=delta, total_bytes=i * 16 * 1024),
+            )
+        yield ToolResult(value=args.count)
+
+
+def test_a_slow_consumer_holds_back_the_tool_within_the_channels_text_bytes() -> None:
+    """A consumer that stalls on deltas of 4-byte characters: the tool runs
+    ahead only as far as :data:`CHANNEL_TEXT_BYTES` of their text in memory
+    (16 such deltas, not the 64 the depth allows), plus the one in hand;
+    nothing is lost."""
+    tool = WideFlood()
+    count = CHANNEL_DEPTH * 2
+    wide = "y" * (16 * 1024 - 4) + "😀"
+    each = item_text_bytes(
+        CustomProgress(subkind="k", payload=PartialResultPayload(delta=wide, total_bytes=0))
+    )
+
+    async def main() -> tuple[list[ToolEvent], int]:
+        items: list[ToolEvent] = []
+        ahead = 0
+        async with asyncio.timeout(PATIENCE_S):
+            async for item in run_tool(tool, {"count": count}, ctx=ToolContext("c")):
+                items.append(item)
+                if len(items) == 1:
+                    for _ in range(20):
+                        await asyncio.sleep(0)  # give the tool every chance to run
+                    await asyncio.sleep(0.05)
+                    ahead = tool.yielded - len(items)
+        return items, ahead
+
+    items, ahead = asyncio.run(main())
+    assert each >= 4 * 16 * 1024
+    assert ahead == -(-CHANNEL_TEXT_BYTES // each) + 1  # the text bound reached, one in hand
+    assert ahead < CHANNEL_DEPTH
+    deltas = [item.payload.delta for item in items[:-1]]  # type: ignore[union-attr]
+    assert [int(delta[:5]) for delta in deltas] == list(range(count))
+    assert terminal_of(items) == ToolResult(value=count)
 
 
 def test_a_slow_consumer_holds_back_the_tool_within_the_channel_depth() -> None:

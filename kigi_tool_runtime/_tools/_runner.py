@@ -17,8 +17,10 @@ Rule 3. A run never hangs: a stopped tool (deadline, ``ctx.cancel()``) gets
         its terminal) goes to the event loop's exception handler (logged by
         default), never nowhere.
 Rule 4. Memory between a tool and a slow consumer is bounded: at most
-        :data:`CHANNEL_DEPTH` items wait; past that the tool is paused at its
-        ``yield`` (a streaming tool's own bounded tail keeps the newest bytes).
+        :data:`CHANNEL_DEPTH` items wait, and once their text (a delta's, a
+        text progress item's) takes :data:`CHANNEL_TEXT_BYTES` of memory no
+        more is added; past that the tool is paused at its ``yield`` (a
+        streaming tool's own bounded tail keeps the newest bytes).
 
 The tool runs in a task of its own (the call's task): stopping the call cancels
 that task, so the tool sees ``CancelledError`` at its next ``await``. That task
@@ -42,9 +44,15 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from kigi_tool_protocol import effective_timeout_ms
+from kigi_tool_protocol import (
+    CustomProgress,
+    PartialResultPayload,
+    TextProgress,
+    effective_timeout_ms,
+)
 
 from .._closing import AsyncClosing
+from .._text import text_bytes
 from ._errors import ToolError, ToolErrorKind
 from ._result import non_finite_error
 from ._tool import PROGRESS_TYPES, Tool, ToolContext, ToolEvent, ToolResult
@@ -61,6 +69,11 @@ __all__ = (
 #: pass without a round trip per frame, while a stalled consumer pins at most
 #: 64 frames (about 1 MiB of deltas at the 16 KiB cap) before the tool pauses.
 CHANNEL_DEPTH: Final = 64
+
+#: The memory the text of the items waiting may take (Rule 4): 64 ASCII
+#: deltas at the 16 KiB cap. A delta holding one character past U+FFFF (a
+#: binary flood's text) takes 4 bytes a character, so 64 such would pin 4 MiB.
+CHANNEL_TEXT_BYTES: Final = 1024 * 1024
 
 #: How long a stopped tool may take to clean up before the run ends without it.
 #: The shell tool needs its SIGTERM grace plus its bounded pipe drain (about 3 s
@@ -106,34 +119,55 @@ class _Closed:
 _CLOSED: Final = _Closed()
 
 
+def item_text_bytes(item: object) -> int:
+    """The memory the text of a waiting item takes (Rule 4): a delta's or a
+    text progress item's; 0 for anything else."""
+    kind = type(item)
+    if kind is CustomProgress:
+        payload = item.payload  # type: ignore[attr-defined]
+        return text_bytes(payload.delta) if type(payload) is PartialResultPayload else 0
+    if kind is TextProgress:
+        return text_bytes(item.text)  # type: ignore[attr-defined]
+    return 0
+
+
 class _Channel:
-    """A bounded single-producer, single-consumer handoff of tool events."""
+    """A bounded single-producer, single-consumer handoff of tool events: at
+    most ``depth`` items, and no item added once their text takes
+    ``text_limit`` bytes (Rule 4)."""
 
-    __slots__ = ("_closed", "_depth", "_getter", "_items", "_putter")
+    __slots__ = ("_closed", "_depth", "_getter", "_items", "_putter", "_text", "_text_limit")
 
-    def __init__(self, depth: int) -> None:
+    def __init__(self, depth: int, text_limit: int = CHANNEL_TEXT_BYTES) -> None:
         self._items: deque[ToolEvent] = deque()
         self._depth = depth
+        self._text = 0
+        self._text_limit = text_limit
         self._closed = False
         self._getter: asyncio.Future[None] | None = None
         self._putter: asyncio.Future[None] | None = None
 
+    def _full(self) -> bool:
+        return len(self._items) >= self._depth or self._text >= self._text_limit
+
     def offer(self, item: ToolEvent) -> bool:
         """Hand ``item`` over without waiting if there is room (the hot path)."""
-        if len(self._items) >= self._depth or self._closed:
+        if self._full() or self._closed:
             return False
         self._items.append(item)
+        self._text += item_text_bytes(item)
         getter = self._getter  # _wake, inlined: this runs once per frame
         if getter is not None and not getter.done():
             getter.set_result(None)
         return True
 
     async def put(self, item: ToolEvent) -> None:
-        while len(self._items) >= self._depth and not self._closed:
+        while self._full() and not self._closed:
             self._putter = asyncio.get_running_loop().create_future()
             await self._putter
         if not self._closed:
             self._items.append(item)
+            self._text += item_text_bytes(item)
             _wake(self._getter)
 
     def take(self) -> ToolEvent | None:
@@ -141,6 +175,7 @@ class _Channel:
         if not self._items:
             return None
         item = self._items.popleft()
+        self._text -= item_text_bytes(item)
         putter = self._putter  # _wake, inlined: this runs once per frame
         if putter is not None and not putter.done():
             putter.set_result(None)
@@ -153,6 +188,7 @@ class _Channel:
             self._getter = asyncio.get_running_loop().create_future()
             await self._getter
         item = self._items.popleft()
+        self._text -= item_text_bytes(item)
         _wake(self._putter)
         return item
 

@@ -104,17 +104,36 @@ def _is_watchable(fd: int, events: int) -> bool:
     return True
 
 
-async def open_stdio() -> tuple[asyncio.StreamReader, Sink]:
+class _WireOutput(asyncio.streams.FlowControlMixin):
+    """The output pipe's protocol: flow control (a ``drain`` waits while the
+    pipe is full and fails once it is gone), and ``lost`` set when the peer
+    closed its end or a write failed."""
+
+    def __init__(self, lost: asyncio.Future[None] | None) -> None:
+        super().__init__()
+        self._lost = lost
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+
+
+async def open_stdio(
+    *, limit: int = 2**16, lost: asyncio.Future[None] | None = None
+) -> tuple[asyncio.StreamReader, Sink]:
     """The wire (this process's stdin and stdout, or their fenced copies:
-    Rule 4) as an asyncio reader and a writer (pipes, sockets and terminals
-    natively; regular files and devices the loop cannot watch with blocking
-    I/O: Rule 3).
+    Rule 4) as an asyncio reader (buffering ``limit`` bytes) and a writer
+    (pipes, sockets and terminals natively; regular files and devices the loop
+    cannot watch with blocking I/O: Rule 3). ``lost`` is set when the output
+    goes away (its reader closed its end; the loop sees it on a pipe or a
+    socket).
 
     Raises:
         OSError: stdin or stdout is closed.
     """
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
+    reader = asyncio.StreamReader(limit=limit)
     stdin_fd, stdout_fd = stdio_wire()
     if _is_watchable(stdin_fd, selectors.EVENT_READ):
         await loop.connect_read_pipe(
@@ -129,7 +148,7 @@ async def open_stdio() -> tuple[asyncio.StreamReader, Sink]:
     sink: Sink
     if _is_watchable(stdout_fd, selectors.EVENT_WRITE):
         transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, os.fdopen(stdout_fd, "wb", closefd=False)
+            lambda: _WireOutput(lost), os.fdopen(stdout_fd, "wb", closefd=False)
         )
         sink = asyncio.StreamWriter(transport, protocol, None, loop)
     else:  # a regular file, or a device the loop cannot watch (Rule 3)

@@ -10,6 +10,9 @@ Needs the ``acp`` extra (``agent-client-protocol``, the ACP Python SDK 0.12):
   (:class:`LiveOutput`): ``terminal_output_delta`` appends,
   ``terminal_output`` replacements of the retained tail, or plain ``content``
   updates; every loss is marked, and resynchronised where the client replaces.
+- :func:`run_agent` serves an agent on stdin and stdout in place of the SDK's
+  ``acp.run_agent``: the wire fenced from what tools print, and the agent
+  ended, its calls stopped, when its editor goes away.
 - :class:`ToolCallMapper` is the sans-IO mapping under it.
 """
 
@@ -41,6 +44,7 @@ from ._mapping import (
     Pacing,
     ToolCallMapper,
 )
+from ._stdio import run_agent
 
 __all__: tuple[str, ...] = (
     "DEFAULT_TAIL_BYTES",
@@ -58,5 +62,6 @@ __all__: tuple[str, ...] = (
     "SessionUpdates",
     "ToolCallMapper",
     "is_cancelled",
+    "run_agent",
     "run_tool_call",
 )

@@ -25,6 +25,10 @@ Rule 4. Every terminal maps to one ``CallToolResult``: the model-facing text in
         declares a result type, ``isError`` with the kigi error code, kind and
         message for a ``ToolError``, and the progress stream's loss summary
         under ``_meta[META_STREAM]`` (and in the text when frames were dropped).
+        A result whose response line would pass ``MAX_FRAME_BYTES_CEILING``
+        (the line limit of every kigi peer) is never sent: the call ends with
+        the ``frame_too_large`` error result instead, saying both sizes, as on
+        the stdio wire.
 Rule 5. A call's ``message`` texts are in the server's message mode
         (``_call/_status``): ``"status"`` (the default, for hosts that show
         the latest message in place of the last: Claude Code, VS Code) says the
@@ -52,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import msgspec
 
 from kigi_tool_protocol import (
+    MAX_FRAME_BYTES_CEILING,
     METHOD_TOOL_CALL_PROGRESS,
     JsonRpcNotification,
     PartialResultPayload,
@@ -348,10 +353,26 @@ class StreamSummary(NamedTuple):
         )
 
 
+#: The JSON-RPC response line around a result, without its ``id``:
+#: ``{"jsonrpc":"2.0","id":,"result":}`` and the newline.
+RESPONSE_ENVELOPE_BYTES: Final = len(b'{"jsonrpc":"2.0","id":,"result":}\n')
+
+
+def response_envelope_bytes(request_id: str | int | None) -> int:
+    """The bytes of the response line around the result of ``request_id``."""
+    return RESPONSE_ENVELOPE_BYTES + len(msgspec.json.encode(request_id))
+
+
 def result_from_terminal(
-    terminal: ToolResult | ToolError, tool: Tool[Any], summary: StreamSummary
+    terminal: ToolResult | ToolError,
+    tool: Tool[Any],
+    summary: StreamSummary,
+    *,
+    envelope_bytes: int = RESPONSE_ENVELOPE_BYTES,
 ) -> dict[str, Any]:
-    """The ``CallToolResult`` (wire spelling) for a call's terminal (Rule 4).
+    """The ``CallToolResult`` (wire spelling) for a call's terminal (Rule 4);
+    ``envelope_bytes`` is the response line around it
+    (:func:`response_envelope_bytes`), counted against the ceiling.
 
     Raises:
         WireError: the value holds something JSON cannot carry.
@@ -366,7 +387,20 @@ def result_from_terminal(
     if tool.result_type is not None and terminal.kind == "json":
         result["structuredContent"] = msgspec.to_builtins(terminal.value)
     result["_meta"] = {META_STREAM: summary.to_meta()}
+    size = _encoded_bytes(result)
+    if size is not None and size + envelope_bytes > MAX_FRAME_BYTES_CEILING:
+        too_large = ToolError.frame_too_large(size + envelope_bytes, MAX_FRAME_BYTES_CEILING)
+        return error_result(too_large, tool.id, summary)
     return result
+
+
+def _encoded_bytes(result: dict[str, Any]) -> int | None:
+    """The bytes ``result`` takes as compact JSON, or ``None`` when JSON cannot
+    carry it (a lone surrogate): that fails where it is sent, as before."""
+    try:
+        return len(msgspec.json.encode(result))
+    except (msgspec.EncodeError, UnicodeEncodeError, TypeError, ValueError):
+        return None
 
 
 def error_result(error: ToolError, tool_id: str, summary: StreamSummary) -> dict[str, Any]:

@@ -3,8 +3,12 @@ budget, what a frame counts against it, and the frame as it is sent (sans-IO).
 
 Invariants:
 
-Rule 1. A delta frame counts its delta's UTF-8 bytes, any other frame its
-        encoded body (:func:`frame_size`); a frame JSON cannot carry (its kind,
+Rule 1. A delta frame counts its delta's UTF-8 bytes or the bytes its text
+        takes in memory, whichever is more; any other frame its encoded body
+        (:func:`frame_size`). A text holding one character past U+FFFF stores
+        every character in 4 bytes: the ASCII and replacement characters of
+        a binary flood would otherwise fill a budget counted in UTF-8 bytes
+        with up to 4 times its size. A frame JSON cannot carry (its kind,
         or a non-delta body) is never queued: its call ends with the
         ``internal_error`` every server gives (``_call/_frame_check`` Rule 1).
 Rule 3. A frame whose counted bytes pass ``MAX_FRAME_BYTES_CEILING`` (the
@@ -25,6 +29,7 @@ from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING, PartialResultPayload, To
 
 from .._call._frame_check import encoded_body, unsendable
 from .._call._queue import Taken
+from .._text import text_bytes
 from .._tools._errors import ToolError
 
 # OUTBOX_BYTES is the package's; frame_size and sent_frame are the server's plumbing.
@@ -49,9 +54,12 @@ def frame_size(frame: ToolCallProgressFrame[Any]) -> int:
             frame.kind.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise unsendable(frame, exc) from None
-        size = len(body.delta.encode("utf-8", "surrogatepass"))
-    else:
-        size = len(encoded_body(frame))
+        delta = body.delta
+        size = len(delta.encode("utf-8", "surrogatepass"))
+        if size > MAX_FRAME_BYTES_CEILING:
+            raise ToolError.frame_too_large(size, MAX_FRAME_BYTES_CEILING)  # Rule 3
+        return max(size, text_bytes(delta))  # Rule 1
+    size = len(encoded_body(frame))
     if size > MAX_FRAME_BYTES_CEILING:
         raise ToolError.frame_too_large(size, MAX_FRAME_BYTES_CEILING)  # Rule 3
     return size

@@ -102,6 +102,7 @@ from ._mapping import (
     heartbeat_params,
     mcp_tool_name,
     progress_params,
+    response_envelope_bytes,
     result_from_terminal,
     tool_definition,
 )
@@ -369,7 +370,8 @@ class McpToolServer:
             summary = StreamSummary(
                 numbering.sent, queue.dropped, channel is not None, numbering.beats
             )
-            result = result_from_terminal(terminal, tool, summary)
+            envelope = response_envelope_bytes(ctx.request_id)
+            result = result_from_terminal(terminal, tool, summary, envelope_bytes=envelope)
             return types.CallToolResult.model_validate(result, by_name=False)
         # Rule 11: the host's HTTP stream closed and the call was cancelled; this
         # answer has nowhere to go (the SDK drops it).
