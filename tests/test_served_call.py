@@ -165,9 +165,16 @@ def test_an_error_end_is_said_without_a_traceback() -> None:
     error = ToolError("execution", "it broke")
     end = CallEnd.of("c1", "echo", error, None, frames=0)
     assert not end.ok
-    assert end.error is error
+    assert end.error is not None
+    # The end names the tool; the error made is immutable, so never changed.
+    assert (end.error.kind, end.error.message, end.error.tool_id) == (
+        "execution",
+        "it broke",
+        "echo",
+    )
+    assert error.tool_id is None
     assert end.value is None
-    assert end.text == f"execution error ({error.code}): it broke"
+    assert end.text == f"execution error ({end.error.code}): it broke"
     assert end.complete
     assert end.loss_json()["frames"] == 0
 
