@@ -87,6 +87,7 @@ def test_one_loss_line_says_the_gaps_and_the_dropped_frames() -> None:
     end = CallEnd.of("c1", "t", ToolResult(value="ok"), report, frames=2, dropped=2)
     assert end.text == f"ok\n[kigi: {gap}; {dropped}]"
     failed = end.failed(ToolError.frame_too_large(9, 5))
-    assert failed.error is not None and failed.error.tool_id == "t"
+    assert failed.error is not None
+    assert failed.error.tool_id == "t"
     assert failed.text.endswith(f"\n[kigi: {gap}; {dropped}]")
     assert (failed.frames, failed.dropped, failed.report) == (2, 2, report)

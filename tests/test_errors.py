@@ -287,6 +287,13 @@ def test_an_error_is_immutable_once_made(wire: ToolErrorWire) -> None:
     assert ToolError.from_wire(wire).to_wire() == wire  # nothing was changed
 
 
+def _raise_from(error: ToolError) -> None:
+    try:
+        raise ValueError("under")
+    except ValueError as cause:
+        raise error from cause
+
+
 def test_a_copy_keeps_its_type_and_the_exception_machinery_still_works() -> None:
     """A subclass stays itself through ``with_tool_id``; raising it, chaining it
     and adding a note (the interpreter's own attributes) still work."""
@@ -298,13 +305,11 @@ def test_a_copy_keeps_its_type_and_the_exception_machinery_still_works() -> None
     assert (named.tool_id, error.tool_id) == ("bash", None)
     assert named.with_tool_id("other") is named
     with pytest.raises(CommandNotStarted) as caught:
-        try:
-            raise ValueError("under")
-        except ValueError as cause:
-            raise named from cause
+        _raise_from(named)
     caught.value.add_note("a note")
     assert isinstance(caught.value.__cause__, ValueError)
     assert caught.value.__notes__ == ["a note"]
+    assert caught.value.__traceback__ is not None
 
 
 def test_a_frame_too_large_error_says_it_in_the_hosts_words() -> None:

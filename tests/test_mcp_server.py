@@ -15,7 +15,6 @@ from mcp.shared.exceptions import MCPError
 
 from kigi_tool_protocol import (
     CustomProgress,
-    PartialResultPayload,
     StreamingSpec,
     TextProgress,
     ToolCapabilities,

@@ -120,7 +120,8 @@ def non_finite_error(result: ToolResult) -> ToolError | None:
     path, number = found
     return ToolError(
         "internal_error",
-        f"the result holds {number!r} at {path}, which JSON cannot carry (a number must be finite)",
+        f"the result holds {number!r} at {path}, which JSON cannot carry"
+        " (a number must be finite)",
     )
 
 

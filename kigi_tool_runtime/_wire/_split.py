@@ -93,7 +93,9 @@ class LineSplitter:
                 return out
             length = held + nl
             if self._skipped or length > limit:
-                out.append(OversizedLine(length, limit, self._head))
+                out.append(
+                    OversizedLine(length, limit, self._head)
+                )
                 self._head = b""
             else:
                 buf += memoryview(chunk)[:nl]
