@@ -354,6 +354,9 @@ def test_cancel_reaches_the_worker(nats_server: NatsServer) -> None:
             with pytest.raises(RemoteToolError) as caught:
                 await call.result()
             assert caught.value.kind == "cancelled"
+            # The caller's cancel, not the worker's shutdown: said as the runner says it.
+            assert caught.value.message.endswith("was cancelled"), caught.value.message
+            assert "by server" not in caught.value.message
         finally:
             await fleet.close()
 

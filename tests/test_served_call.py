@@ -255,13 +255,14 @@ async def test_a_cancelled_served_call_ends_cancelled_with_no_process_left() -> 
     async with asyncio.timeout(30):
         async with ServedCall(tool, ShellArgs(command="echo $$; sleep 30"), call_id="c1") as call:
             pgid = await _pgid_from(call)
-            call.cancel()
+            call.cancel("the user pressed stop")
             async for _ in call:
                 pass
         await until_group_gone(pgid)
     error = call.end.error
     assert error is not None
     assert error.kind.value == "cancelled"
+    assert error.message == "the user pressed stop"  # made so, never rewritten
 
 
 async def test_the_host_task_cancelled_stops_the_process_group() -> None:

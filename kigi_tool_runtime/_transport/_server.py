@@ -534,7 +534,7 @@ class Server:
                 dropped=queue.dropped,
             )
             final = _final_line(request_id, session_id, end)
-        except Exception as exc:  # the run could not be made: still answer the call
+        except Exception as exc:  # the run failed outside the tool: still answer the call
             end = CallEnd.of(ctx.call_id, tool.id, _failed_to_answer(exc), None, frames=0)
             final = end_line(request_id, session_id, end)
         finally:

@@ -773,7 +773,7 @@ class Worker:
             return
         running = self._running.get(parsed[0])
         if running is not None:
-            running.ctx.cancel(SERVER_CANCEL_MESSAGE)  # Rule 5: said so the first time
+            running.ctx.cancel()
 
     async def _beat_loop(self) -> None:
         while True:
