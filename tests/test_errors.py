@@ -264,3 +264,59 @@ def test_an_unknown_error_kind_is_refused() -> None:
     """Kinds are a closed set."""
     with pytest.raises(ValueError, match="'rate_limited' is not a valid ToolErrorKind"):
         ToolError("rate_limited", "slow down")
+
+
+# -- immutability --------------------------------------------------------------------
+
+
+@given(wire_values(ToolErrorWire))
+def test_an_error_is_immutable_once_made(wire: ToolErrorWire) -> None:
+    """No attribute of a made error can be assigned or deleted (its message is
+    made right the first time); ``with_tool_id`` gives a copy naming the tool
+    when it named none, of the same type and wire, and leaves the error as it was."""
+    error = ToolError.from_wire(wire)
+    for name in ("message", "kind", "tool_id", "details", "anything"):
+        with pytest.raises(AttributeError, match="immutable"):
+            setattr(error, name, "changed")
+    with pytest.raises(AttributeError, match="immutable"):
+        del error.message
+    named = error.with_tool_id("other")
+    assert named.to_wire() == wire if error.tool_id is not None else named.tool_id == "other"
+    assert type(named) is ToolError
+    assert (named.kind, named.message) == (error.kind, error.message)
+    assert ToolError.from_wire(wire).to_wire() == wire  # nothing was changed
+
+
+def _raise_from(error: ToolError) -> None:
+    try:
+        raise ValueError("under")
+    except ValueError as cause:
+        raise error from cause
+
+
+def test_a_copy_keeps_its_type_and_the_exception_machinery_still_works() -> None:
+    """A subclass stays itself through ``with_tool_id``; raising it, chaining it
+    and adding a note (the interpreter's own attributes) still work."""
+    from kigi_tool_runtime._tools._command import CommandNotStarted
+
+    error = CommandNotStarted("no such program")
+    named = error.with_tool_id("bash")
+    assert isinstance(named, CommandNotStarted)
+    assert (named.tool_id, error.tool_id) == ("bash", None)
+    assert named.with_tool_id("other") is named
+    with pytest.raises(CommandNotStarted) as caught:
+        _raise_from(named)
+    caught.value.add_note("a note")
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert caught.value.__notes__ == ["a note"]
+    assert caught.value.__traceback__ is not None
+
+
+def test_a_frame_too_large_error_says_it_in_the_hosts_words() -> None:
+    """A host's own sentence is given when the error is made, never set after."""
+    error = ToolError.frame_too_large(10, 5, "the result is 10 bytes; the server takes 5")
+    assert error.message == "the result is 10 bytes; the server takes 5"
+    assert (error.frame_bytes, error.limit) == (10, 5)
+    assert (
+        ToolError.frame_too_large(10, 5).message == "a frame of 10 bytes exceeds the 5-byte limit"
+    )

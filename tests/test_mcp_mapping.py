@@ -33,6 +33,7 @@ from kigi_tool_runtime import (
     ToolResult,
 )
 from kigi_tool_runtime._call._heartbeat import Beat
+from kigi_tool_runtime._call._outcome import CallEnd
 from kigi_tool_runtime._call._queue import Taken
 from kigi_tool_runtime._text import text_bytes
 from kigi_tool_runtime.mcp import (
@@ -95,9 +96,10 @@ def test_progress_strictly_increases_and_folds_like_stdio_lines(
     numbering = ProgressNumbering()
     via_mcp, via_stdio = Reassembler(), Reassembler()
     last = 0.0
-    for frame, _ in frames:
-        seq = numbering.take()
+    for seq, (frame, _) in enumerate(frames):  # numbered as the call's queue takes them
+        progress = numbering.frame(seq)
         params = progress_params("tok", seq, frame)
+        assert params["progress"] == progress
         # What the host receives went through JSON on the wire.
         params = msgspec.json.decode(msgspec.json.encode(params))
         assert params["progress"] > last
@@ -326,7 +328,9 @@ def test_a_shell_result_has_the_excerpt_the_value_and_the_stream_summary() -> No
     """content is the output excerpt and a status line, structuredContent the
     outcome, _meta the stream summary; dropped frames are said in the text."""
     result = result_from_terminal(
-        ToolResult(value=_outcome()), ShellTool(), StreamSummary(4, 0, True)
+        CallEnd.of("c", "bash", ToolResult(value=_outcome()), None, frames=4),
+        ShellTool(),
+        requested=True,
     )
     assert result["isError"] is False
     assert result["content"][0]["text"] == "hi\n\n[exit code 0; 3 bytes of output; 5 ms]"
@@ -339,11 +343,18 @@ def test_a_shell_result_has_the_excerpt_the_value_and_the_stream_summary() -> No
         "last_progress": 4,
     }
     lossy = result_from_terminal(
-        ToolResult(
-            value=_outcome(signal="SIGKILL", exit_code=None, timed_out=True, omitted_bytes=9)
+        CallEnd.of(
+            "c",
+            "bash",
+            ToolResult(
+                value=_outcome(signal="SIGKILL", exit_code=None, timed_out=True, omitted_bytes=9)
+            ),
+            None,
+            frames=4,
+            dropped=2,
         ),
         ShellTool(),
-        StreamSummary(4, 2, True),
+        requested=True,
     )
     text = lossy["content"][0]["text"]
     assert "killed by SIGKILL, timed out" in text
@@ -354,17 +365,27 @@ def test_a_shell_result_has_the_excerpt_the_value_and_the_stream_summary() -> No
 
 def test_a_tool_without_a_result_type_has_no_structured_content() -> None:
     """Only a declared result type gives structuredContent; other values are JSON text."""
-    result = result_from_terminal(ToolResult(value={"a": 1}), _Reader(), StreamSummary(0, 0, False))
+    result = result_from_terminal(
+        CallEnd.of("c", "reader", ToolResult(value={"a": 1}), None, frames=0),
+        _Reader(),
+        requested=False,
+    )
     assert "structuredContent" not in result
     assert result["content"][0]["text"] == '{"a":1}'
-    text = result_from_terminal(ToolResult.text("plain"), _Reader(), StreamSummary(0, 0, False))
+    text = result_from_terminal(
+        CallEnd.of("c", "reader", ToolResult.text("plain"), None, frames=0),
+        _Reader(),
+        requested=False,
+    )
     assert text["content"][0]["text"] == "plain"
 
 
 def test_a_tool_error_is_an_error_result_with_the_kigi_code() -> None:
     """isError, the kind, code and message in the text, the wire error in _meta."""
     error = ToolError.invalid_params("bad `command`", details={"path": "$.command"})
-    result = result_from_terminal(error, ShellTool(), StreamSummary(0, 0, False))
+    result = result_from_terminal(
+        CallEnd.of("c", "bash", error, None, frames=0), ShellTool(), requested=False
+    )
     assert result["isError"] is True
     code = error_code_for(error.to_wire())
     assert result["content"][0]["text"] == f"invalid_params error ({code}): bad `command`"
@@ -373,7 +394,11 @@ def test_a_tool_error_is_an_error_result_with_the_kigi_code() -> None:
     assert meta["kind"] == "invalid_params"
     assert meta["data"] == msgspec.json.decode(json_codec.encode(error.to_wire()))
     timeout = result_from_terminal(
-        ToolError("timeout", "too slow", elapsed_ms=5), ShellTool(), StreamSummary(1, 1, True)
+        CallEnd.of(
+            "c", "bash", ToolError("timeout", "too slow", elapsed_ms=5), None, frames=1, dropped=1
+        ),
+        ShellTool(),
+        requested=True,
     )
     assert timeout["_meta"][META_ERROR]["data"]["tool_id"] == "bash"
     assert "dropped" in timeout["content"][0]["text"]
@@ -392,11 +417,14 @@ def test_a_result_is_sent_only_when_its_line_fits_the_ceiling(
     saying its size when ``over > 0``; otherwise it is the result, and its
     line is within the ceiling."""
     envelope = response_envelope_bytes(request_id)
-    summary = StreamSummary(0, 0, False)
-    empty = result_from_terminal(ToolResult.text(""), _Reader(), summary, envelope_bytes=envelope)
+
+    def end(text: str) -> CallEnd:
+        return CallEnd.of("c", "reader", ToolResult.text(text), None, frames=0)
+
+    empty = result_from_terminal(end(""), _Reader(), requested=False, envelope_bytes=envelope)
     size = MAX_FRAME_BYTES_CEILING - len(msgspec.json.encode(empty)) - envelope + over
     result = result_from_terminal(
-        ToolResult.text("x" * size), _Reader(), summary, envelope_bytes=envelope
+        end("x" * size), _Reader(), requested=False, envelope_bytes=envelope
     )
     if over > 0:
         assert result["isError"] is True
@@ -421,9 +449,9 @@ def test_heartbeats_raise_progress_and_leave_the_frames_seq_whole() -> None:
     carries no kigi frame, so a kigi host keeps it as a note."""
     numbering = ProgressNumbering()
     frame = _frame("x", 1)
-    first = progress_params("t", numbering.take(), frame, "x", numbering.last_progress)
+    first = progress_params("t", 0, frame, "x", numbering.frame(0))
     beat = heartbeat_params("t", numbering.beat(), Beat(31.0, 30.5), "running 31 s")
-    second = progress_params("t", numbering.take(), frame, "x", numbering.last_progress)
+    second = progress_params("t", 1, frame, "x", numbering.frame(1))
     assert [first["progress"], beat["progress"], second["progress"]] == [1, 2, 3]
     assert [first["_meta"][META_SEQ], second["_meta"][META_SEQ]] == [0, 1]
     assert beat == {
@@ -436,5 +464,8 @@ def test_heartbeats_raise_progress_and_leave_the_frames_seq_whole() -> None:
     silent = heartbeat_params("t", 3, Beat(1.0, 1.0), None)
     assert "message" not in silent
     assert StreamSummary(2, 0, True, 1).to_meta()["last_progress"] == 3
+    # The seq is the call core's (its queue's): a frame out of its order is a bug.
+    with pytest.raises(ValueError, match="frame seq 5 sent after 2 frames"):
+        numbering.frame(5)
     with pytest.raises(ValueError, match="progress must be >= 1"):
         heartbeat_params("t", 0, Beat(1.0, 1.0), None)

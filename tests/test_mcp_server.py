@@ -13,8 +13,21 @@ from bounded import run_within
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from kigi_tool_protocol import CustomProgress, StreamingSpec, TextProgress, ToolCapabilities
-from kigi_tool_runtime import OutputStream, ShellTool, Tool, ToolContext, ToolEvent, ToolResult
+from kigi_tool_protocol import (
+    CustomProgress,
+    StreamingSpec,
+    TextProgress,
+    ToolCapabilities,
+)
+from kigi_tool_runtime import (
+    OutputStream,
+    ServedCall,
+    ShellTool,
+    Tool,
+    ToolContext,
+    ToolEvent,
+    ToolResult,
+)
 from kigi_tool_runtime.mcp import META_STREAM, McpToolServer, ProgressFolder
 
 SPEC = StreamingSpec(subkind="echo_chunk", max_delta_bytes=4)
@@ -256,3 +269,48 @@ def test_the_counters_count_what_the_queues_dropped(monkeypatch: pytest.MonkeyPa
     assert stats.calls_in_flight == 0
     assert stats.frames_dropped == len(parts) - 2
     assert stats.notifications_sent == 2
+
+
+class Gappy(Tool[EchoArgs]):
+    """Writes 40 bytes into an 8-byte tail before its first drain, so the
+    tail keeps the newest and reports what it skipped as a gap (as the shell
+    tool's tail does under a flood), then returns."""
+
+    id = "gappy"
+    args_type = EchoArgs
+    capabilities = ToolCapabilities(streaming=SPEC)
+
+    async def execute(self, ctx: ToolContext, args: EchoArgs) -> AsyncIterator[ToolEvent]:
+        stream = OutputStream(SPEC, capacity=8, progress=ctx.wants_progress)
+        stream.write(b"x" * 40)
+        for frame in stream.drain():
+            yield frame
+        stream.write(b"end\n")
+        for frame in stream.finish():
+            yield frame
+        yield ToolResult(value="done")
+
+
+def test_the_result_says_a_gap_in_the_output_as_every_host_does() -> None:
+    """A gap in the live output is said in the MCP result's text, in the same
+    line as the in-process hosts' (``ServedCall``: LangGraph, pydantic-ai,
+    ADK, ACP) say it; a call without progress streamed nothing, so lost nothing."""
+    server = McpToolServer([Gappy()])
+    folder = ProgressFolder()
+    line = "[kigi: the live output lost 32 bytes (1 gap)]"
+
+    async def body() -> None:
+        async with Client(server.server, message_handler=folder.message_handler) as client:
+            folded = await folder.call_tool(client, "gappy", {"parts": []})
+            quiet = await client.call_tool("gappy", {"parts": []})
+        async with ServedCall(Gappy(), {"parts": []}, call_id="c1") as call:
+            end = await call.run()
+        (content,) = folded.result.content
+        assert content.type == "text"
+        assert content.text == end.text == f"done\n{line}"
+        assert not folded.complete
+        (plain,) = quiet.content
+        assert plain.type == "text"
+        assert plain.text == "done"
+
+    _run(body)

@@ -354,6 +354,9 @@ def test_cancel_reaches_the_worker(nats_server: NatsServer) -> None:
             with pytest.raises(RemoteToolError) as caught:
                 await call.result()
             assert caught.value.kind == "cancelled"
+            # The caller's cancel, not the worker's shutdown: said as the runner says it.
+            assert caught.value.message.endswith("was cancelled"), caught.value.message
+            assert "by server" not in caught.value.message
         finally:
             await fleet.close()
 
@@ -1378,8 +1381,8 @@ async def _run_on_stand_in(
     )
     claim = Claim(worker=worker.worker_id, delivery=1, request="r")
     running = _Running(ToolContext("c1"), None, claim)  # type: ignore[arg-type]
-    final = await worker._run(tool, params, running, None)
-    return final, running
+    end = await worker._run(tool, params, running, None)
+    return worker._final_line(end, None), running
 
 
 def test_each_message_is_named_by_the_seq_of_its_first_line() -> None:

@@ -555,6 +555,38 @@ def test_ctx_cancel_ends_the_call_with_cancelled() -> None:
     assert tool.cleaned_up
 
 
+def test_the_cancel_reason_is_the_cancelled_errors_message() -> None:
+    """``ctx.cancel(reason)``: the call's ``cancelled`` error says the reason
+    (made so by the runner, never rewritten by a host); the first cancel's
+    reason is kept."""
+    tool = Sleeper()
+    ctx = ToolContext("call-7r")
+
+    async def main() -> list[ToolEvent]:
+        items: list[ToolEvent] = []
+        async with asyncio.timeout(PATIENCE_S):
+            async for item in run_tool(tool, {}, ctx=ctx):
+                items.append(item)
+                ctx.cancel("tool call cancelled by server")
+                ctx.cancel("a later reason")
+        return items
+
+    error = error_of(asyncio.run(main()))
+    assert error.kind is ToolErrorKind.CANCELLED
+    assert error.message == "tool call cancelled by server"
+    assert ctx.cancel_reason == "tool call cancelled by server"
+    before = ToolContext("call-7s")
+    before.cancel("the peer went away")
+    assert error_of(run_all(Sleeper(), ctx=before)[0]).message == "the peer went away"
+
+
+def test_a_deadline_says_why_on_the_context() -> None:
+    """A deadline cancels the context with its reason, for a tool that polls it."""
+    items, run = run_all(Sleeper(), timeout_ms=50)
+    assert error_of(items).kind is ToolErrorKind.TIMEOUT
+    assert run.ctx.cancel_reason == "the call's deadline (50 ms) passed"
+
+
 def test_ctx_cancel_from_another_thread() -> None:
     """``ctx.cancel()`` may come from another thread."""
     tool = Sleeper()
@@ -658,6 +690,28 @@ def test_a_tool_that_ignores_cancellation_cannot_hang_the_run() -> None:
 
     items = asyncio.run(main())
     assert error_of(items).kind is ToolErrorKind.TIMEOUT
+
+
+def test_a_tool_left_running_is_said_by_its_stop_error() -> None:
+    """The stop's error itself says the tool was left running (never added by
+    a host later), and the run says so; a tool that stops in time is not."""
+    tool = Stubborn()
+
+    async def main(run: ToolRun) -> list[ToolEvent]:
+        items = await drive(run)
+        tool.release.set()  # let the abandoned task end before the loop closes
+        await asyncio.sleep(0.05)
+        return items
+
+    stuck = run_tool(tool, {}, ctx=ToolContext("call-12m"), timeout_ms=20, stop_wait=0.1)
+    error = error_of(asyncio.run(main(stuck)))
+    assert error.kind is ToolErrorKind.TIMEOUT
+    assert error.message.endswith("; the tool did not stop within 0.1 s and was left running")
+    assert stuck.left_running
+    quick = run_tool(Sleeper(), {}, ctx=ToolContext("call-12n"), timeout_ms=20, stop_wait=5)
+    stopped = error_of(asyncio.run(main(quick)))
+    assert "left running" not in stopped.message
+    assert not quick.left_running
 
 
 class Flood(Tool[Count]):

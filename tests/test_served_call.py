@@ -165,9 +165,16 @@ def test_an_error_end_is_said_without_a_traceback() -> None:
     error = ToolError("execution", "it broke")
     end = CallEnd.of("c1", "echo", error, None, frames=0)
     assert not end.ok
-    assert end.error is error
+    assert end.error is not None
+    # The end names the tool; the error made is immutable, so never changed.
+    assert (end.error.kind, end.error.message, end.error.tool_id) == (
+        "execution",
+        "it broke",
+        "echo",
+    )
+    assert error.tool_id is None
     assert end.value is None
-    assert end.text == f"execution error ({error.code}): it broke"
+    assert end.text == f"execution error ({end.error.code}): it broke"
     assert end.complete
     assert end.loss_json()["frames"] == 0
 
@@ -248,13 +255,14 @@ async def test_a_cancelled_served_call_ends_cancelled_with_no_process_left() -> 
     async with asyncio.timeout(30):
         async with ServedCall(tool, ShellArgs(command="echo $$; sleep 30"), call_id="c1") as call:
             pgid = await _pgid_from(call)
-            call.cancel()
+            call.cancel("the user pressed stop")
             async for _ in call:
                 pass
         await until_group_gone(pgid)
     error = call.end.error
     assert error is not None
     assert error.kind.value == "cancelled"
+    assert error.message == "the user pressed stop"  # made so, never rewritten
 
 
 async def test_the_host_task_cancelled_stops_the_process_group() -> None:

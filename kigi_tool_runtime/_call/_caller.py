@@ -58,10 +58,13 @@ class RemoteToolError(ToolError):
     the reply's ``error.message`` (or the client's account of the failure).
     """
 
+    wire: ToolErrorWire
+    number: int
+
     def __init__(self, wire: ToolErrorWire, message: str, *, number: int | None = None) -> None:
         self._init_from_wire(wire, message)
-        self.wire = wire
-        self.number = error_code_for(wire) if number is None else number
+        self._set("wire", wire)
+        self._set("number", error_code_for(wire) if number is None else number)
 
     def __repr__(self) -> str:
         return f"RemoteToolError({self.wire.code!r}, {self.message!r})"

@@ -9,12 +9,18 @@ Rule 1. The model reads one text per call (:func:`result_text`,
         of what a tool wrote to its ``Output``, then its value's text unless
         the value is ``None``; a string as is; any other value as JSON; an
         error as ``"KIND error (CODE): message"``. Never a traceback.
-Rule 2. When the live output lost bytes, the model's text ends with one line
-        saying so (:func:`loss_line`): a host's model is never told an output
-        was whole when its live text had a hole.
+Rule 2. When the live output lost bytes, or the host dropped frames of it,
+        the model's text ends with one line saying both (:func:`loss_line`):
+        a host's model is never told an output was whole when its live text
+        had a hole, and every host says it in the same words.
 Rule 3. :meth:`CallEnd.loss_json` is the loss report as JSON values, for a
         host's artifact or metadata: ``complete`` is false whenever anything
         was lost, and every gap says where it was and how many bytes it lost.
+Rule 4. :class:`CallEnd` is the only end of a call, whatever serves it (the
+        stdio server, the MCP server, the NATS worker, the in-process hosts):
+        each builds it with :meth:`CallEnd.of` and sends what it says; a host
+        that cannot send a result (too large for its wire, not encodable)
+        ends the call with :meth:`CallEnd.failed`, the same loss said.
 """
 
 from __future__ import annotations
@@ -78,7 +84,7 @@ def error_text(error: ToolError, tool_id: str | None = None) -> str:
     """The text a model reads for a failed call (Rule 1); ``tool_id`` names
     the tool when the error does not yet."""
     if tool_id is not None:
-        error.with_tool_id(tool_id)
+        error = error.with_tool_id(tool_id)
     return f"{error.kind.value} error ({error.code}): {error.message}"
 
 
@@ -89,21 +95,29 @@ def _lost(report: LossReport) -> str:
     return plural(high, "byte", "bytes") if low == high else f"{low}-{high} bytes"
 
 
-def loss_line(report: LossReport | None) -> str | None:
-    """One line for the model when the live output lost bytes (Rule 2), else ``None``."""
-    if report is None or report.complete:
-        return None
+def loss_line(report: LossReport | None, dropped: int = 0) -> str | None:
+    """One line for the model when the live output lost bytes, or the host
+    dropped ``dropped`` frames of it, saying both (Rule 2); else ``None``.
+
+    Raises:
+        ValueError: ``dropped`` is negative.
+    """
+    if dropped < 0:
+        raise ValueError(f"dropped must be >= 0 frames, got {dropped}")
     parts = []
-    if report.gaps or report.unseen_bytes:
-        gaps = plural(len(report.gaps), "gap", "gaps")
-        parts.append(f"the live output lost {_lost(report)} ({gaps})")
-    if report.truncated:
-        parts.append("it was truncated at the output limit")
-    if report.anomalies:
-        parts.append(plural(len(report.anomalies), "frame anomaly", "frame anomalies"))
-    if not parts:
-        parts.append("the live output was not complete")
-    return f"[kigi: {'; '.join(parts)}]"
+    if report is not None and not report.complete:
+        if report.gaps or report.unseen_bytes:
+            gaps = plural(len(report.gaps), "gap", "gaps")
+            parts.append(f"the live output lost {_lost(report)} ({gaps})")
+        if report.truncated:
+            parts.append("it was truncated at the output limit")
+        if report.anomalies:
+            parts.append(plural(len(report.anomalies), "frame anomaly", "frame anomalies"))
+        if not parts:
+            parts.append("the live output was not complete")
+    if dropped:
+        parts.append(f"{dropped} progress frame(s) were dropped because the host read too slowly")
+    return f"[kigi: {'; '.join(parts)}]" if parts else None
 
 
 def loss_json(report: LossReport | None) -> dict[str, Any]:
@@ -156,7 +170,8 @@ class CallEnd:
     ``None``); ``text`` the model's text (Rules 1, 2); ``closing`` the text a
     text-only host appends after the last delta (``LiveText.finish``);
     ``report`` the output stream's loss report (``None``: no frame);
-    ``frames`` how many frames the call streamed.
+    ``frames`` how many frames the call streamed; ``dropped`` how many of them
+    the host dropped for a reader that stopped taking them.
     """
 
     call_id: str
@@ -166,6 +181,7 @@ class CallEnd:
     closing: str
     report: LossReport | None
     frames: int
+    dropped: int = 0
 
     @classmethod
     def of(
@@ -176,11 +192,17 @@ class CallEnd:
         report: LossReport | None,
         *,
         frames: int,
+        dropped: int = 0,
         closing: str = "",
     ) -> CallEnd:
-        """The end of a call whose run ended with ``terminal``. A result whose
-        value JSON cannot carry ends the call with an ``internal_error`` (the
-        tool broke its contract), never with an exception out of the host."""
+        """The end of a call whose run ended with ``terminal`` (Rule 4). A
+        result whose value JSON cannot carry ends the call with an
+        ``internal_error`` (the tool broke its contract), never with an
+        exception out of the host.
+
+        Raises:
+            ValueError: ``dropped`` is negative.
+        """
         if isinstance(terminal, ToolResult):
             try:
                 text = result_text(terminal)
@@ -191,11 +213,25 @@ class CallEnd:
                     tool_id=tool_id,
                 )
         if isinstance(terminal, ToolError):
-            text = error_text(terminal, tool_id)
-        line = loss_line(report)
+            terminal = terminal.with_tool_id(tool_id)  # a copy when it named none
+            text = error_text(terminal)
+        line = loss_line(report, dropped)
         if line is not None:
             text = f"{text}\n{line}"
-        return cls(call_id, tool_id, terminal, text, closing, report, frames)
+        return cls(call_id, tool_id, terminal, text, closing, report, frames, dropped)
+
+    def failed(self, error: ToolError) -> CallEnd:
+        """This call ended with ``error`` instead: its host could not send the
+        end it had (Rule 4); the output's loss is said as before."""
+        return CallEnd.of(
+            self.call_id,
+            self.tool_id,
+            error,
+            self.report,
+            frames=self.frames,
+            dropped=self.dropped,
+            closing=self.closing,
+        )
 
     @property
     def ok(self) -> bool:

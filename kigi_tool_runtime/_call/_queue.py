@@ -133,6 +133,14 @@ class CallQueue(Generic[T, R]):
         return self._seq
 
     @property
+    def next_seq(self) -> int:
+        """The ``seq`` the next item offered is taken with, when nothing is
+        dropped before it is taken (always, under a policy that never drops):
+        for a host that writes the number into the item as it is made
+        (Rule 1 numbers it; the host reuses the number)."""
+        return self._seq + len(self._items)
+
+    @property
     def finished(self) -> bool:
         """The reply is set (:meth:`finish`)."""
         return self._reply is not None or self._replied

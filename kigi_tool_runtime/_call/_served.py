@@ -140,9 +140,11 @@ class ServedCall(AsyncClosing):
     def ended(self) -> bool:
         return self._end is not None
 
-    def cancel(self) -> None:
-        """Cancel the call (Rule 4). Idempotent."""
-        self._ctx.cancel()
+    def cancel(self, reason: str | None = None) -> None:
+        """Cancel the call (Rule 4); ``reason`` (why it was stopped) is its
+        ``cancelled`` error's message (``ToolContext.cancel``). Idempotent:
+        the first reason is kept."""
+        self._ctx.cancel(reason)
 
     def __aiter__(self) -> AsyncIterator[LiveDelta]:
         if self._gen is None:
@@ -173,9 +175,8 @@ class ServedCall(AsyncClosing):
                         if isinstance(item, ToolResult | ToolError):
                             terminal = item
                             break
-                        delta = live.add(item, seq)
-                        seq += 1
-                        yield delta
+                        # The seq its queue took it with: the call's one number.
+                        yield live.add(item.item, item.seq)
             else:
                 async with self._run as run:
                     async for event in run:
@@ -201,7 +202,7 @@ class ServedCall(AsyncClosing):
 
     async def _beating(
         self,
-    ) -> AsyncGenerator[ToolCallProgressFrame[Any] | Beat | ToolResult | ToolError, None]:
+    ) -> AsyncGenerator[Taken[ToolCallProgressFrame[Any]] | Beat | ToolResult | ToolError, None]:
         """Rule 5: the call core's own driver (``produce``, whose timer puts the
         beats) in a task, handing over frames through a queue that holds at
         most :data:`BEATING_AHEAD_FRAMES`; then the terminal. Left early, the task is
@@ -219,9 +220,7 @@ class ServedCall(AsyncClosing):
             try:
                 while True:
                     item = await feed.get()
-                    if isinstance(item, Taken):
-                        yield item.item
-                    elif isinstance(item, Beat):
+                    if isinstance(item, Taken | Beat):
                         yield item
                     else:
                         await asyncio.wait((pump,))  # its failure, if any, is the scope's

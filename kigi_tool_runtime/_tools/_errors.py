@@ -12,6 +12,7 @@ Sans-IO.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import FrozenInstanceError
 from enum import StrEnum
 from typing import Any, Final, get_args
 
@@ -101,6 +102,13 @@ class ToolError(Exception):
     without loss: ``ToolError.from_wire(wire).to_wire() == wire`` for every
     variant.
 
+    An error is immutable once made: assigning an attribute raises
+    ``FrozenInstanceError`` (an ``AttributeError``), so an error is made
+    right the first time (a stopped call's from its ``ToolContext.cancel``
+    reason) and :meth:`with_tool_id` returns a copy. The exception machinery's
+    own ``__dunder__`` attributes (traceback, cause, context, notes) stay
+    settable.
+
     Raises:
         TypeError: ``supported`` is a single ``str`` (not a list of versions).
         ValueError: ``kind`` is not a :class:`ToolErrorKind`, or a field the
@@ -109,6 +117,20 @@ class ToolError(Exception):
             and ``limit`` for ``frame_too_large``, ``requested`` for
             ``behavior_version_unsupported``).
     """
+
+    kind: ToolErrorKind
+    message: str
+    tool_id: str | None
+    details: Any
+    elapsed_ms: int | None
+    subcode: str | None
+    supported: tuple[str, ...] | None
+    frame_bytes: int | None
+    limit: int | None
+    requested: str | None
+    card_id: str | None
+    request_id: str | None
+    _has_detail: bool
 
     def __init__(
         self,
@@ -126,24 +148,46 @@ class ToolError(Exception):
         card_id: str | None = None,
         request_id: str | None = None,
     ) -> None:
-        self.kind = ToolErrorKind(kind)
-        self.message = message
-        self.tool_id = tool_id
-        self.details = details
-        self.elapsed_ms = elapsed_ms
-        self.subcode = subcode
-        self.supported = None if supported is None else _versions(supported)
-        self.frame_bytes = frame_bytes
-        self.limit = limit
-        self.requested = requested
-        self.card_id = card_id
-        self.request_id = request_id
-        # An ``internal_error`` read off the wire without a ``detail`` keeps none.
-        self._has_detail = True
-        missing = [name for name in _REQUIRED.get(self.kind, ()) if getattr(self, name) is None]
+        error_kind = ToolErrorKind(kind)
+        fields: dict[str, Any] = {
+            "kind": error_kind,
+            "message": message,
+            "tool_id": tool_id,
+            "details": details,
+            "elapsed_ms": elapsed_ms,
+            "subcode": subcode,
+            "supported": None if supported is None else _versions(supported),
+            "frame_bytes": frame_bytes,
+            "limit": limit,
+            "requested": requested,
+            "card_id": card_id,
+            "request_id": request_id,
+            # An ``internal_error`` read off the wire without a ``detail`` keeps none.
+            "_has_detail": True,
+        }
+        missing = [name for name in _REQUIRED.get(error_kind, ()) if fields[name] is None]
         if missing:
-            raise ValueError(f"a {self.kind.value!r} error needs {' and '.join(missing)}")
+            raise ValueError(f"a {error_kind.value!r} error needs {' and '.join(missing)}")
+        for name, value in fields.items():
+            self._set(name, value)
         super().__init__(message)
+
+    def _set(self, name: str, value: Any) -> None:
+        """Set an attribute while the error is being made (it is frozen after)."""
+        object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("__") and name.endswith("__"):
+            # The exception machinery's own (``__traceback__``, ``__notes__``, ...).
+            object.__setattr__(self, name, value)
+            return
+        raise FrozenInstanceError(
+            f"a ToolError is immutable once made; cannot assign {name!r}"
+            " (make the error right the first time)"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"a ToolError is immutable once made; cannot delete {name!r}")
 
     def __repr__(self) -> str:
         return f"ToolError({self.kind.value!r}, {self.message!r}, tool_id={self.tool_id!r})"
@@ -179,11 +223,14 @@ class ToolError(Exception):
         return cls(ToolErrorKind.CUSTOM, message, subcode=subcode, details=details)
 
     @classmethod
-    def frame_too_large(cls, frame_bytes: int, limit: int) -> ToolError:
-        """A ``frame_too_large`` error: a frame of ``frame_bytes`` bytes exceeded ``limit``."""
+    def frame_too_large(cls, frame_bytes: int, limit: int, message: str | None = None) -> ToolError:
+        """A ``frame_too_large`` error: a frame of ``frame_bytes`` bytes exceeded
+        ``limit``; ``message`` says so in a host's own words (else the default)."""
         return cls(
             ToolErrorKind.FRAME_TOO_LARGE,
-            f"a frame of {frame_bytes} bytes exceeds the {limit}-byte limit",
+            f"a frame of {frame_bytes} bytes exceeds the {limit}-byte limit"
+            if message is None
+            else message,
             frame_bytes=frame_bytes,
             limit=limit,
         )
@@ -227,13 +274,18 @@ class ToolError(Exception):
         ``RemoteToolError``, which is a ``ToolError`` made from a received wire)."""
         text, fields = _wire_fields(wire, message)
         ToolError.__init__(self, message=text, **fields)
-        self._has_detail = not isinstance(wire, InternalErrorWire) or wire.detail is not None
+        self._set("_has_detail", not isinstance(wire, InternalErrorWire) or wire.detail is not None)
 
     def with_tool_id(self, tool_id: str) -> ToolError:
-        """This error, with ``tool_id`` set if it was not (returns ``self``)."""
-        if self.tool_id is None:
-            self.tool_id = tool_id
-        return self
+        """This error with ``tool_id`` set: ``self`` when it names a tool
+        already, else a copy naming ``tool_id`` (an error is immutable)."""
+        if self.tool_id is not None:
+            return self
+        copy = type(self).__new__(type(self), *self.args)
+        for name, value in vars(self).items():
+            object.__setattr__(copy, name, value)
+        object.__setattr__(copy, "tool_id", tool_id)
+        return copy
 
     def to_wire(self) -> ToolErrorWire:
         """The ``ToolErrorWire`` variant for this error (sent as ``error.data``).

@@ -12,7 +12,8 @@ Rule 2. Whatever a tool yields after its terminal is dropped and counted
         seconds are spent finding out.
 Rule 3. A run never hangs: a stopped tool (deadline, ``ctx.cancel()``) gets
         ``stop_wait`` seconds to clean up, after which the run ends anyway and
-        the tool's task is left to finish on its own. A failure nobody can be
+        the tool's task is left to finish on its own (:attr:`ToolRun.left_running`;
+        the stop's error says so). A failure nobody can be
         handed any more (the tool raises once its run gave up on it, or after
         its terminal) goes to the event loop's exception handler (logged by
         default), never nowhere.
@@ -21,6 +22,10 @@ Rule 4. Memory between a tool and a slow consumer is bounded: at most
         text progress item's) takes :data:`CHANNEL_TEXT_BYTES` of memory no
         more is added; past that the tool is paused at its ``yield`` (a
         streaming tool's own bounded tail keeps the newest bytes).
+Rule 5. A stopped call's error is made once, right: a cancel's message is
+        the reason its ``ctx.cancel(reason)`` gave (else the runner's own
+        sentence), a deadline's says the time, and either ends with how long
+        the tool was waited for when it was left running (Rule 3).
 
 The tool runs in a task of its own (the call's task): stopping the call cancels
 that task, so the tool sees ``CancelledError`` at its next ``await``. That task
@@ -301,6 +306,7 @@ class ToolRun(AsyncClosing):
         self._terminal: ToolResult | ToolError | None = None
         self._stop_reason: ToolErrorKind | None = None
         self._stopped_at = 0.0
+        self._left_running = False
         self._started = 0.0
         self._channel = _Channel(CHANNEL_DEPTH)
         self._task: asyncio.Task[None] | None = None
@@ -323,6 +329,12 @@ class ToolRun(AsyncClosing):
     def terminal(self) -> ToolResult | ToolError | None:
         """The terminal, once it has been yielded."""
         return self._terminal
+
+    @property
+    def left_running(self) -> bool:
+        """Whether the run ended without its stopped tool: the tool did not
+        stop within ``stop_wait`` and its task was left running (Rule 3)."""
+        return self._left_running
 
     def statistics(self) -> RunStats:
         """The run's counters (see :class:`RunStats`)."""
@@ -403,6 +415,8 @@ class ToolRun(AsyncClosing):
                     # The pump always passes a terminal unless stopped.
                     yield self._end(ToolError(ToolErrorKind.INTERNAL_ERROR, "tool task vanished"))
                 else:
+                    # Ended by the stop wait (Rule 3), not by the tool.
+                    self._left_running = not task.done()
                     yield self._end(self._stop_error(kind))
         finally:
             if deadline is not None:
@@ -429,21 +443,30 @@ class ToolRun(AsyncClosing):
         if isinstance(terminal, ToolResult):
             terminal = non_finite_error(terminal) or terminal  # _result Rule 1
         if isinstance(terminal, ToolError):
-            terminal.with_tool_id(self._tool.id)
+            terminal = terminal.with_tool_id(self._tool.id)
         self._terminal = terminal
         return terminal
 
     def _stop_error(self, kind: ToolErrorKind) -> ToolError:
+        """The error of a call stopped by its deadline or a cancel (Rule 5)."""
         loop_time = self._stopped_at or asyncio.get_running_loop().time()
         elapsed_ms = max(int((loop_time - self._started) * 1000), 0)
+        left = (
+            f"; the tool did not stop within {self._stop_wait:g} s and was left running"
+            if self._left_running
+            else ""
+        )
         if kind is ToolErrorKind.TIMEOUT:
             return ToolError(
                 kind,
                 f"tool {self._tool.id!r} timed out after {elapsed_ms} ms"
-                f" (limit {self._timeout_ms} ms)",
+                f" (limit {self._timeout_ms} ms){left}",
                 elapsed_ms=elapsed_ms,
             )
-        return ToolError(kind, f"tool {self._tool.id!r} call {self._ctx.call_id!r} was cancelled")
+        reason = self._ctx.cancel_reason
+        if reason is None:
+            reason = f"tool {self._tool.id!r} call {self._ctx.call_id!r} was cancelled"
+        return ToolError(kind, f"{reason}{left}")
 
     def _stop(self, kind: ToolErrorKind) -> None:
         """Stop the call (deadline or cancel): the first reason wins."""
@@ -455,7 +478,12 @@ class ToolRun(AsyncClosing):
         loop = asyncio.get_running_loop()
         self._stop_reason = kind
         self._stopped_at = loop.time()
-        self._ctx.cancel()  # a synchronous tool in a thread polls this
+        # A synchronous tool in a thread polls this; a deadline says so.
+        self._ctx.cancel(
+            f"the call's deadline ({self._timeout_ms} ms) passed"
+            if kind is ToolErrorKind.TIMEOUT
+            else None
+        )
         task.cancel()
         # Rule 3: end the run even if the tool never finishes its cleanup.
         loop.call_later(self._stop_wait, self._channel.close)

@@ -67,18 +67,21 @@ class ToolContext:
     cancels that task, so a tool observes cancellation as ``CancelledError`` at
     its next ``await`` (clean up in ``finally``). :attr:`cancelled` is for code
     that cannot await (a synchronous ``run`` in a worker thread polls it).
-    :meth:`cancel` may be called from any thread.
+    :meth:`cancel` may be called from any thread; its ``reason`` (the first
+    given) says why the call was stopped and is the message of the
+    ``cancelled`` error the call ends with.
 
     Raises:
         IdentifierError: ``call_id`` is empty.
     """
 
-    __slots__ = ("_callbacks", "_cancelled", "_lock", "call_id", "wants_progress")
+    __slots__ = ("_callbacks", "_cancelled", "_lock", "_reason", "call_id", "wants_progress")
 
     def __init__(self, call_id: str, *, wants_progress: bool = True) -> None:
         self.call_id: Final = validate_tool_call_id(call_id)
         self.wants_progress: Final = wants_progress
         self._cancelled = False
+        self._reason: str | None = None
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
@@ -94,13 +97,22 @@ class ToolContext:
         when the call's deadline passed or its consumer went away."""
         return self._cancelled
 
-    def cancel(self) -> None:
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why the call was stopped, as the first :meth:`cancel` said (``None``:
+        not cancelled, or no reason given)."""
+        return self._reason
+
+    def cancel(self, reason: str | None = None) -> None:
         """Ask the call to stop. The runner cancels the tool's task and ends the
-        call with a ``cancelled`` error. Idempotent."""
+        call with a ``cancelled`` error whose message is ``reason`` (the
+        server's shutdown, the peer gone, ...; else the runner's own
+        sentence). Idempotent: the first cancel's reason is kept."""
         with self._lock:
             if self._cancelled:
                 return
             self._cancelled = True
+            self._reason = reason
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback()

@@ -77,9 +77,11 @@ from kigi_tool_protocol import (
 
 from .._call._frame_check import encoded_body
 from .._call._heartbeat import METHOD_TOOL_CALL_HEARTBEAT, Beat
+from .._call._outcome import CallEnd
 from .._call._queue import CallQueue
 from .._text import MAX_DETAIL_CHARS, cut, excerpt
 from .._tools._errors import ToolError
+from .._tools._result import ToolResult
 from .._wire._split import OversizedLine
 
 __all__ = ()
@@ -163,6 +165,22 @@ def result_line(request_id: str | int, session_id: str | None, result: Any) -> b
         id=request_id, session_id=session_id, result=result
     )
     return json_codec.encode(response) + b"\n"
+
+
+def end_line(request_id: str | int, session_id: str | None, end: CallEnd) -> bytes:
+    """The response line of a call's end (``_call/_outcome`` Rule 4): its
+    ``ToolCallResult``, or its error (the error's message, its
+    ``ToolErrorWire`` as data).
+
+    Raises:
+        Exception: the result cannot be encoded (the host then answers with
+            ``end.failed(...)``).
+    """
+    terminal = end.terminal
+    if isinstance(terminal, ToolResult):
+        return result_line(request_id, session_id, terminal.to_wire(end.call_id))
+    error = terminal.with_tool_id(end.tool_id)
+    return wire_error_line(request_id, session_id, error.message, error.to_wire())
 
 
 # -- Events -----------------------------------------------------------------------

@@ -95,23 +95,23 @@ from kigi_tool_protocol import (
 
 from .._call._feed import QueueFeed, produce
 from .._call._heartbeat import HEARTBEAT_S
+from .._call._outcome import CallEnd
 from .._call._queue import CallQueue, QueuePolicy, StallWatch
 from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
 from .._lines import read_lines
 from .._otel import TRACEPARENT
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
-from .._tools._tool import Tool, ToolContext, ToolResult
+from .._tools._tool import Tool, ToolContext
 from ._rpc_server import (
     ProgressItem,
     Reply,
     ServerProtocol,
     StartCall,
+    end_line,
     progress_item_of,
     take_lines,
 )
-from ._rpc_server import result_line as _result_line
-from ._rpc_server import wire_error_line as _wire_error_line
 
 __all__ = (
     "Server",
@@ -333,23 +333,6 @@ class _Writer:
             self._drop_all()
 
 
-#: Seconds a stopped tool's task, still pending once its run has ended, is given
-#: to finish the step it is in before it counts as left running (Rule 7): a
-#: task that has handed over its terminal ends within a turn or two.
-_LAST_STEP_S: Final = 0.2
-
-
-async def _left_running(tool_id: str, call_id: str) -> bool:
-    """Whether the task ``run_tool`` ran the tool of call ``call_id`` in is still
-    running (it names it ``tool {tool_id} call {call_id}``) after a short grace."""
-    name = f"tool {tool_id} call {call_id}"
-    task = next((t for t in asyncio.all_tasks() if t.get_name() == name and not t.done()), None)
-    if task is None:
-        return False
-    await asyncio.wait({task}, timeout=_LAST_STEP_S)
-    return not task.done()
-
-
 class _Call(NamedTuple):
     ctx: ToolContext
     task: asyncio.Task[None]
@@ -399,10 +382,6 @@ class Server:
         self._writer: _Writer | None = None
         self._tasks: asyncio.TaskGroup | None = None  # the serving connection's
         self._protocol = ServerProtocol(self._tools, self._describe)
-        # Calls the server itself cancelled while shutting down: their
-        # cancelled error says so (a call its peer cancelled first keeps the
-        # peer's reason, whichever cancel the call saw last).
-        self._stopped_by_server: set[str] = set()
         self._abandoned: list[str] = []  # Rule 7
         self._dropped_by_ended = 0  # frames the queues of calls that ended dropped
 
@@ -461,9 +440,8 @@ class Server:
                 # Rule 6: cancel what is in flight; their cancelled replies still go out.
                 calls = list(self._calls.values())
                 for call in calls:
-                    if not call.ctx.cancelled:
-                        self._stopped_by_server.add(call.ctx.call_id)
-                    call.ctx.cancel()
+                    # A call its peer cancelled first keeps the peer's reason.
+                    call.ctx.cancel(SERVER_CANCEL_MESSAGE)
                 if calls:
                     await asyncio.wait({c.task for c in calls})
                 out.close()
@@ -527,6 +505,7 @@ class Server:
         out: _CallOut,
     ) -> None:
         session_id = out.session_id
+        queue = out.feed.queue
         try:
             run = run_tool(
                 tool,
@@ -543,36 +522,36 @@ class Server:
             terminal = await produce(
                 run, out.feed, item_of, heartbeat_s=self._heartbeat_s, trace=trace
             )
-            if isinstance(terminal, ToolResult):
-                final = _result_line(request_id, session_id, terminal.to_wire(ctx.call_id))
-                if len(final) - 1 > MAX_FRAME_BYTES_CEILING:
-                    terminal = ToolError.frame_too_large(len(final) - 1, MAX_FRAME_BYTES_CEILING)
-            if not isinstance(terminal, ToolResult):
-                await self._word_stop(terminal, tool.id, ctx.call_id)
-                final = self._tool_error_line(request_id, session_id, terminal, tool.id)
-        except Exception as exc:  # encoding a result failed: still answer the call
-            final = self._tool_error_line(request_id, session_id, _failed_to_answer(exc), tool.id)
+            if run.left_running:  # Rule 7: its error says so already
+                self._abandoned.append(ctx.call_id)
+            # The call's one end (``_call/_outcome`` Rule 4).
+            end = CallEnd.of(
+                ctx.call_id,
+                tool.id,
+                terminal,
+                None,
+                frames=queue.taken + len(queue),
+                dropped=queue.dropped,
+            )
+            final = _final_line(request_id, session_id, end)
+        except Exception as exc:  # the run failed outside the tool: still answer the call
+            end = CallEnd.of(ctx.call_id, tool.id, _failed_to_answer(exc), None, frames=0)
+            final = end_line(request_id, session_id, end)
         finally:
             del self._calls[ctx.call_id]
             self._protocol.call_ended(ctx.call_id)
-            self._dropped_by_ended += out.feed.queue.dropped
+            self._dropped_by_ended += queue.dropped
         out.feed.finish(final)
 
-    async def _word_stop(self, error: ToolError, tool_id: str, call_id: str) -> None:
-        """The message of a call that was stopped: the server's own words when
-        the server stopped it (Rule 6), and Rule 7's when its tool was left
-        running."""
-        if error.kind == "cancelled" and call_id in self._stopped_by_server:
-            error.message = SERVER_CANCEL_MESSAGE
-        if error.kind in ("cancelled", "timeout") and await _left_running(tool_id, call_id):
-            self._abandoned.append(call_id)
-            error.message += (
-                f"; the tool did not stop within {self._stop_wait:g} s and was left running"
-            )
 
-    @staticmethod
-    def _tool_error_line(
-        request_id: str | int, session_id: str | None, error: ToolError, tool_id: str
-    ) -> bytes:
-        wire = error.with_tool_id(tool_id).to_wire()
-        return _wire_error_line(request_id, session_id, error.message, wire)
+def _final_line(request_id: str | int, session_id: str | None, end: CallEnd) -> bytes:
+    """The response line of ``end``; a result line no peer takes (Rule 1) or
+    one that cannot be encoded ends the call with the error saying so."""
+    try:
+        final = end_line(request_id, session_id, end)
+    except Exception as exc:  # encoding a result failed: still answer the call
+        return end_line(request_id, session_id, end.failed(_failed_to_answer(exc)))
+    if end.ok and len(final) - 1 > MAX_FRAME_BYTES_CEILING:
+        error = ToolError.frame_too_large(len(final) - 1, MAX_FRAME_BYTES_CEILING)
+        return end_line(request_id, session_id, end.failed(error))
+    return final

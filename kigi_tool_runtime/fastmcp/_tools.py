@@ -51,7 +51,7 @@ from pydantic import PrivateAttr
 
 from .._call._served import ServedCall
 from .._tools._tool import Tool
-from ..mcp._mapping import StreamSummary, result_from_terminal, tool_definition
+from ..mcp._mapping import result_from_terminal, tool_definition
 from ..mcp._server import McpToolServer
 
 __all__ = ("KigiFastMCPTool", "add_kigi_tools")
@@ -134,8 +134,7 @@ class KigiFastMCPTool(FastMCPTool):
         )
         async with call:
             end = await call.run()
-        summary = StreamSummary(0, 0, requested=False)
-        result = result_from_terminal(end.terminal, self._kigi, summary)
+        result = result_from_terminal(end, self._kigi, requested=False)
         return types.CallToolResult.model_validate(result, by_name=False)
 
 

@@ -7,10 +7,12 @@ Rule 1. A call's progress notifications are numbered by :class:`ProgressNumberin
         in the order they are *sent*: ``progress`` is 1, 2, 3, ... over every
         notification (frames and heartbeats), so it increases strictly whatever
         the frames hold (gap frames, the truncation notice, frames with equal
-        ``total_bytes``); a frame's ``seq`` counts frames alone (0, 1, 2, ...),
-        so a heartbeat never opens a hole in it. Frames dropped before sending
-        take no number; the next frame sent carries ``dropped_count`` in its
-        kigi frame (as the stdio server's Rule 2).
+        ``total_bytes``); a frame's ``seq`` is the one its call's queue took it
+        with (``_call/_queue`` Rule 1: 0, 1, 2, ... over frames alone, the one
+        number of a frame wherever it goes), so a heartbeat never opens a hole
+        in it. Frames dropped before sending take no number; the next frame
+        sent carries ``dropped_count`` in its kigi frame (as the stdio
+        server's Rule 2).
 Rule 2. The kigi frame travels whole under ``_meta[META_FRAME]`` (the
         ``ToolCallProgressFrame`` as the kigi JSON codec writes it) with its
         ``seq`` under ``_meta[META_SEQ]``; ``message`` is what a host shows
@@ -24,7 +26,9 @@ Rule 4. Every terminal maps to one ``CallToolResult``: the model-facing text in
         ``content``, the tool's value in ``structuredContent`` when the tool
         declares a result type, ``isError`` with the kigi error code, kind and
         message for a ``ToolError``, and the progress stream's loss summary
-        under ``_meta[META_STREAM]`` (and in the text when frames were dropped).
+        under ``_meta[META_STREAM]``. The text is the call's
+        ``CallEnd.text`` (``_call/_outcome``), so its loss line says the
+        gaps of the live output and the frames dropped, as every host says them.
         A result whose response line would pass ``MAX_FRAME_BYTES_CEILING``
         (the line limit of every kigi peer) is never sent: the call ends with
         the ``frame_too_large`` error result instead, saying both sizes, as on
@@ -67,10 +71,9 @@ from kigi_tool_protocol import (
 )
 
 from .._call._live import frame_json
-from .._call._outcome import error_text, result_text
+from .._call._outcome import CallEnd
 from .._call._schema import root_object_schema
 from .._tools._errors import ToolError
-from .._tools._result import ToolResult
 
 if TYPE_CHECKING:
     from .._call._heartbeat import Beat
@@ -174,9 +177,10 @@ def call_id_for(progress_token: str | int | None, request_id: str | int | None) 
 
 
 class ProgressNumbering:
-    """Numbers one call's progress notifications (Rule 1): :meth:`take` gives a
-    frame its ``seq`` and :meth:`beat` counts a heartbeat; ``progress``
-    (:attr:`last_progress` after either) increases strictly over both."""
+    """Numbers one call's progress notifications (Rule 1): :meth:`frame` counts
+    a frame sent with the ``seq`` its queue took it with, :meth:`beat` a
+    heartbeat; ``progress`` (:attr:`last_progress` after either) increases
+    strictly over both."""
 
     __slots__ = ("beats", "sent")
 
@@ -184,11 +188,16 @@ class ProgressNumbering:
         self.sent = 0  # frames
         self.beats = 0
 
-    def take(self) -> int:
-        """The next frame's ``seq`` (0, 1, 2, ...)."""
-        seq = self.sent
+    def frame(self, seq: int) -> int:
+        """Count the frame the call core numbered ``seq``; its ``progress``.
+
+        Raises:
+            ValueError: ``seq`` is not the next frame's (0, 1, 2, ...).
+        """
+        if seq != self.sent:
+            raise ValueError(f"frame seq {seq} sent after {self.sent} frames")
         self.sent = seq + 1
-        return seq
+        return self.sent + self.beats
 
     def beat(self) -> int:
         """Count a heartbeat; its ``progress``."""
@@ -343,15 +352,6 @@ class StreamSummary(NamedTuple):
             "last_progress": self.sent + self.beats,
         }
 
-    def loss_line(self) -> str | None:
-        """A sentence for the model when frames were dropped, else ``None``."""
-        if not self.dropped:
-            return None
-        return (
-            f"[kigi: {self.dropped} progress frame(s) were dropped because the host read"
-            " too slowly; the live output had a hole, the result above is whole]"
-        )
-
 
 #: The JSON-RPC response line around a result, without its ``id``:
 #: ``{"jsonrpc":"2.0","id":,"result":}`` and the newline.
@@ -364,33 +364,33 @@ def response_envelope_bytes(request_id: str | int | None) -> int:
 
 
 def result_from_terminal(
-    terminal: ToolResult | ToolError,
+    end: CallEnd,
     tool: Tool[Any],
-    summary: StreamSummary,
     *,
+    requested: bool,
+    beats: int = 0,
     envelope_bytes: int = RESPONSE_ENVELOPE_BYTES,
 ) -> dict[str, Any]:
-    """The ``CallToolResult`` (wire spelling) for a call's terminal (Rule 4);
-    ``envelope_bytes`` is the response line around it
+    """The ``CallToolResult`` (wire spelling) for a call's end (Rule 4):
+    ``requested`` whether the host asked for progress, ``beats`` the
+    heartbeats sent; ``envelope_bytes`` is the response line around it
     (:func:`response_envelope_bytes`), counted against the ceiling.
 
     Raises:
         WireError: the value holds something JSON cannot carry.
     """
+    summary = StreamSummary(end.frames, end.dropped, requested, beats)
+    terminal = end.terminal
     if isinstance(terminal, ToolError):
-        return error_result(terminal, tool.id, summary)
-    text = result_text(terminal)
-    loss = summary.loss_line()
-    if loss is not None:
-        text = f"{text}\n{loss}"
-    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
+        return _error_result(end, terminal, tool.id, summary)
+    result: dict[str, Any] = {"content": [{"type": "text", "text": end.text}], "isError": False}
     if tool.result_type is not None and terminal.kind == "json":
         result["structuredContent"] = msgspec.to_builtins(terminal.value)
     result["_meta"] = {META_STREAM: summary.to_meta()}
     size = _encoded_bytes(result)
     if size is not None and size + envelope_bytes > MAX_FRAME_BYTES_CEILING:
         too_large = ToolError.frame_too_large(size + envelope_bytes, MAX_FRAME_BYTES_CEILING)
-        return error_result(too_large, tool.id, summary)
+        return _error_result(end.failed(too_large), too_large, tool.id, summary)
     return result
 
 
@@ -403,22 +403,20 @@ def _encoded_bytes(result: dict[str, Any]) -> int | None:
         return None
 
 
-def error_result(error: ToolError, tool_id: str, summary: StreamSummary) -> dict[str, Any]:
-    """The ``CallToolResult`` of a failed call: ``isError``, a text naming the
-    kigi error kind and code with its message, and the kigi error under
+def _error_result(
+    end: CallEnd, error: ToolError, tool_id: str, summary: StreamSummary
+) -> dict[str, Any]:
+    """The ``CallToolResult`` of a failed call: ``isError``, the end's text
+    (the kigi error kind and code with its message), and the kigi error under
     ``_meta[META_ERROR]``."""
-    wire = error.with_tool_id(tool_id).to_wire()
-    code = error.code
-    text = error_text(error)
-    loss = summary.loss_line()
-    if loss is not None:
-        text = f"{text}\n{loss}"
+    error = error.with_tool_id(tool_id)
+    wire = error.to_wire()
     return {
-        "content": [{"type": "text", "text": text}],
+        "content": [{"type": "text", "text": end.text}],
         "isError": True,
         "_meta": {
             META_ERROR: {
-                "code": code,
+                "code": error.code,
                 "kind": error.kind.value,
                 "message": error.message,
                 "data": msgspec.json.decode(json_codec.encode(wire)),

@@ -18,7 +18,8 @@ Rule 2. A slow host slows the tool first: while the host keeps taking
         reports what it skipped as a gap). Once one notification has waited
         :data:`STALL_S` to be taken, the queue drops its oldest frames instead
         (``_call/_queue`` Rule 2); the loss is in the next frame's
-        ``dropped_count`` (``_queued`` Rule 2) and in the result's ``_meta``.
+        ``dropped_count`` (``_queued`` Rule 2), in the result's ``_meta``, and
+        in its text, with the output's gaps (``_call/_outcome`` Rule 2).
 Rule 3. ``notifications/cancelled`` for a call, the host going away (end of
         input, a closed HTTP stream) and server shutdown cancel the tool: the
         call's ``ToolContext`` is cancelled and the driver waits (bounded by the
@@ -85,6 +86,7 @@ from kigi_tool_protocol import ERROR_CODES, ToolCallProgressFrame
 from .._call._feed import QueueFeed, produce
 from .._call._heartbeat import HEARTBEAT_S, Beat
 from .._call._live import LiveText
+from .._call._outcome import CallEnd
 from .._call._queue import CallQueue, QueuePolicy, StallWatch, Taken
 from .._call._status import MESSAGE_MODES, MessageMode, ProgressMessages
 from .._mcp_limits import MAX_CALLS_IN_FLIGHT
@@ -96,7 +98,6 @@ from ._http import Exchange, exchange_of
 from ._mapping import (
     META_DEADLINE_MS,
     ProgressNumbering,
-    StreamSummary,
     call_id_for,
     closing_params,
     heartbeat_params,
@@ -326,6 +327,7 @@ class McpToolServer:
         watch = StallWatch(STALL_S)
         feed = QueueFeed(queue, watch)
         numbering = ProgressNumbering()
+        live = LiveText(call_id)
         run = run_tool(
             tool, params.arguments or {}, ctx=kctx, timeout_ms=deadline, stop_wait=self._stop_wait
         )
@@ -345,8 +347,11 @@ class McpToolServer:
             if exchange is not None:
                 exchange.on_leave = gone_scope.cancel  # Rule 11
             try:
+                closing = ""
                 if channel is not None:
-                    await self._send_frames(ctx, channel, call_id, feed, watch, numbering, exchange)
+                    closing = await self._send_frames(
+                        ctx, channel, live, feed, watch, numbering, exchange
+                    )
                 terminal = await producer
             except BaseException:
                 # Rule 3: cancelled (by the host, its going away, or shutdown).
@@ -367,11 +372,25 @@ class McpToolServer:
                 del self._calls[id(kctx)]
                 self._dropped += queue.dropped
                 self._tokens.release(keys)
-            summary = StreamSummary(
-                numbering.sent, queue.dropped, channel is not None, numbering.beats
+            # The call's one end (``_call/_outcome`` Rule 4): the loss of
+            # the output sent (its gaps, the frames dropped) said as every
+            # host says it.
+            end = CallEnd.of(
+                call_id,
+                tool.id,
+                terminal,
+                live.report(),
+                frames=live.frames,
+                dropped=queue.dropped,
+                closing=closing,
             )
-            envelope = response_envelope_bytes(ctx.request_id)
-            result = result_from_terminal(terminal, tool, summary, envelope_bytes=envelope)
+            result = result_from_terminal(
+                end,
+                tool,
+                requested=channel is not None,
+                beats=numbering.beats,
+                envelope_bytes=response_envelope_bytes(ctx.request_id),
+            )
             return types.CallToolResult.model_validate(result, by_name=False)
         # Rule 11: the host's HTTP stream closed and the call was cancelled; this
         # answer has nowhere to go (the SDK drops it).
@@ -402,20 +421,21 @@ class McpToolServer:
         self,
         ctx: ServerRequestContext[Any],
         channel: _Channel,
-        call_id: str,
+        live: LiveText,
         feed: _Feed,
         watch: StallWatch,
         numbering: ProgressNumbering,
         exchange: Exchange | None,
-    ) -> None:
+    ) -> str:
         """Send every queued frame, in order, until the queue's reply (the
-        tool's terminal, Rule 1), each with its message (Rule 7), and each
-        heartbeat (Rule 12); then the channel's closing notification, if it has
-        one; over HTTP only while the call's pipe has room (Rule 11)."""
+        tool's terminal, Rule 1), each with its message (Rule 7) and the
+        ``seq`` its queue took it with, folded into ``live``, and each
+        heartbeat (Rule 12); then the channel's closing notification, if it
+        has one; over HTTP only while the call's pipe has room (Rule 11).
+        Returns the live text's closing text."""
         clock = asyncio.get_running_loop().time
         session = ctx.session
         request_id = ctx.request_id
-        live = LiveText(call_id)
         messages = ProgressMessages(self._message_mode, clock())
         while True:
             taken = await feed.get()
@@ -428,10 +448,11 @@ class McpToolServer:
                 frame = sent_frame(taken)
                 # The producer checked that the body and kind encode, and the call
                 # checked its id: this cannot fail, so no seq is ever skipped.
-                seq = numbering.take()
-                delta = live.add(frame, seq)
+                # The seq is the queue's, the call's one number of the frame.
+                progress = numbering.frame(taken.seq)
+                delta = live.add(frame, taken.seq)
                 text = delta.text if channel.appends else messages.frame(delta, clock())
-                note = channel.frame(seq, numbering.last_progress, frame, text)
+                note = channel.frame(taken.seq, progress, frame, text)
             else:
                 break
             watch.sending(clock())
@@ -440,14 +461,14 @@ class McpToolServer:
             await session.send_notification(note, related_request_id=request_id)
             watch.sent()
             self._sent += 1
-        closing_text = live.finish()
-        if not channel.appends:
-            closing_text = messages.closing(closing_text, clock())
+        finished = live.finish()
+        closing_text = finished if channel.appends else messages.closing(finished, clock())
         closing = channel.end(numbering, closing_text)
         if closing is not None:
             if exchange is not None:
                 await exchange.room()
             await session.send_notification(closing, related_request_id=request_id)
+        return finished
 
 
 class _Channel(Protocol):

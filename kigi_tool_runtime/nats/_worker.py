@@ -90,13 +90,14 @@ from kigi_tool_protocol import (
 
 from .._call._feed import QueueFeed, produce
 from .._call._frame_check import encoded_body
+from .._call._outcome import CallEnd
 from .._call._queue import CallQueue, QueuePolicy, StallWatch, Taken
 from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
 from .._otel import TRACEPARENT, carrier_of
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
-from .._transport._rpc_server import result_line as _result_line
+from .._transport._rpc_server import end_line
 from .._transport._rpc_server import wire_error_line as _wire_error_line
 from ._jetstream import (
     RETRYABLE,
@@ -260,24 +261,23 @@ def _trace_of(msg: Msg, params: Any) -> dict[str, str] | None:
     return found or None
 
 
-def _too_large(size: int, limit: int, message: str) -> ToolError:
-    """The ``frame_too_large`` error of a message the server would refuse (Rule 6)."""
-    error = ToolError.frame_too_large(size, limit)
-    error.message = message
-    return error
-
-
 @dataclass
 class _Running:
     ctx: ToolContext
     msg: Msg
     claim: Claim
-    frames: int = 0
+    # The call's queue once it runs: its frames are numbered there (and only there).
+    queue: CallQueue[bytes, ToolResult | ToolError] | None = None
     totals: dict[str, tuple[int, int]] = field(default_factory=dict)
     started: float = 0.0  # loop time the call started
     last_output: float | None = None  # loop time of its last frame
     # The trace context the call came with (its span's parent), if any.
     trace: dict[str, str] | None = None
+
+    @property
+    def frames(self) -> int:
+        """Frames the call has queued so far (its queue never drops)."""
+        return 0 if self.queue is None else self.queue.next_seq
 
 
 class Worker:
@@ -368,7 +368,7 @@ class Worker:
         self._stopping.set()
         self._freed.set()
         for running in self._running.values():
-            running.ctx.cancel()
+            running.ctx.cancel(SERVER_CANCEL_MESSAGE)  # Rule 5: said so the first time
 
     async def run(self) -> WorkerStats:
         """Serve calls until :meth:`stop`. Returns the counters.
@@ -591,17 +591,29 @@ class Worker:
             await self._end(running, final)
             return
         self._calls_run += 1
-        final = await self._run(tool, params, running, session_id)
+        end = await self._run(tool, params, running, session_id)
+        await self._end(running, self._final_line(end, session_id))
+
+    def _final_line(self, end: CallEnd, session_id: str | None) -> bytes:
+        """The end line of the call's one end (``_call/_outcome`` Rule 4); a
+        result the server would refuse (Rule 6), or one that cannot be
+        encoded, ends the call with the error saying so."""
+        call_id = end.call_id
+        try:
+            final = end_line(call_id, session_id, end)
+        except Exception as exc:  # encoding a result failed: still answer the call
+            error = ToolError("internal_error", f"the worker failed to answer: {exc}")
+            return end_line(call_id, session_id, end.failed(error))
         limit = self._payload_limit()
-        if len(final) > limit:
-            error = _too_large(
+        if end.ok and len(final) > limit:
+            error = ToolError.frame_too_large(
                 len(final),
                 limit,
                 f"the call's result is {len(final)} bytes as JSON; the NATS server takes"
                 f" messages of at most {limit} bytes (its max_payload, less room for headers)",
             )
-            final = self._error_line(call_id, session_id, error, tool.id)
-        await self._end(running, final)
+            return end_line(call_id, session_id, end.failed(error))
+        return final
 
     def _payload_limit(self) -> int:
         """The largest message body the server takes, less room for headers."""
@@ -609,30 +621,30 @@ class Worker:
 
     async def _run(
         self, tool: Tool[Any], params: Any, running: _Running, session_id: str | None
-    ) -> bytes:
+    ) -> CallEnd:
         ctx = running.ctx
         call_id = ctx.call_id
         queue: CallQueue[bytes, ToolResult | ToolError] = CallQueue(
             QueuePolicy.wait(CALL_QUEUE_BYTES)
         )
+        running.queue = queue
         # The policy never drops: the stall verdict only paces a waiting put.
         feed = QueueFeed(queue, StallWatch(WRITER_STALL_S))
         loop = asyncio.get_running_loop()
 
         def line_of(frame: ToolCallProgressFrame[Any]) -> tuple[bytes, int]:
-            # Numbered as the queue numbers it at take: it never drops, so the
-            # frames queued so far are the seq the next one is taken with.
-            assert running.frames == queue.taken + len(queue)
+            # The seq the queue takes it with (it never drops): the call's one
+            # number of the frame, in its line and its message's id.
             line = encode_progress_line(
                 call_id,
                 frame.kind,
                 encoded_body(frame),
-                seq=running.frames,
+                seq=queue.next_seq,
                 session_id=session_id,
             )
             limit = self._payload_limit()
             if len(line) > limit:
-                raise _too_large(
+                raise ToolError.frame_too_large(
                     len(line),
                     limit,
                     f"a progress frame of {len(line)} bytes exceeds the NATS"
@@ -641,7 +653,6 @@ class Worker:
             if isinstance(frame.body, PartialResultPayload):
                 _, count = running.totals.get(frame.kind, (0, 0))
                 running.totals[frame.kind] = (frame.body.total_bytes, count + 1)
-            running.frames += 1
             running.last_output = loop.time()
             self._frames += 1
             return line, len(line)
@@ -663,15 +674,8 @@ class Worker:
                 feed.finish(terminal)
         except* (nats.errors.Error, TimeoutError, OSError) as failed:
             raise failed.exceptions[0] from None
-        if isinstance(terminal, ToolError):
-            if self._stopping.is_set() and terminal.kind == "cancelled":
-                terminal.message = SERVER_CANCEL_MESSAGE
-            return self._error_line(call_id, session_id, terminal, tool.id)
-        try:
-            return _result_line(call_id, session_id, terminal.to_wire(call_id))
-        except Exception as exc:  # encoding a result failed: still answer the call
-            error = ToolError("internal_error", f"the worker failed to answer: {exc}")
-            return self._error_line(call_id, session_id, error, tool.id)
+        # The call's one end (``_call/_outcome`` Rule 4).
+        return CallEnd.of(call_id, tool.id, terminal, None, frames=queue.next_seq)
 
     async def _end(self, running: _Running, line: bytes) -> None:
         await self._finish(running.ctx.call_id, line, running.frames, running.totals)
@@ -767,8 +771,8 @@ class Worker:
 
     @staticmethod
     def _error_line(call_id: str, session_id: str | None, error: ToolError, tool_id: str) -> bytes:
-        wire = error.with_tool_id(tool_id).to_wire()
-        return _wire_error_line(call_id, session_id, error.message, wire)
+        """The end line of a call refused before it ran (its one end all the same)."""
+        return end_line(call_id, session_id, CallEnd.of(call_id, tool_id, error, None, frames=0))
 
     # -- cancellation and heartbeats -------------------------------------------------
 
