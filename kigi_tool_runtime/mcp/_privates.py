@@ -10,12 +10,15 @@ Rule 1. The connection a request came on is ``ServerSession._connection``
         where it cannot be read (mcp outside the pinned range, the attribute
         gone), the session itself with one ``RuntimeWarning``: tokens are then
         unique per request, not per connection, so a token in use may be
-        reused by another request of the same connection. Nothing grows.
+        reused by another request of the same connection. Nothing grows. A
+        session not of the SDK's ``ServerSession`` class is its own key.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
+
+from mcp.server.session import ServerSession
 
 from .._upstream import Upstream
 
@@ -35,6 +38,8 @@ _MISSING: Final = object()
 
 def connection_of(session: Any) -> Any:
     """The connection under a request's ``session`` (Rule 1)."""
+    if not isinstance(session, ServerSession):
+        return session
     if not MCP.usable(TOKENS_DEGRADE):
         return session
     connection = getattr(session, "_connection", _MISSING)
