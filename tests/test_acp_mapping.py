@@ -3,15 +3,28 @@ pacing bound, and the updates a call becomes."""
 
 from __future__ import annotations
 
+import asyncio
+import importlib.metadata
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from acp.agent.connection import AgentSideConnection
 from acp.schema import ClientCapabilities, ToolCallProgress, ToolCallStart
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
-from kigi_tool_runtime import CallEnd, LiveText, ShellOutcome, ShellTool, ToolError, ToolResult
+from kigi_tool_runtime import (
+    CallEnd,
+    LiveText,
+    ShellOutcome,
+    ShellTool,
+    ToolError,
+    ToolResult,
+    _upstream,
+)
 from kigi_tool_runtime.acp import (
     META_FRAME,
     META_LIVE,
@@ -21,10 +34,13 @@ from kigi_tool_runtime.acp import (
     TERMINAL_OUTPUT,
     TERMINAL_OUTPUT_DELTA,
     TERMINAL_REDRAW,
+    AcpToolCalls,
     LiveOutput,
     Pacing,
     ToolCallMapper,
 )
+from kigi_tool_runtime.acp import _host as acp_host
+from kigi_tool_runtime.acp import _privates as acp_privates
 from kigi_tool_runtime.acp._host import tool_title
 from kigi_tool_runtime.acp._mapping import TextTail
 
@@ -378,17 +394,71 @@ def test_title_is_the_command() -> None:
     assert tool_title(ShellTool(), {"cwd": "/"}) == "bash"
 
 
-def test_the_acp_sdk_internals_the_host_reads_are_there() -> None:
-    """The host learns that an editor went away from the SDK's inner
-    connection (``_conn``, with ``_disconnected`` / ``_closed``: the SDK offers
-    no public way, ``acp/_host.py`` says so); this pins that the tested
-    release still keeps them there, so a vanished editor is still noticed."""
-    import inspect
+class _NoTransport:
+    """An ACP transport that carries nothing (the SDK's ``Transport`` protocol)."""
 
-    from acp.agent import connection as agent_connection
-    from acp.connection import Connection
+    async def send(self, message: dict[str, Any]) -> None:
+        return None
 
-    assert "self._conn = Connection(" in inspect.getsource(agent_connection)
-    source = inspect.getsource(Connection)
-    assert "self._disconnected" in source
-    assert "self._closed" in source
+    async def receive(self) -> dict[str, Any] | None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.fixture
+def fresh_acp_fence() -> Iterator[None]:
+    """The fence says its warnings afresh in each test."""
+    acp_privates.ACP.forget()
+    yield
+    acp_privates.ACP.forget()
+
+
+@pytest.mark.usefixtures("fresh_acp_fence")
+async def test_the_pinned_acp_sdk_says_when_its_connection_is_closed() -> None:
+    """Inside the range the ``acp`` extra pins, the host sees an SDK
+    connection close (``_privates`` Rule 1), with no warning; anything else
+    sending updates is never gone."""
+    connection = AgentSideConnection(object(), _NoTransport(), listening=False)
+    assert acp_privates.connection_gone(connection) is False
+    await connection.close()
+    assert acp_privates.connection_gone(connection) is True
+    assert acp_privates.connection_gone(object()) is False
+
+
+@pytest.mark.usefixtures("fresh_acp_fence")
+@pytest.mark.parametrize("how", ["inner gone", "out of range"])
+async def test_an_unreadable_acp_connection_bounds_each_send_and_warns_once(
+    monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Where the SDK connection's state cannot be read (its inner connection
+    gone, or the SDK outside the pinned range), one ``RuntimeWarning`` names
+    the package, its version and what degrades, and an update the client never
+    takes ends its call with ``ConnectionError`` after ``UNSEEN_SEND_S``,
+    the tool stopped, instead of waiting for ever (``_host`` Rule 4)."""
+    connection = AgentSideConnection(object(), _NoTransport(), listening=False)
+    if how == "inner gone":
+        del connection._conn
+    else:
+        monkeypatch.setattr(_upstream, "installed", lambda package: "0.99")
+
+    async def never_sent(**update: Any) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(connection, "session_update", never_sent)
+    monkeypatch.setattr(acp_host, "UNSEEN_SEND_S", 0.3)
+    calls = AcpToolCalls(connection)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        async with asyncio.timeout(30):
+            for _ in range(2):
+                with pytest.raises(ConnectionError):
+                    await calls.run("s1", ShellTool(), {"command": "sleep 20"})
+    ours = [str(w.message) for w in said if issubclass(w.category, RuntimeWarning)]
+    assert len(ours) == 1, ours
+    version = (
+        "0.99" if how == "out of range" else importlib.metadata.version("agent-client-protocol")
+    )
+    assert ours[0].startswith(f"agent-client-protocol {version} ")
+    assert "within 60 s" in ours[0]

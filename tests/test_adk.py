@@ -8,10 +8,13 @@ memory with a slow consumer."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import sys
+import warnings
 from collections.abc import AsyncGenerator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
@@ -28,12 +31,16 @@ from processes import until_group_gone
 from pydantic import Field
 from split_writer import SPLIT, SPLIT_TEXT
 
+import kigi_tool_runtime.adk._privates as adk_privates
 import kigi_tool_runtime.adk._tool as adk_tool
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
-from kigi_tool_runtime import ShellTool, Tool
+from kigi_tool_runtime import ShellTool, Tool, _upstream
+from kigi_tool_runtime._call._held import BLIND_FRAMES
 from kigi_tool_runtime._process import group_alive
+from kigi_tool_runtime._upstream import UNSEEN
 from kigi_tool_runtime.adk import (
     META_FRAME,
+    META_SEQ,
     RESPONSE_KEY,
     AdkEventFolder,
     KigiAdkTool,
@@ -289,9 +296,84 @@ def test_readme_adk_section_runs() -> None:
         assert part in out, out
 
 
-def test_the_adk_internal_the_pacer_reads_is_there() -> None:
-    """Pacing reads the invocation's event queue (an internal of ADK 2.x,
-    ``InvocationContext._event_queue``); this pins that it is still there."""
-    from google.adk.agents.invocation_context import InvocationContext
+@pytest.fixture
+def fresh_adk_fence() -> Any:
+    """The fence says its warnings afresh in each test."""
+    adk_privates.GOOGLE_ADK.forget()
+    yield
+    adk_privates.GOOGLE_ADK.forget()
 
-    assert "_event_queue" in InvocationContext.__private_attributes__
+
+@pytest.mark.usefixtures("fresh_adk_fence")
+async def test_the_pinned_adk_is_in_range_and_its_event_queue_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inside the range the ``google-adk`` extra pins, a call reads the run's
+    event queue (``_privates`` Rule 1) with no warning, so pacing is on."""
+    seen: list[Any] = []
+    real = adk_privates.pending_events
+
+    def recording(tool_context: Any) -> Any:
+        seen.append(real(tool_context))
+        return seen[-1]
+
+    monkeypatch.setattr(adk_tool, "pending_events", recording)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        async with asyncio.timeout(DEADLINE_S):
+            await _run(KigiAdkTool(ShellTool()), {"command": "echo hi"}, Run())
+    assert seen
+    assert all(isinstance(pending, int) for pending in seen)
+    assert adk_privates.GOOGLE_ADK.usable("unused")
+
+
+@pytest.mark.usefixtures("fresh_adk_fence")
+def test_an_invocation_without_its_event_queue_is_unseen_and_said_once() -> None:
+    """An invocation context with no ``_event_queue`` (another ADK's shape)
+    is :data:`UNSEEN`, said by one ``RuntimeWarning`` however often it is read."""
+    context = SimpleNamespace(get_invocation_context=lambda: SimpleNamespace())
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        seen = [adk_privates.pending_events(context) for _ in range(3)]
+    assert seen == [UNSEEN] * 3
+    assert len(said) == 1
+    assert re.match(r"google-adk \S+ has no asyncio.Queue", str(said[0].message))
+
+
+@pytest.mark.usefixtures("fresh_adk_fence")
+async def test_adk_out_of_range_bounds_each_call_blind_and_warns_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With google-adk outside the pinned range, its event queue is not read:
+    one ``RuntimeWarning`` names the package, the version and what degrades,
+    and a flood yields at most ``BLIND_FRAMES`` partial events, then its last
+    frame after one marker line; the fold counts every byte and the loss."""
+    monkeypatch.setattr(_upstream, "installed", lambda package: "99.0")
+    tool = KigiAdkTool(ShellTool(max_delta_bytes=1024, tick=0.01))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        async with asyncio.timeout(DEADLINE_S):
+            run = await _run(tool, {"command": [PY, "-c", FLOOD]}, Run())
+    ours = [str(w.message) for w in said if issubclass(w.category, RuntimeWarning)]
+    ours = [m for m in ours if "google-adk" in m]
+    assert len(ours) == 1, ours
+    assert "google-adk 99.0 is outside the range" in ours[0]
+    assert "holds the rest back" in ours[0]
+    frames = run.frames()
+    assert len(frames) == BLIND_FRAMES + 1
+    seqs = [
+        event.custom_metadata[META_SEQ]
+        for event in run.partials()
+        if event.custom_metadata and META_FRAME in event.custom_metadata
+    ]
+    assert seqs[-1] > seqs[-2] + 1
+    texts = [
+        "".join(part.text or "" for part in (event.content.parts or []))
+        for event in run.partials()
+        if event.content is not None and META_FRAME in (event.custom_metadata or {})
+    ]
+    assert re.match(r"\n?\[\.\.\. \d+ frames dropped here \.\.\.\]\n", texts[-1])
+    report = run.folder[CALL_ID].report()
+    assert report is not None
+    assert report.total_bytes == len(BLOCK) * FLOOD_BLOCKS
+    assert not report.complete

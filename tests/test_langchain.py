@@ -7,6 +7,7 @@ for the same command."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import itertools
 import json
 import re
@@ -16,7 +17,8 @@ import sys
 import textwrap
 import threading
 import tracemalloc
-from collections.abc import AsyncIterator, Sequence
+import warnings
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,9 @@ from kigi_tool_runtime import (
     ToolContext,
     ToolEvent,
     ToolResult,
+    _upstream,
 )
+from kigi_tool_runtime._call._held import BLIND_FRAMES
 from kigi_tool_runtime._call._served import BEATING_AHEAD_FRAMES
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._tools._runner import CHANNEL_DEPTH
@@ -63,6 +67,7 @@ from kigi_tool_runtime.langchain import (
     KigiToolError,
     LiveChunk,
     ToolEventFolder,
+    _privates,
     as_langchain_tool,
     cancel_running_calls,
     langchain_tool_name,
@@ -904,14 +909,94 @@ def test_the_held_back_marker_is_a_line_of_its_own(texts: list[str], held: int) 
     assert held_back.marker() == lead + line
 
 
-def test_the_langgraph_internal_the_pacer_reads_is_there() -> None:
-    """The pacer reaches LangGraph's stream queue through a private context
-    variable (``_pacing`` Rule 3); this pins that the pinned LangGraph release
-    still has it, so pacing is not silently off."""
-    from kigi_tool_runtime.langchain import _pacing
+class _QueueProbe(Tool[ShellArgs]):
+    """Records what ``_privates`` reads of the run's stream queue while it runs."""
 
-    assert _pacing._tool_call_writer is not None
-    assert hasattr(_pacing._tool_call_writer, "get")
+    id = "probe"
+    description = "Look at the run's stream queue."
+    args_type = ShellArgs
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    async def execute(self, ctx: ToolContext, args: ShellArgs) -> AsyncIterator[ToolEvent]:
+        self.seen.append(_privates.stream_queue())
+        yield ToolResult(value="looked")
+
+
+@pytest.fixture
+def fresh_langgraph_fence() -> Iterator[None]:
+    """The fence says its warnings afresh in each test."""
+    _privates.LANGGRAPH.forget()
+    yield
+    _privates.LANGGRAPH.forget()
+
+
+@pytest.mark.usefixtures("fresh_langgraph_fence")
+async def test_the_pinned_langgraph_is_in_range_and_its_stream_queue_is_read() -> None:
+    """Inside the range the ``langchain`` extra pins, the pacer reads the run's
+    stream queue (``_privates`` Rule 1) with no warning, so pacing is on."""
+    probe = _QueueProbe()
+    graph = agent_graph([as_langchain_tool(probe)], [{"name": "probe", "args": {"command": "x"}}])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        async with asyncio.timeout(60):
+            async for _ in graph.astream(_start(), stream_mode=["tools", "values"]):
+                pass
+    (queue,) = probe.seen
+    assert isinstance(queue, _privates.StreamQueue)
+    assert queue is not _privates.UNSEEN
+    assert _privates.LANGGRAPH.usable("unused")
+
+
+@pytest.mark.usefixtures("fresh_langgraph_fence")
+@pytest.mark.parametrize("how", ["writer gone", "out of range"])
+async def test_langgraph_internals_gone_bound_each_call_blind_and_warn_once(
+    monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Where the stream queue cannot be read (the private context variable
+    gone, or LangGraph outside the pinned range), one ``RuntimeWarning`` (per
+    thing that degrades) names
+    LangGraph, its version and what degrades, and each of two calls puts at
+    most ``BLIND_FRAMES`` frames into the queue, then one marker line and its
+    last frame: the fold sees the loss and every byte's count."""
+    if how == "writer gone":
+        monkeypatch.setattr(_privates, "_tool_call_writer", None)
+    else:
+        monkeypatch.setattr(_upstream, "installed", lambda package: "99.0")
+    floods = [_CountingFlood(), _CountingFlood()]
+    tools = [as_langchain_tool(flood, name=f"flood{i}") for i, flood in enumerate(floods)]
+    calls = [{"name": f"flood{i}", "args": {"command": "unused"}} for i in range(2)]
+    graph = agent_graph(tools, calls)
+    folder = ToolEventFolder()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        async with asyncio.timeout(120):
+            events, _ = await run_async(graph, folder)
+    ours = [
+        str(w.message)
+        for w in said
+        if issubclass(w.category, RuntimeWarning) and "langgraph" in str(w.message)
+    ]
+    # Out of range, the run-exit hook (``_privates`` Rule 2) is not read
+    # either, and says so in a warning of its own.
+    assert len(ours) == len(set(ours)) == (2 if how == "out of range" else 1), ours
+    (message,) = [m for m in ours if "holds the rest back" in m]
+    assert ("99.0" if how == "out of range" else importlib.metadata.version("langgraph")) in message
+    for call_id in ("call-0", "call-1"):
+        chunks = deltas(events, call_id)
+        assert len(chunks) <= BLIND_FRAMES + 2
+        *shown, marker, last = chunks
+        assert len(shown) == BLIND_FRAMES
+        assert re.fullmatch(r"\n?\[\.\.\. \d+ frames dropped here \.\.\.\]\n", marker)
+        assert last.seq > shown[-1].seq + 1
+        folded = folder.call(call_id)
+        assert folded is not None
+        assert folded.finished
+        assert not folded.complete
+        report = folded.report()
+        assert report is not None
+        assert report.total_bytes == 4000
 
 
 @pytest.mark.parametrize("bound", [16, 1_000_000])

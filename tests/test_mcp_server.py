@@ -4,21 +4,20 @@ result type, its errors, the server's counters."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import importlib.metadata
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
 import pytest
 from bounded import run_within
 from mcp import Client
+from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 
-from kigi_tool_protocol import (
-    CustomProgress,
-    StreamingSpec,
-    TextProgress,
-    ToolCapabilities,
-)
+from kigi_tool_protocol import CustomProgress, StreamingSpec, TextProgress, ToolCapabilities
 from kigi_tool_runtime import (
     OutputStream,
     ServedCall,
@@ -27,8 +26,10 @@ from kigi_tool_runtime import (
     ToolContext,
     ToolEvent,
     ToolResult,
+    _upstream,
 )
 from kigi_tool_runtime.mcp import META_STREAM, McpToolServer, ProgressFolder
+from kigi_tool_runtime.mcp import _privates as mcp_privates
 
 SPEC = StreamingSpec(subkind="echo_chunk", max_delta_bytes=4)
 
@@ -181,26 +182,50 @@ def test_a_truncation_notice_is_one_more_notification() -> None:
     assert [note.message for note in folder.notes] == [seen[-1][1]]
 
 
-def test_the_sdk_still_keeps_a_sessions_connection_privately() -> None:
-    """Rule 6 keys tokens on ``ctx.session._connection`` because the SDK gives a
-    handler no public way to its connection. Pinned: the session stores the
-    connection it was made with under that name, and neither the session nor
-    the handler's context has a public accessor (``Context.connection`` exists,
-    but the runner does not build a ``Context``); when any of this changes, the
-    server should use the public way instead. (That the key is the connection,
-    not the per-request session, is
-    ``test_a_progress_token_in_use_is_refused_until_its_call_ends``.)"""
-    import dataclasses
-    import inspect
+@pytest.fixture
+def fresh_mcp_fence() -> Iterator[None]:
+    """The fence says its warnings afresh in each test."""
+    mcp_privates.MCP.forget()
+    yield
+    mcp_privates.MCP.forget()
 
-    from mcp.server.context import ServerRequestContext
-    from mcp.server.runner import ServerRunner
-    from mcp.server.session import ServerSession
 
-    assert "self._connection = connection" in inspect.getsource(ServerSession.__init__)
-    assert not hasattr(ServerSession, "connection")
-    assert "connection" not in {field.name for field in dataclasses.fields(ServerRequestContext)}
-    assert "ServerRequestContext(" in inspect.getsource(ServerRunner._make_context)
+@pytest.mark.usefixtures("fresh_mcp_fence")
+@pytest.mark.parametrize("how", ["attribute gone", "out of range"])
+def test_an_unreadable_session_connection_falls_back_to_the_session_and_warns_once(
+    monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Rule 6 keys tokens on the connection under a request's session, which
+    the SDK keeps privately (``_privates`` Rule 1; that the key is the
+    connection, not the per-request session, is
+    ``test_a_progress_token_in_use_is_refused_until_its_call_ends``, run with
+    warnings as errors). Where it cannot be read (gone, or the SDK outside the
+    pinned range) the key is the session itself, said by one
+    ``RuntimeWarning`` naming the package, its version and what degrades."""
+    session = ServerSession.__new__(ServerSession)  # no connection under it
+    if how == "out of range":
+        session._connection = "the connection"
+        monkeypatch.setattr(_upstream, "installed", lambda package: "9.0")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        keys = [mcp_privates.connection_of(session) for _ in range(3)]
+    assert keys == [session] * 3
+    assert len(said) == 1
+    version = "9.0" if how == "out of range" else importlib.metadata.version("mcp")
+    assert str(said[0].message).startswith(f"mcp {version} ")
+    assert "per request, not per connection" in str(said[0].message)
+
+
+@pytest.mark.usefixtures("fresh_mcp_fence")
+def test_a_readable_session_connection_is_the_key_without_a_warning() -> None:
+    """Inside the pinned range, the key is the connection under the SDK's
+    session; any other session object is its own key."""
+    session = ServerSession.__new__(ServerSession)
+    session._connection = "the connection"
+    assert mcp_privates.connection_of(session) == "the connection"
+    other = SimpleNamespace(_connection="not read")
+    assert mcp_privates.connection_of(other) is other
+    assert mcp_privates.MCP.usable("unused")
 
 
 class Burst(Tool[EchoArgs]):

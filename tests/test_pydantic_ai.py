@@ -5,9 +5,12 @@ streamed as ``kigi.tool_output`` events and folded back exactly."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import itertools
 import json
+import re
 import sys
+import warnings
 from collections.abc import AsyncIterable
 from dataclasses import replace
 from pathlib import Path
@@ -40,7 +43,9 @@ from kigi_tool_runtime import (
     ToolContext,
     ToolError,
     ToolResult,
+    _upstream,
 )
+from kigi_tool_runtime._call._held import BLIND_FRAMES
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime.pydantic_ai import (
     MAX_PENDING_EVENTS,
@@ -49,6 +54,7 @@ from kigi_tool_runtime.pydantic_ai import (
     KigiToolOutputEnd,
     KigiToolset,
     ToolOutputFolder,
+    _privates,
     tool_name,
 )
 from kigi_tool_runtime.pydantic_ai._mapping import tool_definition
@@ -714,15 +720,80 @@ def test_readme_pydantic_ai_section_runs() -> None:
         assert part in out, out
 
 
-def test_the_pydantic_ai_internal_the_pacer_reads_is_there() -> None:
-    """Pacing reads the run's event buffer from ``RunContext`` (a private
-    field: pydantic-ai offers no public way, ``_toolset`` says so); this pins
-    that the tested release still has it, so pacing is not silently off."""
-    import dataclasses
+@pytest.fixture
+def fresh_pydantic_ai_fence() -> Any:
+    """The fence says its warnings afresh in each test."""
+    _privates.PYDANTIC_AI.forget()
+    yield
+    _privates.PYDANTIC_AI.forget()
 
-    from pydantic_ai import RunContext
 
-    assert "_event_stream_buffer" in {field.name for field in dataclasses.fields(RunContext)}
+@pytest.mark.usefixtures("fresh_pydantic_ai_fence")
+async def test_the_pinned_pydantic_ai_is_in_range_and_its_event_buffer_is_read() -> None:
+    """Inside the range the ``pydantic-ai`` extra pins, a streamed run's event
+    buffer is read live (``_privates`` Rule 1) with no warning, so pacing is on."""
+    seen: list[Any] = []
+
+    class Probe(KigiToolset):
+        async def call_tool(self, name: str, tool_args: Any, ctx: Any, tool: Any) -> Any:
+            seen.append(_privates.event_buffer(ctx))
+            return await super().call_tool(name, tool_args, ctx, tool)
+
+    script = Script([Call("bash", {"command": "echo hi"}, "c1")])
+    agent = Agent(script.model(), toolsets=[Probe([ShellTool()])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        async with asyncio.timeout(60), agent.run_stream_events("go") as agent_events:
+            async for _ in agent_events:
+                pass
+    (buffer,) = seen
+    assert isinstance(buffer, list)
+    assert _privates.PYDANTIC_AI.usable("unused")
+
+
+@pytest.mark.usefixtures("fresh_pydantic_ai_fence")
+@pytest.mark.parametrize("how", ["field gone", "out of range"])
+async def test_pydantic_ai_internals_gone_bound_each_call_blind_and_warn_once(
+    monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Where the event buffer cannot be read (the private field gone, or
+    pydantic-ai outside the pinned range), one ``RuntimeWarning`` names the
+    package, its version and what degrades, and each of two calls emits at
+    most ``BLIND_FRAMES`` frames, then its last frame after one marker line:
+    the fold sees the loss and counts every byte."""
+    if how == "field gone":
+        monkeypatch.setattr(_privates, "_FIELD", "_gone_event_stream_buffer")
+    else:
+        monkeypatch.setattr(_upstream, "installed", lambda package: "99.0")
+    size = 2_000_000
+    writer = f"import os\nfor _ in range({size // 4000}): os.write(1, b'y' * 4000)\n"
+    tool = ShellTool(tick=0.01, max_delta_bytes=1024)
+    calls = [Call("bash", {"command": [PY, "-c", writer]}, f"c{i}") for i in (1, 2)]
+    agent = Agent(Script(calls).model(), toolsets=[KigiToolset([tool])])
+    folder = ToolOutputFolder(keep_text=False)
+    events: list[Any] = []
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        async with asyncio.timeout(120), agent.run_stream_events("go") as agent_events:
+            async for event in agent_events:
+                folder.absorb(event)
+                events.append(event)
+    ours = [str(w.message) for w in said if issubclass(w.category, RuntimeWarning)]
+    ours = [m for m in ours if "pydantic-ai-slim" in m]
+    assert len(ours) == 1, ours
+    version = "99.0" if how == "out of range" else importlib.metadata.version("pydantic-ai-slim")
+    assert version in ours[0]
+    assert "holds the rest back" in ours[0]
+    for call_id in ("c1", "c2"):
+        outputs = _outputs(events, call_id)
+        assert len(outputs) == BLIND_FRAMES + 1
+        *shown, last = outputs
+        assert re.search(r"\[\.\.\. \d+ frames dropped here \.\.\.\]\n", last.text)
+        assert last.seq > shown[-1].seq + 1
+        report = folder[call_id].report()
+        assert report is not None
+        assert report.total_bytes == size
+        assert not report.complete
 
 
 async def test_a_silent_call_emits_heartbeats_the_folder_does_not_take_as_output() -> None:

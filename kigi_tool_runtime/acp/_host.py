@@ -22,7 +22,10 @@ Rule 4. A call ends when its connection does: an update being sent when the
         connection says it is gone, checked every
         :data:`CONNECTION_CHECK_S` seconds, and the call stops its tool and
         raises ``ConnectionError``. (The SDK's send to a client that died
-        while the pipe was full never returns on its own.)
+        while the pipe was full never returns on its own.) The SDK keeps that
+        state privately, read only in ``_privates``; where it cannot be read,
+        an update not sent within :data:`UNSEEN_SEND_S` is given up the same
+        way.
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ from .._producer._chunk import cap_of
 from .._tools._errors import ToolError, ToolErrorKind
 from .._tools._shell import ShellTool
 from .._tools._tool import Tool
+from .._upstream import UNSEEN
 from ._mapping import DEFAULT_TAIL_BYTES, LiveOutput, Pacing, ToolCallMapper, ToolKind, Update
+from ._privates import connection_gone
 
 __all__ = (
     "AcpToolCalls",
@@ -59,6 +64,10 @@ LAST_UPDATE_WAIT_S: Final = 5.0
 
 #: How often an update still being sent checks whether its connection is gone.
 CONNECTION_CHECK_S: Final = 0.25
+
+#: How long an update may take to be sent when the connection's state cannot
+#: be read (Rule 4; ``_privates`` Rule 2).
+UNSEEN_SEND_S: Final = 60.0
 
 _ids = itertools.count(1)
 
@@ -238,24 +247,21 @@ class AcpToolCalls:
             model = ToolCallProgress.model_validate(update)
         connection = self._connection
         send = asyncio.ensure_future(connection.session_update(session_id=session_id, update=model))
+        loop = asyncio.get_running_loop()
+        given_up = loop.time() + UNSEEN_SEND_S
         try:
             while not send.done():
                 await asyncio.wait((send,), timeout=CONNECTION_CHECK_S)
-                if not send.done() and _connection_closed(connection):
+                if send.done():
+                    break
+                gone = connection_gone(connection)
+                if gone is UNSEEN:
+                    gone = loop.time() > given_up
+                if gone:
                     raise ConnectionError("the ACP connection closed while an update was sent")
             send.result()
         finally:
             send.cancel()
-
-
-def _connection_closed(connection: SessionUpdates) -> bool:
-    """Whether the SDK connection under ``connection`` is gone (Rule 4): its
-    client closed the pipe, or the agent closed the connection. The SDK (0.12)
-    keeps this on its inner connection only; anything else is never gone."""
-    inner = getattr(connection, "_conn", None)
-    return (
-        getattr(inner, "_disconnected", False) is True or getattr(inner, "_closed", False) is True
-    )
 
 
 async def run_tool_call(

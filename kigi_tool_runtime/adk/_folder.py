@@ -24,12 +24,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kigi_tool_protocol import METHOD_TOOL_CALL_PROGRESS, JsonRpcNotification
-
+from .._call._folded import ReassembledCall, call_reassembler, fold_frame
 from .._call._limits import MAX_CALL_TEXT_BYTES
-from .._consumer._loss import LossReport
 from .._consumer._reassembler import Appended, Reassembler
-from .._consumer._stream_state import StreamState
 from ._keys import META_CLOSING, META_FRAME, META_SEQ, RESPONSE_KEY
 
 __all__ = ("MAX_FOLDED_TEXT_BYTES", "AdkEventFolder", "FoldedAdkCall")
@@ -39,7 +36,7 @@ MAX_FOLDED_TEXT_BYTES: Final = MAX_CALL_TEXT_BYTES
 
 
 @dataclass(eq=False)
-class FoldedAdkCall:
+class FoldedAdkCall(ReassembledCall):
     """One kigi tool call of an ADK run, folded.
 
     ``call_id`` is the ADK function call's id; ``reassembler`` folds its
@@ -54,31 +51,9 @@ class FoldedAdkCall:
     response: Mapping[str, Any] | None = None
 
     @property
-    def stream(self) -> StreamState | None:
-        """The call's stream (``None``: no frame arrived)."""
-        states = list(self.reassembler.streams.values())
-        return states[0] if states else None
-
-    @property
-    def text(self) -> str | None:
-        """The call's reassembled output (``None``: no frame, or text not kept)."""
-        stream = self.stream
-        return None if stream is None else stream.text
-
-    @property
     def ended(self) -> bool:
+        """Whether the call's function response arrived."""
         return self.response is not None
-
-    def report(self) -> LossReport | None:
-        """The stream's loss report (``None``: no frame arrived)."""
-        stream = self.stream
-        return None if stream is None else stream.report()
-
-    @property
-    def complete(self) -> bool:
-        """The call ended and nothing of its live output was lost."""
-        report = self.report()
-        return self.ended and (report is None or report.complete)
 
     @property
     def failed(self) -> bool:
@@ -130,11 +105,8 @@ class AdkEventFolder:
         call_id = frame.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id:
             return None
-        if not (isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0):
-            seq = None
         call = self._call(call_id)
-        note = JsonRpcNotification(method=METHOD_TOOL_CALL_PROGRESS, seq=seq, params=dict(frame))
-        appended = call.reassembler.appended(note)
+        appended = fold_frame(call.reassembler, dict(frame), seq)
         call.frames += 1
         if self._on_appended is not None:
             self._on_appended(appended)
@@ -143,8 +115,8 @@ class AdkEventFolder:
     def _call(self, call_id: str) -> FoldedAdkCall:
         call = self.calls.get(call_id)
         if call is None:
-            reassembler = Reassembler(
-                known_calls=[call_id], keep_text=self._keep_text, max_text_bytes=self._max_text
+            reassembler = call_reassembler(
+                call_id, keep_text=self._keep_text, max_text_bytes=self._max_text
             )
             call = self.calls[call_id] = FoldedAdkCall(call_id, reassembler)
         return call

@@ -63,11 +63,12 @@ def _text_content(text: str) -> types.Content:
     return types.Content(role="model", parts=[types.Part(text=text)])
 
 
-def partial_event(delta: LiveDelta) -> Event:
-    """The partial event of one frame (Rule 2)."""
+def partial_event(delta: LiveDelta, *, text: str | None = None) -> Event:
+    """The partial event of one frame (Rule 2); ``text`` in place of its own
+    (the last frame after frames held back, with their marker)."""
     return Event(
         partial=True,
-        content=_text_content(delta.text),
+        content=_text_content(delta.text if text is None else text),
         custom_metadata={META_FRAME: frame_json(delta.frame), META_SEQ: delta.seq},
     )
 

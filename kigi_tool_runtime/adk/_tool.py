@@ -21,8 +21,11 @@ Rule 4. Backpressure, not buffering: ADK passes partial events to the run's
         ``max_pending_events`` (default :data:`MAX_PENDING_EVENTS`) wait there
         the call takes no new frame, so a slow consumer pauses the tool (the
         shell tool's bounded tail reports what it skipped as a gap) and memory
-        stays bounded. The queue is an internal of ADK 2.x, read behind
-        :func:`_pending_events`; where it is gone, the call is not paced.
+        stays bounded. The queue is an internal of ADK 2.x, read only in
+        ``_privates`` (behind :func:`_pending_events`); where it cannot be
+        read, each call yields at most ``_call/_held.py`` ``BLIND_FRAMES``
+        partial events, holds the rest back, and yields the last one at the
+        end, its text after one marker line.
 """
 
 from __future__ import annotations
@@ -38,9 +41,11 @@ from google.adk.tools.tool_context import ToolContext
 from google.adk.workflow import FunctionNode
 from google.genai import types
 
+from .._call._held import BlindCap, HeldBack
 from .._call._limits import CALL_BUFFER_FRAMES, PENDING_POLL_S
 from .._call._served import ServedCall
 from .._tools._tool import Tool
+from .._upstream import UNSEEN
 from ._mapping import (
     adk_tool_name,
     closing_event,
@@ -48,6 +53,7 @@ from ._mapping import (
     partial_event,
     response_of,
 )
+from ._privates import pending_events
 
 __all__ = ("MAX_PENDING_EVENTS", "KigiAdkTool", "adk_tools")
 
@@ -60,13 +66,10 @@ _call_ids = itertools.count(1)
 
 
 def _pending_events(tool_context: ToolContext) -> int | None:
-    """How many events wait for the run's consumer, or ``None`` when ADK no
-    longer shows it (Rule 4). ADK 2.x has no public view of it: the
-    invocation's ``_event_queue`` (an ``asyncio.Queue``), read guarded;
-    tests/test_adk.py pins it in the tested release."""
-    invocation = getattr(tool_context, "_invocation_context", None)
-    queue = getattr(invocation, "_event_queue", None)
-    return queue.qsize() if isinstance(queue, asyncio.Queue) else None
+    """How many events wait for the run's consumer, or ``None`` when it cannot
+    be read (Rule 4; ``_privates`` Rule 1)."""
+    pending = pending_events(tool_context)
+    return None if pending is UNSEEN else pending
 
 
 async def _paced(tool_context: ToolContext, bound: int) -> None:
@@ -142,10 +145,18 @@ class KigiAdkTool(BaseTool):
 
         async def frames() -> AsyncGenerator[Any, None]:
             served = ServedCall(tool, arguments, call_id=call_id, timeout_ms=timeout_ms)
+            blind = BlindCap() if _pending_events(tool_context) is None else None
+            held_back = HeldBack()
             async with served as call:
                 async for delta in call:
+                    if blind is not None and not blind.admits():
+                        held_back.add(delta)  # Rule 4: a queue that cannot be seen
+                        continue
                     yield partial_event(delta)
+                    held_back.shown(delta.text)
                     await _paced(tool_context, bound)
+            if held_back.last is not None:
+                yield partial_event(held_back.last, text=held_back.closing_text())
             end = call.end
             if end.closing:
                 yield closing_event(end.closing, call_id)

@@ -19,7 +19,8 @@ Rule 3. Every form LangGraph streams the ``tools`` channel in is taken: the
         else is counted in ``ignored``, never raised on.
 Rule 4. A call ends at its ``tool-finished`` (whose ``ToolMessage`` artifact,
         when it reaches the fold, is kept) or ``tool-error`` (its message kept);
-        its report is then final (``ended``).
+        its report is then final (``ended``). Its text, report and
+        ``complete`` are the call core's (``_call/_folded.py``).
 
 No I/O and no event loop: events in, folds out.
 """
@@ -30,8 +31,8 @@ from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .._call._folded import FoldedCall
 from .._call._limits import MAX_CALL_TEXT_BYTES
-from .._consumer._loss import LossReport
 from .._consumer._reassembler import Appended, Reassembler
 from .._consumer._stream_state import StreamState
 from ._mapping import LiveChunk, is_kigi_artifact
@@ -47,7 +48,7 @@ TOOL_EVENTS: Final = frozenset({"tool-started", "tool-output-delta", "tool-finis
 
 
 @dataclass(eq=False)
-class FoldedToolCall:
+class FoldedToolCall(FoldedCall):
     """One tool call as the fold saw it.
 
     ``kigi`` is true once one of its deltas carried a kigi frame; ``notes``
@@ -75,20 +76,14 @@ class FoldedToolCall:
         return self._stream
 
     @property
-    def text(self) -> str | None:
-        """The call's reassembled output (``None``: no kigi frame)."""
-        return None if self._stream is None else self._stream.text
-
-    def report(self) -> LossReport | None:
-        """The call's loss report, final once it finished (``None``: no kigi frame)."""
-        return None if self._stream is None else self._stream.report(ended=self.finished)
+    def ended(self) -> bool:
+        """Whether its ``tool-finished`` or ``tool-error`` arrived (Rule 4)."""
+        return self.finished
 
     @property
-    def complete(self) -> bool:
-        """True when the call finished without an error and nothing of its
-        live output was lost."""
-        report = self.report()
-        return self.finished and self.error is None and (report is None or report.complete)
+    def failed(self) -> bool:
+        """Whether it ended with a ``tool-error``."""
+        return self.error is not None
 
 
 class ToolEventFolder:

@@ -35,10 +35,10 @@ import msgspec
 
 from kigi_tool_protocol import ToolCallProgressFrame
 
-from .._call._live import DROPPED_MARKER, LiveDelta
+from .._call._held import HeldBack as HeldBack  # the driver and tests take it from here
+from .._call._live import LiveDelta
 from .._call._outcome import CallEnd
 from .._call._schema import root_object_schema
-from .._text import plural
 
 if TYPE_CHECKING:
     from .._tools._tool import Tool
@@ -118,36 +118,6 @@ class LiveChunk(str):
     def __reduce__(self) -> tuple[Any, ...]:
         # A copy (or a pickle) keeps the frame with the text.
         return (LiveChunk, (str(self), self.frame, self.seq))
-
-
-class HeldBack:
-    """The frames of a call held back from a stream queue nobody drains yet
-    (``_tool`` Rule 5): how many, the last one (sent at the end, so a fold
-    sees the loss), and whether the text shown so far ends a line (Rule 3's
-    marker starts a line of its own). A fixed set of fields, whatever the
-    number of frames."""
-
-    __slots__ = ("_at_line_start", "count", "last")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.last: LiveDelta | None = None
-        self._at_line_start = True
-
-    def shown(self, text: str) -> None:
-        """``text`` went out as a chunk."""
-        if text:
-            self._at_line_start = text.endswith("\n")
-
-    def add(self, delta: LiveDelta) -> None:
-        """``delta`` is held back."""
-        self.count += 1
-        self.last = delta
-
-    def marker(self) -> str:
-        """The line said before the last frame: the frames held back before it."""
-        held = plural(self.count - 1, "frame", "frames")
-        return ("" if self._at_line_start else "\n") + DROPPED_MARKER.format(frames=held) + "\n"
 
 
 def artifact(end: CallEnd) -> dict[str, Any]:

@@ -16,9 +16,11 @@ Rule 2. Only a queue drained live is waited on: one whose consumer has been
         runs (a run that hands the tools events over only when the node ends)
         is never paced, since waiting there would never end. Once judged,
         the queue is known for every call of the run.
-Rule 3. The queue is found through LangGraph 1.x internals (the writer's
-        handler, its ``put``); when it is not found, nothing is paced and the
-        call runs as before.
+Rule 3. The queue is found through LangGraph 1.x internals, read only in
+        ``_privates`` (Rule 1 there); where they cannot be read, a call that
+        streams is bounded blind: at most ``_call/_held.py`` ``BLIND_FRAMES``
+        of its frames go into the queue, the rest are held back as in Rule 4,
+        and one ``RuntimeWarning`` says so.
 Rule 4. A queue not drained live (LangGraph's default: ``stream_mode="tools"``
         without ``stream_eager``) is bounded too: once judged so, a call puts
         no more frames into it while more than :data:`STILL_EVENTS` items wait
@@ -32,23 +34,13 @@ Rule 4. A queue not drained live (LangGraph's default: ``stream_mode="tools"``
 from __future__ import annotations
 
 import asyncio
-import functools
 import weakref
-from collections.abc import Callable, Sized
+from collections.abc import Sized
 from typing import Any, Final
 
+from .._call._held import BlindCap
 from .._call._limits import CALL_BUFFER_FRAMES, PENDING_POLL_S
-
-# LangGraph 1.x offers no public way to reach the run's stream queue from a
-# tool (Rule 3): this context variable is private, so its absence in another
-# release only turns pacing off (tests/test_langchain.py pins its presence and
-# the pacing it gives with the pinned release).
-try:
-    from langgraph.pregel import _tools as _langgraph_tools
-
-    _tool_call_writer: Any = _langgraph_tools._tool_call_writer
-except (ImportError, AttributeError):  # pragma: no cover - another LangGraph release
-    _tool_call_writer = None
+from ._privates import UNSEEN, StreamQueue, stream_queue
 
 __all__ = ("MAX_PENDING_EVENTS",)
 
@@ -75,51 +67,24 @@ _live_queues: weakref.WeakSet[Any] = weakref.WeakSet()
 _still_queues: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def _queue_of(writer: Callable[[Any], None] | None) -> Any:
-    """The stream queue ``writer`` (a LangGraph tool-call writer) puts into."""
-    if writer is None:
-        return None
-    names = getattr(getattr(writer, "__code__", None), "co_freevars", ())
-    cells = getattr(writer, "__closure__", None) or ()
-    handler = dict(zip(names, (cell.cell_contents for cell in cells), strict=False)).get("self")
-    put = getattr(handler, "stream", None)
-    if isinstance(put, functools.partial) and put.args:
-        put = put.args[0]  # async: partial(loop.call_soon_threadsafe, queue.put_nowait)
-    return getattr(put, "__self__", None)
-
-
-def _pending(queue: Any) -> Sized | None:
-    """The items waiting in ``queue`` (an ``AsyncQueue`` or a ``SyncQueue``)."""
-    items = getattr(queue, "_queue", None)
-    return items if isinstance(items, Sized) else None
-
-
-def _consumer_waits(queue: Any) -> bool:
-    """Whether the run's consumer waits on ``queue`` right now (Rule 2)."""
-    getters = getattr(queue, "_getters", None)  # AsyncQueue (asyncio.Queue)
-    if getters is not None:
-        return any(not getter.done() for getter in getters)
-    cond = getattr(getattr(queue, "_count", None), "_cond", None)  # SyncQueue
-    return bool(getattr(cond, "_waiters", None))
-
-
 class Pacer:
     """Pace one call to the run's stream consumer (see the module's rules);
-    ``writer`` is the tool-call writer LangGraph set for the call."""
+    ``queue`` is the run's stream queue as ``_privates`` reads it (``None``:
+    nothing is streamed; ``UNSEEN``: it cannot be read, Rule 3)."""
 
-    __slots__ = ("_bound", "_pending", "_queue")
+    __slots__ = ("_blind", "_bound", "_pending", "_queue")
 
-    def __init__(self, writer: Callable[[Any], None] | None, bound: int) -> None:
+    def __init__(self, queue: StreamQueue | None, bound: int) -> None:
         self._bound = bound
-        self._queue = _queue_of(writer)
-        self._pending = _pending(self._queue)
+        self._blind = BlindCap() if queue is UNSEEN else None
+        self._queue = None if queue is None or queue is UNSEEN else queue
+        self._pending: Sized | None = None if self._queue is None else self._queue.pending
 
     @classmethod
     def of_current_call(cls, bound: int) -> Pacer:
-        """The pacer of the call running in this context (its writer is the
-        one LangGraph set when the call started)."""
-        writer = None if _tool_call_writer is None else _tool_call_writer.get()
-        return cls(writer, bound)
+        """The pacer of the call running in this context (its queue is the
+        one LangGraph's writer for the call puts into)."""
+        return cls(stream_queue(), bound)
 
     def waiting(self) -> int:
         """The items waiting in the run's stream queue (0 when not found)."""
@@ -129,36 +94,42 @@ class Pacer:
         """Whether the next frame may go into the run's stream queue: always,
         unless the queue is not drained live and holds more than
         :data:`STILL_EVENTS` items (Rule 4)."""
-        pending = self._pending
-        return pending is None or self._queue not in _still_queues or len(pending) <= STILL_EVENTS
+        if self._blind is not None:
+            return self._blind.admits()
+        pending, queue = self._pending, self._queue
+        if pending is None or queue is None:
+            return True
+        return queue.key not in _still_queues or len(pending) <= STILL_EVENTS
 
     async def pace(self) -> None:
         """Wait while more than the bound of items wait for a live consumer;
         judge the queue once it holds more than a still queue may (Rule 2)."""
         pending, queue = self._pending, self._queue
-        if pending is None or queue in _still_queues:
+        if pending is None or queue is None or queue.key in _still_queues:
             return
-        if queue not in _live_queues:
+        if queue.key not in _live_queues:
             if len(pending) <= min(self._bound, STILL_EVENTS):
                 return
-            if not await self._probe(pending):
-                _still_queues.add(queue)
+            if not await self._probe(queue):
+                _still_queues.add(queue.key)
                 return
         while len(pending) > self._bound:
             await asyncio.sleep(PENDING_POLL_S)
 
-    async def _probe(self, pending: Sized) -> bool:
+    @staticmethod
+    async def _probe(queue: StreamQueue) -> bool:
         """Watch the queue for a consumer, :data:`PROBE_S` at most (Rule 2)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + PROBE_S
+        pending = queue.pending
         before = len(pending)
         while loop.time() < deadline:
-            if _consumer_waits(self._queue) or len(pending) < before:
-                _live_queues.add(self._queue)
+            if queue.consumer_waits() or len(pending) < before:
+                _live_queues.add(queue.key)
                 return True
-            if self._queue in _live_queues:
+            if queue.key in _live_queues:
                 return True
-            if self._queue in _still_queues:
+            if queue.key in _still_queues:
                 return False
             before = len(pending)
             await asyncio.sleep(PENDING_POLL_S)

@@ -32,6 +32,7 @@ from mcp.client.extension import ClientExtension
 
 from kigi_tool_protocol import JsonRpcNotification
 
+from .._call._folded import is_complete
 from .._consumer._loss import LossReport
 from .._consumer._reassembler import Appended, Reassembler
 from .._consumer._stream_state import StreamState
@@ -70,8 +71,15 @@ class FoldedCall(NamedTuple):
 
     @property
     def complete(self) -> bool:
-        """True when nothing was lost: every stream complete, nothing missing."""
-        return self.missing == 0 and all(state.report().complete for state in self.streams)
+        """True when the call returned a result (not an error) and nothing was
+        lost: every stream complete, nothing missing (``_call/_folded.py``
+        Rule 3, the meaning every host's fold gives it)."""
+        return is_complete(
+            ended=True,
+            failed=bool(self.result.is_error),
+            reports=self.reports(),
+            refused=self.missing > 0,
+        )
 
 
 class ProgressFolder:

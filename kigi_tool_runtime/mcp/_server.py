@@ -108,6 +108,7 @@ from ._mapping import (
     tool_definition,
 )
 from ._partial import METHOD_PARTIAL_RESULT, final_params, partial_params, partial_result_token
+from ._privates import connection_of
 from ._queued import OUTBOX_BYTES, frame_size, sent_frame
 
 __all__ = (
@@ -283,13 +284,8 @@ class McpToolServer:
                 code=types.INVALID_PARAMS, message="the progressToken is not valid Unicode text"
             ) from None
         # The SDK makes a session object per request; the connection under it
-        # is what a token must be unique on. SDK 2.x (still in mcp 2.3.0)
-        # offers no public way to reach it from a handler (ServerSession keeps
-        # it as `_connection`; `Context.connection` exists but the runner does
-        # not build a Context), so this reads the private name, falling back to
-        # the session when it is gone; tests/test_mcp_server.py pins the SDK's
-        # behaviour.
-        connection = getattr(ctx.session, "_connection", ctx.session)
+        # is what a token must be unique on, read in `_privates` (Rule 1).
+        connection = connection_of(ctx.session)
         keys: list[tuple[int, str, str]] = []
         if channel is not None:
             keys.append((id(connection), "call", call_id))

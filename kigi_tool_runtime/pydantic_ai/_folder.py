@@ -18,7 +18,8 @@ Rule 3. Events that are not kigi's are left alone (:meth:`ToolOutputFolder.absor
         are not recorded.
 Rule 4. A call has ended once its ``kigi.tool_output_end`` or its tool result
         arrived; from then on its report counts every byte the last total
-        names that no frame delivered as lost.
+        names that no frame delivered as lost. Its text, report and
+        ``complete`` are the call core's (``_call/_folded.py``).
 """
 
 from __future__ import annotations
@@ -30,12 +31,9 @@ from typing import Any, Final
 from pydantic_ai import CustomEvent, FunctionToolResultEvent, RunContext
 from pydantic_ai.messages import ToolReturnPart
 
-from kigi_tool_protocol import METHOD_TOOL_CALL_PROGRESS, JsonRpcNotification
-
+from .._call._folded import ReassembledCall, call_reassembler, fold_frame
 from .._call._limits import MAX_CALL_TEXT_BYTES
-from .._consumer._loss import LossReport
 from .._consumer._reassembler import Appended, Reassembler
-from .._consumer._stream_state import StreamState
 from ._events import OUTPUT_END_EVENT, OUTPUT_EVENT
 
 __all__ = ("MAX_FOLDED_TEXT_BYTES", "FoldedToolCall", "ToolOutputFolder")
@@ -46,7 +44,7 @@ MAX_FOLDED_TEXT_BYTES: Final = MAX_CALL_TEXT_BYTES
 
 
 @dataclass(eq=False)
-class FoldedToolCall:
+class FoldedToolCall(ReassembledCall):
     """One tool call folded on the application side.
 
     ``tool_call_id`` and ``tool_name`` are the pydantic-ai call's;
@@ -68,34 +66,11 @@ class FoldedToolCall:
         return self.end is not None or self.result is not None
 
     @property
-    def stream(self) -> StreamState | None:
-        """The call's output stream (``None``: no frame arrived)."""
-        streams = list(self.reassembler.streams.values())
-        return streams[0] if streams else None
-
-    @property
-    def text(self) -> str | None:
-        """The folded output (``None``: none arrived, or text is not kept)."""
-        stream = self.stream
-        return None if stream is None else stream.text
-
-    @property
     def closing(self) -> str:
         """What a text-only consumer appends after the last delta (the end's
         ``closing``; ``""`` before the end or when there is nothing to say)."""
         closing = (self.end or {}).get("closing")
         return closing if isinstance(closing, str) else ""
-
-    def report(self) -> LossReport | None:
-        """The output's loss report (``None``: no frame arrived)."""
-        stream = self.stream
-        return None if stream is None else stream.report(ended=self.ended)
-
-    @property
-    def complete(self) -> bool:
-        """Nothing of the output was lost and no frame was refused."""
-        report = self.report()
-        return (report is None or report.complete) and not self.reassembler.anomalies
 
     @property
     def metadata(self) -> dict[str, Any] | None:
@@ -195,11 +170,7 @@ class ToolOutputFolder:
         if name == OUTPUT_END_EVENT:
             call.end = dict(payload)
             return None
-        seq = payload.get("seq")
-        if not (isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0):
-            seq = None
-        note = JsonRpcNotification(method=METHOD_TOOL_CALL_PROGRESS, seq=seq, params=frame)
-        appended = call.reassembler.appended(note)
+        appended = fold_frame(call.reassembler, frame, payload.get("seq"))
         call.frames += 1
         if self._on_appended is not None:
             self._on_appended(appended)
@@ -208,10 +179,8 @@ class ToolOutputFolder:
     def _call(self, tool_call_id: str, tool_name: str | None) -> FoldedToolCall:
         call = self.calls.get(tool_call_id)
         if call is None:
-            reassembler = Reassembler(
-                known_calls=[tool_call_id],
-                keep_text=self._keep_text,
-                max_text_bytes=self._max_text,
+            reassembler = call_reassembler(
+                tool_call_id, keep_text=self._keep_text, max_text_bytes=self._max_text
             )
             call = self.calls[tool_call_id] = FoldedToolCall(tool_call_id, tool_name, reassembler)
         elif call.tool_name is None:

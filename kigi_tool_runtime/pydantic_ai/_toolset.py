@@ -21,8 +21,12 @@ Rule 4. Backpressure, not buffering: ``ctx.emit`` returns at once, leaving the
         :data:`MAX_PENDING_EVENTS`), a call takes no new
         frame, so a slow consumer pauses the tool (the shell tool's bounded
         tail then reports what it skipped as a gap) and the buffer stays
-        bounded. The buffer is pydantic-ai's own (an internal of 2.x): a run
-        whose buffer is not being drained live is not paced.
+        bounded. The buffer is pydantic-ai's own (an internal of 2.x, read
+        only in ``_privates``): a run whose buffer is not being drained live
+        is not paced; where the buffer cannot be read at all, each call emits
+        at most ``_call/_held.py`` ``BLIND_FRAMES`` frames, holds the rest
+        back, and emits the last one at the end, its text after one marker
+        line (``_privates`` Rule 1).
         ``live=False`` serves calls without live output (no frame is made; the
         result is the same).
 Rule 5. A live call silent for ``heartbeat_s`` emits a ``kigi.tool_heartbeat``
@@ -42,11 +46,14 @@ from typing import Any, Final
 from pydantic_ai import AbstractToolset, RunContext, ToolReturn, ToolsetTool
 
 from .._call._heartbeat import HEARTBEAT_S, Beat
+from .._call._held import BlindCap, HeldBack
 from .._call._limits import CALL_BUFFER_FRAMES, PENDING_POLL_S
 from .._call._served import ServedCall
 from .._tools._tool import Tool
+from .._upstream import UNSEEN
 from ._events import KigiToolHeartbeat, KigiToolOutput, KigiToolOutputEnd
 from ._mapping import ARGS_OBJECT, check_or_retry, return_of, tool_definition, tool_name
+from ._privates import event_buffer
 
 __all__ = ("MAX_PENDING_EVENTS", "KigiToolset")
 
@@ -63,15 +70,9 @@ MAX_PENDING_EVENTS: Final = CALL_BUFFER_FRAMES
 def _live_buffer(ctx: RunContext[Any]) -> Sized | None:
     """The run's event buffer when a stream merger drains it live (it keeps a
     waiter registered while it does), else ``None``: a buffer drained only
-    when the tool returns must never be waited on."""
-    # pydantic-ai 2.x offers no public view of it: a private field, read
-    # guarded (another release turns pacing off); tests/test_pydantic_ai.py
-    # pins it in the tested release.
-    buffer = getattr(ctx, "_event_stream_buffer", None)
-    waiters = getattr(buffer, "waiters", None)
-    if isinstance(buffer, list) and waiters:
-        return buffer
-    return None
+    when the tool returns must never be waited on (``_privates`` Rule 1)."""
+    buffer = event_buffer(ctx)
+    return None if buffer is UNSEEN else buffer
 
 
 async def _paced(ctx: RunContext[Any], bound: int) -> None:
@@ -187,13 +188,22 @@ class KigiToolset(AbstractToolset[Any]):
             timeout_ms=None if limit is None else limit * 1000,
             heartbeat_s=self.heartbeat_s if self.live else 0.0,
         )
+        blind = BlindCap() if event_buffer(ctx) is UNSEEN else None
+        held_back = HeldBack()
         async with served as call:
             async for item in call.events():
                 if isinstance(item, Beat):
                     await ctx.emit(KigiToolHeartbeat.of(item))
                     continue
+                if blind is not None and not blind.admits():
+                    held_back.add(item)  # Rule 4: a buffer that cannot be seen
+                    continue
                 await ctx.emit(KigiToolOutput.of(item))
+                held_back.shown(item.text)
                 await _paced(ctx, self.max_pending_events)
+        if held_back.last is not None:
+            last = KigiToolOutput.of(held_back.last)
+            await ctx.emit(replace(last, text=held_back.closing_text()))
         end = call.end
         await ctx.emit(KigiToolOutputEnd.of(end))
         return return_of(end)
