@@ -20,7 +20,8 @@ from acp import PROTOCOL_VERSION, run_agent
 from acp.schema import InitializeResponse, NewSessionResponse, PromptResponse
 
 from kigi_tool_runtime import ShellTool
-from kigi_tool_runtime.acp import DEFAULT_TAIL_BYTES, AcpToolCalls, Pacing, is_cancelled
+from kigi_tool_runtime.acp import AcpToolCalls, Pacing, is_cancelled
+from kigi_tool_runtime.acp._mapping import DEFAULT_TAIL_BYTES
 
 
 class TestAgent:

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
 from kigi_tool_runtime import CallEnd, LiveText, ShellOutcome, ShellTool, ToolError, ToolResult
-from kigi_tool_runtime.acp import (
+from kigi_tool_runtime.acp import LiveOutput, Pacing
+from kigi_tool_runtime.acp._host import tool_title
+from kigi_tool_runtime.acp._mapping import (
     META_FRAME,
     META_LIVE,
     META_LOSS,
@@ -21,12 +23,9 @@ from kigi_tool_runtime.acp import (
     TERMINAL_OUTPUT,
     TERMINAL_OUTPUT_DELTA,
     TERMINAL_REDRAW,
-    LiveOutput,
-    Pacing,
+    TextTail,
     ToolCallMapper,
 )
-from kigi_tool_runtime.acp._host import tool_title
-from kigi_tool_runtime.acp._mapping import TextTail
 
 
 class _Mapper(ToolCallMapper):

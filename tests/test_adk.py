@@ -32,14 +32,9 @@ import kigi_tool_runtime.adk._tool as adk_tool
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
 from kigi_tool_runtime import ShellTool, Tool
 from kigi_tool_runtime._process import group_alive
-from kigi_tool_runtime.adk import (
-    META_FRAME,
-    RESPONSE_KEY,
-    AdkEventFolder,
-    KigiAdkTool,
-    adk_tool_name,
-    adk_tools,
-)
+from kigi_tool_runtime.adk import AdkEventFolder, KigiAdkTool, adk_tools
+from kigi_tool_runtime.adk._keys import META_FRAME, RESPONSE_KEY
+from kigi_tool_runtime.adk._mapping import adk_tool_name
 from kigi_tool_runtime.testing import check_stream
 
 PY = sys.executable

@@ -14,17 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import StreamingSpec
-from kigi_tool_runtime import (
-    DEFAULT_MAX_RECORD_BYTES,
-    DeltaStreamer,
-    Follower,
-    OversizedLine,
-    Reassembler,
-    TailBuffer,
-    read_from,
-)
-from kigi_tool_runtime._transport._file_follow import READ_BLOCK_BYTES
-from kigi_tool_runtime.testing import damaged_frame_logs, frame_logs, progress_line
+from kigi_tool_runtime import DeltaStreamer, Follower, Reassembler, TailBuffer
+from kigi_tool_runtime._consumer._reassembler import DEFAULT_MAX_RECORD_BYTES
+from kigi_tool_runtime._transport._file_follow import READ_BLOCK_BYTES, read_from
+from kigi_tool_runtime._wire._split import OversizedLine
+from kigi_tool_runtime.testing import damaged_frame_logs, frame_logs
+from kigi_tool_runtime.testing._consumer_strategies import progress_line
 
 KIND = "bash_output_chunk"
 

@@ -15,7 +15,8 @@ from mcp.shared.exceptions import MCPError
 
 from kigi_tool_protocol import CustomProgress, StreamingSpec, TextProgress, ToolCapabilities
 from kigi_tool_runtime import OutputStream, ShellTool, Tool, ToolContext, ToolEvent, ToolResult
-from kigi_tool_runtime.mcp import META_STREAM, McpToolServer, ProgressFolder
+from kigi_tool_runtime.mcp import McpToolServer, ProgressFolder
+from kigi_tool_runtime.mcp._mapping import META_STREAM
 
 SPEC = StreamingSpec(subkind="echo_chunk", max_delta_bytes=4)
 

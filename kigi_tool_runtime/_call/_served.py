@@ -40,8 +40,8 @@ from typing import Any, Final, cast
 from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
 
 from .._closing import AsyncClosing
-from .._scope import TaskScope
 from .._otel import start_call_span
+from .._scope import TaskScope
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, ToolRun, decode_args, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -51,7 +51,7 @@ from ._live import LiveDelta, LiveText
 from ._outcome import CallEnd
 from ._queue import CallQueue, QueuePolicy, StallWatch, Taken
 
-__all__ = ("ServedCall", "check_arguments")
+__all__ = ("ServedCall",)
 
 
 def check_arguments(tool: Tool[Any], raw_arguments: Any) -> Any:

@@ -43,7 +43,7 @@ import enum
 import math
 from typing import Final, NamedTuple
 
-__all__ = ("DEFAULT_PACING_S", "Emit", "Pace", "Pacer", "PacerStats")
+__all__ = ()
 
 #: The pacing interval when none is given: partial frames at most every 20 ms.
 #: A line every 37 ms is then always a leading edge (visible at once: 0.5 ms at

@@ -66,13 +66,7 @@ from .._process import (
 from .._scope import TaskScope
 from ._errors import ToolError, ToolErrorKind
 
-__all__ = (
-    "Backpressure",
-    "CommandNotStarted",
-    "CommandResult",
-    "CommandSettings",
-    "run_command",
-)
+__all__ = ("CommandNotStarted", "CommandResult")
 
 #: One read from the pipe: 64 KiB (a default Linux pipe buffer; the widened pipe
 #: of Rule 6 holds four) per system call. Reading a pipe in 8 KiB pieces costs

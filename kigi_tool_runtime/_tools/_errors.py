@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Final, get_args
 
-from kigi_tool_protocol import InternalErrorWire, ToolErrorWire, error_code_for
+from kigi_tool_protocol import ToolErrorWire
+from kigi_tool_protocol._tool_error import InternalErrorWire, error_code_for
 
 __all__ = ("ToolError", "ToolErrorKind")
 

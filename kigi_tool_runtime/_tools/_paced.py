@@ -43,7 +43,7 @@ from ._command import CommandSettings, default_shell
 from ._result import ToolEvent, ToolResult
 from ._tool import ToolContext
 
-__all__ = ("DEFAULT_OUTPUT_LIMIT", "DEFAULT_TAIL_BYTES", "stream_output")
+__all__ = ("stream_output",)
 
 #: The newest bytes kept between drains. A consumer that falls further behind
 #: than this loses the middle (reported as a gap). 1 MiB is 64 frames at the

@@ -21,42 +21,13 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " Python SDK): pip install 'kigi-tool-runtime[acp]'"
     ) from exc
 
-from ._host import (
-    AcpToolCalls,
-    SessionUpdates,
-    is_cancelled,
-    run_tool_call,
-)
-from ._mapping import (
-    DEFAULT_TAIL_BYTES,
-    META_FRAME,
-    META_LIVE,
-    META_LOSS,
-    TERMINAL_EXIT,
-    TERMINAL_INFO,
-    TERMINAL_OUTPUT,
-    TERMINAL_OUTPUT_DELTA,
-    TERMINAL_REDRAW,
-    LiveOutput,
-    Pacing,
-    ToolCallMapper,
-)
+from ._host import AcpToolCalls, is_cancelled, run_tool_call
+from ._mapping import LiveOutput, Pacing
 
 __all__: tuple[str, ...] = (
-    "DEFAULT_TAIL_BYTES",
-    "META_FRAME",
-    "META_LIVE",
-    "META_LOSS",
-    "TERMINAL_EXIT",
-    "TERMINAL_INFO",
-    "TERMINAL_OUTPUT",
-    "TERMINAL_OUTPUT_DELTA",
-    "TERMINAL_REDRAW",
     "AcpToolCalls",
     "LiveOutput",
     "Pacing",
-    "SessionUpdates",
-    "ToolCallMapper",
     "is_cancelled",
     "run_tool_call",
 )

@@ -45,12 +45,7 @@ from .._tools._shell import ShellTool
 from .._tools._tool import Tool
 from ._mapping import DEFAULT_TAIL_BYTES, LiveOutput, Pacing, ToolCallMapper, ToolKind, Update
 
-__all__ = (
-    "AcpToolCalls",
-    "SessionUpdates",
-    "is_cancelled",
-    "run_tool_call",
-)
+__all__ = ("AcpToolCalls", "is_cancelled", "run_tool_call")
 
 #: How long a cancelled task's call may take to send its last update: the
 #: connection is usually fine and it goes at once; a stuck one must not hold

@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kigi_tool_protocol import METHOD_TOOL_CALL_PROGRESS, JsonRpcNotification
+from kigi_tool_protocol import JsonRpcNotification
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL_PROGRESS
 
 from .._call._limits import MAX_CALL_TEXT_BYTES
 from .._consumer._loss import LossReport
@@ -32,7 +33,7 @@ from .._consumer._reassembler import Appended, Reassembler
 from .._consumer._stream_state import StreamState
 from ._keys import META_CLOSING, META_FRAME, META_SEQ, RESPONSE_KEY
 
-__all__ = ("MAX_FOLDED_TEXT_BYTES", "AdkEventFolder", "FoldedAdkCall")
+__all__ = ("AdkEventFolder",)
 
 #: The most text a folder keeps per call, as the stdio client does.
 MAX_FOLDED_TEXT_BYTES: Final = MAX_CALL_TEXT_BYTES

@@ -50,7 +50,7 @@ try:
 except (ImportError, AttributeError):  # pragma: no cover - another LangGraph release
     _tool_call_writer = None
 
-__all__ = ("MAX_PENDING_EVENTS",)
+__all__ = ()
 
 #: Items that may wait in a run's stream queue before a call stops taking
 #: frames (Rule 1): as many as the stdio client holds for a call, 1024 full

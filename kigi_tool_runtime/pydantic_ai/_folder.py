@@ -30,7 +30,8 @@ from typing import Any, Final
 from pydantic_ai import CustomEvent, FunctionToolResultEvent, RunContext
 from pydantic_ai.messages import ToolReturnPart
 
-from kigi_tool_protocol import METHOD_TOOL_CALL_PROGRESS, JsonRpcNotification
+from kigi_tool_protocol import JsonRpcNotification
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL_PROGRESS
 
 from .._call._limits import MAX_CALL_TEXT_BYTES
 from .._consumer._loss import LossReport
@@ -38,7 +39,7 @@ from .._consumer._reassembler import Appended, Reassembler
 from .._consumer._stream_state import StreamState
 from ._events import OUTPUT_END_EVENT, OUTPUT_EVENT
 
-__all__ = ("MAX_FOLDED_TEXT_BYTES", "FoldedToolCall", "ToolOutputFolder")
+__all__ = ("ToolOutputFolder",)
 
 #: The most text a folder keeps per call when it keeps text, as the stdio
 #: client does; past it the stream stops keeping text and says so.

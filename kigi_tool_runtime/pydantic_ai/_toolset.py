@@ -48,7 +48,7 @@ from .._tools._tool import Tool
 from ._events import KigiToolHeartbeat, KigiToolOutput, KigiToolOutputEnd
 from ._mapping import ARGS_OBJECT, check_or_retry, return_of, tool_definition, tool_name
 
-__all__ = ("MAX_PENDING_EVENTS", "KigiToolset")
+__all__ = ("KigiToolset",)
 
 _call_ids = itertools.count(1)
 
