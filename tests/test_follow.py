@@ -379,7 +379,8 @@ def test_a_100_mb_stream_through_a_log_arrives_whole(tmp_path: Path) -> None:
 #: return (with nothing: its size is 0) instead of reading forever.
 ENDLESS_FILE = """
 import asyncio
-from kigi_tool_runtime import Follower, read_from
+from kigi_tool_runtime import Follower
+from kigi_tool_runtime._transport._file_follow import read_from
 print(read_from("/dev/zero"))
 follower = Follower("/dev/zero")
 print(follower.poll().records, follower.offset)

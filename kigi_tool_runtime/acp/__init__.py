@@ -10,7 +10,7 @@ Needs the ``acp`` extra (``agent-client-protocol``, the ACP Python SDK 0.12):
   (:class:`LiveOutput`): ``terminal_output_delta`` appends,
   ``terminal_output`` replacements of the retained tail, or plain ``content``
   updates; every loss is marked, and resynchronised where the client replaces.
-- :class:`ToolCallMapper` is the sans-IO mapping under it.
+- The sans-IO mapping under it is ``acp/_mapping.py``'s ``ToolCallMapper``.
 """
 
 try:

@@ -13,8 +13,8 @@ Needs the ``mcp`` extra (the official MCP SDK, 2.x):
   ``heartbeat_s`` (30 s) gets a heartbeat notification (``_meta["dev.kigi/heartbeat"]``).
 - :class:`ProgressFolder` feeds those notifications (from the official client's
   ``message_handler``, or raw) into a ``Reassembler``.
-- SEP-2998 partial results (draft, :data:`DRAFT`): a call that declares them
-  gets its frames as ``notifications/tools/partial_result``;
+- SEP-2998 partial results (a draft; ``mcp/_partial.py`` names the revision):
+  a call that declares them gets its frames as ``notifications/tools/partial_result``;
   :meth:`ProgressFolder.absorb_partial` folds them the same way.
 """
 

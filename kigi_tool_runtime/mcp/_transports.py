@@ -369,7 +369,7 @@ async def serve_stdio_mcp(
 ) -> None:
     """Serve MCP over this process's stdin and stdout until end of input
     (``hold_responses``: see :func:`serve_lines_mcp`). The process is fenced
-    first (:func:`~kigi_tool_runtime.fence_stdio`): from then on what any code
+    first (:func:`~kigi_tool_runtime._transport._fence.fence_stdio`): from then on what any code
     prints to stdout goes to stderr, never onto the wire.
 
     Raises:

@@ -1,10 +1,9 @@
 """Testing helpers for the kigi tool runtime (imports Hypothesis).
 
-Hypothesis strategies for byte sources, write/tick schedules, caps, tail sizes,
-streaming specs, payloads, frames and frame logs, and for every wire type
-(``wire_values(ToolErrorWire)``, ``WIRE_STRATEGIES``, ``json_values()``);
-``check_stream`` to judge a frame sequence against its source; ``collect`` to
-run a tool in a test; and ``fuzz_streaming_tool`` to do all of it in one call.
+Hypothesis strategies for byte sources, write/tick schedules, caps, frame logs
+and every wire type (``wire_values(ToolErrorWire)``); ``check_stream`` to
+judge a frame sequence against its source; ``collect`` to run a tool in a
+test; and ``fuzz_streaming_tool`` to do all of it in one call.
 The runtime itself never imports this package.
 """
 
