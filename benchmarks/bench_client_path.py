@@ -43,14 +43,14 @@ from _timing import MB, flood_parser, flood_plan
 from bench_transport import in_process_costs
 
 from kigi_tool_protocol import (
-    METHOD_TOOL_CALL,
     JsonRpcNotification,
     JsonRpcRequest,
     ToolCallParams,
     ToolCallResult,
-    decode_progress_line,
     json_codec,
 )
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL
+from kigi_tool_protocol._progress_line import decode_progress_line
 from kigi_tool_runtime import Client
 from kigi_tool_runtime._lines import LineReader
 

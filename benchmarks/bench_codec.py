@@ -20,6 +20,7 @@ from typing import Any
 from _goals import Goals, add_check_flag
 
 import kigi_tool_protocol as kp
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL_PROGRESS
 
 #: The delta size under test: the bash tool's per-frame cap.
 DELTA_BYTES = 16 * 1024
@@ -29,7 +30,7 @@ U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
 
 FRAME_TYPE = kp.JsonRpcNotification[kp.ToolCallProgressFrame[kp.PartialResultPayload]]
-PARAMS_BY_METHOD = {kp.METHOD_TOOL_CALL_PROGRESS: kp.ToolCallProgressFrame[kp.PartialResultPayload]}
+PARAMS_BY_METHOD = {METHOD_TOOL_CALL_PROGRESS: kp.ToolCallProgressFrame[kp.PartialResultPayload]}
 
 
 def _fill(line: str, size: int) -> str:
@@ -60,7 +61,7 @@ def _notification(delta: str) -> Any:
         tool_call_id="0195b1a2-7c3e-7def-8abc-0123456789ab", kind="bash_output_chunk", body=payload
     )
     return kp.JsonRpcNotification(
-        session_id="sess_abc", method=kp.METHOD_TOOL_CALL_PROGRESS, params=frame
+        session_id="sess_abc", method=METHOD_TOOL_CALL_PROGRESS, params=frame
     )
 
 

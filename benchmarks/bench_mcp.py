@@ -33,7 +33,8 @@ from mcp import Client as McpClient
 from mcp import StdioServerParameters
 
 from kigi_tool_runtime import Client
-from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
+from kigi_tool_runtime.mcp import ProgressFolder
+from kigi_tool_runtime.mcp._mapping import META_STREAM
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from _goals import Goals, add_check_flag
 from mcp import Client, StdioServerParameters
 
-from kigi_tool_runtime.mcp import META_STREAM
+from kigi_tool_runtime.mcp._mapping import META_STREAM
 
 HELD = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
 UNHELD = [

@@ -49,13 +49,13 @@ from _goals import Goals, add_check_flag
 from bench_stream_chunk import ascii_source, baseline_stream_chunk, mixed_source
 
 from kigi_tool_protocol import (
-    METHOD_TOOL_CALL_PROGRESS,
     JsonRpcNotification,
     StreamingSpec,
     ToolCallProgressFrame,
     encode_progress_line,
     json_codec,
 )
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL_PROGRESS
 from kigi_tool_runtime import OutputStream, TailBuffer
 
 MIB = 1024 * 1024

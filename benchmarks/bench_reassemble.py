@@ -31,12 +31,12 @@ from collections.abc import Callable
 from _goals import Goals, add_check_flag
 
 from kigi_tool_protocol import (
-    METHOD_TOOL_CALL_PROGRESS,
     JsonRpcNotification,
     PartialResultPayload,
     ToolCallProgressFrame,
     json_codec,
 )
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL_PROGRESS
 from kigi_tool_runtime import Reassembler
 
 #: Goals, as multiples of the time strict decoding takes with the frames kept:

@@ -39,13 +39,8 @@ from collections.abc import Callable
 import msgspec
 from _goals import Goals, add_check_flag
 
-from kigi_tool_protocol import (
-    DEFAULT_MAX_DELTA_BYTES,
-    CustomProgress,
-    PartialResultPayload,
-    StreamingSpec,
-    json_codec,
-)
+from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec, json_codec
+from kigi_tool_protocol._limits import DEFAULT_MAX_DELTA_BYTES
 from kigi_tool_runtime import DeltaStreamer, TailBuffer, stream_chunk
 
 MIB = 1024 * 1024

@@ -67,13 +67,8 @@ from _goals import Goals
 from _timing import MB, flood_parser, flood_plan
 from bench_transport import in_process_costs
 
-from kigi_tool_protocol import (
-    PartialResultPayload,
-    ToolCallProgressFrame,
-    append_progress_lines,
-    decode_progress_line,
-    json_codec,
-)
+from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
+from kigi_tool_protocol._progress_line import append_progress_lines, decode_progress_line
 from kigi_tool_runtime import Reassembler, ShellArgs, ShellTool, ToolContext, run_tool
 from kigi_tool_runtime._call._frame_check import encoded_body
 from kigi_tool_runtime._process import widen_pipe

@@ -10,13 +10,7 @@ from ._base import U32, U64, WireStruct, always_false, check_u64
 from ._limits import DEFAULT_TIMEOUT_MS, MAX_FRAME_BYTES_CEILING
 from ._partial_result import StreamingSpec
 
-__all__ = (
-    "HookKind",
-    "ToolCapabilities",
-    "ToolScope",
-    "effective_max_frame_bytes",
-    "effective_timeout_ms",
-)
+__all__ = ("ToolCapabilities", "ToolScope")
 
 
 class HookKind(enum.StrEnum):

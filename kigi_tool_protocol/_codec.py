@@ -37,7 +37,7 @@ from ._jsonrpc import (
 )
 from ._limits import MAX_FRAME_BYTES_CEILING
 
-__all__ = ("JsonCodec", "MsgpackCodec", "convert", "decode_message", "json_codec", "msgpack_codec")
+__all__ = ("decode_message", "json_codec", "msgpack_codec")
 
 T = TypeVar("T")
 

@@ -19,17 +19,7 @@ from msgspec import UNSET, UnsetType
 
 from ._base import WireStruct
 
-__all__ = (
-    "ContentBlock",
-    "ImageBlock",
-    "McpBlock",
-    "McpContent",
-    "McpImageBlock",
-    "McpResourceBlock",
-    "McpTextBlock",
-    "ResourceBlock",
-    "TextBlock",
-)
+__all__ = ()
 
 _MIME_ALIAS = "mimeType"
 #: ``ImageBlock.mime_type``'s default: "not given yet", resolved in ``__post_init__``.

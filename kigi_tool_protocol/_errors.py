@@ -7,7 +7,7 @@ JSON path of the offending value and a sentence saying what was wrong.
 
 from __future__ import annotations
 
-__all__ = ("DecodeError", "FrameTooLargeError", "IdentifierError", "WireError")
+__all__ = ("DecodeError", "IdentifierError", "WireError")
 
 
 class WireError(ValueError):

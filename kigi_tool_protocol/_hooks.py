@@ -14,16 +14,7 @@ from typing import Any
 from ._base import WireStruct
 from ._identifiers import SessionId, ToolCallId, ToolId
 
-__all__ = (
-    "HookCancel",
-    "HookCustom",
-    "HookEvent",
-    "HookFrame",
-    "HookPause",
-    "HookReplyParams",
-    "HookResume",
-    "HookSessionEnded",
-)
+__all__ = ()
 
 
 class HookCancel(WireStruct, frozen=True, kw_only=True, tag_field="type", tag="Cancel"):

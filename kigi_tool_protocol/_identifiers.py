@@ -16,17 +16,7 @@ import msgspec
 
 from ._errors import IdentifierError
 
-__all__ = (
-    "TOOL_ID_PATTERN",
-    "RequestId",
-    "SessionId",
-    "ToolCallId",
-    "ToolId",
-    "validate_request_id",
-    "validate_session_id",
-    "validate_tool_call_id",
-    "validate_tool_id",
-)
+__all__ = ()
 
 #: The ToolId grammar. ``\Z`` rather than ``$``, which would also match before a
 #: trailing newline; the classes are spelled out so only ASCII qualifies.

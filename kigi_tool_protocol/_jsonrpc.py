@@ -23,15 +23,7 @@ import msgspec
 from ._base import I32, I64, U64, WireStruct, check_u64
 from ._identifiers import SessionId
 
-__all__ = (
-    "JSONRPC_VERSION",
-    "JsonRpcError",
-    "JsonRpcId",
-    "JsonRpcMessage",
-    "JsonRpcNotification",
-    "JsonRpcRequest",
-    "JsonRpcResponse",
-)
+__all__ = ("JsonRpcError", "JsonRpcNotification", "JsonRpcRequest", "JsonRpcResponse")
 
 #: The only ``jsonrpc`` value the protocol accepts.
 JSONRPC_VERSION: Final = "2.0"

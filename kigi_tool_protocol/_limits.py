@@ -4,17 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = (
-    "DEFAULT_MAX_DELTA_BYTES",
-    "DEFAULT_TIMEOUT_MS",
-    "I32_MAX",
-    "I32_MIN",
-    "I64_MAX",
-    "I64_MIN",
-    "MAX_FRAME_BYTES_CEILING",
-    "U32_MAX",
-    "U64_MAX",
-)
+__all__ = ()
 
 #: Source bytes one streamed delta may consume when ``StreamingSpec.max_delta_bytes``
 #: is unset. Large enough that a fast tool needs few frames, small enough that one

@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = (
-    "METHODS",
-    "METHOD_HOOK",
-    "METHOD_HOOK_REPLY",
-    "METHOD_TOOLS_LIST",
-    "METHOD_TOOL_CALL",
-    "METHOD_TOOL_CALL_PROGRESS",
-    "METHOD_TOOL_CALL_REQUEST",
-    "METHOD_TOOL_CANCEL",
-)
+__all__ = ()
 
 METHOD_SESSION_OPEN: Final = "session_open"
 METHOD_SESSION_CLOSE: Final = "session_close"

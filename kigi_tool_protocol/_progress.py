@@ -7,7 +7,7 @@ from typing import Any
 from ._base import WireStruct
 from ._content import ContentBlock
 
-__all__ = ("ContentProgress", "CustomProgress", "TextProgress", "ToolProgress")
+__all__ = ("CustomProgress", "TextProgress", "ToolProgress")
 
 
 class TextProgress(WireStruct, frozen=True, kw_only=True, tag_field="kind", tag="text"):

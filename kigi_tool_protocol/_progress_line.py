@@ -32,15 +32,7 @@ from ._methods import METHOD_TOOL_CALL_PROGRESS
 from ._partial_result import PartialResultPayload
 from ._tool_call import ToolCallProgressFrame
 
-__all__ = (
-    "ProgressLine",
-    "append_progress_line",
-    "append_progress_lines",
-    "decode_progress_frame",
-    "decode_progress_line",
-    "encode_delta_lines",
-    "encode_progress_line",
-)
+__all__ = ("encode_progress_line",)
 
 #: A progress line as the fast path decodes it: a ``tool_call_progress``
 #: notification whose body is a ``PartialResultPayload``.

@@ -18,17 +18,7 @@ from ._content import McpContent
 from ._identifiers import ToolCallId, ToolId
 from ._progress import ContentProgress, CustomProgress, TextProgress, ToolProgress
 
-__all__ = (
-    "ToolCallParams",
-    "ToolCallProgressFrame",
-    "ToolCallResult",
-    "ToolOutputJson",
-    "ToolOutputMcp",
-    "ToolOutputText",
-    "ToolOutputWire",
-    "frame_to_progress",
-    "progress_to_frame",
-)
+__all__ = ("ToolCallParams", "ToolCallProgressFrame", "ToolCallResult", "progress_to_frame")
 
 A = TypeVar("A")
 B = TypeVar("B")

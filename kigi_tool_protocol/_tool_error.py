@@ -16,28 +16,7 @@ from typing import Any, Final
 from ._base import U64, WireStruct, check_u64
 from ._identifiers import RequestId, ToolId
 
-__all__ = (
-    "ERROR_CODES",
-    "FALLBACK_ERROR_CODE",
-    "BehaviorVersionUnsupportedWire",
-    "CancelledWire",
-    "ConnectionLostWire",
-    "CustomErrorWire",
-    "ExecutionWire",
-    "ForbiddenWire",
-    "FrameTooLargeWire",
-    "InternalErrorWire",
-    "InvalidParamsWire",
-    "RenderLimitedWire",
-    "SessionMismatchWire",
-    "TerminalErrorWire",
-    "TimeoutWire",
-    "ToolErrorWire",
-    "ToolNotFoundWire",
-    "UnsupportedProtocolVersionWire",
-    "error_code",
-    "error_code_for",
-)
+__all__ = ("ToolErrorWire",)
 
 #: The JSON-RPC error number for a code string the table does not know, and for
 #: the tool errors that have no row of their own (cancelled, execution, custom).

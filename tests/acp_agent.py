@@ -22,13 +22,8 @@ from acp.schema import InitializeResponse, NewSessionResponse, PromptResponse
 from function_tools import TOOLS
 
 from kigi_tool_runtime import ShellTool, Tool
-from kigi_tool_runtime.acp import (
-    DEFAULT_TAIL_BYTES,
-    AcpToolCalls,
-    Pacing,
-    is_cancelled,
-    run_agent,
-)
+from kigi_tool_runtime.acp import AcpToolCalls, Pacing, is_cancelled, run_agent
+from kigi_tool_runtime.acp._mapping import DEFAULT_TAIL_BYTES
 
 #: The function tools a prompt may name (``tool``), by id.
 FUNCTIONS = {tool.id: tool for tool in TOOLS}

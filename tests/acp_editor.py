@@ -18,7 +18,7 @@ from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 from acp.client.connection import ClientSideConnection
 from acp.schema import ClientCapabilities, ToolCallProgress, ToolCallStart
 
-from kigi_tool_runtime.acp import (
+from kigi_tool_runtime.acp._mapping import (
     META_LIVE,
     META_LOSS,
     TERMINAL_EXIT,

@@ -26,12 +26,12 @@ from processes import pid_alive, until_gone, until_group_gone
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
 from kigi_tool_runtime import LiveText, Reassembler, ShellTool
 from kigi_tool_runtime._process import group_alive
-from kigi_tool_runtime.acp import (
+from kigi_tool_runtime.acp import AcpToolCalls
+from kigi_tool_runtime.acp._mapping import (
     META_FRAME,
     META_LIVE,
     TERMINAL_OUTPUT,
     TERMINAL_OUTPUT_DELTA,
-    AcpToolCalls,
 )
 from kigi_tool_runtime.testing import python_writer_argv
 

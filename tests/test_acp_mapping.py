@@ -25,7 +25,11 @@ from kigi_tool_runtime import (
     ToolResult,
     _upstream,
 )
-from kigi_tool_runtime.acp import (
+from kigi_tool_runtime.acp import AcpToolCalls, LiveOutput, Pacing
+from kigi_tool_runtime.acp import _host as acp_host
+from kigi_tool_runtime.acp import _privates as acp_privates
+from kigi_tool_runtime.acp._host import tool_title
+from kigi_tool_runtime.acp._mapping import (
     META_FRAME,
     META_LIVE,
     META_LOSS,
@@ -34,15 +38,9 @@ from kigi_tool_runtime.acp import (
     TERMINAL_OUTPUT,
     TERMINAL_OUTPUT_DELTA,
     TERMINAL_REDRAW,
-    AcpToolCalls,
-    LiveOutput,
-    Pacing,
+    TextTail,
     ToolCallMapper,
 )
-from kigi_tool_runtime.acp import _host as acp_host
-from kigi_tool_runtime.acp import _privates as acp_privates
-from kigi_tool_runtime.acp._host import tool_title
-from kigi_tool_runtime.acp._mapping import TextTail
 
 
 class _Mapper(ToolCallMapper):

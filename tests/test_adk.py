@@ -38,15 +38,9 @@ from kigi_tool_runtime import ShellTool, Tool, _upstream
 from kigi_tool_runtime._call._held import BLIND_FRAMES
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._upstream import UNSEEN
-from kigi_tool_runtime.adk import (
-    META_FRAME,
-    META_SEQ,
-    RESPONSE_KEY,
-    AdkEventFolder,
-    KigiAdkTool,
-    adk_tool_name,
-    adk_tools,
-)
+from kigi_tool_runtime.adk import AdkEventFolder, KigiAdkTool, adk_tools
+from kigi_tool_runtime.adk._keys import META_FRAME, META_SEQ, RESPONSE_KEY
+from kigi_tool_runtime.adk._mapping import adk_tool_name
 from kigi_tool_runtime.testing import check_stream
 
 PY = sys.executable

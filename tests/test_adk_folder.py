@@ -12,17 +12,15 @@ from google.genai import types
 from hypothesis import given, settings
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
-from kigi_tool_runtime import MAX_CALL_TEXT_BYTES, LiveText, Reassembler, ToolResult
+from kigi_tool_runtime import LiveText, Reassembler, ToolResult
 from kigi_tool_runtime._call._outcome import CallEnd
-from kigi_tool_runtime.adk import (
-    MAX_FOLDED_TEXT_BYTES,
-    META_CLOSING,
-    META_FRAME,
-    RESPONSE_KEY,
-    AdkEventFolder,
-)
+from kigi_tool_runtime._transport._client import MAX_CALL_TEXT_BYTES
+from kigi_tool_runtime.adk import AdkEventFolder
+from kigi_tool_runtime.adk._folder import MAX_FOLDED_TEXT_BYTES
+from kigi_tool_runtime.adk._keys import META_CLOSING, META_FRAME, RESPONSE_KEY
 from kigi_tool_runtime.adk._mapping import closing_event, partial_event, response_of
-from kigi_tool_runtime.testing import ProducerRun, producer_runs, tool_call_frames
+from kigi_tool_runtime.testing._consumer_strategies import ProducerRun, producer_runs
+from kigi_tool_runtime.testing._frame_strategies import tool_call_frames
 
 
 @given(frame=tool_call_frames())

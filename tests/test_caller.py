@@ -13,16 +13,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import (
-    CancelledWire,
-    InternalErrorWire,
     JsonRpcError,
     JsonRpcResponse,
-    TimeoutWire,
     ToolCallResult,
     ToolErrorWire,
-    ToolOutputText,
-    error_code_for,
     json_codec,
+)
+from kigi_tool_protocol._tool_call import ToolOutputText
+from kigi_tool_protocol._tool_error import (
+    CancelledWire,
+    InternalErrorWire,
+    TimeoutWire,
+    error_code_for,
 )
 from kigi_tool_runtime._call._caller import (
     TIMEOUT_GRACE_S,

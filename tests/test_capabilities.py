@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 import kigi_tool_protocol as kp
-from kigi_tool_protocol import U32_MAX, U64_MAX
+from kigi_tool_protocol._capabilities import (
+    HookKind,
+    effective_max_frame_bytes,
+    effective_timeout_ms,
+)
+from kigi_tool_protocol._limits import DEFAULT_TIMEOUT_MS, MAX_FRAME_BYTES_CEILING, U32_MAX, U64_MAX
 
 
 def test_default_writes_both_flags_and_nothing_else() -> None:
@@ -26,7 +31,7 @@ def test_absent_optionals_read_as_none() -> None:
 
 def test_flags_are_written_when_true_and_false() -> None:
     """supports_cancel and is_read_only are always written, whatever their value."""
-    caps = kp.ToolCapabilities(supports_cancel=True, hooks=[kp.HookKind.ON_CANCEL])
+    caps = kp.ToolCapabilities(supports_cancel=True, hooks=[HookKind.ON_CANCEL])
     assert kp.json_codec.encode(caps) == (
         b'{"supports_cancel":true,"is_read_only":false,"hooks":["on_cancel"]}'
     )
@@ -83,7 +88,7 @@ def test_timeout_outside_u64_is_refused_on_construction(timeout_ms: int) -> None
 
 def test_enums_are_their_wire_strings() -> None:
     """HookKind and ToolScope members equal, and encode as, their snake_case strings."""
-    assert [kind.value for kind in kp.HookKind] == [
+    assert [kind.value for kind in HookKind] == [
         "on_session_open",
         "on_session_close",
         "on_tool_call_start",
@@ -93,17 +98,17 @@ def test_enums_are_their_wire_strings() -> None:
     ]
     assert [scope.value for scope in kp.ToolScope] == ["read", "write"]
     assert kp.json_codec.encode(kp.ToolScope.WRITE) == b'"write"'
-    assert kp.json_codec.decode(b'"on_cancel"', kp.HookKind) is kp.HookKind.ON_CANCEL
+    assert kp.json_codec.decode(b'"on_cancel"', HookKind) is HookKind.ON_CANCEL
 
 
 @pytest.mark.parametrize(
     ("declared", "effective"),
     [
-        (None, kp.MAX_FRAME_BYTES_CEILING),
+        (None, MAX_FRAME_BYTES_CEILING),
         (4096, 4096),
-        (kp.MAX_FRAME_BYTES_CEILING, kp.MAX_FRAME_BYTES_CEILING),
-        (kp.MAX_FRAME_BYTES_CEILING + 1, kp.MAX_FRAME_BYTES_CEILING),
-        (U32_MAX, kp.MAX_FRAME_BYTES_CEILING),
+        (MAX_FRAME_BYTES_CEILING, MAX_FRAME_BYTES_CEILING),
+        (MAX_FRAME_BYTES_CEILING + 1, MAX_FRAME_BYTES_CEILING),
+        (U32_MAX, MAX_FRAME_BYTES_CEILING),
     ],
 )
 def test_effective_max_frame_bytes_is_clamped_to_the_ceiling(
@@ -111,16 +116,16 @@ def test_effective_max_frame_bytes_is_clamped_to_the_ceiling(
 ) -> None:
     """The frame limit is the declared one, never above the 16 MiB ceiling."""
     caps = kp.ToolCapabilities(max_frame_bytes=declared)
-    assert kp.effective_max_frame_bytes(caps) == effective
+    assert effective_max_frame_bytes(caps) == effective
 
 
 def test_effective_limits_without_capabilities() -> None:
     """With no capabilities at all, the ceiling and the default timeout apply."""
-    assert kp.effective_max_frame_bytes(None) == kp.MAX_FRAME_BYTES_CEILING == 16 * 1024 * 1024
-    assert kp.effective_timeout_ms(None) == kp.DEFAULT_TIMEOUT_MS == 60_000
+    assert effective_max_frame_bytes(None) == MAX_FRAME_BYTES_CEILING == 16 * 1024 * 1024
+    assert effective_timeout_ms(None) == DEFAULT_TIMEOUT_MS == 60_000
 
 
 @pytest.mark.parametrize(("declared", "effective"), [(None, 60_000), (1, 1), (U64_MAX, U64_MAX)])
 def test_effective_timeout_ms(declared: int | None, effective: int) -> None:
     """The timeout is the declared one, or 60000 ms when undeclared."""
-    assert kp.effective_timeout_ms(kp.ToolCapabilities(timeout_ms=declared)) == effective
+    assert effective_timeout_ms(kp.ToolCapabilities(timeout_ms=declared)) == effective

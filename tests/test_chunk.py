@@ -15,14 +15,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import (
-    DEFAULT_MAX_DELTA_BYTES,
     CustomProgress,
     DecodeError,
     PartialResultPayload,
     StreamingSpec,
     json_codec,
 )
-from kigi_tool_runtime import MAX_HELD_BYTES, Chunk, stream_chunk
+from kigi_tool_protocol._limits import DEFAULT_MAX_DELTA_BYTES
+from kigi_tool_runtime import Chunk, stream_chunk
+from kigi_tool_runtime._consumer._loss import MAX_HELD_BYTES
 from kigi_tool_runtime.testing import byte_sources, caps, utf8_text_sources
 
 Tail = bytes | bytearray | memoryview

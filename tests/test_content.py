@@ -7,16 +7,23 @@ from typing import Any
 import pytest
 
 import kigi_tool_protocol as kp
+from kigi_tool_protocol._content import (
+    ContentBlock,
+    ImageBlock,
+    McpBlock,
+    McpResourceBlock,
+    ResourceBlock,
+)
 
-BLOCKS: Any = list[kp.ContentBlock]
-MCP_BLOCKS: Any = list[kp.McpBlock]
+BLOCKS: Any = list[ContentBlock]
+MCP_BLOCKS: Any = list[McpBlock]
 
 
 @pytest.mark.parametrize("key", ["mime_type", "mimeType"])
 def test_image_accepts_either_spelling_and_writes_mime_type(key: str) -> None:
     """An image block reads mime_type or mimeType, and always writes mime_type."""
     (block,) = kp.json_codec.decode(f'[{{"type":"image","{key}":"image/png","data":"x"}}]', BLOCKS)
-    assert block == kp.ImageBlock(mime_type="image/png", data="x")
+    assert block == ImageBlock(mime_type="image/png", data="x")
     assert kp.json_codec.encode(block) == b'{"type":"image","mime_type":"image/png","data":"x"}'
 
 
@@ -24,7 +31,7 @@ def test_image_accepts_either_spelling_and_writes_mime_type(key: str) -> None:
 def test_resource_accepts_either_spelling(key: str) -> None:
     """A resource block's optional media type decodes from either spelling."""
     (block,) = kp.json_codec.decode(f'[{{"type":"resource","uri":"u","{key}":"t"}}]', BLOCKS)
-    assert block == kp.ResourceBlock(uri="u", mime_type="t")
+    assert block == ResourceBlock(uri="u", mime_type="t")
 
 
 @pytest.mark.parametrize(
@@ -54,14 +61,14 @@ def test_image_needs_a_media_type() -> None:
     with pytest.raises(kp.DecodeError, match="Expected `str`, got `null`"):
         kp.json_codec.decode('[{"type":"image","mimeType":null,"data":"x"}]', BLOCKS)
     with pytest.raises(ValueError, match="missing required field `mime_type`"):
-        kp.ImageBlock(data="x")
+        ImageBlock(data="x")
 
 
 def test_image_optionals_and_empty_metadata_are_omitted() -> None:
     """Unset optional strings and an empty metadata map are not written; a filled map is."""
-    bare = kp.ImageBlock(mime_type="m", data="d", metadata={})
+    bare = ImageBlock(mime_type="m", data="d", metadata={})
     assert kp.json_codec.encode(bare) == b'{"type":"image","mime_type":"m","data":"d"}'
-    full = kp.ImageBlock(mime_type="m", data="d", path="/p", metadata={"k": "v"})
+    full = ImageBlock(mime_type="m", data="d", path="/p", metadata={"k": "v"})
     assert kp.json_codec.encode(full) == (
         b'{"type":"image","mime_type":"m","data":"d","path":"/p","metadata":{"k":"v"}}'
     )
@@ -72,7 +79,7 @@ def test_alias_is_invisible_after_decoding() -> None:
     (block,) = kp.json_codec.decode('[{"type":"image","mimeType":"m","data":"d"}]', BLOCKS)
     assert "mimeType" not in repr(block)
     assert "_mime_type_alias" not in repr(block)
-    assert block == kp.ImageBlock(mime_type="m", data="d")
+    assert block == ImageBlock(mime_type="m", data="d")
 
 
 def test_mcp_blocks_have_no_alias() -> None:
@@ -80,7 +87,7 @@ def test_mcp_blocks_have_no_alias() -> None:
     with pytest.raises(kp.DecodeError, match="missing required field `mime_type`"):
         kp.json_codec.decode('[{"type":"image","mimeType":"m","data":"d"}]', MCP_BLOCKS)
     (resource,) = kp.json_codec.decode('[{"type":"resource","uri":"u","mimeType":"m"}]', MCP_BLOCKS)
-    assert resource == kp.McpResourceBlock(uri="u")
+    assert resource == McpResourceBlock(uri="u")
 
 
 def test_unknown_block_type_is_rejected() -> None:

@@ -10,22 +10,15 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from kigi_tool_protocol import (
-    DEFAULT_MAX_DELTA_BYTES,
-    CustomProgress,
-    PartialResultPayload,
-    StreamingSpec,
-)
+from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
+from kigi_tool_protocol._limits import DEFAULT_MAX_DELTA_BYTES
 from kigi_tool_runtime import DeltaStreamer, TailBuffer, stream_chunk
-from kigi_tool_runtime.testing import (
+from kigi_tool_runtime.testing import byte_sources, caps, schedules, utf8_text_sources
+from kigi_tool_runtime.testing._strategies import (
     ScheduleStep,
-    byte_sources,
-    caps,
     output_limits,
-    schedules,
     streaming_specs,
     tail_sizes,
-    utf8_text_sources,
 )
 
 

@@ -7,7 +7,8 @@ from typing import Any, get_args
 import pytest
 from hypothesis import given
 
-from kigi_tool_protocol import (
+from kigi_tool_protocol import ToolErrorWire, json_codec
+from kigi_tool_protocol._tool_error import (
     ERROR_CODES,
     BehaviorVersionUnsupportedWire,
     CancelledWire,
@@ -19,11 +20,9 @@ from kigi_tool_protocol import (
     RenderLimitedWire,
     SessionMismatchWire,
     TimeoutWire,
-    ToolErrorWire,
     ToolNotFoundWire,
     UnsupportedProtocolVersionWire,
     error_code_for,
-    json_codec,
 )
 from kigi_tool_runtime import ToolError, ToolErrorKind
 from kigi_tool_runtime.testing import wire_values

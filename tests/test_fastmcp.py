@@ -28,8 +28,10 @@ from split_writer import SPLIT, SPLIT_TEXT
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
 from kigi_tool_runtime import ShellTool
 from kigi_tool_runtime._process import group_alive
-from kigi_tool_runtime.fastmcp import KigiFastMCPTool, add_kigi_tools
-from kigi_tool_runtime.mcp import META_ERROR, META_FRAME, META_STREAM, McpToolServer, ProgressFolder
+from kigi_tool_runtime.fastmcp import add_kigi_tools
+from kigi_tool_runtime.fastmcp._tools import KigiFastMCPTool
+from kigi_tool_runtime.mcp import McpToolServer, ProgressFolder
+from kigi_tool_runtime.mcp._mapping import META_ERROR, META_FRAME, META_STREAM
 from kigi_tool_runtime.testing import check_stream
 
 PY = sys.executable

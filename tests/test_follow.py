@@ -14,17 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import StreamingSpec
-from kigi_tool_runtime import (
-    DEFAULT_MAX_RECORD_BYTES,
-    DeltaStreamer,
-    Follower,
-    OversizedLine,
-    Reassembler,
-    TailBuffer,
-    read_from,
-)
-from kigi_tool_runtime._transport._file_follow import READ_BLOCK_BYTES
-from kigi_tool_runtime.testing import damaged_frame_logs, frame_logs, progress_line
+from kigi_tool_runtime import DeltaStreamer, Follower, Reassembler, TailBuffer
+from kigi_tool_runtime._consumer._reassembler import DEFAULT_MAX_RECORD_BYTES
+from kigi_tool_runtime._transport._file_follow import READ_BLOCK_BYTES, read_from
+from kigi_tool_runtime._wire._split import OversizedLine
+from kigi_tool_runtime.testing import damaged_frame_logs, frame_logs
+from kigi_tool_runtime.testing._consumer_strategies import progress_line
 
 KIND = "bash_output_chunk"
 
@@ -384,7 +379,8 @@ def test_a_100_mb_stream_through_a_log_arrives_whole(tmp_path: Path) -> None:
 #: return (with nothing: its size is 0) instead of reading forever.
 ENDLESS_FILE = """
 import asyncio
-from kigi_tool_runtime import Follower, read_from
+from kigi_tool_runtime import Follower
+from kigi_tool_runtime._transport._file_follow import read_from
 print(read_from("/dev/zero"))
 follower = Follower("/dev/zero")
 print(follower.poll().records, follower.offset)

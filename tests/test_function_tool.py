@@ -25,7 +25,6 @@ from kigi_tool_runtime import (
     CallEnd,
     CommandNotStarted,
     CommandResult,
-    FunctionTool,
     Output,
     Tool,
     ToolContext,
@@ -33,19 +32,20 @@ from kigi_tool_runtime import (
     ToolErrorKind,
     ToolEvent,
     ToolResult,
-    check_arguments,
     run_tool,
     stream_output,
     tool,
 )
+from kigi_tool_runtime._call._served import check_arguments
+from kigi_tool_runtime._tools._function import FunctionTool
 from kigi_tool_runtime.testing import (
     Collected,
     check_stream,
     collect_async,
     fuzz_streaming_tool,
     python_writer_argv,
-    tiny_caps,
 )
+from kigi_tool_runtime.testing._strategies import tiny_caps
 
 PY = sys.executable
 #: Every wait in these tests is bounded by this, far above what any needs.

@@ -18,7 +18,8 @@ from function_tools import SPLIT_BY_CAP, SPLIT_PARTS, SPLIT_TEXT, count, fails, 
 from processes import until_group_gone
 from test_adk import CALL_ID, Run, _run
 
-from kigi_tool_runtime.adk import RESPONSE_KEY, KigiAdkTool
+from kigi_tool_runtime.adk import KigiAdkTool
+from kigi_tool_runtime.adk._keys import RESPONSE_KEY
 from kigi_tool_runtime.testing import check_stream
 
 #: A bound on each test body: a hang fails, never a timing assertion.

@@ -20,7 +20,7 @@ from processes import until_group_gone
 from test_fastmcp import _connected, _Recorder
 
 from kigi_tool_runtime.fastmcp import add_kigi_tools
-from kigi_tool_runtime.mcp import META_ERROR
+from kigi_tool_runtime.mcp._mapping import META_ERROR
 from kigi_tool_runtime.testing import check_stream
 
 #: A bound on each test body: a hang fails, never a timing assertion.

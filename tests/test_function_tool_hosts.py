@@ -19,7 +19,8 @@ from mcp import Client as McpClient
 from mcp import StdioServerParameters
 from processes import until_group_gone
 
-from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING, ToolCallResult
+from kigi_tool_protocol import ToolCallResult
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
 from kigi_tool_runtime import CallProgress, Client, RemoteToolError, ToolErrorKind
 from kigi_tool_runtime.testing import check_stream
 

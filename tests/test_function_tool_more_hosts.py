@@ -31,7 +31,7 @@ from pydantic_ai_models import Script, kigi_frame
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, ToolCallResult
 from kigi_tool_runtime import CallProgress, RemoteToolError, ToolErrorKind
-from kigi_tool_runtime.acp import META_FRAME
+from kigi_tool_runtime.acp._mapping import META_FRAME
 from kigi_tool_runtime.pydantic_ai import KigiToolOutput, KigiToolset, ToolOutputFolder
 from kigi_tool_runtime.testing import check_stream
 

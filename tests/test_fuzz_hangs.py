@@ -23,15 +23,14 @@ from kigi_tool_runtime import (
     ToolResult,
 )
 from kigi_tool_runtime.testing import (
-    ScheduleStep,
     ToolHangError,
     collect,
     fuzz_streaming_tool,
     python_writer_argv,
     schedules,
-    tiny_caps,
     utf8_text_sources,
 )
+from kigi_tool_runtime.testing._strategies import ScheduleStep, tiny_caps
 
 #: Finds a bug without shrinking: each failing example here costs a deadline.
 FIND_HANG = settings(

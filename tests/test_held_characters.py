@@ -16,7 +16,8 @@ from processes import reap
 
 from kigi_tool_protocol import StreamingSpec
 from kigi_tool_runtime import OutputStream, ShellArgs, ShellOutcome, ShellTool
-from kigi_tool_runtime.testing import ScheduleStep, byte_sources, collect, schedules, tiny_caps
+from kigi_tool_runtime.testing import byte_sources, collect, schedules
+from kigi_tool_runtime.testing._strategies import ScheduleStep, tiny_caps
 
 CLI = [sys.executable, "-m", "kigi_tool_runtime"]
 CHARACTERS = ("é", "✓", "😀")

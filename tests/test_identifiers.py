@@ -8,15 +8,23 @@ from typing import Any
 import pytest
 
 import kigi_tool_protocol as kp
+from kigi_tool_protocol._hooks import HookFrame, HookReplyParams
+from kigi_tool_protocol._identifiers import (
+    ToolId,
+    validate_request_id,
+    validate_session_id,
+    validate_tool_call_id,
+    validate_tool_id,
+)
 
-OPAQUE = [kp.validate_tool_call_id, kp.validate_session_id, kp.validate_request_id]
+OPAQUE = [validate_tool_call_id, validate_session_id, validate_request_id]
 
 
 @pytest.mark.parametrize("tool_id", ["read_file", "Kigi:read_file", "-_-", "0", "a:b", "A-1:_"])
 def test_valid_tool_ids(tool_id: str) -> None:
     """SEG and SEG:SEG with ASCII letters, digits, '_' and '-' are valid tool ids."""
-    assert kp.validate_tool_id(tool_id) == tool_id
-    assert kp.json_codec.decode(f'"{tool_id}"', kp.ToolId) == tool_id
+    assert validate_tool_id(tool_id) == tool_id
+    assert kp.json_codec.decode(f'"{tool_id}"', ToolId) == tool_id
 
 
 @pytest.mark.parametrize(
@@ -26,15 +34,15 @@ def test_valid_tool_ids(tool_id: str) -> None:
 def test_invalid_tool_ids(tool_id: str) -> None:
     """Extra or empty segments, and any other character (even a trailing newline), are invalid."""
     with pytest.raises(kp.IdentifierError, match="is invalid: expected SEG or SEG:SEG"):
-        kp.validate_tool_id(tool_id)
+        validate_tool_id(tool_id)
     with pytest.raises(kp.DecodeError, match="Expected `str` matching regex"):
-        kp.json_codec.decode(kp.json_codec.encode(tool_id), kp.ToolId)
+        kp.json_codec.decode(kp.json_codec.encode(tool_id), ToolId)
 
 
 def test_empty_tool_id_is_reported_as_empty() -> None:
     """An empty tool id gets its own message."""
     with pytest.raises(kp.IdentifierError, match="tool id must not be empty"):
-        kp.validate_tool_id("")
+        validate_tool_id("")
 
 
 @pytest.mark.parametrize("validate", OPAQUE)
@@ -69,16 +77,16 @@ def test_identifier_error_is_a_wire_value_error() -> None:
             '{"tool_call_id":"","output":{"kind":"text","value":""}}',
             "$.tool_call_id",
         ),
-        (kp.HookFrame, '{"session_id":"","event":{"type":"Pause"}}', "$.session_id"),
-        (kp.HookFrame, '{"session_id":"s","call_id":"","event":{"type":"Cancel"}}', "$.call_id"),
+        (HookFrame, '{"session_id":"","event":{"type":"Pause"}}', "$.session_id"),
+        (HookFrame, '{"session_id":"s","call_id":"","event":{"type":"Cancel"}}', "$.call_id"),
         (
-            kp.HookFrame,
+            HookFrame,
             '{"session_id":"s","tool_id":"x:y:z","event":{"type":"Cancel"}}',
             "$.tool_id",
         ),
         (kp.ToolErrorWire, '{"code":"internal_error","request_id":""}', "$.request_id"),
         (kp.ToolErrorWire, '{"code":"cancelled","tool_id":"a b"}', "$.tool_id"),
-        (kp.HookReplyParams, '{"session_id":"","hook_id":"h","result":1}', "$.session_id"),
+        (HookReplyParams, '{"session_id":"","hook_id":"h","result":1}', "$.session_id"),
     ],
     ids=[
         "params-call-id",

@@ -8,7 +8,14 @@ import msgspec
 import pytest
 
 import kigi_tool_protocol as kp
-from kigi_tool_protocol import I64_MAX, I64_MIN, U64_MAX
+from kigi_tool_protocol._codec import JsonCodec, MsgpackCodec, convert
+from kigi_tool_protocol._errors import FrameTooLargeError
+from kigi_tool_protocol._hooks import HookFrame
+from kigi_tool_protocol._jsonrpc import JSONRPC_VERSION
+from kigi_tool_protocol._limits import I64_MAX, I64_MIN, U64_MAX
+from kigi_tool_protocol._methods import METHOD_HOOK, METHOD_TOOL_CALL_PROGRESS
+from kigi_tool_protocol._tool_call import ToolOutputJson
+from kigi_tool_protocol._tool_error import CancelledWire, error_code_for
 
 REQUEST_TAIL = ',"id":"r","method":"tool.call","params":{}}'
 
@@ -122,7 +129,7 @@ def test_response_rule_holds_on_construction() -> None:
 def test_envelopes_report_their_version() -> None:
     """Every envelope reads jsonrpc "2.0" and writes it first."""
     notification: kp.JsonRpcNotification[list[int]] = kp.JsonRpcNotification(method="m", params=[])
-    assert notification.jsonrpc == kp.JSONRPC_VERSION == "2.0"
+    assert notification.jsonrpc == JSONRPC_VERSION == "2.0"
     assert kp.json_codec.encode(notification) == b'{"jsonrpc":"2.0","method":"m","params":[]}'
 
 
@@ -179,7 +186,7 @@ def test_decode_message_decodes_params_by_method() -> None:
         b'{"jsonrpc":"2.0","session_id":"s","method":"tool_call_progress","params":'
         b'{"tool_call_id":"c","kind":"bash_output_chunk","body":{"delta":"hi","total_bytes":2}}}'
     )
-    types = {kp.METHOD_TOOL_CALL_PROGRESS: kp.ToolCallProgressFrame[kp.PartialResultPayload]}
+    types = {METHOD_TOOL_CALL_PROGRESS: kp.ToolCallProgressFrame[kp.PartialResultPayload]}
     message = kp.decode_message(line, params=types)
     assert isinstance(message, kp.JsonRpcNotification)
     assert message.params == kp.ToolCallProgressFrame(
@@ -204,7 +211,7 @@ def test_decode_message_leaves_untyped_params_plain() -> None:
     message = kp.decode_message(line)
     assert isinstance(message, kp.JsonRpcRequest)
     assert message.params == {"tool_call_id": "c", "tool_id": "t", "arguments": None}
-    params = kp.convert(message.params, kp.ToolCallParams)
+    params = convert(message.params, kp.ToolCallParams)
     assert params == kp.ToolCallParams(tool_call_id="c", tool_id="t", arguments=None)
 
 
@@ -263,14 +270,14 @@ def test_decode_message_result_paths() -> None:
 def test_decode_message_works_over_msgpack() -> None:
     """The MessagePack codec classifies and validates messages the same way."""
     wire = kp.JsonRpcNotification(
-        session_id="s", seq=3, method=kp.METHOD_HOOK, params=kp.HookFrame.cancel("s", "t", "c")
+        session_id="s", seq=3, method=METHOD_HOOK, params=HookFrame.cancel("s", "t", "c")
     )
     data = kp.msgpack_codec.encode(wire)
-    assert kp.msgpack_codec.decode_message(data, params={kp.METHOD_HOOK: kp.HookFrame}) == wire
+    assert kp.msgpack_codec.decode_message(data, params={METHOD_HOOK: HookFrame}) == wire
 
 
 @pytest.mark.parametrize("codec", [kp.json_codec, kp.msgpack_codec], ids=["json", "msgpack"])
-def test_decode_message_can_defer_params_and_result(codec: kp.JsonCodec | kp.MsgpackCodec) -> None:
+def test_decode_message_can_defer_params_and_result(codec: JsonCodec | MsgpackCodec) -> None:
     """params/result=msgspec.Raw keep those parts undecoded for a later typed decode."""
     params = kp.ToolCallParams(tool_call_id="c", tool_id="t", arguments=None)
     request = codec.encode(kp.JsonRpcRequest(id=7, method="tool.call", params=params))
@@ -302,7 +309,7 @@ def test_deferred_null_result_still_counts_as_absent() -> None:
 
 def test_deferring_one_method_still_types_the_others() -> None:
     """A mapping may mix Raw and typed methods; typed ones keep rooted error paths."""
-    types = {kp.METHOD_HOOK: msgspec.Raw, kp.METHOD_TOOL_CALL_PROGRESS: kp.ToolCallProgressFrame}
+    types = {METHOD_HOOK: msgspec.Raw, METHOD_TOOL_CALL_PROGRESS: kp.ToolCallProgressFrame}
     hook = kp.decode_message(b'{"jsonrpc":"2.0","method":"hook","params":{"x":1}}', params=types)
     assert isinstance(hook.params, msgspec.Raw)  # type: ignore[union-attr]
     line = (
@@ -316,9 +323,9 @@ def test_deferring_one_method_still_types_the_others() -> None:
 
 def test_decode_message_checks_the_frame_limit_first() -> None:
     """decode_message rejects an oversized frame before looking at it."""
-    with pytest.raises(kp.FrameTooLargeError):
+    with pytest.raises(FrameTooLargeError):
         kp.decode_message(b"not json at all", max_bytes=4)
-    with pytest.raises(kp.FrameTooLargeError):
+    with pytest.raises(FrameTooLargeError):
         kp.msgpack_codec.decode_message(b"\xc1" * 8, max_bytes=4)
 
 
@@ -330,11 +337,11 @@ def test_decode_message_rejects_non_objects() -> None:
 
 def test_error_data_carries_a_tool_error() -> None:
     """A failed call's error.data is a ToolErrorWire, recoverable with convert()."""
-    wire = kp.CancelledWire(tool_id="Kigi:read_file")
+    wire = CancelledWire(tool_id="Kigi:read_file")
     reply: kp.JsonRpcResponse[None] = kp.JsonRpcResponse(
         id="req",
         error=kp.JsonRpcError(
-            code=kp.error_code_for(wire), message="tool call cancelled by server", data=wire
+            code=error_code_for(wire), message="tool call cancelled by server", data=wire
         ),
     )
     encoded = kp.json_codec.encode(reply)
@@ -344,7 +351,7 @@ def test_error_data_carries_a_tool_error() -> None:
     )
     decoded = kp.json_codec.decode(encoded, kp.JsonRpcResponse)
     assert decoded.error is not None
-    assert kp.convert(decoded.error.data, kp.ToolErrorWire) == wire
+    assert convert(decoded.error.data, kp.ToolErrorWire) == wire
 
 
 def test_error_code_is_an_i32() -> None:
@@ -362,6 +369,6 @@ def test_typed_result_decodes_in_one_pass() -> None:
     )
     response = kp.json_codec.decode(line, kp.JsonRpcResponse[kp.ToolCallResult])
     assert response.result == kp.ToolCallResult(
-        tool_call_id="c", output=kp.ToolOutputJson(value={"text": "hi"})
+        tool_call_id="c", output=ToolOutputJson(value={"text": "hi"})
     )
     assert kp.decode_message(line, result=kp.ToolCallResult) == response

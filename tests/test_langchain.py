@@ -41,8 +41,6 @@ from processes import until_group_gone
 from kigi_tool_protocol import StreamingSpec, ToolCapabilities
 from kigi_tool_runtime import (
     LOSS_MARKER,
-    MAX_CALL_TEXT_BYTES,
-    TRUNCATION_MARKER,
     Appended,
     CallProgress,
     Client,
@@ -58,21 +56,21 @@ from kigi_tool_runtime import (
 )
 from kigi_tool_runtime._call._held import BLIND_FRAMES
 from kigi_tool_runtime._call._served import BEATING_AHEAD_FRAMES
+from kigi_tool_runtime._consumer._loss import TRUNCATION_MARKER
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._tools._runner import CHANNEL_DEPTH
-from kigi_tool_runtime._transport._client import CALL_BUFFER_FRAMES
+from kigi_tool_runtime._transport._client import CALL_BUFFER_FRAMES, MAX_CALL_TEXT_BYTES
 from kigi_tool_runtime.langchain import (
-    MAX_PENDING_EVENTS,
-    MAX_TEXT_BYTES,
     KigiToolError,
     LiveChunk,
     ToolEventFolder,
     _privates,
     as_langchain_tool,
     cancel_running_calls,
-    langchain_tool_name,
 )
-from kigi_tool_runtime.langchain._mapping import HeldBack
+from kigi_tool_runtime.langchain._fold import MAX_TEXT_BYTES
+from kigi_tool_runtime.langchain._mapping import HeldBack, langchain_tool_name
+from kigi_tool_runtime.langchain._pacing import MAX_PENDING_EVENTS
 
 V3_WARNING = "ignore:The v3 streaming protocol on Pregel is experimental"
 LOSS_LINE = re.compile(re.escape(LOSS_MARKER).replace(r"\{lost\}", r"\d+(-\d+)?") + "\n")

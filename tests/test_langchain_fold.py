@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from kigi_tool_protocol import (
     StreamingSpec,
     ToolCallProgressFrame,
-    decode_progress_line,
     encode_progress_line,
     progress_to_frame,
 )
+from kigi_tool_protocol._progress_line import decode_progress_line
 from kigi_tool_runtime import Appended, LiveText, OutputStream, Reassembler, Tool, ToolResult
 from kigi_tool_runtime.langchain import LiveChunk, ToolEventFolder
 from kigi_tool_runtime.langchain._mapping import args_schema

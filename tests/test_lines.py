@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kigi_tool_runtime import OversizedLine
 from kigi_tool_runtime._lines import LINE_QUEUE_BYTES, READ_CHUNK_BYTES, LineReader, read_lines
-from kigi_tool_runtime._wire._split import LineSplitter
+from kigi_tool_runtime._wire._split import LineSplitter, OversizedLine
 
 
 def _reference(data: bytes, limit: int) -> list[bytes | OversizedLine]:

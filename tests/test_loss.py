@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from kigi_tool_runtime import (
+from kigi_tool_runtime import Anomaly, Gap, LossReport
+from kigi_tool_runtime._consumer._loss import (
     DEFAULT_GAP_MARKER,
     MAX_HELD_BYTES,
-    Anomaly,
-    Gap,
-    LossReport,
     StreamKey,
+    render_gap_marker,
 )
-from kigi_tool_runtime._consumer._loss import render_gap_marker
 
 KEY = StreamKey("call-1", "bash_output_chunk")
 

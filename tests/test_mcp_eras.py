@@ -20,7 +20,8 @@ from mcp_http_server import mcp_http_server
 from processes import until_group_gone
 from split_writer import SPLIT, SPLIT_TEXT
 
-from kigi_tool_runtime.mcp import META_ERROR, META_STREAM, ProgressFolder
+from kigi_tool_runtime.mcp import ProgressFolder
+from kigi_tool_runtime.mcp._mapping import META_ERROR, META_STREAM
 
 PY = sys.executable
 SERVE = [PY, "-m", "kigi_tool_runtime", "serve"]

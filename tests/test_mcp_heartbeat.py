@@ -15,7 +15,8 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from kigi_tool_runtime.mcp import META_FRAME, META_HEARTBEAT, META_STREAM, ProgressFolder
+from kigi_tool_runtime.mcp import ProgressFolder
+from kigi_tool_runtime.mcp._mapping import META_FRAME, META_HEARTBEAT, META_STREAM
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
 INTERVAL = 0.5

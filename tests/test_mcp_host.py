@@ -12,8 +12,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
-from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder, ProgressNote, _host
-from kigi_tool_runtime.mcp._mapping import progress_params
+from kigi_tool_runtime.mcp import ProgressFolder, _host
+from kigi_tool_runtime.mcp._mapping import META_STREAM, ProgressNote, progress_params
 
 
 def _frame(delta: str, total: int, *, gap: bool = False) -> ToolCallProgressFrame[Any]:

@@ -22,7 +22,8 @@ from mcp_raw import INITIALIZE, INITIALIZED, bash_call, http_headers
 from processes import until_group_gone
 from split_writer import SPLIT, SPLIT_TEXT
 
-from kigi_tool_runtime.mcp import META_STREAM, ProgressFolder
+from kigi_tool_runtime.mcp import ProgressFolder
+from kigi_tool_runtime.mcp._mapping import META_STREAM
 
 PY = sys.executable
 FLOOD = (

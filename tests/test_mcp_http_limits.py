@@ -27,7 +27,7 @@ from mcp_raw import INITIALIZE, INITIALIZED, bash_call, http_headers
 from processes import until_group_gone
 
 from kigi_tool_runtime._mcp_limits import HTTP_SESSION_IDLE_S, MAX_HTTP_SESSIONS
-from kigi_tool_runtime.mcp import META_STREAM
+from kigi_tool_runtime.mcp._mapping import META_STREAM
 
 PY = sys.executable
 #: A command that writes without end, as fast as it is read.

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import (
-    MAX_FRAME_BYTES_CEILING,
     CustomProgress,
     PartialResultPayload,
     TextProgress,
@@ -19,10 +18,11 @@ from kigi_tool_protocol import (
     ToolCapabilities,
     ToolScope,
     encode_progress_line,
-    error_code_for,
     json_codec,
     progress_to_frame,
 )
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
+from kigi_tool_protocol._tool_error import error_code_for
 from kigi_tool_runtime import (
     Reassembler,
     ShellArgs,
@@ -36,20 +36,18 @@ from kigi_tool_runtime._call._heartbeat import Beat
 from kigi_tool_runtime._call._outcome import CallEnd
 from kigi_tool_runtime._call._queue import Taken
 from kigi_tool_runtime._text import text_bytes
-from kigi_tool_runtime.mcp import (
+from kigi_tool_runtime.mcp import tool_definition
+from kigi_tool_runtime.mcp._mapping import (
     META_ERROR,
     META_FRAME,
     META_HEARTBEAT,
     META_SEQ,
     META_STREAM,
     ProgressNote,
-    mcp_tool_name,
-    tool_definition,
-)
-from kigi_tool_runtime.mcp._mapping import (
     ProgressNumbering,
     StreamSummary,
     heartbeat_params,
+    mcp_tool_name,
     notification_from_progress,
     progress_params,
     response_envelope_bytes,
@@ -57,7 +55,9 @@ from kigi_tool_runtime.mcp._mapping import (
     root_object_schema,
 )
 from kigi_tool_runtime.mcp._queued import frame_size, sent_frame
-from kigi_tool_runtime.testing import partial_payloads, producer_runs, tool_call_frames
+from kigi_tool_runtime.testing._consumer_strategies import producer_runs
+from kigi_tool_runtime.testing._frame_strategies import tool_call_frames
+from kigi_tool_runtime.testing._strategies import partial_payloads
 
 
 def _frames_with_drops(draw: st.DrawFn) -> list[tuple[ToolCallProgressFrame[Any], int | None]]:

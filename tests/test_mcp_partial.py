@@ -26,21 +26,17 @@ from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
 from kigi_tool_runtime import Reassembler
-from kigi_tool_runtime.mcp import (
-    META_STREAM,
+from kigi_tool_runtime.mcp import ProgressFolder, declaring_partial_results
+from kigi_tool_runtime.mcp._mapping import META_STREAM, notification_from_progress, progress_params
+from kigi_tool_runtime.mcp._partial import (
     METHOD_PARTIAL_RESULT,
     PartialNote,
-    ProgressFolder,
-    declaring_partial_results,
-    partial_results_extension,
-)
-from kigi_tool_runtime.mcp._mapping import notification_from_progress, progress_params
-from kigi_tool_runtime.mcp._partial import (
     final_params,
     notification_from_partial,
     partial_params,
     partial_result_token,
 )
+from kigi_tool_runtime.mcp._partial_host import partial_results_extension
 
 PY = sys.executable
 SERVE = [PY, "-m", "kigi_tool_runtime", "serve"]

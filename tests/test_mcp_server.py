@@ -28,8 +28,9 @@ from kigi_tool_runtime import (
     ToolResult,
     _upstream,
 )
-from kigi_tool_runtime.mcp import META_STREAM, McpToolServer, ProgressFolder
+from kigi_tool_runtime.mcp import McpToolServer, ProgressFolder
 from kigi_tool_runtime.mcp import _privates as mcp_privates
+from kigi_tool_runtime.mcp._mapping import META_STREAM
 
 SPEC = StreamingSpec(subkind="echo_chunk", max_delta_bytes=4)
 

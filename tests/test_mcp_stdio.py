@@ -24,7 +24,8 @@ from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json
 from kigi_tool_runtime import ShellOutcome
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._tools._shell import DEFAULT_TAIL_CAPACITY
-from kigi_tool_runtime.mcp import META_FRAME, META_STREAM, ProgressFolder
+from kigi_tool_runtime.mcp import ProgressFolder
+from kigi_tool_runtime.mcp._mapping import META_FRAME, META_STREAM
 from kigi_tool_runtime.testing import check_stream
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]

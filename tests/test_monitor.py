@@ -19,7 +19,7 @@ from kigi_tool_runtime import (
     ToolFailed,
     ToolStarted,
 )
-from kigi_tool_runtime.testing import producer_runs, progress_line
+from kigi_tool_runtime.testing._consumer_strategies import producer_runs, progress_line
 
 KIND = "bash_output_chunk"
 

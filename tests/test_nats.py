@@ -36,16 +36,9 @@ from kigi_tool_runtime import (
     ToolResult,
 )
 from kigi_tool_runtime._cli._nats import _EXIT_MARGIN_S
-from kigi_tool_runtime.nats import (
-    STOP_BOUND_S,
-    Claim,
-    JetStreamLimits,
-    NatsClient,
-    Worker,
-    connect,
-    ensure_jetstream,
-)
-from kigi_tool_runtime.nats._protocol import encode_claim
+from kigi_tool_runtime.nats import JetStreamLimits, NatsClient, Worker, connect, ensure_jetstream
+from kigi_tool_runtime.nats._protocol import Claim, encode_claim
+from kigi_tool_runtime.nats._worker import STOP_BOUND_S
 
 PREFIX = "kt"
 #: ``kigi-stream serve --nats`` (its URL follows).
@@ -1391,7 +1384,7 @@ def test_each_message_is_named_by_the_seq_of_its_first_line() -> None:
     and each message's Nats-Msg-Id is ``<call>:<seq of its first line>``."""
     import json
 
-    from kigi_tool_runtime.nats import BATCH_BYTES
+    from kigi_tool_runtime.nats._worker import BATCH_BYTES
 
     async def main() -> None:
         tool = _Lines()

@@ -15,22 +15,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import (
-    CancelledWire,
     DecodeError,
     StreamingSpec,
     ToolCallParams,
     ToolCallProgressFrame,
     ToolCallResult,
-    ToolOutputText,
     encode_progress_line,
     progress_to_frame,
 )
+from kigi_tool_protocol._tool_call import ToolOutputText
+from kigi_tool_protocol._tool_error import CancelledWire
 from kigi_tool_runtime import OutputStream, Reassembler, RemoteToolError
 from kigi_tool_runtime._transport._rpc_server import result_line, wire_error_line
-from kigi_tool_runtime.nats import CallLedger, Claim, FollowPosition, Subjects
+from kigi_tool_runtime.nats import FollowPosition, Subjects
 from kigi_tool_runtime.nats._protocol import (
     FRAMES_HEADER,
     TOTALS_HEADER,
+    CallLedger,
+    Claim,
     calls_layout_problem,
     decide_start,
     decide_unstarted,
@@ -403,7 +405,7 @@ def test_an_end_that_is_gone_ends_the_call_with_its_lost_tail() -> None:
     """``end_gone`` ends a call from its done record: the frames not received
     are a gap at the stream's last total, the report is incomplete, and the
     outcome says how the call ended."""
-    from kigi_tool_runtime.nats import Done
+    from kigi_tool_runtime.nats._protocol import Done
 
     messages, source = make_messages([b"abcdefghij", b"klmnopqrst"], [])
     ledger = feed(CallLedger(CALL), messages[:2])  # the claim and a first frame
@@ -599,7 +601,7 @@ def test_a_call_whose_frames_are_all_gone_starts_its_stream_with_the_loss() -> N
     frames is left: the stream starts with a gap of every byte, counts no
     frame, and the loss item's marker says how many bytes were lost."""
     from kigi_tool_runtime import CallLoss
-    from kigi_tool_runtime.nats import Done
+    from kigi_tool_runtime.nats._protocol import Done
 
     ledger = CallLedger(CALL)
     done = Done(worker="w", frames=4, totals={KIND: (3000, 4)})

@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import (
-    DEFAULT_MAX_DELTA_BYTES,
     CustomProgress,
     PartialResultPayload,
     StreamingSpec,
@@ -21,26 +20,16 @@ from kigi_tool_protocol import (
     WireError,
     encode_progress_line,
 )
-from kigi_tool_runtime import (
+from kigi_tool_protocol._limits import DEFAULT_MAX_DELTA_BYTES
+from kigi_tool_runtime import OutputStream, Tool, ToolContext, ToolEvent, ToolResult, run_tool
+from kigi_tool_runtime._producer._output import (
     LIMIT_MARKER,
     OMISSION_MARKER,
     Excerpt,
-    OutputStream,
     ProgressLines,
-    Tool,
-    ToolContext,
-    ToolEvent,
-    ToolResult,
-    run_tool,
 )
-from kigi_tool_runtime.testing import (
-    ScheduleStep,
-    byte_sources,
-    caps,
-    output_limits,
-    schedules,
-    tail_sizes,
-)
+from kigi_tool_runtime.testing import byte_sources, caps, schedules
+from kigi_tool_runtime.testing._strategies import ScheduleStep, output_limits, tail_sizes
 
 SPEC = StreamingSpec(subkind="emit_test", max_delta_bytes=8)
 

@@ -16,7 +16,8 @@ from kigi_tool_protocol import CustomProgress, StreamingSpec
 from kigi_tool_runtime import OutputStream
 from kigi_tool_runtime._producer._chunk import MAX_CONTINUATION_BYTES, cap_of
 from kigi_tool_runtime._producer._pacer import DEFAULT_PACING_S, Emit, Pace, Pacer
-from kigi_tool_runtime.testing import byte_sources, check_stream, tiny_caps
+from kigi_tool_runtime.testing import byte_sources, check_stream
+from kigi_tool_runtime.testing._strategies import tiny_caps
 
 SPEC = "pacer_chunk"
 

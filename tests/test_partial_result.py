@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import kigi_tool_protocol as kp
-from kigi_tool_protocol import U64_MAX
+from kigi_tool_protocol._limits import U64_MAX
 
 
 def _payload(fields: str) -> kp.PartialResultPayload:

@@ -15,32 +15,31 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import (
-    MAX_FRAME_BYTES_CEILING,
-    METHOD_TOOL_CALL_PROGRESS,
     DecodeError,
-    FrameTooLargeError,
     JsonRpcNotification,
     JsonRpcResponse,
     PartialResultPayload,
     ToolCallProgressFrame,
     WireError,
-    append_progress_line,
-    append_progress_lines,
     decode_message,
-    decode_progress_frame,
-    decode_progress_line,
-    encode_delta_lines,
     encode_progress_line,
     json_codec,
 )
-from kigi_tool_runtime.testing import (
-    WIRE_STRATEGIES,
-    damaged_frame_logs,
-    frame_logs,
-    partial_payloads,
-    tool_call_frames,
+from kigi_tool_protocol._errors import FrameTooLargeError
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL_PROGRESS
+from kigi_tool_protocol._progress_line import (
+    append_progress_line,
+    append_progress_lines,
+    decode_progress_frame,
+    decode_progress_line,
+    encode_delta_lines,
 )
-from kigi_tool_runtime.testing import json_values as any_json
+from kigi_tool_runtime.testing import damaged_frame_logs, frame_logs
+from kigi_tool_runtime.testing._frame_strategies import tool_call_frames
+from kigi_tool_runtime.testing._strategies import partial_payloads
+from kigi_tool_runtime.testing._wire_strategies import WIRE_STRATEGIES
+from kigi_tool_runtime.testing._wire_strategies import json_values as any_json
 
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1

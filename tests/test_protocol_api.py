@@ -11,6 +11,45 @@ import msgspec
 import pytest
 
 import kigi_tool_protocol as kp
+from kigi_tool_protocol._content import (
+    ImageBlock,
+    McpContent,
+    McpImageBlock,
+    McpResourceBlock,
+    McpTextBlock,
+    ResourceBlock,
+    TextBlock,
+)
+from kigi_tool_protocol._errors import FrameTooLargeError
+from kigi_tool_protocol._hooks import (
+    HookCancel,
+    HookCustom,
+    HookFrame,
+    HookPause,
+    HookReplyParams,
+    HookResume,
+    HookSessionEnded,
+)
+from kigi_tool_protocol._limits import I32_MAX, I32_MIN, I64_MAX, I64_MIN, U32_MAX, U64_MAX
+from kigi_tool_protocol._progress import ContentProgress
+from kigi_tool_protocol._tool_call import ToolOutputJson, ToolOutputMcp, ToolOutputText
+from kigi_tool_protocol._tool_error import (
+    BehaviorVersionUnsupportedWire,
+    CancelledWire,
+    ConnectionLostWire,
+    CustomErrorWire,
+    ExecutionWire,
+    ForbiddenWire,
+    FrameTooLargeWire,
+    InternalErrorWire,
+    InvalidParamsWire,
+    RenderLimitedWire,
+    SessionMismatchWire,
+    TerminalErrorWire,
+    TimeoutWire,
+    ToolNotFoundWire,
+    UnsupportedProtocolVersionWire,
+)
 
 #: (omit_defaults, tag_field, tag) of every public wire class. All are frozen and
 #: kw_only; only PartialResultPayload forbids unknown fields.
@@ -19,48 +58,53 @@ STRUCT_CONFIGS: dict[type[msgspec.Struct], tuple[bool, str | None, str | None]] 
     kp.PartialResultPayload: (False, None, None),
     kp.ToolCapabilities: (True, None, None),
     kp.TextProgress: (False, "kind", "text"),
-    kp.ContentProgress: (False, "kind", "content"),
+    ContentProgress: (False, "kind", "content"),
     kp.CustomProgress: (False, "kind", "custom"),
-    kp.TextBlock: (False, "type", "text"),
-    kp.ImageBlock: (True, "type", "image"),
-    kp.ResourceBlock: (True, "type", "resource"),
-    kp.McpTextBlock: (False, "type", "text"),
-    kp.McpImageBlock: (False, "type", "image"),
-    kp.McpResourceBlock: (True, "type", "resource"),
-    kp.McpContent: (False, None, None),
+    TextBlock: (False, "type", "text"),
+    ImageBlock: (True, "type", "image"),
+    ResourceBlock: (True, "type", "resource"),
+    McpTextBlock: (False, "type", "text"),
+    McpImageBlock: (False, "type", "image"),
+    McpResourceBlock: (True, "type", "resource"),
+    McpContent: (False, None, None),
     kp.ToolCallParams: (True, None, None),
-    kp.ToolOutputText: (False, "kind", "text"),
-    kp.ToolOutputJson: (False, "kind", "json"),
-    kp.ToolOutputMcp: (False, "kind", "mcp"),
+    ToolOutputText: (False, "kind", "text"),
+    ToolOutputJson: (False, "kind", "json"),
+    ToolOutputMcp: (False, "kind", "mcp"),
     kp.ToolCallResult: (True, None, None),
     kp.ToolCallProgressFrame: (True, None, None),
-    kp.ToolNotFoundWire: (True, "code", "tool_not_found"),
-    kp.SessionMismatchWire: (True, "code", "session_mismatch"),
-    kp.ForbiddenWire: (True, "code", "forbidden"),
-    kp.ConnectionLostWire: (True, "code", "connection_lost"),
-    kp.TimeoutWire: (True, "code", "timeout"),
-    kp.CancelledWire: (True, "code", "cancelled"),
-    kp.InvalidParamsWire: (True, "code", "invalid_params"),
-    kp.ExecutionWire: (True, "code", "execution"),
-    kp.UnsupportedProtocolVersionWire: (True, "code", "unsupported_protocol_version"),
-    kp.FrameTooLargeWire: (True, "code", "frame_too_large"),
-    kp.BehaviorVersionUnsupportedWire: (True, "code", "behavior_version_unsupported"),
-    kp.RenderLimitedWire: (True, "code", "render_limited"),
-    kp.TerminalErrorWire: (True, "code", "terminal_error"),
-    kp.InternalErrorWire: (True, "code", "internal_error"),
-    kp.CustomErrorWire: (True, "code", "custom"),
-    kp.HookCancel: (False, "type", "Cancel"),
-    kp.HookPause: (False, "type", "Pause"),
-    kp.HookResume: (False, "type", "Resume"),
-    kp.HookSessionEnded: (False, "type", "SessionEnded"),
-    kp.HookCustom: (False, "type", "Custom"),
-    kp.HookFrame: (True, None, None),
-    kp.HookReplyParams: (False, None, None),
+    ToolNotFoundWire: (True, "code", "tool_not_found"),
+    SessionMismatchWire: (True, "code", "session_mismatch"),
+    ForbiddenWire: (True, "code", "forbidden"),
+    ConnectionLostWire: (True, "code", "connection_lost"),
+    TimeoutWire: (True, "code", "timeout"),
+    CancelledWire: (True, "code", "cancelled"),
+    InvalidParamsWire: (True, "code", "invalid_params"),
+    ExecutionWire: (True, "code", "execution"),
+    UnsupportedProtocolVersionWire: (True, "code", "unsupported_protocol_version"),
+    FrameTooLargeWire: (True, "code", "frame_too_large"),
+    BehaviorVersionUnsupportedWire: (True, "code", "behavior_version_unsupported"),
+    RenderLimitedWire: (True, "code", "render_limited"),
+    TerminalErrorWire: (True, "code", "terminal_error"),
+    InternalErrorWire: (True, "code", "internal_error"),
+    CustomErrorWire: (True, "code", "custom"),
+    HookCancel: (False, "type", "Cancel"),
+    HookPause: (False, "type", "Pause"),
+    HookResume: (False, "type", "Resume"),
+    HookSessionEnded: (False, "type", "SessionEnded"),
+    HookCustom: (False, "type", "Custom"),
+    HookFrame: (True, None, None),
+    HookReplyParams: (False, None, None),
     kp.JsonRpcError: (True, None, None),
     kp.JsonRpcRequest: (True, "jsonrpc", "2.0"),
     kp.JsonRpcNotification: (True, "jsonrpc", "2.0"),
     kp.JsonRpcResponse: (True, "jsonrpc", "2.0"),
 }
+
+
+#: Struct classes of the private modules that are no wire type of their own: the
+#: base every wire type shares, and a decoding aid of the envelope.
+NOT_WIRE_TYPES = {"WireStruct", "Unversioned"}
 
 
 def _public_structs() -> set[type[msgspec.Struct]]:
@@ -71,9 +115,29 @@ def _public_structs() -> set[type[msgspec.Struct]]:
     }
 
 
-def test_every_public_struct_has_a_pinned_config() -> None:
-    """The table below covers exactly the public Struct classes."""
-    assert _public_structs() == set(STRUCT_CONFIGS)
+def _wire_structs() -> set[type[msgspec.Struct]]:
+    """Every wire class the protocol's modules define, exported or not."""
+    found = set()
+    for info in pkgutil.iter_modules(kp.__path__):
+        module = importlib.import_module(f"kigi_tool_protocol.{info.name}")
+        for name, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and issubclass(value, msgspec.Struct)
+                and value.__module__ == module.__name__
+                and not name.startswith("_")
+                and name not in NOT_WIRE_TYPES
+            ):
+                found.add(value)
+    return found
+
+
+def test_every_wire_struct_has_a_pinned_config() -> None:
+    """The table below covers exactly the wire classes, the exported ones and
+    those only this package's modules import (hooks, content blocks, one class
+    per error code)."""
+    assert _public_structs() <= _wire_structs()
+    assert _wire_structs() == set(STRUCT_CONFIGS)
 
 
 @pytest.mark.parametrize("cls", list(STRUCT_CONFIGS), ids=lambda cls: cls.__name__)
@@ -119,7 +183,7 @@ def test_error_tree() -> None:
     """Every error is a WireError (a ValueError); frame-size errors are decode errors."""
     assert issubclass(kp.WireError, ValueError)
     assert issubclass(kp.DecodeError, kp.WireError)
-    assert issubclass(kp.FrameTooLargeError, kp.DecodeError)
+    assert issubclass(FrameTooLargeError, kp.DecodeError)
     assert issubclass(kp.IdentifierError, kp.WireError)
 
 
@@ -133,6 +197,6 @@ def test_decode_error_message_names_the_path() -> None:
 
 def test_integer_bounds_are_the_rust_ranges() -> None:
     """The exported wire bounds are the ranges of Rust's u32, u64, i32 and i64."""
-    assert (kp.U32_MAX, kp.U64_MAX) == (2**32 - 1, 2**64 - 1)
-    assert (kp.I32_MIN, kp.I32_MAX) == (-(2**31), 2**31 - 1)
-    assert (kp.I64_MIN, kp.I64_MAX) == (-(2**63), 2**63 - 1)
+    assert (U32_MAX, U64_MAX) == (2**32 - 1, 2**64 - 1)
+    assert (I32_MIN, I32_MAX) == (-(2**31), 2**31 - 1)
+    assert (I64_MIN, I64_MAX) == (-(2**63), 2**63 - 1)

@@ -1,6 +1,8 @@
 """The API page (``docs/api.md``) is the public surface: per package, the names it
 lists are exactly that package's ``__all__``, each listed once with a line
-saying what it is for, and each importable from the package."""
+saying what it is for, and each importable from the package; the surface stays
+at most :data:`MAX_PUBLIC_NAMES` names, and what the page says is not exported
+imports from the private module it names and nowhere public."""
 
 from __future__ import annotations
 
@@ -26,7 +28,13 @@ PACKAGES = (
     "kigi_tool_runtime.acp",
 )
 
+#: The most names all the packages may export together (issue #35: a surface
+#: chosen on purpose, not every helper a module happens to have).
+MAX_PUBLIC_NAMES = 150
+
 _HEADING = re.compile(r"^## `(?P<package>[\w.]+)`$")
+_PRIVATE_ROW = re.compile(r"^\| `(?P<module>[\w.]+)` \| (?P<names>`\w+`(?:, `\w+`)*) \| \S.* \|$")
+_TOTAL = re.compile(r"with what it is for: (?P<total>\d+)\s+names across the ten packages")
 _ENTRY = re.compile(r"^- `(?P<name>\w+)`: (?P<what>\S.*)$")
 
 
@@ -117,3 +125,52 @@ def test_the_removed_plumbing_is_still_importable_privately() -> None:
         for name in names:
             assert hasattr(module, name), (module_name, name)
             assert name not in home.__all__, (home.__name__, name)
+
+
+def _exported() -> dict[str, tuple[str, ...]]:
+    return {package: importlib.import_module(package).__all__ for package in PACKAGES}
+
+
+def test_the_surface_stays_small_and_the_page_says_its_size() -> None:
+    """All packages together export at most ``MAX_PUBLIC_NAMES`` names, and the
+    page's opening states the total as it is."""
+    total = sum(len(names) for names in _exported().values())
+    assert total <= MAX_PUBLIC_NAMES, f"{total} public names, more than {MAX_PUBLIC_NAMES}"
+    stated = _TOTAL.search(" ".join(API_PAGE.read_text(encoding="utf-8").split()))
+    assert stated is not None, "the page's opening does not state the total"
+    assert int(stated["total"]) == total
+
+
+def test_every_exported_name_is_on_the_page() -> None:
+    """Each name of every package's ``__all__`` has its own line on the page."""
+    page = API_PAGE.read_text(encoding="utf-8")
+    for package, names in _exported().items():
+        for name in names:
+            assert f"- `{name}`: " in page, (package, name)
+
+
+def _private_rows() -> list[tuple[str, list[str]]]:
+    rows = []
+    for line in _api_section():
+        row = _PRIVATE_ROW.match(line)
+        if row:
+            rows.append((row["module"], re.findall(r"`(\w+)`", row["names"])))
+    return rows
+
+
+def test_what_the_page_says_is_not_exported_lives_where_it_says() -> None:
+    """Each row of "Not exported" names a private module that has every one of
+    its names, none of which any package exports (the NATS ``Follower`` is not
+    the exported frame-log ``Follower``)."""
+    rows = _private_rows()
+    assert len(rows) >= 40, "the page's table of what is not exported is missing"
+    packages = [importlib.import_module(package) for package in PACKAGES]
+    for module_name, names in rows:
+        assert any(module_name.startswith(p + ".") for p in PACKAGES), module_name
+        assert module_name.rsplit(".", 1)[1].startswith("_"), f"{module_name} is not private"
+        module = importlib.import_module(module_name)
+        for name in names:
+            assert hasattr(module, name), (module_name, name)
+            value = getattr(module, name)
+            for package in packages:
+                assert getattr(package, name, None) is not value, (package.__name__, name)

@@ -34,7 +34,6 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai_models import Call, Script, kigi_frame
 
 from kigi_tool_runtime import (
-    TRUNCATION_MARKER,
     Appended,
     CallProgress,
     Client,
@@ -46,18 +45,18 @@ from kigi_tool_runtime import (
     _upstream,
 )
 from kigi_tool_runtime._call._held import BLIND_FRAMES
+from kigi_tool_runtime._consumer._loss import TRUNCATION_MARKER
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime.pydantic_ai import (
-    MAX_PENDING_EVENTS,
     KigiToolHeartbeat,
     KigiToolOutput,
     KigiToolOutputEnd,
     KigiToolset,
     ToolOutputFolder,
     _privates,
-    tool_name,
 )
-from kigi_tool_runtime.pydantic_ai._mapping import tool_definition
+from kigi_tool_runtime.pydantic_ai._mapping import tool_definition, tool_name
+from kigi_tool_runtime.pydantic_ai._toolset import MAX_PENDING_EVENTS
 from kigi_tool_runtime.testing import check_stream, python_writer_argv
 
 PY = sys.executable

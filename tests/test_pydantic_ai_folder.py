@@ -13,14 +13,12 @@ from pydantic_ai import CustomEvent
 from pydantic_ai_models import kigi_frame
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
-from kigi_tool_runtime import MAX_CALL_TEXT_BYTES, LiveText, Reassembler
-from kigi_tool_runtime.pydantic_ai import (
-    MAX_FOLDED_TEXT_BYTES,
-    KigiToolOutput,
-    KigiToolOutputEnd,
-    ToolOutputFolder,
-)
-from kigi_tool_runtime.testing import ProducerRun, producer_runs, tool_call_frames
+from kigi_tool_runtime import LiveText, Reassembler
+from kigi_tool_runtime._transport._client import MAX_CALL_TEXT_BYTES
+from kigi_tool_runtime.pydantic_ai import KigiToolOutput, KigiToolOutputEnd, ToolOutputFolder
+from kigi_tool_runtime.pydantic_ai._folder import MAX_FOLDED_TEXT_BYTES
+from kigi_tool_runtime.testing._consumer_strategies import ProducerRun, producer_runs
+from kigi_tool_runtime.testing._frame_strategies import tool_call_frames
 
 
 def _payload(delta: str, total: int) -> PartialResultPayload:

@@ -11,8 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import (
-    MAX_FRAME_BYTES_CEILING,
-    METHOD_TOOL_CALL_PROGRESS,
     DecodeError,
     JsonRpcNotification,
     PartialResultPayload,
@@ -20,33 +18,28 @@ from kigi_tool_protocol import (
     ToolCallProgressFrame,
     json_codec,
 )
-from kigi_tool_runtime import (
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL_PROGRESS
+from kigi_tool_runtime import DeltaStreamer, Gap, Reassembler, TailBuffer
+from kigi_tool_runtime._consumer._loss import (
     DEFAULT_GAP_MARKER,
-    DEFAULT_MAX_RECORD_BYTES,
     MAX_ANOMALIES_KEPT,
     MAX_HELD_BYTES,
-    DeltaStreamer,
-    Gap,
-    OversizedLine,
-    Reassembler,
-    SeqScope,
     StreamKey,
-    TailBuffer,
 )
+from kigi_tool_runtime._consumer._reassembler import DEFAULT_MAX_RECORD_BYTES, SeqScope
 from kigi_tool_runtime._text import MAX_DETAIL_CHARS
+from kigi_tool_runtime._wire._split import OversizedLine
 from kigi_tool_runtime.testing import (
-    FrameLog,
-    ScheduleStep,
     byte_sources,
     caps,
     damaged_frame_logs,
     frame_logs,
-    output_limits,
-    producer_runs,
-    progress_line,
     schedules,
     utf8_text_sources,
 )
+from kigi_tool_runtime.testing._consumer_strategies import FrameLog, producer_runs, progress_line
+from kigi_tool_runtime.testing._strategies import ScheduleStep, output_limits
 
 KIND = "bash_output_chunk"
 

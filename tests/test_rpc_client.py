@@ -12,18 +12,20 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from kigi_tool_protocol import (
-    MAX_FRAME_BYTES_CEILING,
-    ConnectionLostWire,
-    InternalErrorWire,
     PartialResultPayload,
-    TimeoutWire,
     ToolCallProgressFrame,
     ToolCallResult,
     WireError,
     encode_progress_line,
+)
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
+from kigi_tool_protocol._tool_error import (
+    ConnectionLostWire,
+    InternalErrorWire,
+    TimeoutWire,
     error_code_for,
 )
-from kigi_tool_runtime import OversizedLine, RemoteToolError
+from kigi_tool_runtime import RemoteToolError
 from kigi_tool_runtime._transport._rpc_client import (
     CallEnded,
     ClientEvent,
@@ -38,6 +40,7 @@ from kigi_tool_runtime._transport._rpc_client import (
     request_timed_out,
     tool_id_of,
 )
+from kigi_tool_runtime._wire._split import OversizedLine
 
 RESULT = {"tool_call_id": "c", "output": {"kind": "text", "value": "ok"}}
 

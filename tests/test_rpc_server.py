@@ -21,16 +21,14 @@ from hypothesis.stateful import (
 )
 
 from kigi_tool_protocol import (
-    U32_MAX,
-    U64_MAX,
     JsonRpcNotification,
     JsonRpcResponse,
     ToolCallProgressFrame,
-    decode_progress_line,
     encode_progress_line,
     json_codec,
 )
-from kigi_tool_runtime import OversizedLine
+from kigi_tool_protocol._limits import U32_MAX, U64_MAX
+from kigi_tool_protocol._progress_line import decode_progress_line
 from kigi_tool_runtime._call._queue import CallQueue, QueuePolicy
 from kigi_tool_runtime._tools._errors import ToolError
 from kigi_tool_runtime._transport._rpc_server import (
@@ -44,6 +42,7 @@ from kigi_tool_runtime._transport._rpc_server import (
     progress_item_of,
     take_lines,
 )
+from kigi_tool_runtime._wire._split import OversizedLine
 
 TOOLS = [{"id": "bash"}]
 

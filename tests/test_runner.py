@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, TextProgress, ToolCapabilities
 from kigi_tool_runtime import (
-    RunStats,
     ShellTool,
     Tool,
     ToolContext,
@@ -26,7 +25,6 @@ from kigi_tool_runtime import (
     ToolErrorKind,
     ToolEvent,
     ToolResult,
-    ToolRun,
     run_tool,
 )
 from kigi_tool_runtime._tools._result import non_finite_error, non_finite_path
@@ -36,6 +34,8 @@ from kigi_tool_runtime._tools._runner import (
     CHANNEL_TEXT_BYTES,
     MAX_ITEMS_AFTER_TERMINAL,
     SUPPRESSED_BURST,
+    RunStats,
+    ToolRun,
     decode_args,
     item_text_bytes,
 )

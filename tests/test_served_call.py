@@ -24,7 +24,6 @@ from kigi_tool_protocol import (
     progress_to_frame,
 )
 from kigi_tool_runtime import (
-    TRUNCATION_MARKER,
     CallEnd,
     CommandNotStarted,
     LiveText,
@@ -35,11 +34,11 @@ from kigi_tool_runtime import (
     ShellTool,
     ToolError,
     ToolResult,
-    check_arguments,
-    loss_line,
-    model_text,
 )
 from kigi_tool_runtime._call._heartbeat import Beat
+from kigi_tool_runtime._call._outcome import loss_line, model_text
+from kigi_tool_runtime._call._served import check_arguments
+from kigi_tool_runtime._consumer._loss import TRUNCATION_MARKER
 from kigi_tool_runtime._process import group_alive
 
 SPEC_CAPS = (0, 1, 2, 3, 4, 64)

@@ -689,8 +689,9 @@ def test_a_silent_call_gets_heartbeat_lines_that_old_consumers_skip() -> None:
     interval longer than the last), its frames keep ``seq`` 0, 1, 2, ...
     without a hole, nothing follows the response, and the strict consumers
     skip the heartbeats: the ``Reassembler`` folds the stream complete with no
-    anomaly, and the client's protocol takes them as used lines that end
-    nothing."""
+    anomaly, ``decode_message`` reads them as notifications, and the client's
+    protocol takes them as used lines that end nothing."""
+    from kigi_tool_protocol import JsonRpcNotification, decode_message
     from kigi_tool_runtime import Reassembler
     from kigi_tool_runtime._transport._rpc_client import ClientProtocol
 
@@ -732,6 +733,7 @@ def test_a_silent_call_gets_heartbeat_lines_that_old_consumers_skip() -> None:
         raw = json.dumps(line).encode()
         reassembler.absorb_line(raw)
         if line["method"] == "tool_call_heartbeat":
+            assert isinstance(decode_message(raw), JsonRpcNotification)
             assert protocol.receive_line(raw) == []
     assert protocol.lines_unused == 0
     assert reassembler.ignored == len(early) + len(beats)

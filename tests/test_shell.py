@@ -19,9 +19,6 @@ import pytest
 
 from kigi_tool_protocol import CustomProgress, PartialResultPayload, ToolProgress
 from kigi_tool_runtime import (
-    LIMIT_MARKER,
-    OMISSION_MARKER,
-    SHELL_SPEC,
     CommandNotStarted,
     ShellArgs,
     ShellOutcome,
@@ -32,6 +29,7 @@ from kigi_tool_runtime import (
     ToolResult,
     run_tool,
 )
+from kigi_tool_runtime._producer._output import LIMIT_MARKER, OMISSION_MARKER
 from kigi_tool_runtime._tools._shell import (
     CHILD_PIPE_BYTES,
     DEFAULT_COMMAND_TIMEOUT_MS,
@@ -42,6 +40,7 @@ from kigi_tool_runtime._tools._shell import (
     MIN_OUTPUT_LIMIT,
     MIN_READ_CHUNK_BYTES,
     READ_CHUNK_BYTES,
+    SHELL_SPEC,
     WAKEUP_READ_BYTES,
 )
 from kigi_tool_runtime.testing import Collected, collect_async

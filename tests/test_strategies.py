@@ -11,17 +11,14 @@ from hypothesis import find, given
 from hypothesis import strategies as st
 
 from kigi_tool_protocol import PartialResultPayload, StreamingSpec, json_codec
-from kigi_tool_runtime import MIN_TAIL_CAPACITY
-from kigi_tool_runtime.testing import (
+from kigi_tool_runtime._producer._tail import MIN_TAIL_CAPACITY
+from kigi_tool_runtime.testing import byte_sources, caps, schedules, utf8_text_sources
+from kigi_tool_runtime.testing._strategies import (
     ScheduleStep,
-    byte_sources,
-    caps,
     output_limits,
     partial_payloads,
-    schedules,
     streaming_specs,
     tail_sizes,
-    utf8_text_sources,
 )
 
 

@@ -8,8 +8,11 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from kigi_tool_runtime import MAX_HELD_BYTES, OversizedLine, Reassembler, StreamState
-from kigi_tool_runtime.testing import producer_runs, progress_line, utf8_text_sources
+from kigi_tool_runtime import Reassembler, StreamState
+from kigi_tool_runtime._consumer._loss import MAX_HELD_BYTES
+from kigi_tool_runtime._wire._split import OversizedLine
+from kigi_tool_runtime.testing import utf8_text_sources
+from kigi_tool_runtime.testing._consumer_strategies import producer_runs, progress_line
 
 KIND = "bash_output_chunk"
 

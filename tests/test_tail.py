@@ -10,9 +10,14 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kigi_tool_runtime import MIN_TAIL_CAPACITY, TailBuffer, TailStats
-from kigi_tool_runtime._producer._tail import INITIAL_STORAGE_BYTES, STORAGE_SLACK_BYTES
-from kigi_tool_runtime.testing import tail_sizes
+from kigi_tool_runtime import TailBuffer
+from kigi_tool_runtime._producer._tail import (
+    INITIAL_STORAGE_BYTES,
+    MIN_TAIL_CAPACITY,
+    STORAGE_SLACK_BYTES,
+    TailStats,
+)
+from kigi_tool_runtime.testing._strategies import tail_sizes
 
 
 def test_capacity_below_minimum_is_rejected() -> None:

@@ -20,8 +20,6 @@ from hypothesis import strategies as st
 
 import kigi_tool_runtime.testing as kit
 from kigi_tool_protocol import (
-    DEFAULT_MAX_DELTA_BYTES,
-    ContentProgress,
     CustomProgress,
     DecodeError,
     PartialResultPayload,
@@ -32,11 +30,12 @@ from kigi_tool_protocol import (
     ToolCapabilities,
     ToolErrorWire,
     ToolProgress,
-    convert,
     json_codec,
 )
+from kigi_tool_protocol._codec import convert
+from kigi_tool_protocol._limits import DEFAULT_MAX_DELTA_BYTES
+from kigi_tool_protocol._progress import ContentProgress
 from kigi_tool_runtime import (
-    MAX_HELD_BYTES,
     CallProgress,
     Client,
     DeltaStreamer,
@@ -52,15 +51,11 @@ from kigi_tool_runtime import (
     ToolEvent,
     ToolResult,
 )
+from kigi_tool_runtime._consumer._loss import MAX_HELD_BYTES
 from kigi_tool_runtime._tools._shell import DEFAULT_TAIL_CAPACITY
 from kigi_tool_runtime.testing import (
-    MALFORMED_PAYLOADS,
-    WIRE_STRATEGIES,
-    WRITER_TICK_S,
     CheckedStream,
     Collected,
-    LostSpan,
-    ScheduleStep,
     StreamCheckError,
     _check,
     _collect,
@@ -73,19 +68,22 @@ from kigi_tool_runtime.testing import (
     collect,
     collect_async,
     fuzz_streaming_tool,
-    json_values,
-    malformed_payloads,
-    producer_runs,
-    progress_frames,
     python_writer_argv,
     schedules,
-    tail_sizes,
-    tool_call_frames,
     utf8_text_sources,
     wire_values,
 )
-from kigi_tool_runtime.testing._check import EXCERPT_CHARS
-from kigi_tool_runtime.testing._fuzz import WRITER_ARG_BYTES
+from kigi_tool_runtime.testing._check import EXCERPT_CHARS, LostSpan
+from kigi_tool_runtime.testing._consumer_strategies import ProducerRun, producer_runs
+from kigi_tool_runtime.testing._frame_strategies import (
+    MALFORMED_PAYLOADS,
+    malformed_payloads,
+    progress_frames,
+    tool_call_frames,
+)
+from kigi_tool_runtime.testing._fuzz import WRITER_ARG_BYTES, WRITER_TICK_S
+from kigi_tool_runtime.testing._strategies import ScheduleStep, tail_sizes
+from kigi_tool_runtime.testing._wire_strategies import WIRE_STRATEGIES, json_values
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -326,7 +324,7 @@ def test_core_passes_the_kit(
 
 
 @given(run=producer_runs())
-def test_producer_runs_pass_the_kit(run: kit.ProducerRun) -> None:
+def test_producer_runs_pass_the_kit(run: ProducerRun) -> None:
     """Every consumer-side producer run is a valid stream, and the kit counts the
     same lost bytes the run recorded for valid text."""
     checked = check_stream(run.frames, run.source, cap=run.cap, tail_capacity=run.capacity)

@@ -6,6 +6,9 @@ import msgspec
 import pytest
 
 import kigi_tool_protocol as kp
+from kigi_tool_protocol._content import TextBlock
+from kigi_tool_protocol._progress import ContentProgress
+from kigi_tool_protocol._tool_call import ToolOutputWire, frame_to_progress
 
 
 def test_text_progress_maps_to_a_text_frame() -> None:
@@ -18,7 +21,7 @@ def test_text_progress_maps_to_a_text_frame() -> None:
 
 def test_content_progress_maps_to_a_bare_block_list() -> None:
     """Content progress becomes kind "content" with the block list as the body."""
-    progress = kp.ContentProgress(blocks=[kp.TextBlock(text="a")])
+    progress = ContentProgress(blocks=[TextBlock(text="a")])
     frame = kp.progress_to_frame("c", progress)
     assert kp.json_codec.encode(frame) == (
         b'{"tool_call_id":"c","kind":"content","body":[{"type":"text","text":"a"}]}'
@@ -49,7 +52,7 @@ def test_harness_reads_every_frame_as_custom_progress() -> None:
     frame = kp.json_codec.decode(
         b'{"tool_call_id":"c","kind":"text","body":{"text":"x"}}', kp.ToolCallProgressFrame
     )
-    assert kp.frame_to_progress(frame) == kp.CustomProgress(subkind="text", payload={"text": "x"})
+    assert frame_to_progress(frame) == kp.CustomProgress(subkind="text", payload={"text": "x"})
 
 
 def test_typed_progress_frame_keeps_the_payload_strict() -> None:
@@ -92,7 +95,7 @@ def test_dropped_count_is_a_u32(count: str, reason: str) -> None:
 def test_bad_tool_output_is_rejected(frame: str, reason: str, path: str) -> None:
     """ToolOutputWire needs a known kind and the value that kind takes."""
     with pytest.raises(kp.DecodeError) as info:
-        kp.json_codec.decode(frame, kp.ToolOutputWire)
+        kp.json_codec.decode(frame, ToolOutputWire)
     assert (info.value.reason, info.value.path) == (reason, path)
 
 

@@ -5,6 +5,14 @@ from __future__ import annotations
 import pytest
 
 import kigi_tool_protocol as kp
+from kigi_tool_protocol._tool_error import (
+    ERROR_CODES,
+    ConnectionLostWire,
+    InvalidParamsWire,
+    RenderLimitedWire,
+    error_code,
+    error_code_for,
+)
 
 
 @pytest.mark.parametrize(
@@ -38,9 +46,9 @@ def test_unknown_and_old_codes_are_rejected(frame: str) -> None:
 def test_code_property_is_the_wire_tag() -> None:
     """``.code`` of a decoded error is the tag it was sent with."""
     wire = kp.json_codec.decode(b'{"tool_id":"t","code":"connection_lost"}', kp.ToolErrorWire)
-    assert isinstance(wire, kp.ConnectionLostWire)
+    assert isinstance(wire, ConnectionLostWire)
     assert wire.code == "connection_lost"
-    assert kp.error_code_for(wire) == kp.error_code("connection_lost") == -32004
+    assert error_code_for(wire) == error_code("connection_lost") == -32004
 
 
 @pytest.mark.parametrize(
@@ -72,26 +80,26 @@ def test_bad_variant_fields_are_rejected(frame: str, reason: str, path: str) -> 
 
 def test_optional_details_are_omitted_when_unset() -> None:
     """details, card_id, request_id and detail are written only when set."""
-    assert kp.json_codec.encode(kp.InvalidParamsWire(message="m")) == (
+    assert kp.json_codec.encode(InvalidParamsWire(message="m")) == (
         b'{"code":"invalid_params","message":"m"}'
     )
-    assert kp.json_codec.encode(kp.InvalidParamsWire(message="m", details=[0])) == (
+    assert kp.json_codec.encode(InvalidParamsWire(message="m", details=[0])) == (
         b'{"code":"invalid_params","message":"m","details":[0]}'
     )
-    assert kp.json_codec.encode(kp.RenderLimitedWire(tool_id="t", reason="r")) == (
+    assert kp.json_codec.encode(RenderLimitedWire(tool_id="t", reason="r")) == (
         b'{"code":"render_limited","tool_id":"t","reason":"r"}'
     )
 
 
 def test_error_code_falls_back_to_internal_error() -> None:
     """An unknown code string maps to -32603; known strings map through the table."""
-    assert kp.error_code("") == kp.error_code("no such code") == -32603
-    assert kp.error_code("tool_busy") == -32016
-    assert kp.error_code("rate_limited") == -32099
-    assert kp.error_code("parse_error") == -32700
+    assert error_code("") == error_code("no such code") == -32603
+    assert error_code("tool_busy") == -32016
+    assert error_code("rate_limited") == -32099
+    assert error_code("parse_error") == -32700
 
 
 def test_error_codes_table_is_read_only() -> None:
     """ERROR_CODES cannot be changed at run time."""
     with pytest.raises(TypeError):
-        kp.ERROR_CODES["tool_busy"] = 0  # type: ignore[index]
+        ERROR_CODES["tool_busy"] = 0  # type: ignore[index]

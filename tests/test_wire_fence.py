@@ -146,7 +146,8 @@ def test_serve_stdio_fences_what_a_call_prints(noisy: Path) -> None:
     program = (
         "import asyncio, sys\n"
         f"sys.path.insert(0, {str(noisy.parent)!r})\n"
-        "from kigi_tool_runtime import fence_stdio, serve_stdio\n"
+        "from kigi_tool_runtime import serve_stdio\n"
+        "from kigi_tool_runtime._transport._fence import fence_stdio\n"
         "fence_stdio()\n"
         "from noisy import TOOLS\n"
         "asyncio.run(serve_stdio(TOOLS))\n"

@@ -9,6 +9,36 @@ import pytest
 from conftest import CONFORMANCE
 
 import kigi_tool_protocol as kp
+from kigi_tool_protocol._capabilities import HookKind
+from kigi_tool_protocol._hooks import HookEvent, HookFrame
+from kigi_tool_protocol._identifiers import (
+    ToolCallId,
+    ToolId,
+    validate_tool_call_id,
+    validate_tool_id,
+)
+from kigi_tool_protocol._tool_call import ToolOutputWire
+from kigi_tool_protocol._tool_error import (
+    ERROR_CODES,
+    FALLBACK_ERROR_CODE,
+    BehaviorVersionUnsupportedWire,
+    CancelledWire,
+    ConnectionLostWire,
+    CustomErrorWire,
+    ExecutionWire,
+    ForbiddenWire,
+    FrameTooLargeWire,
+    InternalErrorWire,
+    InvalidParamsWire,
+    RenderLimitedWire,
+    SessionMismatchWire,
+    TerminalErrorWire,
+    TimeoutWire,
+    ToolNotFoundWire,
+    UnsupportedProtocolVersionWire,
+    error_code,
+    error_code_for,
+)
 
 GOLDEN = [json.loads(line) for line in (CONFORMANCE / "wire_golden.jsonl").read_text().splitlines()]
 
@@ -16,7 +46,7 @@ GOLDEN = [json.loads(line) for line in (CONFORMANCE / "wire_golden.jsonl").read_
 WIRE_TYPES: dict[str, Any] = {
     "StreamingSpec": kp.StreamingSpec,
     "ToolCapabilities": kp.ToolCapabilities,
-    "HookKind": kp.HookKind,
+    "HookKind": HookKind,
     "ToolScope": kp.ToolScope,
     "PartialResultPayload": kp.PartialResultPayload,
     "ToolProgress": kp.ToolProgress,
@@ -27,14 +57,14 @@ WIRE_TYPES: dict[str, Any] = {
     "JsonRpcError": kp.JsonRpcError,
     "ToolCallParams": kp.ToolCallParams,
     "ToolCallResult": kp.ToolCallResult,
-    "ToolOutputWire": kp.ToolOutputWire,
+    "ToolOutputWire": ToolOutputWire,
     "ToolErrorWire": kp.ToolErrorWire,
-    "HookFrame": kp.HookFrame,
-    "HookEvent": kp.HookEvent,
+    "HookFrame": HookFrame,
+    "HookEvent": HookEvent,
 }
 IDENTIFIERS = {
-    "ToolId": (kp.validate_tool_id, kp.ToolId),
-    "ToolCallId": (kp.validate_tool_call_id, kp.ToolCallId),
+    "ToolId": (validate_tool_id, ToolId),
+    "ToolCallId": (validate_tool_call_id, ToolCallId),
 }
 
 
@@ -95,32 +125,32 @@ def _table(case: str) -> dict[str, int]:
 def test_error_codes_table() -> None:
     """ERROR_CODES is the conformance table, entry for entry and in order, and a bijection."""
     table = _table("table")
-    assert list(kp.ERROR_CODES.items()) == list(table.items())
-    assert len(set(kp.ERROR_CODES.values())) == len(kp.ERROR_CODES) == 28
+    assert list(ERROR_CODES.items()) == list(table.items())
+    assert len(set(ERROR_CODES.values())) == len(ERROR_CODES) == 28
     for name, number in table.items():
-        assert kp.error_code(name) == number
-    assert kp.error_code("no_such_code") == kp.FALLBACK_ERROR_CODE == -32603
+        assert error_code(name) == number
+    assert error_code("no_such_code") == FALLBACK_ERROR_CODE == -32603
 
 
 def test_error_code_for_every_tool_error_wire() -> None:
     """error_code_for maps each ToolErrorWire code to the conformance number."""
     table = _table("from_tool_error_wire")
     samples: list[kp.ToolErrorWire] = [
-        kp.ToolNotFoundWire(tool_id="t"),
-        kp.SessionMismatchWire(),
-        kp.ForbiddenWire(reason="r"),
-        kp.ConnectionLostWire(tool_id="t"),
-        kp.TimeoutWire(tool_id="t", elapsed_ms=1),
-        kp.CancelledWire(tool_id="t"),
-        kp.InvalidParamsWire(message="m"),
-        kp.ExecutionWire(tool_id="t", message="m"),
-        kp.UnsupportedProtocolVersionWire(supported=["1"]),
-        kp.FrameTooLargeWire(bytes=2, limit=1),
-        kp.BehaviorVersionUnsupportedWire(tool_id="t", requested="v"),
-        kp.RenderLimitedWire(tool_id="t", reason="r"),
-        kp.TerminalErrorWire(tool_id="t", message="m"),
-        kp.InternalErrorWire(),
-        kp.CustomErrorWire(subcode="s", message="m"),
+        ToolNotFoundWire(tool_id="t"),
+        SessionMismatchWire(),
+        ForbiddenWire(reason="r"),
+        ConnectionLostWire(tool_id="t"),
+        TimeoutWire(tool_id="t", elapsed_ms=1),
+        CancelledWire(tool_id="t"),
+        InvalidParamsWire(message="m"),
+        ExecutionWire(tool_id="t", message="m"),
+        UnsupportedProtocolVersionWire(supported=["1"]),
+        FrameTooLargeWire(bytes=2, limit=1),
+        BehaviorVersionUnsupportedWire(tool_id="t", requested="v"),
+        RenderLimitedWire(tool_id="t", reason="r"),
+        TerminalErrorWire(tool_id="t", message="m"),
+        InternalErrorWire(),
+        CustomErrorWire(subcode="s", message="m"),
     ]
-    assert {wire.code: kp.error_code_for(wire) for wire in samples} == table
+    assert {wire.code: error_code_for(wire) for wire in samples} == table
     assert [wire.code for wire in samples] == list(table)

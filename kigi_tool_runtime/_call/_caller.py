@@ -24,14 +24,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kigi_tool_protocol import (
-    CancelledWire,
-    TimeoutWire,
-    ToolCallProgressFrame,
-    ToolCallResult,
-    ToolErrorWire,
-    error_code_for,
-)
+from kigi_tool_protocol import ToolCallProgressFrame, ToolCallResult, ToolErrorWire
+from kigi_tool_protocol._tool_error import CancelledWire, TimeoutWire, error_code_for
 
 from .._closing import AsyncClosing
 from .._consumer._reassembler import Appended

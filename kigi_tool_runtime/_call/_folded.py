@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from kigi_tool_protocol import METHOD_TOOL_CALL_PROGRESS, JsonRpcNotification
+from kigi_tool_protocol import JsonRpcNotification
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL_PROGRESS
 
 from .._consumer._loss import LossReport
 from .._consumer._reassembler import Appended, Reassembler

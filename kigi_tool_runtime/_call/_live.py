@@ -33,15 +33,17 @@ import msgspec
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, WireError
 
-from .._consumer._loss import TRUNCATION_MARKER, Gap, LossReport
+from .._consumer._loss import DEFAULT_GAP_MARKER, TRUNCATION_MARKER, Gap, LossReport
 from .._consumer._reassembler import Appended, Reassembler
 from .._text import plural
 
-__all__ = ("DROPPED_MARKER", "LOSS_MARKER", "UNDELIVERED_MARKER", "LiveDelta", "LiveText")
+__all__ = ("LOSS_MARKER", "LiveDelta", "LiveText")
 
 #: The line said where bytes were lost; ``{lost}`` is the count (``"12"``, or
-#: ``"9-12"`` when the frames only bound it).
-LOSS_MARKER: Final = "[... {lost} bytes lost ...]"
+#: ``"9-12"`` when the frames only bound it). One string with the marker
+#: ``Reassembler.render`` puts where bytes were lost, so every text marks a
+#: loss the same way.
+LOSS_MARKER: Final = DEFAULT_GAP_MARKER
 
 #: The line said at a frame the sender dropped frames before; ``{frames}`` is
 #: their count (``"1 frame"``, ``"3 frames"``).

@@ -36,7 +36,7 @@ from .._tools._errors import ToolError, ToolErrorKind
 from .._tools._result import ToolResult
 from .._tools._shell_outcome import ShellOutcome
 
-__all__ = ("CallEnd", "error_text", "loss_json", "loss_line", "model_text")
+__all__ = ("CallEnd",)
 
 
 def model_text(value: Any) -> str:

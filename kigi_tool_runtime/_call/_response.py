@@ -22,13 +22,13 @@ import msgspec
 
 from kigi_tool_protocol import (
     DecodeError,
-    InternalErrorWire,
     JsonRpcResponse,
     ToolCallResult,
     ToolErrorWire,
-    convert,
     json_codec,
 )
+from kigi_tool_protocol._codec import convert
+from kigi_tool_protocol._tool_error import InternalErrorWire
 
 from ._caller import RemoteToolError
 

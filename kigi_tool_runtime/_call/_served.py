@@ -51,7 +51,7 @@ from ._live import LiveDelta, LiveText
 from ._outcome import CallEnd
 from ._queue import CallQueue, QueuePolicy, StallWatch, Taken
 
-__all__ = ("ServedCall", "check_arguments")
+__all__ = ("ServedCall",)
 
 
 def check_arguments(tool: Tool[Any], raw_arguments: Any) -> Any:

@@ -136,6 +136,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
     nats = _load()
 
     from .._tools._shell import ShellTool
+    from ..nats._worker import STOP_BOUND_S
 
     try:
         nats.Subjects(args.nats_prefix)
@@ -159,9 +160,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                     worker.stop()
                 elif starting is not None:
                     starting.cancel()
-                asyncio.get_running_loop().call_later(
-                    nats.STOP_BOUND_S + _EXIT_MARGIN_S, exit_now, None
-                )
+                asyncio.get_running_loop().call_later(STOP_BOUND_S + _EXIT_MARGIN_S, exit_now, None)
                 return
             exit_now(number)
 
@@ -185,7 +184,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
         def say_unwritten(why: str | None = None, calls: str = "the calls") -> None:
             # One wording whether the backstop or the worker's bound (its Rule 5) ends it.
             if why is None:
-                why = f"did not stop within {nats.STOP_BOUND_S:g} s of {_signal_name(stops.first)}"
+                why = f"did not stop within {STOP_BOUND_S:g} s of {_signal_name(stops.first)}"
             say(f"{why}; the ends of {calls} still being written are left to the callers' leases")
 
         with StopSignals(on_signal) as stops:
@@ -313,6 +312,7 @@ def follow_nats(args: argparse.Namespace) -> int:
     nats = _load()
     import nats.errors as nats_errors
 
+    from ..nats._caller import Follower
     from ..nats._protocol import Subjects, check_call_id
 
     try:
@@ -335,7 +335,7 @@ def follow_nats(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         connection = await _connect(nats, args.nats)
-        follower = nats.Follower(connection, args.call, prefix=args.nats_prefix, position=position)
+        follower = Follower(connection, args.call, prefix=args.nats_prefix, position=position)
         note: asyncio.Task[None] | None = None
         try:
             async with follower:

@@ -7,7 +7,8 @@ import argparse
 import sys
 from typing import Final, NoReturn, get_args
 
-from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, MAX_FRAME_BYTES_CEILING, __version__
+from kigi_tool_protocol import __version__
+from kigi_tool_protocol._limits import DEFAULT_MAX_DELTA_BYTES, MAX_FRAME_BYTES_CEILING
 
 from .._call._heartbeat import HEARTBEAT_S
 from .._call._status import MESSAGE_MODES

@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 __all__ = (
     "Message",
-    "MessageBlock",
     "MessageTextBlock",
     "ToolResultBlock",
     "ToolUseBlock",

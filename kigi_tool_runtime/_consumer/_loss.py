@@ -19,18 +19,7 @@ from typing import Final, Literal, NamedTuple
 from .._producer._chunk import MAX_CONTINUATION_BYTES
 from .._text import MAX_DETAIL_CHARS, cut, plural
 
-__all__ = (
-    "DEFAULT_GAP_MARKER",
-    "MAX_ANOMALIES_KEPT",
-    "MAX_HELD_BYTES",
-    "TRUNCATION_MARKER",
-    "Anomaly",
-    "AnomalyKind",
-    "Gap",
-    "GapMarker",
-    "LossReport",
-    "StreamKey",
-)
+__all__ = ("Anomaly", "AnomalyKind", "Gap", "LossReport")
 
 #: The most bytes a producer may hold back at the end of a drain: the start of a
 #: UTF-8 character whose last byte has not arrived (a 4-byte character missing

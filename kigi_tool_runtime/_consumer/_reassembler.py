@@ -61,20 +61,19 @@ from typing import Any, Final, Literal, get_args
 import msgspec
 
 from kigi_tool_protocol import (
-    MAX_FRAME_BYTES_CEILING,
-    METHOD_TOOL_CALL_PROGRESS,
     DecodeError,
-    FrameTooLargeError,
-    JsonRpcMessage,
     JsonRpcNotification,
     JsonRpcResponse,
     PartialResultPayload,
     ToolCallProgressFrame,
-    convert,
-    decode_progress_frame,
-    decode_progress_line,
     json_codec,
 )
+from kigi_tool_protocol._codec import convert
+from kigi_tool_protocol._errors import FrameTooLargeError
+from kigi_tool_protocol._jsonrpc import JsonRpcMessage
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL_PROGRESS
+from kigi_tool_protocol._progress_line import decode_progress_frame, decode_progress_line
 
 from .._text import excerpt, plural
 from .._wire._split import OversizedLine
@@ -106,14 +105,7 @@ from ._stream_state import (
     shifted_copy,
 )
 
-__all__ = (
-    "DEFAULT_MAX_RECORD_BYTES",
-    "DEFAULT_MAX_STREAMS",
-    "Appended",
-    "Reassembler",
-    "Record",
-    "SeqScope",
-)
+__all__ = ("Appended", "Reassembler")
 
 #: The most streams a reassembler tracks at once. A stream costs about a
 #: kilobyte without its text, so this bounds a connection that names a new

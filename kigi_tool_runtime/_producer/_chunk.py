@@ -39,12 +39,8 @@ from __future__ import annotations
 from codecs import utf_8_decode
 from typing import Final, NamedTuple
 
-from kigi_tool_protocol import (
-    DEFAULT_MAX_DELTA_BYTES,
-    CustomProgress,
-    PartialResultPayload,
-    StreamingSpec,
-)
+from kigi_tool_protocol import CustomProgress, PartialResultPayload, StreamingSpec
+from kigi_tool_protocol._limits import DEFAULT_MAX_DELTA_BYTES
 
 __all__ = ("Chunk", "stream_chunk")
 

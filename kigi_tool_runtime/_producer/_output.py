@@ -38,7 +38,8 @@ from __future__ import annotations
 from codecs import utf_8_decode
 from typing import Final, NamedTuple
 
-from kigi_tool_protocol import CustomProgress, StreamingSpec, encode_delta_lines
+from kigi_tool_protocol import CustomProgress, StreamingSpec
+from kigi_tool_protocol._progress_line import encode_delta_lines
 
 from ._chunk import MAX_CONTINUATION_BYTES, cap_of
 from ._deltas import (
@@ -53,7 +54,7 @@ from ._deltas import (
 )
 from ._tail import TailBuffer
 
-__all__ = ("LIMIT_MARKER", "OMISSION_MARKER", "Excerpt", "OutputStream", "ProgressLines")
+__all__ = ("OutputStream",)
 
 #: Put between the head and the tail of an excerpt whose middle was left out.
 #: Blank lines around it keep it off the lines of the output itself, and it says

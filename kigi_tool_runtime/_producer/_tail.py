@@ -30,11 +30,7 @@ from __future__ import annotations
 from codecs import utf_8_decode
 from typing import Final, NamedTuple
 
-__all__ = (
-    "MIN_TAIL_CAPACITY",
-    "TailBuffer",
-    "TailStats",
-)
+__all__ = ("TailBuffer",)
 
 #: The smallest capacity a tail may have: the longest UTF-8 character is 4 bytes,
 #: so a tail of at least 4 bytes always holds the whole newest character, and a

@@ -16,7 +16,8 @@ from dataclasses import FrozenInstanceError
 from enum import StrEnum
 from typing import Any, Final, get_args
 
-from kigi_tool_protocol import InternalErrorWire, ToolErrorWire, error_code_for
+from kigi_tool_protocol import ToolErrorWire
+from kigi_tool_protocol._tool_error import InternalErrorWire, error_code_for
 
 __all__ = ("ToolError", "ToolErrorKind")
 

@@ -41,12 +41,9 @@ from typing import Any, overload
 
 import msgspec
 
-from kigi_tool_protocol import (
-    DEFAULT_MAX_DELTA_BYTES,
-    StreamingSpec,
-    ToolCapabilities,
-    validate_tool_id,
-)
+from kigi_tool_protocol import StreamingSpec, ToolCapabilities
+from kigi_tool_protocol._identifiers import validate_tool_id
+from kigi_tool_protocol._limits import DEFAULT_MAX_DELTA_BYTES
 
 from .._producer._chunk import cap_of
 from .._producer._pacer import DEFAULT_PACING_S, Pacer
@@ -56,7 +53,7 @@ from ._paced import DEFAULT_TAIL_BYTES, stream_output
 from ._result import ToolEvent
 from ._tool import Tool, ToolContext
 
-__all__ = ("FunctionTool", "tool")
+__all__ = ("tool",)
 
 #: The subkind a function tool's frames carry: plain output text.
 FUNCTION_SUBKIND = "output_chunk"

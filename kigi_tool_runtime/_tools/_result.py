@@ -16,17 +16,10 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from kigi_tool_protocol import (
-    ContentProgress,
-    CustomProgress,
-    TextProgress,
-    ToolCallResult,
-    ToolOutputJson,
-    ToolOutputText,
-    ToolOutputWire,
-    ToolProgress,
-    validate_tool_call_id,
-)
+from kigi_tool_protocol import CustomProgress, TextProgress, ToolCallResult, ToolProgress
+from kigi_tool_protocol._identifiers import validate_tool_call_id
+from kigi_tool_protocol._progress import ContentProgress
+from kigi_tool_protocol._tool_call import ToolOutputJson, ToolOutputText, ToolOutputWire
 
 from ._errors import ToolError
 

@@ -49,12 +49,8 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from kigi_tool_protocol import (
-    CustomProgress,
-    PartialResultPayload,
-    TextProgress,
-    effective_timeout_ms,
-)
+from kigi_tool_protocol import CustomProgress, PartialResultPayload, TextProgress
+from kigi_tool_protocol._capabilities import effective_timeout_ms
 
 from .._closing import AsyncClosing
 from .._text import text_bytes
@@ -63,11 +59,7 @@ from ._result import non_finite_error
 from ._tool import PROGRESS_TYPES, Tool, ToolContext, ToolEvent, ToolResult
 from ._unencodable import find_unencodable
 
-__all__ = (
-    "RunStats",
-    "ToolRun",
-    "run_tool",
-)
+__all__ = ("run_tool",)
 
 #: Items that may wait between a tool and its consumer. One shell drain yields up
 #: to ``tail capacity / cap`` frames; 64 lets a whole drain of the default tail

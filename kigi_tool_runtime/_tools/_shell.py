@@ -32,7 +32,8 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, StreamingSpec, ToolCapabilities
+from kigi_tool_protocol import StreamingSpec, ToolCapabilities
+from kigi_tool_protocol._limits import DEFAULT_MAX_DELTA_BYTES
 
 from .._producer._chunk import cap_of
 from .._producer._pacer import DEFAULT_PACING_S
@@ -52,13 +53,7 @@ from ._paced import DEFAULT_OUTPUT_LIMIT, DEFAULT_TAIL_BYTES, stream_output
 from ._shell_outcome import ShellOutcome
 from ._tool import Tool, ToolContext, ToolEvent, ToolResult
 
-__all__ = (
-    "SHELL_SPEC",
-    "CommandNotStarted",
-    "ShellArgs",
-    "ShellOutcome",
-    "ShellTool",
-)
+__all__ = ("CommandNotStarted", "ShellArgs", "ShellOutcome", "ShellTool")
 
 #: The shell tool's streaming contract: the subkind harnesses know, deltas of the
 #: default cap (16 KiB), stated on the wire.

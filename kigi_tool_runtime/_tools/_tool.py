@@ -39,11 +39,8 @@ from typing import Any, Final, Generic, Self, TypeVar
 
 import msgspec
 
-from kigi_tool_protocol import (
-    ToolCapabilities,
-    validate_tool_call_id,
-    validate_tool_id,
-)
+from kigi_tool_protocol import ToolCapabilities
+from kigi_tool_protocol._identifiers import validate_tool_call_id, validate_tool_id
 
 from ._result import PROGRESS_TYPES as PROGRESS_TYPES
 from ._result import ToolEvent

@@ -49,11 +49,9 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import IO, Any, Final, NamedTuple, Protocol, Self
 
-from kigi_tool_protocol import (
-    MAX_FRAME_BYTES_CEILING,
-    METHOD_TOOLS_LIST,
-    ToolCallResult,
-)
+from kigi_tool_protocol import ToolCallResult
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
+from kigi_tool_protocol._methods import METHOD_TOOLS_LIST
 
 from .._call._buffer import CallBuffer
 from .._call._caller import TIMEOUT_GRACE_S, CallHandle, CallProgress, CallTerms, RemoteToolError
@@ -76,14 +74,7 @@ from ._rpc_client import (
     request_timed_out,
 )
 
-__all__ = (
-    "MAX_CALL_TEXT_BYTES",
-    "Call",
-    "CallProgress",
-    "Client",
-    "ClientStats",
-    "RemoteToolError",
-)
+__all__ = ("Call", "CallProgress", "Client", "RemoteToolError")
 
 
 #: Seconds :meth:`Client.aclose` waits for a server process to exit after its

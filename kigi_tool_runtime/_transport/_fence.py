@@ -27,7 +27,7 @@ import os
 import sys
 from typing import NamedTuple
 
-__all__ = ("StdioWire", "fence_stdio")
+__all__ = ()
 
 
 class StdioWire(NamedTuple):

@@ -37,12 +37,7 @@ from typing import BinaryIO, Final
 from .._consumer._reassembler import DEFAULT_MAX_RECORD_BYTES, Appended, Reassembler, SeqScope
 from .._wire._split import LineSplitter, OversizedLine
 
-__all__ = (
-    "DEFAULT_POLL_INTERVAL",
-    "Follower",
-    "iter_lines",
-    "read_from",
-)
+__all__ = ("Follower",)
 
 #: Bytes read from the log per system call. Large enough that a 16 KiB-delta
 #: frame takes one or two reads, small enough that skipping an over-long line

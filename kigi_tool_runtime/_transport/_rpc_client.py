@@ -48,26 +48,25 @@ from typing import Any, Final, NamedTuple
 import msgspec
 
 from kigi_tool_protocol import (
-    MAX_FRAME_BYTES_CEILING,
-    METHOD_HOOK,
-    METHOD_TOOL_CALL,
-    METHOD_TOOL_CALL_PROGRESS,
-    TOOL_ID_PATTERN,
-    ConnectionLostWire,
     DecodeError,
-    FrameTooLargeWire,
-    HookFrame,
-    InternalErrorWire,
     JsonRpcNotification,
     JsonRpcRequest,
     JsonRpcResponse,
-    TimeoutWire,
     ToolCallParams,
     ToolCallProgressFrame,
     ToolCallResult,
-    decode_progress_frame,
-    decode_progress_line,
     json_codec,
+)
+from kigi_tool_protocol._hooks import HookFrame
+from kigi_tool_protocol._identifiers import TOOL_ID_PATTERN
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
+from kigi_tool_protocol._methods import METHOD_HOOK, METHOD_TOOL_CALL, METHOD_TOOL_CALL_PROGRESS
+from kigi_tool_protocol._progress_line import decode_progress_frame, decode_progress_line
+from kigi_tool_protocol._tool_error import (
+    ConnectionLostWire,
+    FrameTooLargeWire,
+    InternalErrorWire,
+    TimeoutWire,
 )
 
 from .._call._heartbeat import METHOD_TOOL_CALL_HEARTBEAT

@@ -45,34 +45,33 @@ from typing import Any, Final, NamedTuple
 import msgspec
 
 from kigi_tool_protocol import (
-    ERROR_CODES,
-    I64_MAX,
-    I64_MIN,
-    METHOD_HOOK,
-    METHOD_TOOL_CALL,
-    METHOD_TOOL_CALL_REQUEST,
-    METHOD_TOOL_CANCEL,
-    METHOD_TOOLS_LIST,
-    U32_MAX,
-    U64_MAX,
-    CustomErrorWire,
     DecodeError,
-    FrameTooLargeWire,
-    HookCancel,
-    HookFrame,
-    HookSessionEnded,
-    InvalidParamsWire,
     JsonRpcError,
     JsonRpcNotification,
     JsonRpcResponse,
     ToolCallParams,
     ToolCallProgressFrame,
     ToolErrorWire,
-    ToolNotFoundWire,
-    append_progress_lines,
     encode_progress_line,
-    error_code_for,
     json_codec,
+)
+from kigi_tool_protocol._hooks import HookCancel, HookFrame, HookSessionEnded
+from kigi_tool_protocol._limits import I64_MAX, I64_MIN, U32_MAX, U64_MAX
+from kigi_tool_protocol._methods import (
+    METHOD_HOOK,
+    METHOD_TOOL_CALL,
+    METHOD_TOOL_CALL_REQUEST,
+    METHOD_TOOL_CANCEL,
+    METHOD_TOOLS_LIST,
+)
+from kigi_tool_protocol._progress_line import append_progress_lines
+from kigi_tool_protocol._tool_error import (
+    ERROR_CODES,
+    CustomErrorWire,
+    FrameTooLargeWire,
+    InvalidParamsWire,
+    ToolNotFoundWire,
+    error_code_for,
 )
 
 from .._call._frame_check import encoded_body

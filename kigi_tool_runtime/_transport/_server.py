@@ -87,11 +87,9 @@ from typing import Any, Final, NamedTuple, Protocol
 
 import msgspec
 
-from kigi_tool_protocol import (
-    MAX_FRAME_BYTES_CEILING,
-    ToolCallParams,
-    effective_max_frame_bytes,
-)
+from kigi_tool_protocol import ToolCallParams
+from kigi_tool_protocol._capabilities import effective_max_frame_bytes
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
 
 from .._call._feed import QueueFeed, produce
 from .._call._heartbeat import HEARTBEAT_S
@@ -113,10 +111,7 @@ from ._rpc_server import (
     take_lines,
 )
 
-__all__ = (
-    "Server",
-    "ServerStats",
-)
+__all__ = ("Server",)
 
 #: Encoded progress bytes one call may have waiting to be written. 1 MiB is 64
 #: full 16 KiB deltas: a reader that pauses for a moment loses nothing; past it

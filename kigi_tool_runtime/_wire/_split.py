@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Final, NamedTuple
 
-__all__ = ("OversizedLine",)
+__all__ = ()
 
 #: Bytes of a skipped line kept (Rule 4). A JSON-RPC envelope names its id and
 #: call id in its first hundred bytes or so; 1 KiB leaves room for a long

@@ -13,7 +13,7 @@ Needs the ``acp`` extra (``agent-client-protocol``, the ACP Python SDK 0.12):
 - :func:`run_agent` serves an agent on stdin and stdout in place of the SDK's
   ``acp.run_agent``: the wire fenced from what tools print, and the agent
   ended, its calls stopped, when its editor goes away.
-- :class:`ToolCallMapper` is the sans-IO mapping under it.
+- The sans-IO mapping under it is ``acp/_mapping.py``'s ``ToolCallMapper``.
 """
 
 try:
@@ -24,43 +24,14 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " Python SDK): pip install 'kigi-tool-runtime[acp]'"
     ) from exc
 
-from ._host import (
-    AcpToolCalls,
-    SessionUpdates,
-    is_cancelled,
-    run_tool_call,
-)
-from ._mapping import (
-    DEFAULT_TAIL_BYTES,
-    META_FRAME,
-    META_LIVE,
-    META_LOSS,
-    TERMINAL_EXIT,
-    TERMINAL_INFO,
-    TERMINAL_OUTPUT,
-    TERMINAL_OUTPUT_DELTA,
-    TERMINAL_REDRAW,
-    LiveOutput,
-    Pacing,
-    ToolCallMapper,
-)
+from ._host import AcpToolCalls, is_cancelled, run_tool_call
+from ._mapping import LiveOutput, Pacing
 from ._stdio import run_agent
 
 __all__: tuple[str, ...] = (
-    "DEFAULT_TAIL_BYTES",
-    "META_FRAME",
-    "META_LIVE",
-    "META_LOSS",
-    "TERMINAL_EXIT",
-    "TERMINAL_INFO",
-    "TERMINAL_OUTPUT",
-    "TERMINAL_OUTPUT_DELTA",
-    "TERMINAL_REDRAW",
     "AcpToolCalls",
     "LiveOutput",
     "Pacing",
-    "SessionUpdates",
-    "ToolCallMapper",
     "is_cancelled",
     "run_agent",
     "run_tool_call",

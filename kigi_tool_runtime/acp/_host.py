@@ -50,12 +50,7 @@ from .._upstream import UNSEEN
 from ._mapping import DEFAULT_TAIL_BYTES, LiveOutput, Pacing, ToolCallMapper, ToolKind, Update
 from ._privates import connection_gone
 
-__all__ = (
-    "AcpToolCalls",
-    "SessionUpdates",
-    "is_cancelled",
-    "run_tool_call",
-)
+__all__ = ("AcpToolCalls", "is_cancelled", "run_tool_call")
 
 #: How long a cancelled task's call may take to send its last update: the
 #: connection is usually fine and it goes at once; a stuck one must not hold

@@ -65,20 +65,7 @@ from .._call._live import LOSS_MARKER, LiveDelta
 from .._call._outcome import CallEnd
 from .._tools._shell_outcome import ShellOutcome
 
-__all__ = (
-    "DEFAULT_TAIL_BYTES",
-    "META_FRAME",
-    "META_LIVE",
-    "META_LOSS",
-    "TERMINAL_EXIT",
-    "TERMINAL_INFO",
-    "TERMINAL_OUTPUT",
-    "TERMINAL_OUTPUT_DELTA",
-    "TERMINAL_REDRAW",
-    "LiveOutput",
-    "Pacing",
-    "ToolCallMapper",
-)
+__all__ = ("LiveOutput", "Pacing")
 
 #: ``_meta`` keys of the terminal convention Zed's Claude and Codex adapters use.
 TERMINAL_INFO: Final = "terminal_info"

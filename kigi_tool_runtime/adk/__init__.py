@@ -21,21 +21,11 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " pip install 'kigi-tool-runtime[google-adk]'"
     ) from exc
 
-from ._folder import MAX_FOLDED_TEXT_BYTES, AdkEventFolder, FoldedAdkCall
-from ._keys import META_CLOSING, META_FRAME, META_SEQ, RESPONSE_KEY
-from ._mapping import adk_tool_name
-from ._tool import MAX_PENDING_EVENTS, KigiAdkTool, adk_tools
+from ._folder import AdkEventFolder
+from ._tool import KigiAdkTool, adk_tools
 
 __all__: tuple[str, ...] = (
-    "MAX_FOLDED_TEXT_BYTES",
-    "MAX_PENDING_EVENTS",
-    "META_CLOSING",
-    "META_FRAME",
-    "META_SEQ",
-    "RESPONSE_KEY",
     "AdkEventFolder",
-    "FoldedAdkCall",
     "KigiAdkTool",
-    "adk_tool_name",
     "adk_tools",
 )

@@ -29,7 +29,7 @@ from .._call._limits import MAX_CALL_TEXT_BYTES
 from .._consumer._reassembler import Appended, Reassembler
 from ._keys import META_CLOSING, META_FRAME, META_SEQ, RESPONSE_KEY
 
-__all__ = ("MAX_FOLDED_TEXT_BYTES", "AdkEventFolder", "FoldedAdkCall")
+__all__ = ("AdkEventFolder",)
 
 #: The most text a folder keeps per call, as the stdio client does.
 MAX_FOLDED_TEXT_BYTES: Final = MAX_CALL_TEXT_BYTES

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ("META_CLOSING", "META_FRAME", "META_SEQ", "RESPONSE_KEY")
+__all__ = ()
 
 #: ``custom_metadata`` key of a partial event holding the exact kigi frame.
 META_FRAME: Final = "dev.kigi/frame"

@@ -38,7 +38,7 @@ from .._call._schema import root_object_schema
 from .._tools._tool import Tool
 from ._keys import META_CLOSING, META_FRAME, META_SEQ, RESPONSE_KEY
 
-__all__ = ("adk_tool_name",)
+__all__ = ()
 
 
 def adk_tool_name(tool_id: str) -> str:

@@ -55,7 +55,7 @@ from ._mapping import (
 )
 from ._privates import pending_events
 
-__all__ = ("MAX_PENDING_EVENTS", "KigiAdkTool", "adk_tools")
+__all__ = ("KigiAdkTool", "adk_tools")
 
 #: Partial events that may wait for the run's consumer before a call stops
 #: taking frames (Rule 4): as many frames as the stdio client holds for a call

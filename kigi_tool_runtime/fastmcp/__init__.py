@@ -23,6 +23,6 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " pip install 'kigi-tool-runtime[fastmcp]'"
     ) from exc
 
-from ._tools import KigiFastMCPTool, add_kigi_tools
+from ._tools import add_kigi_tools
 
-__all__: tuple[str, ...] = ("KigiFastMCPTool", "add_kigi_tools")
+__all__: tuple[str, ...] = ("add_kigi_tools",)

@@ -54,7 +54,7 @@ from .._tools._tool import Tool
 from ..mcp._mapping import result_from_terminal, tool_definition
 from ..mcp._server import McpToolServer
 
-__all__ = ("KigiFastMCPTool", "add_kigi_tools")
+__all__ = ("add_kigi_tools",)
 
 _call_ids = itertools.count(1)
 

@@ -22,29 +22,16 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " langgraph): pip install 'kigi-tool-runtime[langchain]'"
     ) from exc
 
-from ._fold import MAX_TEXT_BYTES, FoldedToolCall, ToolEventFolder
-from ._mapping import (
-    ARTIFACT_KEY,
-    NAME_PATTERN,
-    LiveChunk,
-    is_kigi_artifact,
-    langchain_tool_name,
-)
-from ._pacing import MAX_PENDING_EVENTS
+from ._fold import ToolEventFolder
+from ._mapping import LiveChunk, is_kigi_artifact
 from ._tool import KigiToolError, as_langchain_tool, cancel_running_calls, stop_on_interrupt
 
 __all__: tuple[str, ...] = (
-    "ARTIFACT_KEY",
-    "MAX_PENDING_EVENTS",
-    "MAX_TEXT_BYTES",
-    "NAME_PATTERN",
-    "FoldedToolCall",
     "KigiToolError",
     "LiveChunk",
     "ToolEventFolder",
     "as_langchain_tool",
     "cancel_running_calls",
     "is_kigi_artifact",
-    "langchain_tool_name",
     "stop_on_interrupt",
 )

@@ -37,7 +37,7 @@ from .._consumer._reassembler import Appended, Reassembler
 from .._consumer._stream_state import StreamState
 from ._mapping import LiveChunk, is_kigi_artifact
 
-__all__ = ("MAX_TEXT_BYTES", "FoldedToolCall", "ToolEventFolder")
+__all__ = ("ToolEventFolder",)
 
 #: The most text a folded call keeps by default: the stdio client's
 #: ``MAX_CALL_TEXT_BYTES`` (64 MiB).

@@ -43,13 +43,7 @@ from .._call._schema import root_object_schema
 if TYPE_CHECKING:
     from .._tools._tool import Tool
 
-__all__ = (
-    "ARTIFACT_KEY",
-    "NAME_PATTERN",
-    "LiveChunk",
-    "is_kigi_artifact",
-    "langchain_tool_name",
-)
+__all__ = ("LiveChunk", "is_kigi_artifact")
 
 #: The names chat model APIs accept for a tool (OpenAI's and Anthropic's rule).
 NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -42,7 +42,7 @@ from .._call._held import BlindCap
 from .._call._limits import CALL_BUFFER_FRAMES, PENDING_POLL_S
 from ._privates import UNSEEN, StreamQueue, stream_queue
 
-__all__ = ("MAX_PENDING_EVENTS",)
+__all__ = ()
 
 #: Items that may wait in a run's stream queue before a call stops taking
 #: frames (Rule 1): as many as the stdio client holds for a call, 1024 full

@@ -13,8 +13,8 @@ Needs the ``mcp`` extra (the official MCP SDK, 2.x):
   ``heartbeat_s`` (30 s) gets a heartbeat notification (``_meta["dev.kigi/heartbeat"]``).
 - :class:`ProgressFolder` feeds those notifications (from the official client's
   ``message_handler``, or raw) into a ``Reassembler``.
-- SEP-2998 partial results (draft, :data:`DRAFT`): a call that declares them
-  gets its frames as ``notifications/tools/partial_result``;
+- SEP-2998 partial results (a draft; ``mcp/_partial.py`` names the revision):
+  a call that declares them gets its frames as ``notifications/tools/partial_result``;
   :meth:`ProgressFolder.absorb_partial` folds them the same way.
 """
 
@@ -27,52 +27,17 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 
 from ._host import FoldedCall, ProgressFolder
-from ._mapping import (
-    META_CAPABILITIES,
-    META_CLOSING,
-    META_DEADLINE_MS,
-    META_ERROR,
-    META_FRAME,
-    META_HEARTBEAT,
-    META_SEQ,
-    META_STREAM,
-    ProgressNote,
-    mcp_tool_name,
-    tool_definition,
-)
-from ._partial import (
-    DRAFT,
-    METHOD_PARTIAL_RESULT,
-    PartialNote,
-)
-from ._partial_host import declaring_partial_results, partial_results_extension
-from ._server import STALL_S, McpServerStats, McpToolServer
-from ._transports import DEFAULT_HTTP_HOST, serve_http_mcp, serve_lines_mcp, serve_stdio_mcp
+from ._mapping import tool_definition
+from ._partial_host import declaring_partial_results
+from ._server import McpToolServer
+from ._transports import serve_http_mcp, serve_stdio_mcp
 
 __all__: tuple[str, ...] = (
-    "DEFAULT_HTTP_HOST",
-    "DRAFT",
-    "META_CAPABILITIES",
-    "META_CLOSING",
-    "META_DEADLINE_MS",
-    "META_ERROR",
-    "META_FRAME",
-    "META_HEARTBEAT",
-    "META_SEQ",
-    "META_STREAM",
-    "METHOD_PARTIAL_RESULT",
-    "STALL_S",
     "FoldedCall",
-    "McpServerStats",
     "McpToolServer",
-    "PartialNote",
     "ProgressFolder",
-    "ProgressNote",
     "declaring_partial_results",
-    "mcp_tool_name",
-    "partial_results_extension",
     "serve_http_mcp",
-    "serve_lines_mcp",
     "serve_stdio_mcp",
     "tool_definition",
 )

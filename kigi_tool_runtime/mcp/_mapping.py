@@ -60,8 +60,6 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import msgspec
 
 from kigi_tool_protocol import (
-    MAX_FRAME_BYTES_CEILING,
-    METHOD_TOOL_CALL_PROGRESS,
     JsonRpcNotification,
     PartialResultPayload,
     ToolCallProgressFrame,
@@ -69,6 +67,8 @@ from kigi_tool_protocol import (
     ToolScope,
     json_codec,
 )
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL_PROGRESS
 
 from .._call._live import frame_json
 from .._call._outcome import CallEnd
@@ -79,19 +79,7 @@ if TYPE_CHECKING:
     from .._call._heartbeat import Beat
     from .._tools._tool import Tool
 
-__all__ = (
-    "META_CAPABILITIES",
-    "META_CLOSING",
-    "META_DEADLINE_MS",
-    "META_ERROR",
-    "META_FRAME",
-    "META_HEARTBEAT",
-    "META_SEQ",
-    "META_STREAM",
-    "ProgressNote",
-    "mcp_tool_name",
-    "tool_definition",
-)
+__all__ = ("tool_definition",)
 
 #: ``_meta`` key of a progress notification holding the exact kigi frame.
 META_FRAME: Final = "dev.kigi/frame"

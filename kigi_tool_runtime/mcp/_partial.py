@@ -37,20 +37,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
-from kigi_tool_protocol import (
-    METHOD_TOOL_CALL_PROGRESS,
-    JsonRpcNotification,
-    ToolCallProgressFrame,
-)
+from kigi_tool_protocol import JsonRpcNotification, ToolCallProgressFrame
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL_PROGRESS
 
 from .._call._live import frame_json
 from ._mapping import META_FRAME, META_SEQ
 
-__all__ = (
-    "DRAFT",
-    "METHOD_PARTIAL_RESULT",
-    "PartialNote",
-)
+__all__ = ()
 
 #: The draft this module implements.
 DRAFT: Final = "SEP-2998 (draft as of 2026-12-01): notifications/tools/partial_result"

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ._partial import CAPABILITY, CLIENT_CAPABILITIES_META, METHOD_PARTIAL_RESULT, TOKEN
 
-__all__ = ("declaring_partial_results", "partial_results_extension")
+__all__ = ("declaring_partial_results",)
 
 #: The identifier the receiving extension advertises (SEP-2133 wants one).
 EXTENSION_ID: Final = "dev.kigi/partial-results"

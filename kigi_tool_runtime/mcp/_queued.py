@@ -25,7 +25,8 @@ from typing import Any, Final
 
 import msgspec
 
-from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING, PartialResultPayload, ToolCallProgressFrame
+from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
 
 from .._call._frame_check import encoded_body, unsendable
 from .._call._queue import Taken

@@ -81,7 +81,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from pydantic import BaseModel
 
-from kigi_tool_protocol import ERROR_CODES, ToolCallProgressFrame
+from kigi_tool_protocol import ToolCallProgressFrame
+from kigi_tool_protocol._tool_error import ERROR_CODES
 
 from .._call._feed import QueueFeed, produce
 from .._call._heartbeat import HEARTBEAT_S, Beat
@@ -111,11 +112,7 @@ from ._partial import METHOD_PARTIAL_RESULT, final_params, partial_params, parti
 from ._privates import connection_of
 from ._queued import OUTBOX_BYTES, frame_size, sent_frame
 
-__all__ = (
-    "STALL_S",
-    "McpServerStats",
-    "McpToolServer",
-)
+__all__ = ("McpToolServer",)
 
 #: Seconds one progress notification may wait to be taken before the host counts
 #: as stalled and the call's oldest queued frames are dropped (Rule 2). Long

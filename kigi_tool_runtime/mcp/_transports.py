@@ -61,7 +61,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from kigi_tool_protocol import MAX_FRAME_BYTES_CEILING
+from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
 
 from .._call._serving import FINAL_FLUSH_S, WRITER_STALL_S
 from .._lines import read_lines
@@ -76,12 +76,7 @@ from ._inflight import InFlight, correlated
 from ._server import McpToolServer
 from ._unread import buffered, unread_probe
 
-__all__ = (
-    "DEFAULT_HTTP_HOST",
-    "serve_http_mcp",
-    "serve_lines_mcp",
-    "serve_stdio_mcp",
-)
+__all__ = ("serve_http_mcp", "serve_stdio_mcp")
 
 #: Where the HTTP transport listens unless told otherwise: this machine only.
 DEFAULT_HTTP_HOST: Final = "127.0.0.1"
@@ -374,7 +369,7 @@ async def serve_stdio_mcp(
 ) -> None:
     """Serve MCP over this process's stdin and stdout until end of input
     (``hold_responses``: see :func:`serve_lines_mcp`). The process is fenced
-    first (:func:`~kigi_tool_runtime.fence_stdio`): from then on what any code
+    first (:func:`~kigi_tool_runtime._transport._fence.fence_stdio`): from then on what any code
     prints to stdout goes to stderr, never onto the wire.
 
     Raises:

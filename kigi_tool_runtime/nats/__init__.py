@@ -13,63 +13,18 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " pip install 'kigi-tool-runtime[nats]'"
     ) from exc
 
-from ._caller import LEASE_S, SERVES_WAIT_S, Follower, NatsCall, NatsClient
-from ._jetstream import (
-    CALLS_MAX_AGE_S,
-    FRAMES_MAX_AGE_S,
-    FRAMES_MAX_BYTES,
-    JetStreamLimits,
-    connect,
-    ensure_jetstream,
-    find_nats_server,
-)
-from ._protocol import (
-    DEFAULT_PREFIX,
-    CallLedger,
-    Claim,
-    Done,
-    FollowPosition,
-    Heartbeat,
-    LedgerEvent,
-    Subjects,
-)
-from ._worker import (
-    ACK_WAIT_S,
-    BATCH_BYTES,
-    CALL_QUEUE_BYTES,
-    DEFAULT_MAX_IN_FLIGHT,
-    HEARTBEAT_S,
-    STOP_BOUND_S,
-    Worker,
-    WorkerStats,
-)
+from ._caller import NatsCall, NatsClient
+from ._jetstream import JetStreamLimits, connect, ensure_jetstream, find_nats_server
+from ._protocol import FollowPosition, Subjects
+from ._worker import Worker
 
 __all__: tuple[str, ...] = (
-    "ACK_WAIT_S",
-    "BATCH_BYTES",
-    "CALLS_MAX_AGE_S",
-    "CALL_QUEUE_BYTES",
-    "DEFAULT_MAX_IN_FLIGHT",
-    "DEFAULT_PREFIX",
-    "FRAMES_MAX_AGE_S",
-    "FRAMES_MAX_BYTES",
-    "HEARTBEAT_S",
-    "LEASE_S",
-    "SERVES_WAIT_S",
-    "STOP_BOUND_S",
-    "CallLedger",
-    "Claim",
-    "Done",
     "FollowPosition",
-    "Follower",
-    "Heartbeat",
     "JetStreamLimits",
-    "LedgerEvent",
     "NatsCall",
     "NatsClient",
     "Subjects",
     "Worker",
-    "WorkerStats",
     "connect",
     "ensure_jetstream",
     "find_nats_server",

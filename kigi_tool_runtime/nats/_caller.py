@@ -68,11 +68,8 @@ from nats.aio.client import Client as NatsConnection
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
 
-from kigi_tool_protocol import (
-    ConnectionLostWire,
-    ToolCallParams,
-    ToolCallResult,
-)
+from kigi_tool_protocol import ToolCallParams, ToolCallResult
+from kigi_tool_protocol._tool_error import ConnectionLostWire
 
 from .._call._caller import CallHandle, CallLoss, CallProgress, CallTerms, RemoteToolError
 from .._closing import AsyncClosing
@@ -100,7 +97,7 @@ from ._protocol import (
 )
 from ._worker import HEARTBEAT_S
 
-__all__ = ("LEASE_S", "SERVES_WAIT_S", "Follower", "NatsCall", "NatsClient")
+__all__ = ("NatsCall", "NatsClient")
 
 #: Seconds without a heartbeat or a frame after which a started call's worker is
 #: presumed dead (Rule 2): ten heartbeats, so a worker on a loaded host or a

@@ -27,15 +27,7 @@ from nats.js.api import (
 
 from ._protocol import Subjects, calls_layout_problem
 
-__all__ = (
-    "CALLS_MAX_AGE_S",
-    "FRAMES_MAX_AGE_S",
-    "FRAMES_MAX_BYTES",
-    "JetStreamLimits",
-    "connect",
-    "ensure_jetstream",
-    "find_nats_server",
-)
+__all__ = ("JetStreamLimits", "connect", "ensure_jetstream", "find_nats_server")
 
 #: Bytes the frames stream keeps, all calls together, before the oldest
 #: messages are discarded. 1 GiB holds about 65,000 full 16 KiB deltas; a

@@ -86,37 +86,25 @@ from typing import Any, Final, Literal, NamedTuple
 import msgspec
 
 from kigi_tool_protocol import (
-    METHOD_TOOL_CALL,
-    METHOD_TOOL_CALL_PROGRESS,
     DecodeError,
-    InternalErrorWire,
-    InvalidParamsWire,
     JsonRpcNotification,
     JsonRpcRequest,
     JsonRpcResponse,
     ToolCallParams,
     ToolCallProgressFrame,
     ToolCallResult,
-    decode_progress_frame,
-    decode_progress_line,
     json_codec,
 )
+from kigi_tool_protocol._methods import METHOD_TOOL_CALL, METHOD_TOOL_CALL_PROGRESS
+from kigi_tool_protocol._progress_line import decode_progress_frame, decode_progress_line
+from kigi_tool_protocol._tool_error import InternalErrorWire, InvalidParamsWire
 
 from .._call._caller import CallLoss, CallProgress, RemoteToolError
 from .._call._response import decode_outcome
 from .._consumer._loss import StreamKey
 from .._consumer._reassembler import Reassembler
 
-__all__ = (
-    "DEFAULT_PREFIX",
-    "CallLedger",
-    "Claim",
-    "Done",
-    "FollowPosition",
-    "Heartbeat",
-    "LedgerEvent",
-    "Subjects",
-)
+__all__ = ("FollowPosition", "Subjects")
 
 #: The subject prefix (and, upper-cased, the JetStream stream name prefix) by default.
 DEFAULT_PREFIX: Final = "kigi"

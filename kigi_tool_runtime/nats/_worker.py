@@ -80,13 +80,12 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, Header
 
 from kigi_tool_protocol import (
-    ConnectionLostWire,
     DecodeError,
-    InvalidParamsWire,
     PartialResultPayload,
     ToolCallProgressFrame,
     encode_progress_line,
 )
+from kigi_tool_protocol._tool_error import ConnectionLostWire, InvalidParamsWire
 
 from .._call._feed import QueueFeed, produce
 from .._call._frame_check import encoded_body
@@ -127,16 +126,7 @@ from ._protocol import (
     route,
 )
 
-__all__ = (
-    "ACK_WAIT_S",
-    "BATCH_BYTES",
-    "CALL_QUEUE_BYTES",
-    "DEFAULT_MAX_IN_FLIGHT",
-    "HEARTBEAT_S",
-    "STOP_BOUND_S",
-    "Worker",
-    "WorkerStats",
-)
+__all__ = ("Worker",)
 
 #: Seconds :meth:`Worker.run` may take to return after :meth:`Worker.stop`
 #: (Rule 5): its tools' stop wait, then the final flush's bound for writing

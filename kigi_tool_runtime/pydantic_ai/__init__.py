@@ -23,29 +23,14 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         " pip install 'kigi-tool-runtime[pydantic-ai]'"
     ) from exc
 
-from ._events import (
-    HEARTBEAT_EVENT,
-    OUTPUT_END_EVENT,
-    OUTPUT_EVENT,
-    KigiToolHeartbeat,
-    KigiToolOutput,
-    KigiToolOutputEnd,
-)
-from ._folder import MAX_FOLDED_TEXT_BYTES, FoldedToolCall, ToolOutputFolder
-from ._mapping import tool_name
-from ._toolset import MAX_PENDING_EVENTS, KigiToolset
+from ._events import KigiToolHeartbeat, KigiToolOutput, KigiToolOutputEnd
+from ._folder import ToolOutputFolder
+from ._toolset import KigiToolset
 
 __all__: tuple[str, ...] = (
-    "HEARTBEAT_EVENT",
-    "MAX_FOLDED_TEXT_BYTES",
-    "MAX_PENDING_EVENTS",
-    "OUTPUT_END_EVENT",
-    "OUTPUT_EVENT",
-    "FoldedToolCall",
     "KigiToolHeartbeat",
     "KigiToolOutput",
     "KigiToolOutputEnd",
     "KigiToolset",
     "ToolOutputFolder",
-    "tool_name",
 )

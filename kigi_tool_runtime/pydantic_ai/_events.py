@@ -43,14 +43,7 @@ from .._call._live import LiveDelta
 from .._call._live import frame_json as _frame_json
 from .._call._outcome import CallEnd
 
-__all__ = (
-    "HEARTBEAT_EVENT",
-    "OUTPUT_END_EVENT",
-    "OUTPUT_EVENT",
-    "KigiToolHeartbeat",
-    "KigiToolOutput",
-    "KigiToolOutputEnd",
-)
+__all__ = ("KigiToolHeartbeat", "KigiToolOutput", "KigiToolOutputEnd")
 
 #: The name a frame's event is registered and forwarded under.
 OUTPUT_EVENT: Final = "kigi.tool_output"

@@ -36,7 +36,7 @@ from .._call._limits import MAX_CALL_TEXT_BYTES
 from .._consumer._reassembler import Appended, Reassembler
 from ._events import OUTPUT_END_EVENT, OUTPUT_EVENT
 
-__all__ = ("MAX_FOLDED_TEXT_BYTES", "FoldedToolCall", "ToolOutputFolder")
+__all__ = ("ToolOutputFolder",)
 
 #: The most text a folder keeps per call when it keeps text, as the stdio
 #: client does; past it the stream stops keeping text and says so.

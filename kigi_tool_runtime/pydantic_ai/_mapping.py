@@ -37,7 +37,7 @@ from .._call._served import check_arguments
 from .._tools._errors import ToolError, ToolErrorKind
 from .._tools._tool import Tool
 
-__all__ = ("tool_name",)
+__all__ = ()
 
 #: What pydantic-ai checks before the kigi check: a JSON object (the kigi
 #: check, Rule 2, judges its fields).

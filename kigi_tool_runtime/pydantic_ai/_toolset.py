@@ -55,7 +55,7 @@ from ._events import KigiToolHeartbeat, KigiToolOutput, KigiToolOutputEnd
 from ._mapping import ARGS_OBJECT, check_or_retry, return_of, tool_definition, tool_name
 from ._privates import event_buffer
 
-__all__ = ("MAX_PENDING_EVENTS", "KigiToolset")
+__all__ = ("KigiToolset",)
 
 _call_ids = itertools.count(1)
 

@@ -53,18 +53,18 @@ from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
 
 from kigi_tool_protocol import (
-    ContentProgress,
     CustomProgress,
     DecodeError,
     PartialResultPayload,
     TextProgress,
     ToolCallProgressFrame,
-    convert,
 )
+from kigi_tool_protocol._codec import convert
+from kigi_tool_protocol._progress import ContentProgress
 
 from .._producer._chunk import MAX_CONTINUATION_BYTES, cap_of
 
-__all__ = ("CheckedStream", "LostSpan", "StreamCheckError", "check_stream")
+__all__ = ("CheckedStream", "StreamCheckError", "check_stream")
 
 
 #: The longest UTF-8 encoding of one character: bounds the source window that

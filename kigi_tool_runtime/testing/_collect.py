@@ -26,7 +26,7 @@ from .._tools._errors import ToolError
 from .._tools._runner import run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
 
-__all__ = ("HANG_SIGNAL", "Collected", "ToolHangError", "collect", "collect_async")
+__all__ = ("Collected", "ToolHangError", "collect", "collect_async")
 
 #: The signal the watchdog of :func:`collect` sends to interrupt a call past its
 #: deadline; its handler is installed only while such a call runs.

@@ -26,15 +26,7 @@ from .._producer._chunk import stream_chunk
 from .._producer._tail import TailBuffer
 from ._strategies import byte_sources, caps, schedules, tail_sizes, utf8_text_sources
 
-__all__ = (
-    "DAMAGES",
-    "FrameLog",
-    "ProducerRun",
-    "damaged_frame_logs",
-    "frame_logs",
-    "producer_runs",
-    "progress_line",
-)
+__all__ = ("damaged_frame_logs", "frame_logs")
 
 #: The ways :func:`damaged_frame_logs` breaks a log.
 DAMAGES: Final = (

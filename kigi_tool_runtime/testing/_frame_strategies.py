@@ -22,7 +22,7 @@ from kigi_tool_protocol import (
 
 from ._strategies import U32_MAX, U64_MAX, partial_payloads
 
-__all__ = ("MALFORMED_PAYLOADS", "malformed_payloads", "progress_frames", "tool_call_frames")
+__all__ = ()
 
 _SUBKINDS: Final = ("bash_output_chunk", "test_chunk", "x")
 

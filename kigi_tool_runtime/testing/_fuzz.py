@@ -42,7 +42,7 @@ from ._check import CheckedStream, check_stream
 from ._collect import Collected, collect
 from ._strategies import ScheduleStep, byte_sources, schedules, tiny_caps
 
-__all__ = ("CALL_DEADLINE_S", "WRITER_TICK_S", "fuzz_streaming_tool", "python_writer_argv")
+__all__ = ("fuzz_streaming_tool", "python_writer_argv")
 
 #: How long one fuzzed call may take, start to end, before the example fails as
 #: a hang (see :func:`collect`): far above what a correct tool needs for the

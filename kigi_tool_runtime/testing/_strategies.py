@@ -12,22 +12,12 @@ from typing import Final
 
 from hypothesis import strategies as st
 
-from kigi_tool_protocol import DEFAULT_MAX_DELTA_BYTES, PartialResultPayload, StreamingSpec
+from kigi_tool_protocol import PartialResultPayload, StreamingSpec
+from kigi_tool_protocol._limits import DEFAULT_MAX_DELTA_BYTES
 
 from .._producer._tail import MIN_TAIL_CAPACITY
 
-__all__ = (
-    "ScheduleStep",
-    "byte_sources",
-    "caps",
-    "output_limits",
-    "partial_payloads",
-    "schedules",
-    "streaming_specs",
-    "tail_sizes",
-    "tiny_caps",
-    "utf8_text_sources",
-)
+__all__ = ("byte_sources", "caps", "schedules", "utf8_text_sources")
 
 ScheduleStep = bytes | None
 """One step of a schedule: a write of these bytes, or ``None`` for a tick."""

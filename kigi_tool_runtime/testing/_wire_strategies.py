@@ -23,12 +23,60 @@ from typing import Any, Final
 from hypothesis import strategies as st
 
 import kigi_tool_protocol as kp
-from kigi_tool_protocol import I32_MAX, I32_MIN, I64_MAX, I64_MIN
+from kigi_tool_protocol._capabilities import HookKind
+from kigi_tool_protocol._content import (
+    ContentBlock,
+    ImageBlock,
+    McpBlock,
+    McpContent,
+    McpImageBlock,
+    McpResourceBlock,
+    McpTextBlock,
+    ResourceBlock,
+    TextBlock,
+)
+from kigi_tool_protocol._hooks import (
+    HookCancel,
+    HookCustom,
+    HookEvent,
+    HookFrame,
+    HookPause,
+    HookReplyParams,
+    HookResume,
+    HookSessionEnded,
+)
+from kigi_tool_protocol._identifiers import TOOL_ID_PATTERN
+from kigi_tool_protocol._limits import I32_MAX, I32_MIN, I64_MAX, I64_MIN
+from kigi_tool_protocol._methods import METHODS
+from kigi_tool_protocol._progress import ContentProgress
+from kigi_tool_protocol._tool_call import (
+    ToolOutputJson,
+    ToolOutputMcp,
+    ToolOutputText,
+    ToolOutputWire,
+)
+from kigi_tool_protocol._tool_error import (
+    BehaviorVersionUnsupportedWire,
+    CancelledWire,
+    ConnectionLostWire,
+    CustomErrorWire,
+    ExecutionWire,
+    ForbiddenWire,
+    FrameTooLargeWire,
+    InternalErrorWire,
+    InvalidParamsWire,
+    RenderLimitedWire,
+    SessionMismatchWire,
+    TerminalErrorWire,
+    TimeoutWire,
+    ToolNotFoundWire,
+    UnsupportedProtocolVersionWire,
+)
 
 from ._frame_strategies import progress_frames, tool_call_frames
 from ._strategies import U32_MAX, U64_MAX, partial_payloads, streaming_specs
 
-__all__ = ("WIRE_STRATEGIES", "json_values", "wire_values")
+__all__ = ("wire_values",)
 
 #: The longest generated string and the most items in a generated list or
 #: object: wire values are about shape, not size, and small values keep a
@@ -40,7 +88,7 @@ _u32s: Final = st.integers(0, U32_MAX)
 _u64s: Final = st.integers(0, U64_MAX)
 _texts: Final = st.text(max_size=MAX_TEXT)
 _non_empty: Final = st.text(min_size=1, max_size=MAX_TEXT)
-_tool_ids: Final = st.from_regex(kp.TOOL_ID_PATTERN, fullmatch=True)
+_tool_ids: Final = st.from_regex(TOOL_ID_PATTERN, fullmatch=True)
 
 
 def _opt(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -72,16 +120,16 @@ _tool_capabilities = st.builds(
     supports_cancel=st.booleans(),
     max_concurrency=_opt(_u32s),
     is_read_only=st.booleans(),
-    hooks=st.lists(st.sampled_from(kp.HookKind), max_size=6),
+    hooks=st.lists(st.sampled_from(HookKind), max_size=6),
     behavior_version=_opt(_texts),
     max_frame_bytes=_opt(_u32s),
     timeout_ms=_opt(_u64s),
     tool_scope=_opt(st.sampled_from(kp.ToolScope)),
 )
 _content_blocks = st.one_of(
-    st.builds(kp.TextBlock, text=_texts),
+    st.builds(TextBlock, text=_texts),
     st.builds(
-        kp.ImageBlock,
+        ImageBlock,
         mime_type=_texts,
         data=_texts,
         media_id=_opt(_texts),
@@ -89,23 +137,23 @@ _content_blocks = st.one_of(
         path=_opt(_texts),
         metadata=st.dictionaries(_texts, _texts, max_size=3),
     ),
-    st.builds(kp.ResourceBlock, uri=_texts, mime_type=_opt(_texts), text=_opt(_texts)),
+    st.builds(ResourceBlock, uri=_texts, mime_type=_opt(_texts), text=_opt(_texts)),
 )
 _tool_progress = st.one_of(
     st.builds(kp.TextProgress, text=_texts),
-    st.builds(kp.ContentProgress, blocks=st.lists(_content_blocks, max_size=3)),
+    st.builds(ContentProgress, blocks=st.lists(_content_blocks, max_size=3)),
     progress_frames(payloads=json_values(), subkinds=_texts),
 )
 _mcp_blocks = st.one_of(
-    st.builds(kp.McpTextBlock, text=_texts),
-    st.builds(kp.McpImageBlock, mime_type=_texts, data=_texts),
-    st.builds(kp.McpResourceBlock, uri=_texts, mime_type=_opt(_texts), text=_opt(_texts)),
+    st.builds(McpTextBlock, text=_texts),
+    st.builds(McpImageBlock, mime_type=_texts, data=_texts),
+    st.builds(McpResourceBlock, uri=_texts, mime_type=_opt(_texts), text=_opt(_texts)),
 )
-_mcp_contents = st.builds(kp.McpContent, blocks=st.lists(_mcp_blocks, max_size=3))
+_mcp_contents = st.builds(McpContent, blocks=st.lists(_mcp_blocks, max_size=3))
 _tool_outputs = st.one_of(
-    st.builds(kp.ToolOutputText, value=_texts),
-    st.builds(kp.ToolOutputJson, value=json_values()),
-    st.builds(kp.ToolOutputMcp, value=_mcp_contents),
+    st.builds(ToolOutputText, value=_texts),
+    st.builds(ToolOutputJson, value=json_values()),
+    st.builds(ToolOutputMcp, value=_mcp_contents),
 )
 _tool_call_params = st.builds(
     kp.ToolCallParams,
@@ -126,31 +174,31 @@ _tool_call_results = st.builds(
     chat_completion_output=json_values(),
 )
 _tool_errors = st.one_of(
-    st.builds(kp.ToolNotFoundWire, tool_id=_tool_ids),
-    st.builds(kp.SessionMismatchWire),
-    st.builds(kp.ForbiddenWire, reason=_texts),
-    st.builds(kp.ConnectionLostWire, tool_id=_tool_ids),
-    st.builds(kp.TimeoutWire, tool_id=_tool_ids, elapsed_ms=_u64s),
-    st.builds(kp.CancelledWire, tool_id=_tool_ids),
-    st.builds(kp.InvalidParamsWire, message=_texts, details=json_values()),
-    st.builds(kp.ExecutionWire, tool_id=_tool_ids, message=_texts),
-    st.builds(kp.UnsupportedProtocolVersionWire, supported=st.lists(_texts, max_size=3)),
-    st.builds(kp.FrameTooLargeWire, bytes=_u64s, limit=_u64s),
-    st.builds(kp.BehaviorVersionUnsupportedWire, tool_id=_tool_ids, requested=_texts),
-    st.builds(kp.RenderLimitedWire, tool_id=_tool_ids, card_id=_opt(_texts), reason=_texts),
-    st.builds(kp.TerminalErrorWire, tool_id=_tool_ids, message=_texts),
-    st.builds(kp.InternalErrorWire, request_id=_opt(_non_empty), detail=_opt(_texts)),
-    st.builds(kp.CustomErrorWire, subcode=_texts, message=_texts, details=json_values()),
+    st.builds(ToolNotFoundWire, tool_id=_tool_ids),
+    st.builds(SessionMismatchWire),
+    st.builds(ForbiddenWire, reason=_texts),
+    st.builds(ConnectionLostWire, tool_id=_tool_ids),
+    st.builds(TimeoutWire, tool_id=_tool_ids, elapsed_ms=_u64s),
+    st.builds(CancelledWire, tool_id=_tool_ids),
+    st.builds(InvalidParamsWire, message=_texts, details=json_values()),
+    st.builds(ExecutionWire, tool_id=_tool_ids, message=_texts),
+    st.builds(UnsupportedProtocolVersionWire, supported=st.lists(_texts, max_size=3)),
+    st.builds(FrameTooLargeWire, bytes=_u64s, limit=_u64s),
+    st.builds(BehaviorVersionUnsupportedWire, tool_id=_tool_ids, requested=_texts),
+    st.builds(RenderLimitedWire, tool_id=_tool_ids, card_id=_opt(_texts), reason=_texts),
+    st.builds(TerminalErrorWire, tool_id=_tool_ids, message=_texts),
+    st.builds(InternalErrorWire, request_id=_opt(_non_empty), detail=_opt(_texts)),
+    st.builds(CustomErrorWire, subcode=_texts, message=_texts, details=json_values()),
 )
 _hook_events = st.one_of(
-    st.builds(kp.HookCancel),
-    st.builds(kp.HookPause),
-    st.builds(kp.HookResume),
-    st.builds(kp.HookSessionEnded),
-    st.builds(kp.HookCustom, kind=_texts, payload=json_values()),
+    st.builds(HookCancel),
+    st.builds(HookPause),
+    st.builds(HookResume),
+    st.builds(HookSessionEnded),
+    st.builds(HookCustom, kind=_texts, payload=json_values()),
 )
 _hook_frames = st.builds(
-    kp.HookFrame,
+    HookFrame,
     session_id=_non_empty,
     tool_id=_opt(_tool_ids),
     call_id=_opt(_non_empty),
@@ -159,13 +207,13 @@ _hook_frames = st.builds(
     trace_context=_opt(_texts),
 )
 _hook_replies = st.builds(
-    kp.HookReplyParams, session_id=_non_empty, hook_id=_texts, result=json_values()
+    HookReplyParams, session_id=_non_empty, hook_id=_texts, result=json_values()
 )
 _jsonrpc_ids = _texts | st.integers(I64_MIN, I64_MAX)
 _jsonrpc_errors = st.builds(
     kp.JsonRpcError, code=st.integers(I32_MIN, I32_MAX), message=_texts, data=json_values()
 )
-_methods = st.sampled_from(kp.METHODS) | _texts
+_methods = st.sampled_from(METHODS) | _texts
 _requests = st.builds(
     kp.JsonRpcRequest,
     id=_jsonrpc_ids,
@@ -200,14 +248,14 @@ WIRE_STRATEGIES: Final[Mapping[str, tuple[Any, st.SearchStrategy[Any]]]] = Mappi
     {
         "StreamingSpec": (kp.StreamingSpec, streaming_specs()),
         "ToolCapabilities": (kp.ToolCapabilities, _tool_capabilities),
-        "HookKind": (kp.HookKind, st.sampled_from(kp.HookKind)),
+        "HookKind": (HookKind, st.sampled_from(HookKind)),
         "ToolScope": (kp.ToolScope, st.sampled_from(kp.ToolScope)),
         "PartialResultPayload": (kp.PartialResultPayload, partial_payloads()),
-        "ContentBlock": (kp.ContentBlock, _content_blocks),
+        "ContentBlock": (ContentBlock, _content_blocks),
         "ToolProgress": (kp.ToolProgress, _tool_progress),
-        "McpBlock": (kp.McpBlock, _mcp_blocks),
-        "McpContent": (kp.McpContent, _mcp_contents),
-        "ToolOutputWire": (kp.ToolOutputWire, _tool_outputs),
+        "McpBlock": (McpBlock, _mcp_blocks),
+        "McpContent": (McpContent, _mcp_contents),
+        "ToolOutputWire": (ToolOutputWire, _tool_outputs),
         "ToolCallParams": (kp.ToolCallParams, _tool_call_params),
         "ToolCallResult": (kp.ToolCallResult, _tool_call_results),
         "ToolCallProgressFrame": (
@@ -215,9 +263,9 @@ WIRE_STRATEGIES: Final[Mapping[str, tuple[Any, st.SearchStrategy[Any]]]] = Mappi
             tool_call_frames(bodies=json_values(), tool_call_ids=_non_empty, subkinds=_texts),
         ),
         "ToolErrorWire": (kp.ToolErrorWire, _tool_errors),
-        "HookEvent": (kp.HookEvent, _hook_events),
-        "HookFrame": (kp.HookFrame, _hook_frames),
-        "HookReplyParams": (kp.HookReplyParams, _hook_replies),
+        "HookEvent": (HookEvent, _hook_events),
+        "HookFrame": (HookFrame, _hook_frames),
+        "HookReplyParams": (HookReplyParams, _hook_replies),
         "JsonRpcError": (kp.JsonRpcError, _jsonrpc_errors),
         "JsonRpcRequest": (kp.JsonRpcRequest, _requests),
         "JsonRpcNotification": (kp.JsonRpcNotification, _notifications),
