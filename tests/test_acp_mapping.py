@@ -370,7 +370,7 @@ def test_start_and_last_updates() -> None:
             assert exit_meta is None
         (failed,) = _Mapper("c1", output).finish(_end(exit_code=3), 1.0)
         assert failed.status == "failed"
-        error = ToolError("cancelled", "call 'c1' was cancelled")
+        error = ToolError("cancelled", "call 'c1' was cancelled").with_tool_id("bash")
         end = CallEnd.of("c1", "bash", error, None, frames=0)
         (cancelled,) = _Mapper("c1", output).finish(end, 1.0)
         assert cancelled.status == "failed"
