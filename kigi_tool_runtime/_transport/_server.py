@@ -83,7 +83,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Iterable
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -96,6 +96,7 @@ from .._call._heartbeat import HEARTBEAT_S
 from .._call._outcome import CallEnd
 from .._call._queue import CallQueue, QueuePolicy, StallWatch
 from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
+from .._call._sink import Sink
 from .._lines import read_lines
 from .._otel import TRACEPARENT
 from .._tools._errors import ToolError
@@ -162,11 +163,6 @@ class ServerStats(NamedTuple):
     lines_rejected: int
     lines_abandoned: int = 0
     calls_abandoned: tuple[str, ...] = ()
-
-
-class Sink(Protocol):
-    def write(self, data: bytes | bytearray) -> None: ...
-    async def drain(self) -> None: ...
 
 
 class _CallOut:

@@ -27,9 +27,10 @@ import stat
 from collections.abc import Iterable
 from typing import Any, Final
 
+from .._call._sink import Sink
 from .._tools._tool import Tool
 from ._fence import fence_stdio, stdio_wire
-from ._server import Server, ServerStats, Sink
+from ._server import Server, ServerStats
 
 __all__ = ("serve_stdio",)
 

@@ -38,9 +38,9 @@ from typing import Any, Final
 from acp import Agent, Client
 from acp.agent.connection import AgentSideConnection
 
+from .._call._sink import Sink
 from .._scope import TaskScope
 from .._transport._fence import fence_stdio
-from .._transport._server import Sink
 from .._transport._stdio import open_stdio
 
 __all__ = ("run_agent",)
