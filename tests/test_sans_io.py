@@ -24,6 +24,7 @@ CORE_MODULES = (
     "kigi_tool_runtime._producer._deltas",
     "kigi_tool_runtime._producer._output",
     "kigi_tool_runtime._consumer._loss",
+    "kigi_tool_runtime._consumer._stream_fold",
     "kigi_tool_runtime._consumer._stream_state",
     "kigi_tool_runtime._consumer._reassembler",
     "kigi_tool_runtime._consumer._monitor",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kigi_tool_runtime._consumer._stream_state import _sizes
+from kigi_tool_runtime._consumer._stream_fold import _sizes
 
 # Text that mixes ASCII, 2- and 3-byte characters, U+FFFD and lone surrogates.
 _TEXT = st.text(

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from kigi_tool_runtime import Reassembler, StreamState
 from kigi_tool_runtime._consumer._loss import MAX_HELD_BYTES
+from kigi_tool_runtime._consumer._stream_state import fold_of
 from kigi_tool_runtime._wire._split import OversizedLine
 from kigi_tool_runtime.testing import utf8_text_sources
 from kigi_tool_runtime.testing._consumer_strategies import producer_runs, progress_line
@@ -228,7 +229,7 @@ def test_without_text_a_stream_keeps_figures_and_losses_only() -> None:
     assert kept is not None
     assert bare is not None
     assert bare.report() == kept.report()
-    assert bare._chunks == []
+    assert fold_of(bare).chunks == []
     assert not bare.keeps_text
     with pytest.raises(ValueError, match="keeps no text"):
         _ = bare.text

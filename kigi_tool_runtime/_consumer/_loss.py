@@ -154,7 +154,7 @@ class Gap:
         return f"{self.lost_bytes_min}-{self.lost_bytes}"
 
 
-# Package-private steps of the fold (``_stream_state``, ``_marker_hold``): a
+# Package-private steps of the fold (``_stream_fold``, ``_marker_hold``): a
 # gap's figures once more of its stream is known.
 
 

@@ -11,7 +11,7 @@ Rule 1. A fold is resumable: folding a record sequence in two parts and
         the split) are found all the same. So a follower that reconnects folds
         only what is new, and never needs a second parser.
 Rule 2. Records are keyed by ``(tool_call_id, kind)``; each key's
-        :class:`StreamState` (``_stream_state.py``) holds its text, gaps and anomalies.
+        :class:`StreamState` (its fold in ``_stream_fold.py``) holds its text, gaps and anomalies.
 Rule 3. Nothing is dropped silently. A record that cannot be decoded is counted
         and reported (``undecodable``) and the fold goes on; every protocol
         anomaly lands in an :class:`Anomaly` with the record it was seen at.
@@ -87,6 +87,7 @@ from ._loss import (
     StreamKey,
     render_gap_marker,
 )
+from ._stream_fold import anomaly_rank, insert_anomaly, keep_first, shift_anomaly
 from ._stream_state import (
     StreamState,
     absorb_loss,
@@ -95,13 +96,10 @@ from ._stream_state import (
     add_anomaly,
     add_note,
     added_at,
-    anomaly_rank,
+    count_frame,
     first_index_of,
     gap_opened_at,
-    insert_anomaly,
-    keep_first,
     recorded_anomalies,
-    shift_anomaly,
     shifted_copy,
 )
 
@@ -610,7 +608,7 @@ class Reassembler:
         ``seq`` hole, a lost tail), and the stream's total as of the loss,
         when known, is ``total_bytes``: the loss is a gap that ends at that
         total, folded as a gap frame with no delta there but counting no frame
-        (``_stream_state.py`` Rule 5), so its bytes are counted and the fold
+        (``_stream_fold.py`` Rule 5), so its bytes are counted and the fold
         contract (Rule 1) holds with it. It takes its own place in the record
         order (it counts in :attr:`records`), its anomaly there, and it may
         come before any record of the stream or of the connection (the
@@ -810,7 +808,7 @@ class Reassembler:
         self, tool_call_id: str, kind: str, body: Any, reason: str, index: int
     ) -> Added:
         state = self._state(tool_call_id, kind, index)
-        state.frames += 1
+        count_frame(state)
         if (kind == "text" and isinstance(body, dict) and isinstance(body.get("text"), str)) or (
             kind == "content" and isinstance(body, list)
         ):
