@@ -11,7 +11,10 @@ from ._call._caller import CallLoss, CallProgress, RemoteToolError
 from ._call._live import LOSS_MARKER, LiveDelta, LiveText
 from ._call._outcome import CallEnd
 from ._call._served import ServedCall
-from ._consumer._history import (
+from ._consumer._loss import Anomaly, AnomalyKind, Gap, LossReport
+from ._consumer._reassembler import Appended, Reassembler
+from ._consumer._stream_state import StreamState
+from ._harness._history import (
     Message,
     MessageTextBlock,
     ToolResultBlock,
@@ -19,8 +22,7 @@ from ._consumer._history import (
     history_is_valid,
     repair_history_after_failure,
 )
-from ._consumer._loss import Anomaly, AnomalyKind, Gap, LossReport
-from ._consumer._monitor import (
+from ._harness._monitor import (
     AnomalyReported,
     GapReported,
     HarnessEvent,
@@ -31,8 +33,6 @@ from ._consumer._monitor import (
     ToolFailed,
     ToolStarted,
 )
-from ._consumer._reassembler import Appended, Reassembler
-from ._consumer._stream_state import StreamState
 from ._producer._chunk import Chunk, stream_chunk
 from ._producer._deltas import DeltaStreamer
 from ._producer._output import OutputStream

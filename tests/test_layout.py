@@ -4,7 +4,9 @@ user cannot import from the public surface."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import pkgutil
 from types import ModuleType
 
@@ -44,10 +46,10 @@ def _home(name: str) -> ModuleType:
 
 
 def test_the_runtime_is_laid_out_as_its_pipeline() -> None:
-    """Producer core, tool model, consumer core, transport and CLI are
-    subpackages of their own."""
+    """Producer core, tool model, consumer core, harness pieces, transport and
+    CLI are subpackages of their own."""
     modules = set(_private_modules())
-    for part in ("_producer", "_tools", "_consumer", "_transport", "_cli"):
+    for part in ("_producer", "_tools", "_consumer", "_harness", "_transport", "_cli"):
         assert f"kigi_tool_runtime.{part}" in modules
 
 
@@ -63,3 +65,34 @@ def test_a_private_modules_all_lists_only_what_its_package_exports(name: str) ->
     )
     for public in listed:
         assert getattr(home, public) is getattr(module, public)
+
+
+def test_the_harness_pieces_sit_above_the_consumer_core() -> None:
+    """The monitor and history repair live in ``_harness``, which builds on the
+    consumer core; no consumer module imports a harness one (the core stays
+    what a harness uses, not what it is)."""
+    import kigi_tool_runtime._consumer as consumer
+    import kigi_tool_runtime._harness as harness
+
+    harness_modules = {
+        info.name for info in pkgutil.iter_modules(harness.__path__, harness.__name__ + ".")
+    }
+    assert {"kigi_tool_runtime._harness._monitor", "kigi_tool_runtime._harness._history"} <= (
+        harness_modules
+    )
+    for info in pkgutil.iter_modules(consumer.__path__, consumer.__name__ + "."):
+        assert not info.name.endswith(("_monitor", "_history")), info.name
+        spec = importlib.util.find_spec(info.name)
+        assert spec is not None
+        assert spec.origin is not None
+        with open(spec.origin, encoding="utf-8") as source:
+            tree = ast.parse(source.read())
+        imported = [
+            node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        ] + [
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        ]
+        assert not [name for name in imported if "_harness" in name], info.name

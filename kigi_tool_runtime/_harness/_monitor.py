@@ -18,8 +18,8 @@ from typing import Any
 
 from kigi_tool_protocol import JsonRpcNotification, JsonRpcResponse, ToolCallProgressFrame
 
-from ._loss import Anomaly, Gap, LossReport
-from ._reassembler import Reassembler, Record
+from .._consumer._loss import Anomaly, Gap, LossReport
+from .._consumer._reassembler import Reassembler, Record
 
 __all__ = (
     "AnomalyReported",
