@@ -96,3 +96,29 @@ def test_the_harness_pieces_sit_above_the_consumer_core() -> None:
             for alias in node.names
         ]
         assert not [name for name in imported if "_harness" in name], info.name
+
+
+def _foreign_private_reads(module: str) -> list[str]:
+    """Each ``x._name`` in ``module`` whose ``x`` is not ``self`` or ``cls``."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None
+    assert spec.origin is not None
+    with open(spec.origin, encoding="utf-8") as source:
+        tree = ast.parse(source.read())
+    return [
+        f"{ast.unparse(node.value)}.{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+
+
+def test_a_stream_state_owns_its_data() -> None:
+    """The fold's steps read only their own fields; the public view reaches
+    another state only through its fold (the one door the reassembler uses)."""
+    assert _foreign_private_reads("kigi_tool_runtime._consumer._stream_fold") == []
+    reads = _foreign_private_reads("kigi_tool_runtime._consumer._stream_state")
+    assert set(reads) == {"state._fold"}
+    assert len(reads) <= 3

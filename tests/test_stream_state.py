@@ -68,6 +68,41 @@ def test_state_is_unhashable_and_describes_itself() -> None:
     assert state.notes == ()
 
 
+def test_a_held_state_is_a_live_read_only_view() -> None:
+    """A state the reassembler handed out reads its fold when asked: it shows
+    frames absorbed after it was taken, and its figures cannot be set."""
+    reassembler = Reassembler.fold([progress_line("c", KIND, {"delta": "a", "total_bytes": 1})])
+    state = reassembler.stream("c", KIND)
+    assert state is not None
+    reassembler.absorb_line(progress_line("c", KIND, {"delta": "b", "total_bytes": 2}))
+    assert (state.frames, state.total_bytes, state.text) == (2, 2, "ab")
+    assert state.key == ("c", KIND)
+    assert state.first_total == 1
+    assert not state.truncated
+    for figure in ("key", "frames", "first_total", "total_bytes", "truncated"):
+        with pytest.raises(AttributeError):
+            setattr(state, figure, None)
+
+
+@given(producer_runs(), st.data())
+def test_a_stream_state_folds_as_its_records_split_anywhere(run: Any, data: Any) -> None:
+    """The fold/absorb law on one stream's state: the state of
+    ``fold(a).absorb(fold(b))`` equals the state of ``fold(a ++ b)``, and
+    absorbing leaves the later fold's state as it was."""
+    lines = [progress_line(run.tool_call_id, run.subkind, frame) for frame in run.frames]
+    cut = data.draw(st.integers(0, len(lines)), label="cut")
+    keep_text = data.draw(st.booleans(), label="keep_text")
+    key = (run.tool_call_id, run.subkind)
+    whole = Reassembler.fold(lines, keep_text=keep_text).stream(*key)
+    later_fold = Reassembler.fold(lines[cut:], keep_text=keep_text)
+    later = later_fold.stream(*key)
+    later_before = None if later is None else later.report()
+    split = Reassembler.fold(lines[:cut], keep_text=keep_text).absorb(later_fold)
+    assert split.stream(*key) == whole
+    if later is not None:
+        assert later.report() == later_before
+
+
 def test_reading_the_text_counts_what_it_joined() -> None:
     """Joining the text counts the chunks it joined (free for ASCII), so no
     chunk is held twice, and later figures still come out right."""
