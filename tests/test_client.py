@@ -40,6 +40,7 @@ from kigi_tool_runtime import (
     ToolErrorKind,
 )
 from kigi_tool_runtime._call._response import failure_of
+from kigi_tool_runtime._consumer._stream_state import fold_of
 from kigi_tool_runtime._process import PIPE_BYTES, group_alive
 from kigi_tool_runtime._tools._runner import STOP_WAIT_S
 from kigi_tool_runtime._transport import _client as client_module
@@ -1201,7 +1202,7 @@ def test_a_call_keeps_no_text_unless_asked_and_then_within_its_bound() -> None:
     assert state is not None
     assert state.report().text_bytes == 6
     assert state.report().complete
-    assert state._chunks == []
+    assert fold_of(state).chunks == []
     with pytest.raises(ValueError, match="passed max_text_bytes=4"):
         _ = state.text
     assert MAX_CALL_TEXT_BYTES == 64 * 1024 * 1024
