@@ -1599,3 +1599,11 @@ def test_serve_nats_stopped_while_connecting_says_so() -> None:
             reap(process)
     assert b"stopped by SIGTERM while connecting" in err
     assert process.returncode == 128 + signal.SIGTERM
+
+
+def test_serve_nats_describes_each_failure_of_a_worker_group() -> None:
+    """What ``serve --nats`` says of a worker's failed tasks names each one."""
+    from kigi_tool_runtime._cli._nats import _describe
+
+    group = ExceptionGroup("a task of a TaskScope failed", [LookupError("beat"), ValueError()])
+    assert _describe(group) == "LookupError: beat; ValueError()"

@@ -21,7 +21,9 @@ Rule 4. A call ends when its connection does: an update being sent when the
         client went away (its end of the pipe closed) is given up once the
         connection says it is gone, checked every
         :data:`CONNECTION_CHECK_S` seconds, and the call stops its tool and
-        raises ``ConnectionError``. (The SDK's send to a client that died
+        raises ``ConnectionError``, the send given up cancelled and awaited
+        first (each send is its call's, and its failure is raised from the
+        call as itself). (The SDK's send to a client that died
         while the pipe was full never returns on its own.) The SDK keeps that
         state privately, read only in ``_privates``; where it cannot be read,
         an update not sent within :data:`UNSEEN_SEND_S` is given up the same
