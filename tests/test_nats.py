@@ -1570,6 +1570,14 @@ def test_a_background_cancel_that_fails_is_raised_by_aclose() -> None:
         assert asyncio.all_tasks() == {asyncio.current_task()}
         client.cancel_later("c2")
         assert asyncio.all_tasks() == {asyncio.current_task()}
+        # Kept up to a bound, the rest counted.
+        crowded = NatsClient(_Connection(), prefix=PREFIX)  # type: ignore[arg-type]
+        crowded.cancel = broken  # type: ignore[method-assign]
+        for n in range(20):
+            crowded.cancel_later(f"c{n}")
+        with pytest.raises(ExceptionGroup, match=r"and 4 more, not kept") as caught:
+            await crowded.aclose()
+        assert len(caught.value.exceptions) == 16
 
     run(main())
 

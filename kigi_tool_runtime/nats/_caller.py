@@ -135,6 +135,11 @@ _RETRYABLE_READ: Final = (nats.errors.Error, OSError)
 _HEADER_ROOM: Final = 4096
 
 
+# Failures of background cancels a client keeps for aclose to raise (Rule 5);
+# past them it counts: one failure is a bug, a thousand say no more.
+_KEPT_FAILURES: Final = 16
+
+
 class Follower(AsyncClosing):
     """Follow one call's frames (Rule 1). Use as an async context manager and
     iterate it for :class:`CallProgress` items (and a :class:`CallLoss` where
@@ -624,7 +629,8 @@ class NatsClient(AsyncClosing):
         # The cancels being written in the background (Rule 5): the client's
         # own, awaited by aclose, which raises their failures.
         self._background: set[asyncio.Task[None]] = set()
-        self._failed: list[BaseException] = []
+        self._failed: list[BaseException] = []  # at most _KEPT_FAILURES
+        self._more_failed = 0  # counted past them
         # The followers of submitted calls: an open one would hold the
         # connection's drain for its whole timeout.
         self._followers: weakref.WeakSet[Follower] = weakref.WeakSet()
@@ -659,7 +665,9 @@ class NatsClient(AsyncClosing):
             await self.connection.drain()
         if self._failed:
             failed, self._failed = self._failed, []
-            raise BaseExceptionGroup("a cancel written in the background failed", failed)
+            more, self._more_failed = self._more_failed, 0
+            also = f" (and {more} more, not kept)" if more else ""
+            raise BaseExceptionGroup(f"a cancel written in the background failed{also}", failed)
 
     async def _ensure(self) -> None:
         if not self._ready:
@@ -823,7 +831,10 @@ class NatsClient(AsyncClosing):
     def _cancel_ended(self, task: asyncio.Task[None]) -> None:
         self._background.discard(task)
         if not task.cancelled() and (failure := task.exception()) is not None:
-            self._failed.append(failure)
+            if len(self._failed) < _KEPT_FAILURES:
+                self._failed.append(failure)
+            else:
+                self._more_failed += 1
 
     async def _quiet_cancel(self, call_id: str) -> None:
         with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
