@@ -460,3 +460,33 @@ async def test_an_unreadable_acp_connection_bounds_each_send_and_warns_once(
     )
     assert ours[0].startswith(f"agent-client-protocol {version} ")
     assert "within 60 s" in ours[0]
+
+
+@pytest.mark.usefixtures("fresh_acp_fence")
+async def test_a_send_given_up_has_ended_when_its_call_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An update's send given up (the connection gone) is cancelled and awaited,
+    its cleanup included, before the call raises ``ConnectionError``: no task
+    of the host outlives its call (``_host`` Rule 4)."""
+    connection = AgentSideConnection(object(), _NoTransport(), listening=False)
+    del connection._conn
+    cleaned: list[bool] = []
+
+    async def never_sent(**update: Any) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0)  # a cleanup that suspends
+            cleaned.append(True)
+
+    monkeypatch.setattr(connection, "session_update", never_sent)
+    monkeypatch.setattr(acp_host, "UNSEEN_SEND_S", 0.3)
+    before = asyncio.all_tasks()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        async with asyncio.timeout(30):
+            with pytest.raises(ConnectionError):
+                await AcpToolCalls(connection).run("s1", ShellTool(), {"command": "sleep 20"})
+    assert cleaned == [True]
+    assert asyncio.all_tasks() <= before

@@ -198,3 +198,67 @@ def test_every_notification_precedes_the_response_on_the_http_stream(url: str) -
         ]
         assert len(notes) >= 3
         assert response["result"]["_meta"][META_STREAM]["frames_sent"] == len(notes)
+
+
+class _BreaksWhileStopping:
+    """A stand-in for uvicorn's server whose ``serve`` fails once told to exit."""
+
+    def __init__(self, config: Any) -> None:
+        self.should_exit = False
+        self.server_state = type("State", (), {"connections": []})()
+        self.serving = asyncio.Event()
+
+    async def serve(self, sockets: Any) -> None:
+        self.serving.set()
+        while not self.should_exit:
+            await asyncio.sleep(0.01)
+        raise LookupError("uvicorn broke while stopping")
+
+
+class _NoCalls:
+    """The part of ``McpToolServer`` ``serve_http`` uses, with no call running."""
+
+    def __init__(self) -> None:
+        self.server = self
+        self.stopped = False
+
+    def streamable_http_app(self, **options: Any) -> Any:
+        return object()
+
+    async def stop_calls(self) -> None:
+        self.stopped = True
+
+
+def test_a_failure_of_uvicorn_while_stopping_is_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``serve_http`` cancelled, and uvicorn fails as it stops: the failure is
+    raised from ``serve_http`` (not lost behind the cancellation), after the
+    calls were stopped, and no task of it runs on (``_http`` Rule 6)."""
+    import socket
+
+    from kigi_tool_runtime.mcp import _http
+
+    made: list[_BreaksWhileStopping] = []
+
+    def stand_in(config: Any) -> _BreaksWhileStopping:
+        made.append(_BreaksWhileStopping(config))
+        return made[-1]
+
+    monkeypatch.setattr(_http, "_uvicorn_server", stand_in)
+
+    async def main() -> None:
+        server = _NoCalls()
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen()
+            async with asyncio.timeout(30):
+                serving = asyncio.create_task(_http.serve_http(server, sock))
+                while not made or not made[0].serving.is_set():
+                    await asyncio.sleep(0.01)
+                serving.cancel()
+                with pytest.raises(ExceptionGroup) as caught:
+                    await serving
+        assert [str(e) for e in caught.value.exceptions] == ["uvicorn broke while stopping"]
+        assert server.stopped
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+
+    asyncio.run(main())

@@ -340,3 +340,40 @@ def test_the_result_says_a_gap_in_the_output_as_every_host_does() -> None:
         assert plain.text == "done"
 
     _run(body)
+
+
+def test_a_producer_failing_as_its_call_is_cancelled_is_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call cancelled while its producer fails: the producer's failure is
+    raised from the handler (not lost behind the cancellation), and no task of
+    the call runs on once it has returned (``_server`` Rule 13)."""
+    import mcp_types as types
+
+    from kigi_tool_runtime.mcp import _server
+
+    started = asyncio.Event()
+
+    async def broken_produce(run: Any, feed: Any, queued: Any, **options: Any) -> Any:
+        started.set()
+        while not run.ctx.cancelled:
+            await asyncio.sleep(0.01)
+        raise LookupError("the producer broke")
+
+    monkeypatch.setattr(_server, "produce", broken_produce)
+    server = McpToolServer([Burst()])
+
+    async def body() -> None:
+        before = asyncio.all_tasks()
+        params = types.CallToolRequestParams(name="burst", arguments={"parts": ["a"]})
+        call = asyncio.ensure_future(
+            server._call_tool(_Context(_StuckSession(), "t"), params)  # type: ignore[arg-type]
+        )
+        await started.wait()
+        call.cancel()
+        with pytest.raises(LookupError, match="the producer broke"):
+            await call
+        assert asyncio.all_tasks() <= before
+        assert server.statistics().calls_in_flight == 0
+
+    _run(body)

@@ -401,7 +401,9 @@ def test_worker_killed_mid_call_ends_it_clearly_and_never_reruns_it(
     code = (
         "import os, time\n"
         f"open({str(starts)!r}, 'a').write('%d\\n' % os.getpid())\n"
-        "print('working', flush=True)\n"
+        # One write: print() may write the line and its newline apart, which a
+        # worker killed after the first frame would then not have published.
+        "os.write(1, b'working\\n')\n"
         "time.sleep(30)\n"
     )
 
@@ -1456,3 +1458,162 @@ def test_a_silent_calls_heartbeat_says_how_long_it_has_run_and_been_silent(
             await fleet.close()
 
     run(main(), 30)
+
+
+def _worker_tasks() -> list[asyncio.Task[Any]]:
+    """The tasks running a worker's own coroutines (heartbeat, pulls, calls)."""
+    return [
+        task
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "").startswith("Worker.")
+    ]
+
+
+def test_a_failing_heartbeat_stops_the_worker_and_is_raised(nats_server: NatsServer) -> None:
+    """A heartbeat that fails with an error the worker does not expect (its
+    publish raising) is not lost: the worker stops as ``stop()`` does, its
+    running call ends ``cancelled`` with the server's message, ``run`` raises
+    the failure, and no task of the worker is left running (Rule 9)."""
+
+    async def main() -> None:
+        connection = await connect(nats_server.url)
+        worker = Worker(
+            connection, [ShellTool(tick=0.01)], prefix=PREFIX, heartbeat=0.2, ack_wait=2.0
+        )
+        publish = connection.publish
+        broken = asyncio.Event()
+
+        async def publish_or_break(subject: str, *args: Any, **kwargs: Any) -> None:
+            if broken.is_set() and subject.startswith(f"{PREFIX}.beat."):
+                raise LookupError("the heartbeat broke")
+            await publish(subject, *args, **kwargs)
+
+        connection.publish = publish_or_break
+        running = asyncio.create_task(worker.run())
+        try:
+            async with NatsClient(
+                await connect(nats_server.url), prefix=PREFIX, owns_connection=True
+            ) as client:
+                call = await client.call(
+                    "bash", {"command": py("import time; print('up', flush=True); time.sleep(60)")}
+                )
+                async for item in call:
+                    assert isinstance(item, CallProgress)
+                    break
+                broken.set()
+                with pytest.raises(ExceptionGroup) as caught:
+                    await running
+                assert [str(e) for e in caught.value.exceptions] == ["the heartbeat broke"]
+                with pytest.raises(RemoteToolError) as ended:
+                    await call.result()
+                assert ended.value.kind == "cancelled"
+            assert worker.statistics().calls_in_flight == 0
+            assert _worker_tasks() == []
+        finally:
+            worker.stop()
+            with contextlib.suppress(BaseException):
+                await running
+            await connection.drain()
+
+    run(main(), 60)
+
+
+def test_a_stopped_worker_leaves_no_task_running(nats_server: NatsServer) -> None:
+    """``stop()`` with calls running: ``run`` returns once their ends are out,
+    and none of its tasks (heartbeat, pulls, calls) runs on (Rule 9)."""
+
+    async def main() -> None:
+        fleet = Fleet(nats_server.url)
+        client = await fleet.start()
+        try:
+            calls = [
+                await client.call("bash", {"command": py("import time; time.sleep(60)")})
+                for _ in range(3)
+            ]
+            while fleet.workers[0].statistics().calls_in_flight < 3:
+                await asyncio.sleep(0.05)
+            fleet.workers[0].stop()
+            stats = await fleet.tasks[0]
+            assert stats.calls_in_flight == 0
+            assert _worker_tasks() == []
+            for call in calls:
+                with pytest.raises(RemoteToolError) as ended:
+                    await call.result()
+                assert ended.value.kind == "cancelled"
+        finally:
+            await fleet.close()
+
+    run(main(), 60)
+
+
+def test_a_background_cancel_that_fails_is_raised_by_aclose() -> None:
+    """A cancel written in the background is the client's (``_caller`` Rule 5):
+    ``aclose`` waits for it and raises its failure; none runs on after it,
+    and a closed client starts none."""
+
+    class _Connection:
+        is_closed = True
+
+        def jetstream(self) -> None:
+            return None
+
+    async def main() -> None:
+        client = NatsClient(_Connection(), prefix=PREFIX)  # type: ignore[arg-type]
+
+        async def broken(call_id: str) -> None:
+            await asyncio.sleep(0)
+            raise LookupError(f"cancel of {call_id} broke")
+
+        client.cancel = broken  # type: ignore[method-assign]
+        client.cancel_later("c1")
+        with pytest.raises(ExceptionGroup) as caught:
+            await client.aclose()
+        assert [str(e) for e in caught.value.exceptions] == ["cancel of c1 broke"]
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        client.cancel_later("c2")
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        # Kept up to a bound, the rest counted.
+        crowded = NatsClient(_Connection(), prefix=PREFIX)  # type: ignore[arg-type]
+        crowded.cancel = broken  # type: ignore[method-assign]
+        for n in range(20):
+            crowded.cancel_later(f"c{n}")
+        with pytest.raises(ExceptionGroup, match=r"and 4 more, not kept") as caught:
+            await crowded.aclose()
+        assert len(caught.value.exceptions) == 16
+
+    run(main())
+
+
+def test_serve_nats_stopped_while_connecting_says_so() -> None:
+    """A stop signal while ``serve --nats`` is still connecting (to a server that
+    accepts and never answers) ends the connecting at once: it says so and
+    exits 128 + the signal."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        process = subprocess.Popen(
+            [*_SERVE_NATS, f"nats://127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            listener.settimeout(30)
+            accepted, _ = listener.accept()  # it is connecting (its signals are set)
+            with accepted:
+                process.send_signal(signal.SIGTERM)
+                _, err = process.communicate(timeout=30)
+        finally:
+            reap(process)
+    assert b"stopped by SIGTERM while connecting" in err
+    assert process.returncode == 128 + signal.SIGTERM
+
+
+def test_serve_nats_describes_each_failure_of_a_worker_group() -> None:
+    """What ``serve --nats`` says of a worker's failed tasks names each one."""
+    from kigi_tool_runtime._cli._nats import _describe
+
+    group = ExceptionGroup("a task of a TaskScope failed", [LookupError("beat"), ValueError()])
+    assert _describe(group) == "LookupError: beat; ValueError()"

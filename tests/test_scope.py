@@ -173,3 +173,58 @@ def test_start_outside_the_block_is_refused() -> None:
                 pass
 
     asyncio.run(main())
+
+
+def test_a_long_scope_holds_only_running_and_failed_tasks() -> None:
+    """Tasks that ended well are let go as they end (Rule 4); a failed one is
+    kept until the block's end raises it (Rule 2)."""
+
+    async def main() -> None:
+        async def quick() -> None:
+            await asyncio.sleep(0)
+
+        async def block() -> None:
+            async with TaskScope() as tasks:
+                done = [tasks.start(quick()) for _ in range(100)]
+                tasks.start(asyncio.Event().wait())  # runs until the block ends
+                await asyncio.wait(done)
+                await asyncio.sleep(0)
+                assert len(tasks._tasks) == 1  # the one still running
+                tasks.start(_raise(ValueError("kept")))
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
+                assert len(tasks._tasks) == 2  # it, and the failed one
+
+        async with asyncio.timeout(PATIENCE_S):
+            with pytest.raises(ExceptionGroup) as caught:
+                await block()
+        assert [str(e) for e in caught.value.exceptions] == ["kept"]
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+
+    asyncio.run(main())
+
+
+async def _raise(error: Exception) -> None:
+    raise error
+
+
+def test_a_failure_the_block_took_is_not_raised_again() -> None:
+    """``result`` raises a task's failure in the block, as itself; the scope
+    then does not raise it a second time (Rule 2)."""
+
+    async def main() -> None:
+        async def block() -> None:
+            async with TaskScope() as tasks:
+                task = tasks.start(_raise(LookupError("took it")))
+                await asyncio.wait({task})
+                tasks.result(task)
+
+        async with asyncio.timeout(PATIENCE_S):
+            with pytest.raises(LookupError, match="took it"):
+                await block()
+            async with TaskScope() as tasks:
+                task = tasks.start(asyncio.sleep(0, result=7))
+                await asyncio.wait({task})
+                assert tasks.result(task) == 7
+
+    asyncio.run(main())

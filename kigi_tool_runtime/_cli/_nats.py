@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from .._consumer._loss import DEFAULT_GAP_MARKER
+from .._scope import TaskScope
 from .._tools._tool import Tool
 from .._transport._client import RemoteToolError
 from ._signals import StopSignals
@@ -149,7 +150,9 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
 
     async def main() -> int:
         worker: Any = None
-        starting: asyncio.Task[Any] | None = None
+        # A cancel scope around connecting and the JetStream check: a first
+        # signal then ends it at once (no task of its own to own).
+        starting: asyncio.Timeout | None = None
         # Once the worker has returned and said how it ended: the status to exit
         # with, should closing the connection hang until the backstop.
         closing_status: int | None = None
@@ -159,7 +162,8 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                 if worker is not None:
                     worker.stop()
                 elif starting is not None:
-                    starting.cancel()
+                    with contextlib.suppress(RuntimeError):  # not entered yet, or left
+                        starting.reschedule(asyncio.get_running_loop().time())
                 asyncio.get_running_loop().call_later(STOP_BOUND_S + _EXIT_MARGIN_S, exit_now, None)
                 return
             exit_now(number)
@@ -188,19 +192,26 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
             say(f"{why}; the ends of {calls} still being written are left to the callers' leases")
 
         with StopSignals(on_signal) as stops:
-            starting = asyncio.ensure_future(_connect(nats, args.nats))
+            starting = connecting = asyncio.timeout(None)
             try:
-                connection = await starting
-            except asyncio.CancelledError:
+                async with connecting:
+                    connection = await _connect(nats, args.nats)
+            except TimeoutError:
+                if not connecting.expired():
+                    raise
                 say(f"stopped by {_signal_name(stops.first)} while connecting")
                 return stops.exit_status(1)
             try:
-                starting = asyncio.ensure_future(_check_jetstream(connection, args.nats))
+                starting = checking = asyncio.timeout(None)
                 try:
-                    await starting
-                except asyncio.CancelledError:
+                    async with checking:
+                        await _check_jetstream(connection, args.nats)
+                except TimeoutError:
+                    if not checking.expired():
+                        raise
                     say(f"stopped by {_signal_name(stops.first)} while starting")
                     return stops.exit_status(1)
+                starting = None
                 served = [ShellTool()] if tools is None else tools
                 try:
                     worker = nats.Worker(
@@ -283,6 +294,8 @@ async def _check_jetstream(connection: Any, url: str) -> None:
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):  # the worker's tasks' failures (its Rule 9)
+        return "; ".join(_describe(error) for error in exc.exceptions)
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else repr(exc)
 
@@ -336,10 +349,10 @@ def follow_nats(args: argparse.Namespace) -> int:
     async def main() -> int:
         connection = await _connect(nats, args.nats)
         follower = Follower(connection, args.call, prefix=args.nats_prefix, position=position)
-        note: asyncio.Task[None] | None = None
         try:
-            async with follower:
-                note = asyncio.get_running_loop().create_task(say_waiting(follower))
+            # The note is the follow's: it ends with it, and its failure is raised.
+            async with follower, TaskScope() as tasks:
+                tasks.start(say_waiting(follower), name="kigi follow note")
                 for first, last in follower.ledger.discarded:
                     err.write(
                         f"kigi-stream follow: the stream no longer holds sequences {first}-{last}"
@@ -356,8 +369,6 @@ def follow_nats(args: argparse.Namespace) -> int:
             err.write(f"kigi-stream follow: error: {str(exc) or repr(exc)}\n")
             return 1
         finally:
-            if note is not None:
-                note.cancel()
             err.write(
                 f"kigi-stream follow: stopped at stream sequence {follower.position.jetstream_seq}"
                 f" (resume with --from-seq {follower.position.jetstream_seq})\n"

@@ -7,9 +7,12 @@ Rule 1. Input is read only as fast as it is taken: a regular file is read (in
         stdout not read) stops reading a file of requests too, instead of
         loading all of it.
 Rule 2. A regular file that cannot be read fails the reader with the error
-        (``StreamReader.set_exception``): whoever reads it (the server, which
-        then stops its calls and raises it) learns of it; it is never lost in
-        the feeding task.
+        (``StreamReader.set_exception``), as does any other failure of the
+        feeding task: whoever reads it (the server, which then stops its
+        calls and raises it) learns of it; it is never lost in that task,
+        which the reader it feeds owns (it ends at the file's end, or with
+        the process; the reader is handed to the caller, so no block of code
+        holds it).
 Rule 3. Any input a user can give is served: a pipe, a socket, a terminal, a
         regular file, and a device the event loop cannot watch (``/dev/null``,
         which epoll refuses) read as a file is; the same for the output.
@@ -76,16 +79,16 @@ class _FileFeed:
 
     async def run(self) -> None:
         reader = self._reader
-        while True:
-            await self._reading.wait()
-            try:
+        try:
+            while True:
+                await self._reading.wait()
                 chunk = await asyncio.to_thread(os.read, self._fd, FILE_READ_BYTES)
-            except OSError as exc:
-                reader.set_exception(exc)  # Rule 2: the reader's reader learns of it
-                return
-            if not chunk:
-                break
-            reader.feed_data(chunk)
+                if not chunk:
+                    break
+                reader.feed_data(chunk)
+        except Exception as exc:  # Rule 2: the reader's reader learns of it, whatever it is
+            reader.set_exception(exc)
+            return
         reader.feed_eof()
 
 

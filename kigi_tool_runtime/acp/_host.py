@@ -21,7 +21,9 @@ Rule 4. A call ends when its connection does: an update being sent when the
         client went away (its end of the pipe closed) is given up once the
         connection says it is gone, checked every
         :data:`CONNECTION_CHECK_S` seconds, and the call stops its tool and
-        raises ``ConnectionError``. (The SDK's send to a client that died
+        raises ``ConnectionError``, the send given up cancelled and awaited
+        first (each send is its call's, and its failure is raised from the
+        call as itself). (The SDK's send to a client that died
         while the pipe was full never returns on its own.) The SDK keeps that
         state privately, read only in ``_privates``; where it cannot be read,
         an update not sent within :data:`UNSEEN_SEND_S` is given up the same
@@ -43,6 +45,7 @@ from .._call._heartbeat import HEARTBEAT_S, Beat
 from .._call._outcome import CallEnd
 from .._call._served import ServedCall
 from .._producer._chunk import cap_of
+from .._scope import TaskScope
 from .._tools._errors import ToolError, ToolErrorKind
 from .._tools._shell import ShellTool
 from .._tools._tool import Tool
@@ -241,10 +244,12 @@ class AcpToolCalls:
         else:
             model = ToolCallProgress.model_validate(update)
         connection = self._connection
-        send = asyncio.ensure_future(connection.session_update(session_id=session_id, update=model))
         loop = asyncio.get_running_loop()
         given_up = loop.time() + UNSEEN_SEND_S
-        try:
+        # The send is this method's: it has ended (awaited, cancelled if the
+        # connection went) when this returns, and its failure is raised here.
+        async with TaskScope() as tasks:
+            send = tasks.start(connection.session_update(session_id=session_id, update=model))
             while not send.done():
                 await asyncio.wait((send,), timeout=CONNECTION_CHECK_S)
                 if send.done():
@@ -254,9 +259,7 @@ class AcpToolCalls:
                     gone = loop.time() > given_up
                 if gone:
                     raise ConnectionError("the ACP connection closed while an update was sent")
-            send.result()
-        finally:
-            send.cancel()
+            tasks.result(send)  # its failure raised as itself
 
 
 async def run_tool_call(

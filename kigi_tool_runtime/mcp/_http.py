@@ -27,11 +27,14 @@ Rule 5. Stopping (the serving task cancelled) is bounded and in this order:
         hosts get :data:`DRAIN_S` to take what is left, and the connections
         still open (hosts not reading) are cut. uvicorn's own signal handlers
         are never installed: the caller owns the signals.
+Rule 6. uvicorn runs in a task of :func:`serve_http`'s own task group: it has
+        ended when ``serve_http`` returns or raises (cancelled once the wind
+        down has passed), and its failure is raised from ``serve_http``.
+        The module is anyio code throughout, as the SDK it serves is.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
 from collections import deque
@@ -230,7 +233,11 @@ async def serve_http(
     session_idle_s: float = HTTP_SESSION_IDLE_S,
 ) -> None:
     """Serve ``server`` (a :class:`McpToolServer`) on the listening ``sock``
-    until cancelled, then stop as Rule 5 says and re-raise."""
+    until cancelled, then stop as Rule 5 says and re-raise.
+
+    Raises:
+        ExceptionGroup: uvicorn failed (Rule 6).
+    """
     host = sock.getsockname()[0]
     app = server.server.streamable_http_app(
         streamable_http_path=path,
@@ -248,31 +255,39 @@ async def serve_http(
         timeout_graceful_shutdown=int(DRAIN_S + WIND_DOWN_S),
     )
     http = _uvicorn_server(config)
-    serving = asyncio.get_running_loop().create_task(http.serve(sockets=[sock]))
-    try:
-        await asyncio.wait({serving})
-    except asyncio.CancelledError:
-        with anyio.CancelScope(shield=True):
-            await _stop(server, http, serving)
-        raise
-    serving.result()
+    served = anyio.Event()
+
+    async def serving() -> None:
+        try:
+            await http.serve(sockets=[sock])
+        finally:
+            served.set()
+
+    # Rule 6: uvicorn's task is this call's; the group raises its failure.
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(serving, name="kigi mcp http")
+        try:
+            await served.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await _stop(server, http, served, tasks.cancel_scope)
+            raise
 
 
-async def _stop(server: Any, http: Any, serving: asyncio.Task[None]) -> None:
-    """Rule 5, each step bounded."""
+async def _stop(server: Any, http: Any, served: anyio.Event, serving: anyio.CancelScope) -> None:
+    """Rule 5, each step bounded; uvicorn's task (in ``serving``) is cancelled
+    if it has not ended by then."""
     await server.stop_calls()
     http.should_exit = True
     connections = http.server_state.connections
     with anyio.move_on_after(DRAIN_S):
-        while connections and not serving.done():
-            await asyncio.sleep(0.05)
+        while connections and not served.is_set():
+            await anyio.sleep(0.05)
     for connection in list(connections):
         transport = getattr(connection, "transport", None)
         if transport is not None:
             transport.abort()  # a host not reading: its unsent bytes are dropped
     with anyio.move_on_after(WIND_DOWN_S):
-        await asyncio.wait({serving})
-    if not serving.done():
+        await served.wait()
+    if not served.is_set():
         serving.cancel()
-        with anyio.move_on_after(WIND_DOWN_S):
-            await asyncio.wait({serving})

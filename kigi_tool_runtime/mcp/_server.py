@@ -65,11 +65,15 @@ Rule 12. A call with a ``progressToken`` that has written nothing for
         (``_call/_feed`` Rule 5), so a host that aborts idle calls never sees
         a silent call idle for longer; ``progress`` goes on increasing and the
         frames' ``seq`` has no hole. ``heartbeat_s`` 0 sends none.
+Rule 13. A call's producer (the tool's run feeding its queue) is a task of its
+        handler's own task group: it has ended when the handler returns or
+        raises (after the stop wait it is cancelled, then awaited), and its
+        failure is raised from the handler as itself, never lost. The module
+        is anyio code throughout, as the SDK it drives is.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple, Protocol, cast
 
@@ -197,12 +201,9 @@ class McpToolServer:
         self._outbox_bytes = outbox_bytes
         self._max_calls = max_calls
         self._closing = False
-        # The running calls (Rules 9 and 10): their contexts, producer tasks
-        # and queues.
-        self._calls: dict[
-            int,
-            tuple[ToolContext, asyncio.Task[ToolResult | ToolError], CallQueue[Any, Any]],
-        ] = {}
+        # The running calls (Rules 9 and 10): their contexts, producers and
+        # queues.
+        self._calls: dict[int, tuple[ToolContext, _Producer, CallQueue[Any, Any]]] = {}
         self._stop_wait = stop_wait
         self._calls_started = 0
         self._in_flight = 0
@@ -233,10 +234,10 @@ class McpToolServer:
         self._closing = True
         for kctx, _, _ in list(self._calls.values()):
             kctx.cancel()
-        producers = {producer for _, producer, _ in self._calls.values()}
-        if producers:
-            with anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S):
-                await asyncio.wait(producers)
+        producers = [producer for _, producer, _ in self._calls.values()]
+        with anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S):
+            for producer in producers:
+                await producer.ended.wait()
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -326,89 +327,99 @@ class McpToolServer:
         )
         self._calls_started += 1
         self._in_flight += 1
-        producer = asyncio.get_running_loop().create_task(
-            self._produce(
-                run,
-                feed,
-                self._heartbeat_s if channel is not None else 0.0,
-                meta if isinstance(meta, Mapping) else None,
-            ),
-            name=f"kigi mcp call {call_id}",
-        )
+        producer = _Producer()
         self._calls[id(kctx)] = (kctx, producer, queue)
-        with anyio.CancelScope() as gone_scope:
-            if exchange is not None:
-                exchange.on_leave = gone_scope.cancel  # Rule 11
-            try:
-                closing = ""
-                if channel is not None:
-                    closing = await self._send_frames(
-                        ctx, channel, live, feed, watch, numbering, exchange
-                    )
-                terminal = await producer
-            except BaseException:
-                # Rule 3: cancelled (by the host, its going away, or shutdown).
-                kctx.cancel()
-                feed.give_up()
-                with (
-                    anyio.CancelScope(shield=True),
-                    anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S),
-                ):
-                    await asyncio.wait({producer})
-                if not producer.done():
-                    producer.cancel()
-                raise
-            finally:
-                if exchange is not None:
-                    exchange.on_leave = None
-                self._in_flight -= 1
-                del self._calls[id(kctx)]
-                self._dropped += queue.dropped
-                self._tokens.release(keys)
-            # The call's one end (``_call/_outcome`` Rule 4): the loss of
-            # the output sent (its gaps, the frames dropped) said as every
-            # host says it.
-            end = CallEnd.of(
-                call_id,
-                tool.id,
-                terminal,
-                live.report(),
-                frames=live.frames,
-                dropped=queue.dropped,
-                closing=closing,
-            )
-            result = result_from_terminal(
-                end,
-                tool,
-                requested=channel is not None,
-                beats=numbering.beats,
-                envelope_bytes=response_envelope_bytes(ctx.request_id),
-            )
-            return types.CallToolResult.model_validate(result, by_name=False)
-        # Rule 11: the host's HTTP stream closed and the call was cancelled; this
-        # answer has nowhere to go (the SDK drops it).
-        raise MCPError(
-            code=ERROR_CODES["connection_lost"],
-            message="the host's stream for this call closed; the call was cancelled",
-        )
-
-    @staticmethod
-    async def _produce(
-        run: ToolRun, feed: _Feed, heartbeat_s: float, meta: Mapping[str, Any] | None
-    ) -> ToolResult | ToolError:
-        """Run the tool, queue its frames (Rule 2) and heartbeats (Rule 12), and
-        return its terminal, which is also the queue's reply: the sender's last
-        item (Rule 1)."""
+        closing = ""
+        # What ended the call otherwise than by its terminal, raised after the
+        # group as itself (an anyio group would wrap it); a cancellation alone
+        # goes through the group.
+        stopped: BaseException | None = None
         try:
-            # _meta's traceparent/tracestate (VS Code sends them) parent its span.
-            terminal = await produce(run, feed, _queued, heartbeat_s=heartbeat_s, trace=meta)
-        except BaseException:
-            # Failed or cancelled: the sender still ends (on a reply it never
-            # sends); awaiting this task raises what ended it.
-            feed.finish(ToolError("internal_error", "the tool run ended without a terminal"))
-            raise
-        feed.finish(terminal)
-        return terminal
+            # Rule 13: the producer is this handler's; the group has awaited
+            # it when the handler goes on.
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(
+                    producer.run,
+                    run,
+                    feed,
+                    self._heartbeat_s if channel is not None else 0.0,
+                    meta if isinstance(meta, Mapping) else None,
+                    name=f"kigi mcp call {call_id}",
+                )
+                with anyio.CancelScope() as gone_scope:
+                    if exchange is not None:
+                        exchange.on_leave = gone_scope.cancel  # Rule 11
+                    try:
+                        if channel is not None:
+                            closing = await self._send_frames(
+                                ctx, channel, live, feed, watch, numbering, exchange
+                            )
+                        await producer.ended.wait()
+                    except BaseException as exc:
+                        # Rule 3: cancelled (by the host, its going away, or shutdown).
+                        kctx.cancel()
+                        feed.give_up()
+                        with (
+                            anyio.CancelScope(shield=True),
+                            anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S),
+                        ):
+                            await producer.ended.wait()
+                        producer.scope.cancel()  # a no-op once it ended
+                        if isinstance(exc, anyio.get_cancelled_exc_class()):
+                            raise
+                        failed = producer.failure
+                        stopped = (
+                            exc
+                            if failed is None
+                            else BaseExceptionGroup(
+                                "the call's sending and its producer failed", [exc, failed]
+                            )
+                        )
+        except anyio.get_cancelled_exc_class():
+            if producer.failure is None:
+                raise
+            # Rule 13: heard even when the call was cancelled (as a TaskGroup
+            # raises its tasks' failures).
+            stopped = producer.failure
+        finally:
+            if exchange is not None:
+                exchange.on_leave = None
+            self._in_flight -= 1
+            del self._calls[id(kctx)]
+            self._dropped += queue.dropped
+            self._tokens.release(keys)
+        if stopped is not None:
+            raise stopped
+        if producer.failure is not None:
+            raise producer.failure  # Rule 13: heard, as itself
+        if gone_scope.cancelled_caught:
+            # Rule 11: the host's HTTP stream closed and the call was cancelled;
+            # this answer has nowhere to go (the SDK drops it).
+            raise MCPError(
+                code=ERROR_CODES["connection_lost"],
+                message="the host's stream for this call closed; the call was cancelled",
+            )
+        terminal = producer.terminal
+        assert terminal is not None, "a producer that did not fail has its terminal"
+        # The call's one end (``_call/_outcome`` Rule 4): the loss of the
+        # output sent (its gaps, the frames dropped) said as every host says it.
+        end = CallEnd.of(
+            call_id,
+            tool.id,
+            terminal,
+            live.report(),
+            frames=live.frames,
+            dropped=queue.dropped,
+            closing=closing,
+        )
+        result = result_from_terminal(
+            end,
+            tool,
+            requested=channel is not None,
+            beats=numbering.beats,
+            envelope_bytes=response_envelope_bytes(ctx.request_id),
+        )
+        return types.CallToolResult.model_validate(result, by_name=False)
 
     async def _send_frames(
         self,
@@ -426,7 +437,7 @@ class McpToolServer:
         heartbeat (Rule 12); then the channel's closing notification, if it
         has one; over HTTP only while the call's pipe has room (Rule 11).
         Returns the live text's closing text."""
-        clock = asyncio.get_running_loop().time
+        clock = anyio.current_time
         session = ctx.session
         request_id = ctx.request_id
         messages = ProgressMessages(self._message_mode, clock())
@@ -462,6 +473,42 @@ class McpToolServer:
                 await exchange.room()
             await session.send_notification(closing, related_request_id=request_id)
         return finished
+
+
+class _Producer:
+    """One call's producer (Rule 13): runs the tool, queues its frames (Rule 2)
+    and heartbeats (Rule 12), and keeps its terminal, which is also the
+    queue's reply: the sender's last item (Rule 1). Shielded from the
+    handler's cancellation, which stops the tool through its context
+    instead (Rule 3); :attr:`scope` cancels it outright."""
+
+    __slots__ = ("ended", "failure", "scope", "terminal")
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope(shield=True)
+        self.ended = anyio.Event()
+        self.terminal: ToolResult | ToolError | None = None
+        self.failure: Exception | None = None
+
+    async def run(
+        self, run: ToolRun, feed: _Feed, heartbeat_s: float, meta: Mapping[str, Any] | None
+    ) -> None:
+        try:
+            with self.scope:
+                # _meta's traceparent/tracestate (VS Code sends them) parent its span.
+                self.terminal = await produce(
+                    run, feed, _queued, heartbeat_s=heartbeat_s, trace=meta
+                )
+        except Exception as failure:  # kept for the handler, which raises it
+            self.failure = failure
+        finally:
+            # Failed or cancelled: the sender still ends (on a reply it never sends).
+            feed.finish(
+                self.terminal
+                if self.terminal is not None
+                else ToolError("internal_error", "the tool run ended without a terminal")
+            )
+            self.ended.set()
 
 
 class _Channel(Protocol):

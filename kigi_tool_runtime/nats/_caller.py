@@ -49,6 +49,11 @@ Rule 4. A follower that resumes after the call's end (at or past the sequence
         a follower that saw the end reports as its position) ends at once with
         the outcome that end carries, instead of waiting for frames that can
         never come.
+Rule 5. A cancel a call writes in the background (its timeout, its handle
+        closed) belongs to its :class:`NatsClient`: ``aclose`` waits for every
+        one and raises the failure of any (other than the server's errors,
+        which a background cancel ignores: the server may be away), so none
+        outlives the client unheard; a closed client writes none.
 """
 
 from __future__ import annotations
@@ -128,6 +133,11 @@ _RETRYABLE_READ: Final = (nats.errors.Error, OSError)
 # Bytes of a message's limit kept for its headers when a call is checked
 # against the server's max_payload.
 _HEADER_ROOM: Final = 4096
+
+
+# Failures of background cancels a client keeps for aclose to raise (Rule 5);
+# past them it counts: one failure is a bug, a thousand say no more.
+_KEPT_FAILURES: Final = 16
 
 
 class Follower(AsyncClosing):
@@ -615,7 +625,12 @@ class NatsClient(AsyncClosing):
         self.session_id = session_id
         self._owns = owns_connection
         self._ready = False
+        self._closed = False
+        # The cancels being written in the background (Rule 5): the client's
+        # own, awaited by aclose, which raises their failures.
         self._background: set[asyncio.Task[None]] = set()
+        self._failed: list[BaseException] = []  # at most _KEPT_FAILURES
+        self._more_failed = 0  # counted past them
         # The followers of submitted calls: an open one would hold the
         # connection's drain for its whole timeout.
         self._followers: weakref.WeakSet[Follower] = weakref.WeakSet()
@@ -635,13 +650,24 @@ class NatsClient(AsyncClosing):
     async def aclose(self) -> None:
         """Wait for cancels being written, stop following the calls it
         submitted (the calls themselves go on), and close the connection if it
-        is ours."""
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        is ours.
+
+        Raises:
+            ExceptionGroup: a cancel written in the background failed with an
+                error other than the server's (Rule 5).
+        """
+        self._closed = True
+        while self._background:
+            await asyncio.wait(set(self._background))
         for follower in list(self._followers):
             await follower.aclose()
         if self._owns and not self.connection.is_closed:
             await self.connection.drain()
+        if self._failed:
+            failed, self._failed = self._failed, []
+            more, self._more_failed = self._more_failed, 0
+            also = f" (and {more} more, not kept)" if more else ""
+            raise BaseExceptionGroup(f"a cancel written in the background failed{also}", failed)
 
     async def _ensure(self) -> None:
         if not self._ready:
@@ -793,10 +819,22 @@ class NatsClient(AsyncClosing):
     def cancel_later(self, call_id: str) -> None:
         """Write ``call_id``'s cancel message in the background, without waiting
         for it and without failing (the server may be away): :meth:`aclose`
-        waits for it."""
+        waits for it (Rule 5). Once the client is closed, nothing is written."""
+        if self._closed:
+            return
+        # Not in a scope: the client owns it (it is no block of code);
+        # `aclose` awaits it and raises its failure.
         task = asyncio.get_running_loop().create_task(self._quiet_cancel(call_id))
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._cancel_ended)
+
+    def _cancel_ended(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and (failure := task.exception()) is not None:
+            if len(self._failed) < _KEPT_FAILURES:
+                self._failed.append(failure)
+            else:
+                self._more_failed += 1
 
     async def _quiet_cancel(self, call_id: str) -> None:
         with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):

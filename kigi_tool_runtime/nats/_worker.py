@@ -60,6 +60,13 @@ Rule 8. Setting up (the JetStream streams, the tools' consumers) is retried for
         :data:`SETUP_RETRY_S` seconds while the server answers with a
         transient error (away, starting, another worker creating the same
         stream or consumer at the same moment); past that the error is raised.
+Rule 9. Every task of a worker (its heartbeat, one pull per tool, one task per
+        call) lives in one scope that :meth:`Worker.run` owns: none outlives
+        ``run``, and none fails unheard. The server's errors are handled where
+        they happen (retried, or the call left to redelivery); any other
+        failure of a task stops the worker at once, as :meth:`Worker.stop`
+        does (its calls end and are acked as Rule 5 says), and is raised from
+        ``run`` in an exception group.
 """
 
 from __future__ import annotations
@@ -93,6 +100,7 @@ from .._call._outcome import CallEnd
 from .._call._queue import CallQueue, QueuePolicy, StallWatch, Taken
 from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
 from .._otel import TRACEPARENT, carrier_of
+from .._scope import TaskScope
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
@@ -326,7 +334,9 @@ class Worker:
         self._unwritten = 0
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:12]}"
         self._running: dict[str, _Running] = {}
+        # The calls running (their tasks are the scope's: Rule 9).
         self._tasks: set[asyncio.Task[None]] = set()
+        self._scope: TaskScope | None = None  # while run() runs
         self._stopping = asyncio.Event()
         # A slot is taken when a call arrives and held until its task ends;
         # `_freed` wakes the pulls waiting for one (Rule 1).
@@ -366,6 +376,8 @@ class Worker:
         Raises:
             nats.js.errors.APIError: the JetStream streams or the consumer
                 cannot be set up.
+            ExceptionGroup: a task of the worker failed (its heartbeat, a pull
+                or a call); the worker stopped first (Rule 9).
         """
         pulls = await self._set_up()
         nc = self._nc
@@ -376,33 +388,47 @@ class Worker:
                     self.subjects.serves(tool_id), queue="workers", cb=self._on_serves
                 )
             )
-        beats = asyncio.create_task(self._beat_loop(), name="kigi worker heartbeat")
-        pullers = [
-            asyncio.create_task(self._pull_loop(pull), name=f"kigi worker pull {tool_id}")
-            for tool_id, pull in pulls.items()
-        ]
-        stopping = asyncio.ensure_future(self._stopping.wait())
         try:
-            await asyncio.wait({stopping, *pullers}, return_when=asyncio.FIRST_COMPLETED)
-            for puller in pullers:
-                if puller.done() and puller.exception() is not None:
-                    raise puller.exception()  # type: ignore[misc]
+            # Rule 9: the heartbeat, the pulls and the calls in one scope,
+            # whose end raises their failures. Not a TaskGroup: a failure must
+            # stop the worker as stop() does (the calls end and are acked,
+            # Rule 5), not cancel every call where it stands.
+            async with TaskScope() as tasks:
+                self._scope = tasks
+                self._watch(tasks.start(self._beat_loop(), name="kigi worker heartbeat"))
+                pullers = [
+                    self._watch(tasks.start(self._pull_loop(pull), name=f"kigi worker pull {t}"))
+                    for t, pull in pulls.items()
+                ]
+                try:
+                    await self._stopping.wait()
+                finally:
+                    self.stop()
+                    # A pull under way ends within its wait; what it brings is given back.
+                    _, late = await asyncio.wait(pullers, timeout=FETCH_WAIT_S + 1.0)
+                    for puller in late:
+                        puller.cancel()
+                    if late:
+                        await asyncio.wait(late)
+                    await self._finish_calls()
+                    # The heartbeat is cancelled, and awaited, as the scope ends.
         finally:
-            self.stop()
-            stopping.cancel()
-            # A pull under way ends within its wait; what it brings is given back.
-            _, late = await asyncio.wait(pullers, timeout=FETCH_WAIT_S + 1.0)
-            for puller in late:
-                puller.cancel()
-            await asyncio.gather(*pullers, return_exceptions=True)
-            await self._finish_calls()
-            beats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beats
+            self._scope = None
             for sub in (*listening, *pulls.values()):
                 with contextlib.suppress(nats.errors.Error):
                     await sub.unsubscribe()
         return self.statistics()
+
+    def _watch(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
+        """Stop the worker at once when ``task`` fails (Rule 9); the scope
+        raises the failure from :meth:`run`."""
+
+        def failed(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                self.stop()
+
+        task.add_done_callback(failed)
+        return task
 
     async def _pull_loop(self, pull: Any) -> None:
         """Take one tool's calls, one at a time, while a slot is free (Rule 1)."""
@@ -446,7 +472,9 @@ class Worker:
         for task in late:
             task.cancel()
         self._unwritten += len(late)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if late:
+            # Their failures, if any, the scope raises from run (Rule 9).
+            await asyncio.wait(late)
 
     async def _set_up(self) -> dict[str, Any]:
         """The JetStream streams and a pull subscription to each tool's consumer
@@ -483,7 +511,8 @@ class Worker:
                 await asyncio.sleep(0.2)
 
     def _start(self, msg: Msg) -> None:
-        task = asyncio.create_task(self._handle(msg), name="kigi worker call")
+        assert self._scope is not None, "calls are taken only while run() runs"
+        task = self._watch(self._scope.start(self._handle(msg), name="kigi worker call"))
         self._tasks.add(task)
         self._peak = max(self._peak, len(self._tasks))
 
