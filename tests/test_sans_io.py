@@ -41,6 +41,7 @@ CORE_MODULES = (
     "kigi_tool_runtime._call._status",
     "kigi_tool_runtime._call._heartbeat",
     "kigi_tool_runtime._wire._split",
+    "kigi_tool_runtime._wire._rpc_lines",
     "kigi_tool_runtime._transport._rpc_server",
     "kigi_tool_runtime._transport._rpc_client",
     "kigi_tool_runtime._tools._errors",

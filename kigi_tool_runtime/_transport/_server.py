@@ -70,7 +70,7 @@ Rule 8. ``serve`` owns its tasks (the writer, the reader, one per call) in one
         itself, several in an exception group. The tool tasks of Rule 7 are the
         runner's, not the group's.
 Rule 9. A call that has written nothing for ``heartbeat_s`` seconds gets a
-        ``tool_call_heartbeat`` notification (``_rpc_server``), again every
+        ``tool_call_heartbeat`` notification (``_wire/_rpc_lines``), again every
         ``heartbeat_s`` of its silence, timed by the call core (``_call/_feed``
         Rule 5): ``{"tool_call_id", "elapsed_ms", "silent_ms"}`` with the
         call's ``session_id`` and no ``seq``, so the frames' ``seq`` keeps no
@@ -102,12 +102,12 @@ from .._otel import TRACEPARENT
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext
+from .._wire._rpc_lines import end_line
 from ._rpc_server import (
     ProgressItem,
     Reply,
     ServerProtocol,
     StartCall,
-    end_line,
     progress_item_of,
     take_lines,
 )
