@@ -40,6 +40,7 @@ CORE_MODULES = (
     "kigi_tool_runtime._call._schema",
     "kigi_tool_runtime._call._status",
     "kigi_tool_runtime._call._heartbeat",
+    "kigi_tool_runtime._call._flush",
     "kigi_tool_runtime._wire._split",
     "kigi_tool_runtime._wire._rpc_lines",
     "kigi_tool_runtime._transport._rpc_server",

@@ -15,14 +15,17 @@ Rule 1. One JSON-RPC message per line. A line that is not JSON (or is
         unanswered.) A malformed *response* is dropped: nobody waits for it.
 Rule 2. Messages are written in the order the server hands them over,
         batched into as few writes as the pipe allows, each batch drained
-        before the next; a write to a closed output stops serving, which
+        before the next (``_call/_writer``'s ``LineOutput``, the stdio
+        server's own output); a write to a closed output stops serving, which
         cancels every call (their tools stopped) before returning.
 Rule 3. End of input first lets the requests still in flight that are not
         calls (a ``ping``, a ``tools/list`` sent just before the end) be
         answered (``_inflight``), then cancels every call in flight and returns
         once their tools have stopped and what is left is written: while the
         output moves, for at most ``FINAL_FLUSH_S`` from the end of input in
-        all (the kigi server's bounds).
+        all: the final flush the kigi server makes (``_call/_writer`` Rule 3),
+        which gives up once a pending write has let no byte out for
+        ``WRITER_STALL_S``.
 Rule 4. A response that follows notifications of its call is written
         only once the host has read them (``_hold``), bounded by
         ``RESPONSE_HOLD_S``, so a client that defers notifications but not
@@ -59,7 +62,8 @@ from pydantic import ValidationError
 
 from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
 
-from .._call._serving import FINAL_FLUSH_S, WRITER_STALL_S
+from .._call._serving import FINAL_FLUSH_S
+from .._call._writer import LineOutput
 from .._lines import read_lines
 from .._wire._split import OversizedLine
 from ._exchange import Refusal, RequestHead, read_head, reused_id_refusal
@@ -175,6 +179,12 @@ async def serve_lines_mcp(
     sdk_server = server.server
 
     writer_done = anyio.Event()
+    output = LineOutput(sink, anyio.current_time)
+
+    async def wait_for_writer(seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            await writer_done.wait()
+
     inflight = InFlight()
     refused: set[int] = set()  # the reused-id refusals on their way (Rule 5)
     answered = anyio.Event()
@@ -266,8 +276,7 @@ async def serve_lines_mcp(
             async with write_recv:
                 while True:
                     if hold.holding and (ready := released(0)):
-                        sink.write(ready)
-                        await sink.drain()
+                        await output.send(ready)
                     if closed:
                         if not hold.holding:
                             break
@@ -291,9 +300,9 @@ async def serve_lines_mcp(
                             closed = True
                             break
                     if batch:
-                        sink.write(batch)
-                        await sink.drain()
+                        await output.send(batch)
         except (ConnectionError, OSError):
+            output.broke()
             scope.cancel()  # Rule 2: nobody reads; stop serving (calls are cancelled)
         finally:
             writer_done.set()
@@ -304,15 +313,9 @@ async def serve_lines_mcp(
         await sdk_server.run(read_recv, write_send, sdk_server.create_initialization_options())
         # Rule 3: the last replies are written while the output moves, for at
         # most FINAL_FLUSH_S from the end of input; a host that stopped
-        # reading cannot keep us.
-        give_up = (end_of_input[0] if end_of_input else anyio.current_time()) + FINAL_FLUSH_S
-        left = buffered(sink)
-        while not writer_done.is_set() and anyio.current_time() < give_up:
-            with anyio.move_on_after(WRITER_STALL_S):
-                await writer_done.wait()
-            moved, left = left, buffered(sink)
-            if left is not None and left == moved:
-                break  # not a byte taken in WRITER_STALL_S
+        # reading cannot keep us (the final flush of ``_call/_writer``).
+        started = end_of_input[0] if end_of_input else anyio.current_time()
+        await output.final_flush(started, writer_done.is_set, wait_for_writer)
         tg.cancel_scope.cancel()
 
 
