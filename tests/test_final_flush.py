@@ -126,3 +126,60 @@ def test_the_final_flush_gives_up_on_a_stalled_output_and_waits_for_a_moving_one
     gave_up, finished = run_within(main(), 30)
     assert gave_up is False
     assert finished is True
+
+
+class _ListSink:
+    """A sink that records each write, and fails from write ``fail_at`` on."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.writes: list[bytes] = []
+        self.drained = 0
+        self.fail_at = fail_at
+
+    def write(self, data: bytes | bytearray) -> None:
+        if self.fail_at is not None and len(self.writes) >= self.fail_at:
+            raise BrokenPipeError("the reader went away")
+        self.writes.append(bytes(data))
+
+    async def drain(self) -> None:
+        self.drained += 1
+
+
+@settings(max_examples=100)
+@given(
+    batches=st.lists(st.binary(max_size=8), max_size=12),
+    fail_at=st.none() | st.integers(0, 12),
+)
+def test_the_writer_loop_writes_each_batch_in_order_then_stops(
+    batches: list[bytes], fail_at: int | None
+) -> None:
+    """The one writer loop (``_call/_writer`` Rule 1): every non-empty batch
+    gathered is written and drained before the next is asked for, in order;
+    ``None`` ends it; a failing output ends it broken, nothing written after."""
+
+    async def main() -> tuple[bool, _ListSink, LineOutput]:
+        sink = _ListSink(fail_at)
+        output = LineOutput(sink, asyncio.get_running_loop().time)
+        pending = list(batches)
+        asked = []
+
+        async def gather() -> bytes | None:
+            asked.append(sink.drained)
+            return pending.pop(0) if pending else None
+
+        ok = await output.run(gather)
+        # each ask came after the previous batch was drained
+        assert asked == sorted(asked)
+        return ok, sink, output
+
+    ok, sink, output = run_within(main(), 30)
+    wanted = [batch for batch in batches if batch]
+    if fail_at is None or fail_at >= len(wanted):
+        assert ok
+        assert not output.broken
+        assert sink.writes == wanted
+        assert sink.drained == len(wanted)
+    else:
+        assert not ok
+        assert output.broken
+        assert sink.writes == wanted[:fail_at]

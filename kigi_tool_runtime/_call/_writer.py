@@ -1,13 +1,17 @@
 """``LineOutput``: the output of a server that batches lines (the stdio server,
-MCP over stdio), the thin driver both writer loops write through, and their
-one final flush. It awaits only its sink and the waits its server hands it,
-so an asyncio server and an anyio one share it.
+MCP over stdio): their one writer loop, and their one final flush. It awaits
+only its sink and what its server hands it, so an asyncio server and an anyio
+one share it.
 
 Invariants:
 
-Rule 1. :meth:`LineOutput.send` writes one batch and drains it before it
-        returns: a server's writer loop has at most one batch pending, and the
-        batch's bytes are in the sink's order.
+Rule 1. :meth:`LineOutput.run` is the writer loop: it asks the server for a
+        batch (``gather``, which waits until there is something to write, and
+        says when all is written), writes it and drains it before it asks
+        again (:meth:`LineOutput.send`), so at most one batch is pending and
+        bytes leave in the order they were gathered. An output that fails
+        (``ConnectionError``, ``OSError``) ends the loop, broken (nothing more
+        is written), and ``run`` says so.
 Rule 2. Its :class:`StallWatch` hears of each send (started, done) and of every
         change seen in the transport's buffered bytes (a move of the output),
         so :meth:`LineOutput.stalled` is true exactly when a send is pending and
@@ -60,6 +64,19 @@ class LineOutput:
     def broke(self) -> None:
         """Nothing more is written (the output failed, or is abandoned)."""
         self.watch.broke()
+
+    async def run(self, gather: Callable[[], Awaitable[bytes | bytearray | None]]) -> bool:
+        """Write each batch ``gather`` makes until it returns ``None`` (Rule 1);
+        returns False when the output failed first (it is then broken)."""
+        send = self.send
+        try:
+            while (batch := await gather()) is not None:
+                if batch:
+                    await send(batch)
+        except (ConnectionError, OSError):
+            self.broke()
+            return False
+        return True
 
     async def send(self, batch: bytes | bytearray) -> None:
         """Write ``batch`` and wait until the sink took it (Rule 1).

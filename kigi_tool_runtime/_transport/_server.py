@@ -268,40 +268,42 @@ class _Writer:
         return lines
 
     async def run(self) -> None:
-        """Write until closed and flushed. Returns early, with ``broken`` set, if
-        the output fails."""
-        control, ready, send = self._control, self._ready, self.output.send
-        try:
-            while True:
-                if not control and not ready:
-                    if self._closing:
-                        return
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                batch = bytearray()
-                while control:
-                    batch += control.popleft()
-                self._control_bytes = 0
-                self._space.set()
-                for _ in range(len(ready)):
-                    if len(batch) >= MAX_WRITE_BYTES:
-                        break
-                    call = ready.popleft()
-                    queue = call.feed.queue
-                    taken, finished = take_lines(
-                        queue, call.call_id, call.session_id, WRITE_BATCH_BYTES, batch
-                    )
-                    if taken:
-                        self.frames_written += taken
-                        call.feed.took()
-                    if not finished and len(queue):
-                        ready.append(call)
-                    else:
-                        call.scheduled = False
-                await send(batch)
-        except (ConnectionError, OSError):
+        """Write until closed and flushed (the shared writer loop,
+        ``LineOutput.run``). Returns early, with ``broken`` set, if the output
+        fails."""
+        if not await self.output.run(self._gather):
             self._drop_all()
+
+    async def _gather(self) -> bytearray | None:
+        """The next batch: the control replies, then the calls in turn, up to
+        :data:`MAX_WRITE_BYTES`; ``None`` once closed with nothing left."""
+        control, ready = self._control, self._ready
+        while not control and not ready:
+            if self._closing:
+                return None
+            self._wake.clear()
+            await self._wake.wait()
+        batch = bytearray()
+        while control:
+            batch += control.popleft()
+        self._control_bytes = 0
+        self._space.set()
+        for _ in range(len(ready)):
+            if len(batch) >= MAX_WRITE_BYTES:
+                break
+            call = ready.popleft()
+            queue = call.feed.queue
+            taken, finished = take_lines(
+                queue, call.call_id, call.session_id, WRITE_BATCH_BYTES, batch
+            )
+            if taken:
+                self.frames_written += taken
+                call.feed.took()
+            if not finished and len(queue):
+                ready.append(call)
+            else:
+                call.scheduled = False
+        return batch
 
 
 class _Call(NamedTuple):

@@ -15,8 +15,8 @@ Rule 1. One JSON-RPC message per line. A line that is not JSON (or is
         unanswered.) A malformed *response* is dropped: nobody waits for it.
 Rule 2. Messages are written in the order the server hands them over,
         batched into as few writes as the pipe allows, each batch drained
-        before the next (``_call/_writer``'s ``LineOutput``, the stdio
-        server's own output); a write to a closed output stops serving, which
+        before the next (the writer loop the stdio server runs too,
+        ``_call/_writer``'s ``LineOutput``); a write to a closed output stops serving, which
         cancels every call (their tools stopped) before returning.
 Rule 3. End of input first lets the requests still in flight that are not
         calls (a ``ping``, a ``tools/list`` sent just before the end) be
@@ -270,40 +270,49 @@ async def serve_lines_mcp(
             closed = True
             return None
 
+    released_last = False  # the batch just written was released responses
+
+    async def gather() -> bytes | bytearray | None:
+        """The next batch for the shared writer loop (``LineOutput.run``): the
+        held responses that may go now, else the messages waiting, up to
+        :data:`WRITE_BATCH_BYTES`; ``None`` once the server is done and nothing
+        is held."""
+        nonlocal closed, released_last
+        while True:
+            if not released_last and hold.holding and (ready := released(0)):
+                released_last = True
+                return ready
+            released_last = False
+            if closed:
+                if not hold.holding:
+                    return None
+                await anyio.sleep(hold.next_look(anyio.current_time()))
+                continue
+            pending = await next_message()
+            batch = bytearray()
+            while pending is not None:
+                if not offered(pending):
+                    batch += take(pending)
+                if hold.holding:
+                    batch += released(len(batch))
+                pending = None
+                if len(batch) >= WRITE_BATCH_BYTES:
+                    break
+                try:
+                    pending = write_recv.receive_nowait()
+                except anyio.WouldBlock:
+                    break
+                except anyio.EndOfStream:
+                    closed = True
+                    break
+            if batch:
+                return batch
+
     async def write_loop(scope: anyio.CancelScope) -> None:
-        nonlocal closed
         try:
             async with write_recv:
-                while True:
-                    if hold.holding and (ready := released(0)):
-                        await output.send(ready)
-                    if closed:
-                        if not hold.holding:
-                            break
-                        await anyio.sleep(hold.next_look(anyio.current_time()))
-                        continue
-                    pending = await next_message()
-                    batch = bytearray()
-                    while pending is not None:
-                        if not offered(pending):
-                            batch += take(pending)
-                        if hold.holding:
-                            batch += released(len(batch))
-                        pending = None
-                        if len(batch) >= WRITE_BATCH_BYTES:
-                            break
-                        try:
-                            pending = write_recv.receive_nowait()
-                        except anyio.WouldBlock:
-                            break
-                        except anyio.EndOfStream:
-                            closed = True
-                            break
-                    if batch:
-                        await output.send(batch)
-        except (ConnectionError, OSError):
-            output.broke()
-            scope.cancel()  # Rule 2: nobody reads; stop serving (calls are cancelled)
+                if not await output.run(gather):
+                    scope.cancel()  # Rule 2: nobody reads; stop serving (calls are cancelled)
         finally:
             writer_done.set()
 
