@@ -49,6 +49,8 @@ MODULES = (
     "_tools/_runner.py",
     "_tools/_shell.py",
     "_call/_served.py",
+    "_call/_run_loop.py",
+    "_call/_writer.py",
     "_cli/_run.py",
     "_cli/_held_printer.py",
 )
