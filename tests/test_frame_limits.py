@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kigi_tool_protocol import encode_progress_line
 from kigi_tool_runtime import Client, RemoteToolError
 from kigi_tool_runtime._transport._rpc_client import owner_of
-from kigi_tool_runtime._transport._rpc_server import result_line
+from kigi_tool_runtime._wire._rpc_lines import result_line
 from kigi_tool_runtime._wire._split import OVERSIZED_HEAD_BYTES
 
 BIG_TOOLS = """

@@ -1,5 +1,5 @@
 """Requests still in flight when a stdio host closes the server's input are
-answered before ``kigi-stream serve --mcp`` exits (``_transports`` Rule 3,
+answered before ``kigi-stream serve --mcp`` exits (``_lines`` Rule 3,
 ``_inflight``); calls are cancelled, their tools stopped."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from kigi_tool_protocol import (
 from kigi_tool_protocol._tool_call import ToolOutputText
 from kigi_tool_protocol._tool_error import CancelledWire
 from kigi_tool_runtime import OutputStream, Reassembler, RemoteToolError
-from kigi_tool_runtime._transport._rpc_server import result_line, wire_error_line
+from kigi_tool_runtime._wire._rpc_lines import result_line, wire_error_line
 from kigi_tool_runtime.nats import FollowPosition, Subjects
 from kigi_tool_runtime.nats._protocol import (
     FRAMES_HEADER,

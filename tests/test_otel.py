@@ -33,11 +33,14 @@ from kigi_tool_runtime import (
     Reassembler,
     ServedCall,
     ShellTool,
+    ToolContext,
     ToolError,
     ToolResult,
 )
-from kigi_tool_runtime._call._queue import CallQueue, QueuePolicy
+from kigi_tool_runtime._call._feed import QueueFeed, produce
+from kigi_tool_runtime._call._queue import CallQueue, QueuePolicy, StallWatch
 from kigi_tool_runtime._call._trace import CallTrace, end_attributes, gap_events
+from kigi_tool_runtime._tools._runner import run_tool
 
 EXPORT = Path(__file__).with_name("otel_export.py")
 _EXPORTER = InMemorySpanExporter()
@@ -173,6 +176,38 @@ def test_a_failed_call_says_its_error_type(spans: InMemorySpanExporter) -> None:
     assert dict(bad.attributes or {})["error.type"] == "invalid_params"
     assert bad.status.status_code is trace.StatusCode.ERROR
     assert dict(by_id["f1"].attributes or {})["kigi.output.complete"] is True
+
+
+def test_a_call_left_early_ends_its_one_span_cancelled(spans: InMemorySpanExporter) -> None:
+    """The call's one loop (``_call/_run_loop`` Rule 3): a call left before its
+    end, iterated plainly or with heartbeats, ends its one span ``cancelled``;
+    a call a queued host stops (a frame it cannot send) ends it with that
+    error, not ``cancelled``."""
+
+    async def main() -> None:
+        async with ServedCall(Gappy(), {}, call_id="plain") as call:
+            async for _ in call:
+                break
+        async with ServedCall(Gappy(), {}, call_id="beating", heartbeat_s=30.0) as call:
+            async for _ in call.events():
+                break
+
+        def refuse(frame: Any) -> tuple[Any, int]:
+            raise ToolError.frame_too_large(99, 10)
+
+        feed: QueueFeed[Any, Any] = QueueFeed(CallQueue(QueuePolicy.wait(4)), StallWatch(1.0))
+        run = run_tool(Gappy(), {}, ctx=ToolContext("queued"))
+        terminal = await produce(run, feed, refuse)
+        assert isinstance(terminal, ToolError)
+        assert terminal.kind.value == "frame_too_large"
+
+    run_within(main(), 30)
+    ended = [dict(s.attributes or {}) for s in spans.get_finished_spans()]
+    by_id = {attributes["gen_ai.tool.call.id"]: attributes for attributes in ended}
+    assert len(ended) == len(by_id) == 3  # one span a call
+    assert by_id["plain"]["error.type"] == "cancelled"
+    assert by_id["beating"]["error.type"] == "cancelled"
+    assert by_id["queued"]["error.type"] == "frame_too_large"
 
 
 def test_without_the_extra_nothing_is_imported() -> None:

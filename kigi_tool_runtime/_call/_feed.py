@@ -4,11 +4,12 @@ its :class:`CallQueue`, the thin asyncio driver every queued server shares
 
 Invariants:
 
-Rule 1. :func:`produce` runs the tool to its terminal and returns it: each
-        frame the tool streams is checked and made into an item by the host's
-        ``item_of`` (which raises the :class:`ToolError` that ends the call
-        when the frame cannot be sent: the tool is then stopped) and put in the
-        queue. A run always ends with a terminal (the runner's Rule 1).
+Rule 1. :func:`produce` runs the tool to its terminal through the call's one
+        loop (``_call/_run_loop``) and returns it: each frame the tool streams
+        is checked and made into an item by the host's ``item_of`` (which
+        raises the :class:`ToolError` that ends the call when the frame cannot
+        be sent: the tool is then stopped) and put in the queue. A run
+        always ends with a terminal (the runner's Rule 1).
 Rule 2. :meth:`QueueFeed.put` waits while the queue refuses the item (the
         queue's Rule 2): until a take makes room, or until the host has
         stalled (re-checked as the watch says) and the policy drops, or the
@@ -27,8 +28,9 @@ Rule 5. With a heartbeat interval, :func:`produce` is the one place that
 Rule 6. With OpenTelemetry, :func:`produce` records one span per call
         (``_otel``), its parent the trace context the host passes (``trace``)
         or the current span, and tells it which frames the queue handed on
-        and which it dropped (``_trace`` Rule 1); ``traced=False`` leaves that
-        to a caller that records the call's span itself (``ServedCall``).
+        and which it dropped (``_trace`` Rule 1); given a ``CallLoop`` in place
+        of the run, it leaves that to the loop's owner, who records the call's
+        span itself (``ServedCall``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Generic, Protocol, TypeVar
 
-from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
+from kigi_tool_protocol import ToolCallProgressFrame
 
 from .._otel import start_call_span
 from .._tools._errors import ToolError
@@ -46,15 +48,13 @@ from .._tools._runner import ToolRun
 from .._tools._tool import ToolResult
 from ._heartbeat import Beat, HeartbeatRule
 from ._queue import CallQueue, Taken
+from ._run_loop import CallLoop
 
 # Plumbing for the servers and callers, not exported.
 __all__: tuple[str, ...] = ()
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-# A tuple, built once: ``ToolResult | ToolError`` in the loop made a union per frame.
-_TERMINALS: Final = (ToolResult, ToolError)
 
 # How early the event loop may run a timer (its clock's resolution, with room).
 _EARLY_S: Final = 0.001
@@ -155,37 +155,35 @@ class QueueFeed(Generic[T, R]):
 
 
 async def produce(
-    run: ToolRun,
+    run: ToolRun | CallLoop,
     feed: QueueFeed[T, Any],
     item_of: Callable[[ToolCallProgressFrame[Any]], tuple[T, int]],
     *,
     heartbeat_s: float = 0.0,
     trace: Mapping[str, Any] | None = None,
-    traced: bool = True,
 ) -> ToolResult | ToolError:
     """Run the call to its terminal, feeding its frames to ``feed`` (Rule 1),
     and a heartbeat through each ``heartbeat_s`` of silence (Rule 5; 0: none);
     ``trace``: the trace context the call came with (``traceparent``,
-    ``tracestate``), for its span (Rule 6).
+    ``tracestate``), for its span (Rule 6). Given a :class:`CallLoop` in
+    place of the run, the loop's span is its caller's (Rule 6).
 
     Raises:
         ValueError: ``heartbeat_s`` is negative.
     """
-    call_id = run.ctx.call_id
-    span = start_call_span(run.tool.id, call_id, trace, make_current=True) if traced else None
-    terminal: ToolResult | ToolError | None = None
+    if isinstance(run, CallLoop):
+        loop, span = run, None
+    else:
+        span = start_call_span(run.tool.id, run.ctx.call_id, trace, make_current=True)
+        loop = CallLoop(run, span)
     pulse = _Pulse(feed, heartbeat_s) if heartbeat_s else None
     try:
-        async with run:
-            async for event in run:
-                if isinstance(event, _TERMINALS):
-                    terminal = event
-                    continue
-                frame = progress_to_frame(call_id, event)
+        async with contextlib.aclosing(loop.frames()) as frames:
+            async for frame in frames:
                 try:
                     item, size = item_of(frame)
                 except ToolError as error:
-                    terminal = error
+                    loop.stop(error)
                     break
                 if pulse is not None:
                     pulse.output()
@@ -194,17 +192,12 @@ async def produce(
                     # Right after the offer, before anything can take (_trace Rule 1).
                     span.trace.offered(frame)
                     span.trace.queue_moved(len(feed.queue), feed.queue.dropped)
-    except BaseException:
-        if span is not None:
-            span.end(ToolError("cancelled", "the call was stopped before its end"))
-        raise
     finally:
         if pulse is not None:
             pulse.stop()
-    if terminal is None:  # pragma: no cover - the runner always ends with one
-        terminal = ToolError("internal_error", "the tool run ended without a terminal")
+    terminal = loop.terminal
     if span is not None:
-        span.end(terminal)
+        loop.end(terminal)
     return terminal
 
 

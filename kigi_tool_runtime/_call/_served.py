@@ -28,6 +28,10 @@ Rule 5. :meth:`ServedCall.events` yields the same deltas and, with a
 Rule 6. With OpenTelemetry, each call records one span (``_otel``), a child
         of the span current where it is iterated (or of ``trace``), ended
         with the call's end and its live text's loss reports.
+Rule 7. Both ways run the call through its one loop (``_call/_run_loop``'s
+        :class:`CallLoop`): plain iteration steps it in the host's task, a
+        beating call hands it to ``produce``; the loop decides the terminal
+        and ends the span (left early: ``cancelled``).
 """
 
 from __future__ import annotations
@@ -37,19 +41,20 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final, cast
 
-from kigi_tool_protocol import ToolCallProgressFrame, progress_to_frame
+from kigi_tool_protocol import ToolCallProgressFrame
 
 from .._closing import AsyncClosing
 from .._otel import start_call_span
 from .._scope import TaskScope
 from .._tools._errors import ToolError
-from .._tools._runner import STOP_WAIT_S, ToolRun, decode_args, run_tool
+from .._tools._runner import STOP_WAIT_S, decode_args, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
 from ._feed import QueueFeed, produce
 from ._heartbeat import Beat
 from ._live import LiveDelta, LiveText
 from ._outcome import CallEnd
 from ._queue import CallQueue, QueuePolicy, StallWatch, Taken
+from ._run_loop import CallLoop
 
 __all__ = ("ServedCall",)
 
@@ -161,13 +166,13 @@ class ServedCall(AsyncClosing):
     async def _frames(self, *, beating: bool) -> AsyncGenerator[LiveDelta | Beat, None]:
         call_id = self._ctx.call_id
         live = self._live
-        terminal: ToolResult | ToolError | None = None
-        seq = 0
         span = start_call_span(self._tool.id, call_id, self._trace)
+        loop = CallLoop(self._run, span, reports=lambda: live.reassembler.reports(ended=True))
+        terminal: ToolResult | ToolError | None = None
         try:
             if beating:
                 # Closed here, not left to the collector: its task must stop first (Rule 3).
-                async with contextlib.aclosing(self._beating()) as items:
+                async with contextlib.aclosing(self._beating(loop)) as items:
                     async for item in items:
                         if isinstance(item, Beat):
                             yield item
@@ -178,30 +183,26 @@ class ServedCall(AsyncClosing):
                         # The seq its queue took it with: the call's one number.
                         yield live.add(item.item, item.seq)
             else:
-                async with self._run as run:
-                    async for event in run:
-                        if isinstance(event, ToolResult | ToolError):
-                            terminal = event
-                            continue
-                        delta = live.add(progress_to_frame(call_id, event), seq)
+                # The call's one loop, iterated here: no task, no handover (Rule 2).
+                async with contextlib.aclosing(loop.frames()) as frames:
+                    seq = 0
+                    async for frame in frames:
+                        delta = live.add(frame, seq)
                         seq += 1
                         yield delta
         except BaseException:
-            if span is not None:
-                stopped = ToolError("cancelled", "the call was stopped before its end")
-                span.end(stopped, live.reassembler.reports(ended=True))
+            loop.abandon()
             raise
-        if terminal is None:  # pragma: no cover - the runner always ends with one
-            terminal = ToolError("internal_error", "the tool run ended without a terminal")
+        if terminal is None:
+            terminal = loop.terminal
         closing = live.finish()
         self._end = CallEnd.of(
             call_id, self._tool.id, terminal, live.report(), frames=live.frames, closing=closing
         )
-        if span is not None:
-            span.end(self._end.terminal, live.reassembler.reports(ended=True))
+        loop.end(self._end.terminal, live.reassembler.reports(ended=True))
 
     async def _beating(
-        self,
+        self, loop: CallLoop
     ) -> AsyncGenerator[Taken[ToolCallProgressFrame[Any]] | Beat | ToolResult | ToolError, None]:
         """Rule 5: the call core's own driver (``produce``, whose timer puts the
         beats) in a task, handing over frames through a queue that holds at
@@ -215,7 +216,7 @@ class ServedCall(AsyncClosing):
         # failure of the task is raised from it, never lost.
         async with TaskScope() as tasks:
             pump = tasks.start(
-                _pump(self._run, feed, self._heartbeat_s), name=f"kigi call {self.call_id}"
+                _pump(loop, feed, self._heartbeat_s), name=f"kigi call {self.call_id}"
             )
             try:
                 while True:
@@ -261,13 +262,14 @@ def _frame_item(frame: ToolCallProgressFrame[Any]) -> tuple[ToolCallProgressFram
 
 
 async def _pump(
-    run: ToolRun,
+    loop: CallLoop,
     feed: QueueFeed[ToolCallProgressFrame[Any], ToolResult | ToolError],
     heartbeat_s: float,
 ) -> None:
-    """Run the call into ``feed``, its terminal the feed's reply."""
+    """Run the call's loop into ``feed``, its terminal the feed's reply (the
+    loop's span is the served call's, so ``produce`` records none)."""
     try:
-        terminal = await produce(run, feed, _frame_item, heartbeat_s=heartbeat_s, traced=False)
+        terminal = await produce(loop, feed, _frame_item, heartbeat_s=heartbeat_s)
     except BaseException:
         feed.finish(ToolError("internal_error", "the tool run ended without a terminal"))
         raise

@@ -46,9 +46,6 @@ import msgspec
 
 from kigi_tool_protocol import (
     DecodeError,
-    JsonRpcError,
-    JsonRpcNotification,
-    JsonRpcResponse,
     ToolCallParams,
     ToolCallProgressFrame,
     ToolErrorWire,
@@ -71,16 +68,19 @@ from kigi_tool_protocol._tool_error import (
     FrameTooLargeWire,
     InvalidParamsWire,
     ToolNotFoundWire,
-    error_code_for,
 )
 
 from .._call._frame_check import encoded_body
-from .._call._heartbeat import METHOD_TOOL_CALL_HEARTBEAT, Beat
-from .._call._outcome import CallEnd
 from .._call._queue import CallQueue
 from .._text import MAX_DETAIL_CHARS, cut, excerpt
 from .._tools._errors import ToolError
-from .._tools._result import ToolResult
+from .._wire._rpc_lines import (
+    error_line,
+    heartbeat_line,
+    null_id_error,
+    result_line,
+    wire_error_line,
+)
 from .._wire._split import OversizedLine
 
 __all__ = ()
@@ -107,79 +107,6 @@ _CALL_METHODS: Final = frozenset({METHOD_TOOL_CALL, METHOD_TOOL_CALL_REQUEST})
 # (tools.list takes none, and an unknown method is answered as unknown).
 _METHODS_WITH_PARAMS: Final = frozenset(SERVED_METHODS) - {METHOD_TOOLS_LIST}
 _NULL_PARAMS: Final = msgspec.Raw(b"null")
-
-
-def heartbeat_line(call_id: str, session_id: str | None, beat: Beat) -> bytes:
-    """The ``tool_call_heartbeat`` line of ``beat`` (whole milliseconds)."""
-    note: JsonRpcNotification[Any] = JsonRpcNotification(
-        session_id=session_id,
-        method=METHOD_TOOL_CALL_HEARTBEAT,
-        params={
-            "tool_call_id": call_id,
-            "elapsed_ms": int(beat.elapsed_s * 1000),
-            "silent_ms": int(beat.silent_s * 1000),
-        },
-    )
-    return json_codec.encode(note) + b"\n"
-
-
-# -- Reply lines ------------------------------------------------------------------
-
-
-def null_id_error(code: int, message: str, data: Any = None) -> bytes:
-    """An error response with ``"id": null`` (Rule 4), which JSON-RPC 2.0 requires
-    when the request's id could not be read and :class:`JsonRpcResponse` cannot
-    express; the same key order as a typed response."""
-    error = JsonRpcError(code=code, message=message, data=data)
-    return b'{"jsonrpc":"2.0","id":null,"error":' + json_codec.encode(error) + b"}\n"
-
-
-def error_line(
-    request_id: str | int | None,
-    session_id: str | None,
-    code: int,
-    message: str,
-    data: Any = None,
-) -> bytes:
-    """An error response line; ``request_id`` None writes ``"id": null``."""
-    if request_id is None:
-        return null_id_error(code, message, data)
-    error = JsonRpcError(code=code, message=message, data=data)
-    response: JsonRpcResponse[Any] = JsonRpcResponse(
-        id=request_id, session_id=session_id, error=error
-    )
-    return json_codec.encode(response) + b"\n"
-
-
-def wire_error_line(
-    request_id: str | int | None, session_id: str | None, message: str, wire: ToolErrorWire
-) -> bytes:
-    """An error response line carrying ``wire`` as its data, numbered by its code."""
-    return error_line(request_id, session_id, error_code_for(wire), message, wire)
-
-
-def result_line(request_id: str | int, session_id: str | None, result: Any) -> bytes:
-    """A result response line."""
-    response: JsonRpcResponse[Any] = JsonRpcResponse(
-        id=request_id, session_id=session_id, result=result
-    )
-    return json_codec.encode(response) + b"\n"
-
-
-def end_line(request_id: str | int, session_id: str | None, end: CallEnd) -> bytes:
-    """The response line of a call's end (``_call/_outcome`` Rule 4): its
-    ``ToolCallResult``, or its error (the error's message, its
-    ``ToolErrorWire`` as data).
-
-    Raises:
-        Exception: the result cannot be encoded (the host then answers with
-            ``end.failed(...)``).
-    """
-    terminal = end.terminal
-    if isinstance(terminal, ToolResult):
-        return result_line(request_id, session_id, terminal.to_wire(end.call_id))
-    error = terminal.with_tool_id(end.tool_id)
-    return wire_error_line(request_id, session_id, error.message, error.to_wire())
 
 
 # -- Events -----------------------------------------------------------------------

@@ -70,7 +70,7 @@ Rule 8. ``serve`` owns its tasks (the writer, the reader, one per call) in one
         itself, several in an exception group. The tool tasks of Rule 7 are the
         runner's, not the group's.
 Rule 9. A call that has written nothing for ``heartbeat_s`` seconds gets a
-        ``tool_call_heartbeat`` notification (``_rpc_server``), again every
+        ``tool_call_heartbeat`` notification (``_wire/_rpc_lines``), again every
         ``heartbeat_s`` of its silence, timed by the call core (``_call/_feed``
         Rule 5): ``{"tool_call_id", "elapsed_ms", "silent_ms"}`` with the
         call's ``session_id`` and no ``seq``, so the frames' ``seq`` keeps no
@@ -94,20 +94,22 @@ from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
 from .._call._feed import QueueFeed, produce
 from .._call._heartbeat import HEARTBEAT_S
 from .._call._outcome import CallEnd
-from .._call._queue import CallQueue, QueuePolicy, StallWatch
-from .._call._serving import FINAL_FLUSH_S, SERVER_CANCEL_MESSAGE, WRITER_STALL_S
+from .._call._queue import CallQueue, QueuePolicy
+from .._call._serving import SERVER_CANCEL_MESSAGE
+from .._call._serving import WRITER_STALL_S as WRITER_STALL_S  # Rule 3 names it
 from .._call._sink import Sink
+from .._call._writer import LineOutput
 from .._lines import read_lines
 from .._otel import TRACEPARENT
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext
+from .._wire._rpc_lines import end_line
 from ._rpc_server import (
     ProgressItem,
     Reply,
     ServerProtocol,
     StartCall,
-    end_line,
     progress_item_of,
     take_lines,
 )
@@ -185,14 +187,12 @@ class _CallOut:
 
 
 class _Writer:
-    """The one task that writes: control replies first, then calls in turn.
-
-    It is the calls' stall verdict (Rule 3): one :class:`StallWatch` of the
-    output, a write pending from before it is handed over until its drain
-    returns, moved whenever the transport's write buffer is seen to change."""
+    """The one task that writes: control replies first, then calls in turn,
+    each batch through the output every line-batching server shares
+    (``_call/_writer``'s :class:`LineOutput`), which is the calls' stall
+    verdict (Rule 3)."""
 
     def __init__(self, sink: Sink, budget: int) -> None:
-        self._sink = sink
         self.policy = QueuePolicy.drop_oldest_when_stalled(budget)
         self._control: deque[bytes] = deque()
         self._control_bytes = 0
@@ -203,38 +203,22 @@ class _Writer:
         self._closing = False
         self.frames_written = 0
         self.abandoned = 0
-        self._clock = asyncio.get_running_loop().time
-        self._watch = StallWatch(WRITER_STALL_S)
-        transport = getattr(sink, "transport", None)
-        self._buffer_size = getattr(transport, "get_write_buffer_size", None)
-        self._last_buffered: int | None = None
+        self.output = LineOutput(sink, asyncio.get_running_loop().time)
 
     @property
     def broken(self) -> bool:
         """The output broke, or was abandoned: nothing more is written."""
-        return self._watch.broken
+        return self.output.broken
 
     def stalled(self, now: float) -> bool:
         """True when a write is pending and no byte of it has left for
         :data:`WRITER_STALL_S` (Rule 3). A slow reader that keeps taking bytes,
         however few, is not stalled."""
-        self._poll(now)
-        return self._watch.stalled(now)
+        return self.output.stalled(now)
 
     def recheck_in(self, now: float) -> float:
         """Seconds after which :meth:`stalled` could turn true."""
-        self._poll(now)
-        return self._watch.recheck_in(now)
-
-    def _poll(self, now: float) -> None:
-        """A change in the transport's buffered bytes is a move of the output."""
-        size = self._buffer_size
-        if size is None:
-            return
-        buffered = int(size())
-        if buffered != self._last_buffered:
-            self._last_buffered = buffered
-            self._watch.moved(now)
+        return self.output.recheck_in(now)
 
     def control(self, line: bytes) -> None:
         if self.broken:
@@ -272,7 +256,7 @@ class _Writer:
     def _drop_all(self) -> int:
         """Nothing more is written: drop the queued lines, free every waiting
         call; returns how many call lines were dropped."""
-        self._watch.broke()
+        self.output.broke()
         lines = 0
         for call in self._ready:
             lines += call.feed.queue.discard()
@@ -284,44 +268,42 @@ class _Writer:
         return lines
 
     async def run(self) -> None:
-        """Write until closed and flushed. Returns early, with ``broken`` set, if
-        the output fails."""
-        control, ready, watch, clock = self._control, self._ready, self._watch, self._clock
-        sink = self._sink
-        try:
-            while True:
-                if not control and not ready:
-                    if self._closing:
-                        return
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                batch = bytearray()
-                while control:
-                    batch += control.popleft()
-                self._control_bytes = 0
-                self._space.set()
-                for _ in range(len(ready)):
-                    if len(batch) >= MAX_WRITE_BYTES:
-                        break
-                    call = ready.popleft()
-                    queue = call.feed.queue
-                    taken, finished = take_lines(
-                        queue, call.call_id, call.session_id, WRITE_BATCH_BYTES, batch
-                    )
-                    if taken:
-                        self.frames_written += taken
-                        call.feed.took()
-                    if not finished and len(queue):
-                        ready.append(call)
-                    else:
-                        call.scheduled = False
-                watch.sending(clock())
-                sink.write(batch)
-                await sink.drain()
-                watch.sent()
-        except (ConnectionError, OSError):
+        """Write until closed and flushed (the shared writer loop,
+        ``LineOutput.run``). Returns early, with ``broken`` set, if the output
+        fails."""
+        if not await self.output.run(self._gather):
             self._drop_all()
+
+    async def _gather(self) -> bytearray | None:
+        """The next batch: the control replies, then the calls in turn, up to
+        :data:`MAX_WRITE_BYTES`; ``None`` once closed with nothing left."""
+        control, ready = self._control, self._ready
+        while not control and not ready:
+            if self._closing:
+                return None
+            self._wake.clear()
+            await self._wake.wait()
+        batch = bytearray()
+        while control:
+            batch += control.popleft()
+        self._control_bytes = 0
+        self._space.set()
+        for _ in range(len(ready)):
+            if len(batch) >= MAX_WRITE_BYTES:
+                break
+            call = ready.popleft()
+            queue = call.feed.queue
+            taken, finished = take_lines(
+                queue, call.call_id, call.session_id, WRITE_BATCH_BYTES, batch
+            )
+            if taken:
+                self.frames_written += taken
+                call.feed.took()
+            if not finished and len(queue):
+                ready.append(call)
+            else:
+                call.scheduled = False
+        return batch
 
 
 class _Call(NamedTuple):
@@ -440,14 +422,14 @@ class Server:
 
     @staticmethod
     async def _final_flush(out: _Writer, write_task: asyncio.Task[None]) -> None:
-        """Rule 6: wait for the writer while the output moves, within bounds."""
-        give_up = asyncio.get_running_loop().time() + FINAL_FLUSH_S
-        while not write_task.done():
-            left = give_up - asyncio.get_running_loop().time()
-            if left <= 0 or out.stalled(asyncio.get_running_loop().time()):
-                break
-            await asyncio.wait({write_task}, timeout=min(left, WRITER_STALL_S))
-        if not write_task.done():
+        """Rule 6: wait for the writer while the output moves, within bounds
+        (the final flush every line-batching server shares, ``_call/_writer``)."""
+
+        async def wait(seconds: float) -> None:
+            await asyncio.wait({write_task}, timeout=seconds)
+
+        started = asyncio.get_running_loop().time()
+        if not await out.output.final_flush(started, write_task.done, wait):
             write_task.cancel()
             await asyncio.wait({write_task})  # its cancellation, not ours, ends it
             out.abandon()

@@ -36,7 +36,7 @@ Rule 6. Bounded: one entry per call with a notification not known read, and
         one per held response (at most the calls running).
 
 Nothing here performs I/O: messages' sizes and calls in, decisions out
-(``_unread`` asks the OS, ``_transports`` writes and waits).
+(``_unread`` asks the OS, ``_lines`` writes and waits).
 """
 
 from __future__ import annotations

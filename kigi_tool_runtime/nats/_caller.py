@@ -81,7 +81,7 @@ from .._closing import AsyncClosing
 from .._consumer._reassembler import Reassembler
 from .._otel import current_carrier
 from .._tools._errors import ToolError
-from .._transport._rpc_server import wire_error_line as _wire_error_line
+from .._wire._rpc_lines import wire_error_line as _wire_error_line
 from ._jetstream import WRONG_LAST_SEQUENCE, JetStreamLimits, ensure_jetstream, publish_retrying
 from ._protocol import (
     DEFAULT_PREFIX,

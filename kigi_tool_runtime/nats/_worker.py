@@ -104,8 +104,8 @@ from .._scope import TaskScope
 from .._tools._errors import ToolError
 from .._tools._runner import STOP_WAIT_S, run_tool
 from .._tools._tool import Tool, ToolContext, ToolResult
-from .._transport._rpc_server import end_line
-from .._transport._rpc_server import wire_error_line as _wire_error_line
+from .._wire._rpc_lines import end_line
+from .._wire._rpc_lines import wire_error_line as _wire_error_line
 from ._jetstream import (
     RETRYABLE,
     WRONG_LAST_SEQUENCE,
