@@ -16,7 +16,10 @@ least of ``--rounds`` runs, only the passes the wire itself requires:
   so a second encode of the same object is not what a server pays);
 - the server assembling the lines, 1 MiB batches (``append_progress_lines``);
 - the lines written into a real pipe (widened as ``Client.spawn`` widens it)
-  and read out of it by ``cat`` (the writer's system time and all of ``cat``'s);
+  and read out of it, 256 KiB a read, each piece the pipe holds written then
+  read in this process (the two copies and their system calls, without the
+  wake-ups of a reader on another core, whose cost swings with the machine's
+  load);
 - the client splitting them into lines (``LineSplitter``, 256 KiB at a time)
   and decoding each (``decode_progress_line``);
 - the client's fold (``Reassembler.appended``) less the in-process consumer's
@@ -65,10 +68,11 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
+import fcntl
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -191,27 +195,34 @@ def assemble(frames: list[tuple[str, Any, int, None]]) -> bytearray:
 
 
 def pipe_cpu(batches: list[bytearray]) -> tuple[float, float]:
-    """CPU seconds of writing ``batches`` into a widened pipe (this process's),
-    and of a ``cat`` reading them to ``/dev/null`` (all of its, less what a
-    ``cat`` of nothing takes to start and stop)."""
-    return _pipe_cpu(batches)[0], _pipe_cpu(batches)[1] - _pipe_cpu([])[1]
-
-
-def _pipe_cpu(batches: list[bytearray]) -> tuple[float, float]:
+    """CPU seconds of writing ``batches`` into a widened pipe and of reading
+    them out of it, ``READ_BYTES`` a read, both in this process: each piece
+    the pipe holds is written whole, then read out, before the next. No reader
+    waits on another core to be woken, so what is timed is the least the pipe
+    costs (its two copies and their system calls): a writer and a reader on
+    two cores cost more the more often each wakes the other, which depends on
+    what else the machine runs."""
     read_fd, write_fd = os.pipe()
-    widen_pipe(read_fd)
-    reader = subprocess.Popen(["cat"], stdin=read_fd, stdout=subprocess.DEVNULL)
-    os.close(read_fd)
-    started = time.process_time()
-    for batch in batches:
-        view = memoryview(batch)
-        while view:
-            view = view[os.write(write_fd, view) :]
-    os.close(write_fd)
-    written = time.process_time() - started
-    _, status, usage = os.wait4(reader.pid, 0)
-    reader.returncode = os.waitstatus_to_exitcode(status)
-    return written, usage.ru_utime + usage.ru_stime
+    try:
+        widen_pipe(read_fd)
+        room = fcntl.fcntl(read_fd, getattr(fcntl, "F_GETPIPE_SZ", 1032))
+        clock = time.process_time
+        written = read = 0.0
+        for batch in batches:
+            view = memoryview(batch)
+            while view:
+                started = clock()
+                sent = os.write(write_fd, view[:room])
+                written += clock() - started
+                view = view[sent:]
+                started = clock()
+                while sent:
+                    sent -= len(os.read(read_fd, READ_BYTES))
+                read += clock() - started
+        return written, read
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 def consume(delta: str) -> None:
@@ -256,6 +267,24 @@ def unescape_utf8(body: bytes) -> tuple[str, int] | None:
     return data.decode(), len(data)
 
 
+def run_seconds(pid: int) -> float:
+    """CPU seconds of process ``pid``'s threads (not its children), to the
+    nanosecond (``/proc/<pid>/task/*/schedstat``); a thread that has ended is
+    no longer counted, so this is taken across a call whose threads outlive it
+    (the server's). Where that is not there, ``bench_transport``'s clock-tick
+    figure (10 ms steps, coarse for a short call) instead."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return cpu_seconds(pid)
+    total = 0
+    for task in tasks:
+        # A thread that ended meanwhile is left out.
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+            total += int(stat.read().split()[0])
+    return total / 1e9
+
+
 async def transport_costs(size: int, rounds: int) -> list[tuple[float, float]]:
     """The server's and the client's CPU milliseconds per delivered MB in each
     of ``rounds`` calls flooding ``size`` bytes through the real transport
@@ -272,9 +301,9 @@ async def transport_costs(size: int, rounds: int) -> list[tuple[float, float]]:
         assert client.process is not None
         pid = client.process.pid
         for _ in range(rounds):
-            started, server = time.process_time(), cpu_seconds(pid)
+            started, server = time.process_time(), run_seconds(pid)
             _, state = await client_flood(client, size)
-            client_cpu, server_cpu = time.process_time() - started, cpu_seconds(pid) - server
+            client_cpu, server_cpu = time.process_time() - started, run_seconds(pid) - server
             per_mb = 1000 / (state.text_bytes / MB)
             costs.append((server_cpu * per_mb, client_cpu * per_mb))
     return costs
