@@ -51,7 +51,7 @@ GOAL_SHARE = 0.8
 GOAL_CPU_RATIO = 2.0
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (not its children)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -113,10 +113,10 @@ async def main() -> int:
             base.append(delivered / seconds / MB)
             base_gaps += gaps
             base_bytes += delivered
-            cpu, server = time.process_time(), _cpu_seconds(pid)
+            cpu, server = time.process_time(), cpu_seconds(pid)
             seconds, delivered, gaps = await through_transport(client, size)
-            server_cpu += _cpu_seconds(pid) - server
-            wire_cpu += time.process_time() - cpu + _cpu_seconds(pid) - server
+            server_cpu += cpu_seconds(pid) - server
+            wire_cpu += time.process_time() - cpu + cpu_seconds(pid) - server
             wire.append(delivered / seconds / MB)
             wire_gaps += gaps
             wire_bytes += delivered

@@ -7,6 +7,11 @@ reader's own ``limit`` is; :class:`LineReader` is an asyncio protocol that
 splits bytes as they arrive, without a stream buffer between (one copy fewer
 per byte, for pipes the caller creates), pausing its transport while more
 than ``high_water`` bytes of lines wait to be taken.
+
+Each also gives its lines in batches (:func:`read_line_batches`,
+:meth:`LineReader.batches`): every line that has arrived, in one list, for a
+reader that handles each line without waiting (the stdio client's read loop),
+so that it pays one step of an async iterator per read, not one per line.
 """
 
 from __future__ import annotations
@@ -44,16 +49,31 @@ async def read_lines(
     Raises:
         ValueError: ``max_line_bytes`` is less than 1.
     """
+    async for lines in read_line_batches(reader, max_line_bytes):
+        for line in lines:
+            yield line
+
+
+async def read_line_batches(
+    reader: asyncio.StreamReader, max_line_bytes: int
+) -> AsyncIterator[list[bytes | OversizedLine]]:
+    """:func:`read_lines`'s lines, in order, in lists: the lines each read of
+    ``reader`` completed (never an empty list).
+
+    Raises:
+        ValueError: ``max_line_bytes`` is less than 1.
+    """
     splitter = LineSplitter(max_line_bytes)
     while True:
         chunk = await reader.read(READ_CHUNK_BYTES)
         if not chunk:
             last = splitter.end()
             if last is not None:
-                yield last
+                yield [last]
             return
-        for line in splitter.feed(chunk):
-            yield line
+        lines = splitter.feed(chunk)
+        if lines:
+            yield lines
 
 
 class LineReader(asyncio.Protocol):
@@ -144,3 +164,35 @@ class LineReader(asyncio.Protocol):
                     resume()
                 self._paused = False
             yield line
+
+    async def batches(self) -> AsyncIterator[list[bytes | OversizedLine]]:
+        """The lines, in order, until end of input, in lists: each list every
+        line that has arrived and not been taken (never an empty list). Taking a
+        list takes its lines: the transport, if paused, reads again, so the
+        bound on memory holds for a taker that is done with a list before it
+        waits (one that waits while it holds a list holds that much more).
+
+        Raises:
+            OSError: reading failed (the transport reported an error).
+        """
+        lines = self._lines
+        while True:
+            while not lines:
+                if self._ended:
+                    if self._error is not None:
+                        raise self._error
+                    return
+                self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+            batch = list(lines)
+            lines.clear()
+            self._queued = 0
+            if self._paused:
+                resume = getattr(self._transport, "resume_reading", None)
+                if resume is not None:
+                    resume()
+                self._paused = False
+            yield batch

@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kigi_tool_runtime._lines import LINE_QUEUE_BYTES, READ_CHUNK_BYTES, LineReader, read_lines
+from kigi_tool_runtime._lines import (
+    LINE_QUEUE_BYTES,
+    READ_CHUNK_BYTES,
+    LineReader,
+    read_line_batches,
+    read_lines,
+)
 from kigi_tool_runtime._wire._split import LineSplitter, OversizedLine
 
 
@@ -172,3 +178,76 @@ def test_line_reader_rejects_a_bad_high_water() -> None:
     with pytest.raises(ValueError, match="high_water must be at least 1, got 0"):
         LineReader(8, high_water=0)
     assert LINE_QUEUE_BYTES >= 16 * 1024
+
+
+@given(
+    st.binary(max_size=200).map(lambda b: b.replace(b"x", b"\n")),
+    st.lists(st.integers(min_value=0, max_value=400), max_size=12),
+    st.integers(min_value=1, max_value=20),
+)
+def test_batches_give_the_reference_lines_never_an_empty_list(
+    data: bytes, cuts: list[int], limit: int
+) -> None:
+    """However the input arrives, a LineReader's batches and read_line_batches
+    hold the whole-input lines in order, and no batch is empty."""
+    pieces = []
+    prev = 0
+    for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
+        pieces.append(data[prev:cut])
+        prev = cut
+
+    async def from_reader() -> list[list[bytes | OversizedLine]]:
+        reader = LineReader(limit)
+        batches = reader.batches()
+        out = []
+        for piece in pieces:
+            reader.data_received(piece)
+            if reader._lines:
+                out.append(await anext(batches))
+        reader.eof_received()
+        out += [batch async for batch in batches]
+        return out
+
+    async def from_stream() -> list[list[bytes | OversizedLine]]:
+        stream = asyncio.StreamReader()
+        for piece in pieces:
+            stream.feed_data(piece)
+        stream.feed_eof()
+        return [batch async for batch in read_line_batches(stream, limit)]
+
+    for batches in (asyncio.run(from_reader()), asyncio.run(from_stream())):
+        assert all(batches)
+        assert [line for batch in batches for line in batch] == _reference(data, limit)
+
+
+def test_taking_a_batch_resumes_a_paused_transport() -> None:
+    """Past ``high_water`` the transport is paused; taking the lines as a batch
+    takes them all, and the transport reads again."""
+
+    async def main() -> tuple[int, int, list[list[bytes | OversizedLine]]]:
+        read_fd, write_fd = os.pipe()
+        reader = LineReader(100, high_water=10)
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_read_pipe(lambda: reader, open(read_fd, "rb", 0))  # noqa: SIM115
+        try:
+            os.write(write_fd, b"abcdef\n" * 20)
+            while not reader._lines:  # the chunk arrives whole; past high water
+                await asyncio.sleep(0.001)
+            os.write(write_fd, b"more\n")
+            await asyncio.sleep(0.05)  # a reading transport would take it meanwhile
+            while_paused = _unread(read_fd)
+            batches = reader.batches()
+            taken = [await anext(batches)]
+            taken.append(await anext(batches))  # read once reading resumed
+            after = _unread(read_fd)
+            os.close(write_fd)
+            with pytest.raises(StopAsyncIteration):
+                await anext(batches)
+            return while_paused, after, taken
+        finally:
+            transport.close()
+
+    while_paused, after, taken = asyncio.run(main())
+    assert while_paused == len(b"more\n")
+    assert after == 0
+    assert taken == [[b"abcdef"] * 20, [b"more"]]

@@ -58,7 +58,7 @@ from .._call._caller import TIMEOUT_GRACE_S, CallHandle, CallProgress, CallTerms
 from .._call._limits import CALL_BUFFER_FRAMES, MAX_CALL_TEXT_BYTES
 from .._closing import AsyncClosing
 from .._consumer._reassembler import Reassembler
-from .._lines import LineReader, read_lines
+from .._lines import LineReader, read_line_batches
 from .._otel import TRACEPARENT, current_carrier
 from .._process import group_alive, spawn_in_group, stop_group, widen_pipe
 from .._tools._runner import STOP_WAIT_S
@@ -225,6 +225,12 @@ class Call(CallHandle):
     async def __anext__(self) -> CallProgress | ToolCallResult:
         if self._finished:
             raise StopAsyncIteration
+        # The hot path: nothing to flush and an item held (what the rest does
+        # then, without the rest).
+        if self._link.flushed():
+            progress = self._buffer.take()
+            if progress is not None:
+                return progress
         loop = asyncio.get_running_loop()
         # Most items find nothing to flush: then the flush, which would return
         # without waiting (so its deadline could never fire), is skipped.
@@ -665,14 +671,17 @@ class Client(AsyncClosing):
     async def _read_loop(self) -> None:
         why = "the server closed its output"
         try:
-            lines = (
-                self._reader
+            # Every line that has arrived at once: one step of the iterator per
+            # read, not per line (each line is handled without waiting).
+            batches = (
+                self._reader.batches()
                 if isinstance(self._reader, LineReader)
-                else read_lines(self._reader, self._max_frame_bytes)
+                else read_line_batches(self._reader, self._max_frame_bytes)
             )
-            receive = self._protocol.receive_line
-            async for line in lines:
-                self._act(receive(line))
+            receive, act = self._protocol.receive_line, self._act
+            async for lines in batches:
+                for line in lines:
+                    act(receive(line))
         except (ConnectionError, OSError) as exc:
             why = f"reading from the server failed: {exc}"
         except Exception as exc:  # a bug: told to every call, then by aclose
