@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import _process_time
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -87,3 +88,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     kwargs: dict[str, Any] = {name: pyfuncitem.funcargs[name] for name in names}
     asyncio.run(pyfuncitem.obj(**kwargs))
     return True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Count the time of process-starting tests when ``KIGI_PROCESS_TIME`` is set
+    (tests/_process_time.py)."""
+    _process_time.configure(config)
