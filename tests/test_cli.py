@@ -412,7 +412,7 @@ def test_check_of_a_limited_run_reports_the_truncation(tmp_path: Path) -> None:
         assert ", truncated, 3 bytes past the limit dropped, exit 0" in framed.stderr.decode()
         log = tmp_path / f"limit-{limit}.jsonl"
         log.write_bytes(framed.stdout)
-        checked = _cli("check", str(log))
+        checked = kigi_in_process("check", str(log))
         assert checked.returncode == 0, checked.stdout
         report = checked.stdout.decode()
         assert f"run-1/bash_output_chunk: {size} in" in report
