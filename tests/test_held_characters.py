@@ -77,7 +77,13 @@ def test_the_shell_tool_holds_split_characters_at_tiny_caps(cap: int) -> None:
         assert len(payload.delta) >= 1
 
 
-@pytest.mark.parametrize("cap", TINY_CAPS)
+#: The caps the real `kigi-stream run` is tested at: one below every character.
+#: What each of caps 0-4 holds back is tested on the shell tool (above, with
+#: the same child) and on ``OutputStream`` itself (below), without a process.
+RUN_CAPS = [1]
+
+
+@pytest.mark.parametrize("cap", RUN_CAPS)
 def test_run_prints_split_characters_whole_and_ends_at_tiny_caps(cap: int) -> None:
     """`kigi-stream run --cap N` on the same child ends by itself with the text whole."""
     done = subprocess.run(
@@ -101,10 +107,12 @@ def test_run_prints_split_characters_whole_and_ends_at_tiny_caps(cap: int) -> No
     assert done.stdout.decode() == EXPECTED
 
 
-@pytest.mark.parametrize("cap", [0, 1, 2, 3])
+@pytest.mark.parametrize("cap", [0])
 def test_run_holding_a_split_character_still_answers_sigterm(cap: int) -> None:
     """While a lone lead byte is held (the rest of the character never comes), the
-    event loop runs: SIGTERM stops `run` and its command with 128 + 15."""
+    event loop runs: SIGTERM stops `run` and its command with 128 + 15. (That a
+    held character never makes a drain due, at any cap, so a driver waiting on
+    it cannot spin, is tested on ``OutputStream`` below.)"""
     child = "import os, time\nos.write(1, b'\\xf0')\ntime.sleep(60)\n"
     proc = subprocess.Popen(
         [*CLI, "run", "--cap", str(cap), "--tick", "10", "--", sys.executable, "-c", child],

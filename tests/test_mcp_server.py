@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import sys
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
@@ -16,11 +17,13 @@ from bounded import run_within
 from mcp import Client
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
+from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_protocol import CustomProgress, StreamingSpec, TextProgress, ToolCapabilities
 from kigi_tool_runtime import (
     OutputStream,
     ServedCall,
+    ShellOutcome,
     ShellTool,
     Tool,
     ToolContext,
@@ -30,7 +33,7 @@ from kigi_tool_runtime import (
 )
 from kigi_tool_runtime.mcp import McpToolServer, ProgressFolder
 from kigi_tool_runtime.mcp import _privates as mcp_privates
-from kigi_tool_runtime.mcp._mapping import META_STREAM
+from kigi_tool_runtime.mcp._mapping import META_FRAME, META_STREAM
 
 SPEC = StreamingSpec(subkind="echo_chunk", max_delta_bytes=4)
 
@@ -133,6 +136,76 @@ def test_protocol_errors_and_a_frame_json_cannot_carry() -> None:
             assert result.is_error
             assert result.meta is not None
             assert result.meta["dev.kigi/error"]["kind"] == "internal_error"
+
+    _run(body)
+
+
+# -- what `serve --mcp` answers whatever carries it (moved from test_mcp_stdio.py) --
+
+
+def test_lists_the_shell_tool_with_its_schemas() -> None:
+    """tools/list of the server `serve --mcp` makes: bash, its input schema an
+    object with the ShellArgs fields, its output schema ShellOutcome's, its
+    capabilities under _meta."""
+    server = McpToolServer([ShellTool()])
+
+    async def body() -> None:
+        async with Client(server.server) as client:
+            tools = (await client.list_tools()).tools
+        assert [tool.name for tool in tools] == ["bash"]
+        bash = tools[0]
+        assert bash.input_schema["type"] == "object"
+        assert set(bash.input_schema["properties"]) == {
+            "command",
+            "cwd",
+            "env",
+            "timeout_ms",
+            "output_limit",
+        }
+        assert bash.input_schema["required"] == ["command"]
+        assert bash.output_schema is not None
+        assert set(bash.output_schema["required"]) == set(ShellOutcome.__struct_fields__)
+        assert bash.meta is not None
+        assert bash.meta["dev.kigi/capabilities"]["supports_cancel"] is True
+
+    _run(body)
+
+
+def test_no_progress_without_a_token() -> None:
+    """A call without a progressToken gets its result and no notification."""
+    server = McpToolServer([ShellTool()])
+    frames: list[Any] = []
+
+    async def handler(message: Any) -> None:
+        params = getattr(message, "params", None)
+        if META_FRAME in (getattr(params, "meta", None) or {}):
+            frames.append(message)
+
+    async def body() -> None:
+        async with Client(server.server, message_handler=handler) as client:
+            result = await client.call_tool("bash", {"command": [sys.executable, "-c", SPLIT]})
+        assert frames == []
+        assert result.structured_content is not None
+        assert result.structured_content["output"] == SPLIT_TEXT
+        assert result.meta is not None
+        assert result.meta[META_STREAM]["frames_sent"] == 0
+        assert result.meta[META_STREAM]["progress_requested"] is False
+
+    _run(body)
+
+
+def test_bad_arguments_are_an_error_result_naming_the_field() -> None:
+    """Arguments the schema refuses: isError with invalid_params and the path."""
+    server = McpToolServer([ShellTool()])
+
+    async def body() -> None:
+        async with Client(server.server) as client:
+            result = await client.call_tool("bash", {"command": "true", "timeout_ms": "soon"})
+        assert result.is_error
+        assert result.meta is not None
+        error = result.meta["dev.kigi/error"]
+        assert error["kind"] == "invalid_params"
+        assert error["data"]["details"]["path"] == "$.timeout_ms"
 
     _run(body)
 

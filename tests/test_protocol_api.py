@@ -5,50 +5,38 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pytest
 
 import kigi_tool_protocol as kp
-from kigi_tool_protocol._content import (
-    ImageBlock,
-    McpContent,
-    McpImageBlock,
-    McpResourceBlock,
-    McpTextBlock,
-    ResourceBlock,
-    TextBlock,
-)
+from kigi_tool_protocol import _content as content
+from kigi_tool_protocol import _hooks as hooks
 from kigi_tool_protocol._errors import FrameTooLargeError
-from kigi_tool_protocol._hooks import (
-    HookCancel,
-    HookCustom,
-    HookFrame,
-    HookPause,
-    HookReplyParams,
-    HookResume,
-    HookSessionEnded,
-)
 from kigi_tool_protocol._limits import I32_MAX, I32_MIN, I64_MAX, I64_MIN, U32_MAX, U64_MAX
 from kigi_tool_protocol._progress import ContentProgress
 from kigi_tool_protocol._tool_call import ToolOutputJson, ToolOutputMcp, ToolOutputText
-from kigi_tool_protocol._tool_error import (
-    BehaviorVersionUnsupportedWire,
-    CancelledWire,
-    ConnectionLostWire,
-    CustomErrorWire,
-    ExecutionWire,
-    ForbiddenWire,
-    FrameTooLargeWire,
-    InternalErrorWire,
-    InvalidParamsWire,
-    RenderLimitedWire,
-    SessionMismatchWire,
-    TerminalErrorWire,
-    TimeoutWire,
-    ToolNotFoundWire,
-    UnsupportedProtocolVersionWire,
+
+#: The class of each error code, in the order ``ToolErrorWire`` lists them,
+#: and the code each is tagged with.
+ERROR_WIRES: tuple[type[msgspec.Struct], ...] = get_args(kp.ToolErrorWire)
+ERROR_WIRE_CODES = (
+    "tool_not_found",
+    "session_mismatch",
+    "forbidden",
+    "connection_lost",
+    "timeout",
+    "cancelled",
+    "invalid_params",
+    "execution",
+    "unsupported_protocol_version",
+    "frame_too_large",
+    "behavior_version_unsupported",
+    "render_limited",
+    "terminal_error",
+    "internal_error",
+    "custom",
 )
 
 #: (omit_defaults, tag_field, tag) of every public wire class. All are frozen and
@@ -60,41 +48,27 @@ STRUCT_CONFIGS: dict[type[msgspec.Struct], tuple[bool, str | None, str | None]] 
     kp.TextProgress: (False, "kind", "text"),
     ContentProgress: (False, "kind", "content"),
     kp.CustomProgress: (False, "kind", "custom"),
-    TextBlock: (False, "type", "text"),
-    ImageBlock: (True, "type", "image"),
-    ResourceBlock: (True, "type", "resource"),
-    McpTextBlock: (False, "type", "text"),
-    McpImageBlock: (False, "type", "image"),
-    McpResourceBlock: (True, "type", "resource"),
-    McpContent: (False, None, None),
+    content.TextBlock: (False, "type", "text"),
+    content.ImageBlock: (True, "type", "image"),
+    content.ResourceBlock: (True, "type", "resource"),
+    content.McpTextBlock: (False, "type", "text"),
+    content.McpImageBlock: (False, "type", "image"),
+    content.McpResourceBlock: (True, "type", "resource"),
+    content.McpContent: (False, None, None),
     kp.ToolCallParams: (True, None, None),
     ToolOutputText: (False, "kind", "text"),
     ToolOutputJson: (False, "kind", "json"),
     ToolOutputMcp: (False, "kind", "mcp"),
     kp.ToolCallResult: (True, None, None),
     kp.ToolCallProgressFrame: (True, None, None),
-    ToolNotFoundWire: (True, "code", "tool_not_found"),
-    SessionMismatchWire: (True, "code", "session_mismatch"),
-    ForbiddenWire: (True, "code", "forbidden"),
-    ConnectionLostWire: (True, "code", "connection_lost"),
-    TimeoutWire: (True, "code", "timeout"),
-    CancelledWire: (True, "code", "cancelled"),
-    InvalidParamsWire: (True, "code", "invalid_params"),
-    ExecutionWire: (True, "code", "execution"),
-    UnsupportedProtocolVersionWire: (True, "code", "unsupported_protocol_version"),
-    FrameTooLargeWire: (True, "code", "frame_too_large"),
-    BehaviorVersionUnsupportedWire: (True, "code", "behavior_version_unsupported"),
-    RenderLimitedWire: (True, "code", "render_limited"),
-    TerminalErrorWire: (True, "code", "terminal_error"),
-    InternalErrorWire: (True, "code", "internal_error"),
-    CustomErrorWire: (True, "code", "custom"),
-    HookCancel: (False, "type", "Cancel"),
-    HookPause: (False, "type", "Pause"),
-    HookResume: (False, "type", "Resume"),
-    HookSessionEnded: (False, "type", "SessionEnded"),
-    HookCustom: (False, "type", "Custom"),
-    HookFrame: (True, None, None),
-    HookReplyParams: (False, None, None),
+    **{cls: (True, "code", code) for cls, code in zip(ERROR_WIRES, ERROR_WIRE_CODES, strict=True)},
+    hooks.HookCancel: (False, "type", "Cancel"),
+    hooks.HookPause: (False, "type", "Pause"),
+    hooks.HookResume: (False, "type", "Resume"),
+    hooks.HookSessionEnded: (False, "type", "SessionEnded"),
+    hooks.HookCustom: (False, "type", "Custom"),
+    hooks.HookFrame: (True, None, None),
+    hooks.HookReplyParams: (False, None, None),
     kp.JsonRpcError: (True, None, None),
     kp.JsonRpcRequest: (True, "jsonrpc", "2.0"),
     kp.JsonRpcNotification: (True, "jsonrpc", "2.0"),

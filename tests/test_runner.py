@@ -8,7 +8,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -533,21 +533,34 @@ def test_an_infinite_timeout_lifts_the_deadline() -> None:
     assert items == [ToolResult(value="rested")]
 
 
-def test_ctx_cancel_ends_the_call_with_cancelled() -> None:
-    """``ctx.cancel()`` mid-call cancels the tool's task: the tool sees
-    ``CancelledError``, and the terminal is ``cancelled``."""
-    tool = Sleeper()
-    ctx = ToolContext("call-7")
+def _cancelled_after_the_first(
+    tool: Tool[Any], ctx: ToolContext, cancel: Callable[[], Awaitable[None]]
+) -> list[ToolEvent]:
+    """Every item of ``tool``'s run on ``ctx``, awaiting ``cancel()`` once its
+    first item is in."""
 
     async def main() -> list[ToolEvent]:
         items: list[ToolEvent] = []
         async with asyncio.timeout(PATIENCE_S):
             async for item in run_tool(tool, {}, ctx=ctx):
                 items.append(item)
-                ctx.cancel()
+                if len(items) == 1:
+                    await cancel()
         return items
 
-    items = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_ctx_cancel_ends_the_call_with_cancelled() -> None:
+    """``ctx.cancel()`` mid-call cancels the tool's task: the tool sees
+    ``CancelledError``, and the terminal is ``cancelled``."""
+    tool = Sleeper()
+    ctx = ToolContext("call-7")
+
+    async def cancel() -> None:
+        ctx.cancel()
+
+    items = _cancelled_after_the_first(tool, ctx, cancel)
     error = error_of(items)
     assert error.kind is ToolErrorKind.CANCELLED
     assert error.message == "tool 'sleeper' call 'call-7' was cancelled"
@@ -559,19 +572,13 @@ def test_the_cancel_reason_is_the_cancelled_errors_message() -> None:
     """``ctx.cancel(reason)``: the call's ``cancelled`` error says the reason
     (made so by the runner, never rewritten by a host); the first cancel's
     reason is kept."""
-    tool = Sleeper()
     ctx = ToolContext("call-7r")
 
-    async def main() -> list[ToolEvent]:
-        items: list[ToolEvent] = []
-        async with asyncio.timeout(PATIENCE_S):
-            async for item in run_tool(tool, {}, ctx=ctx):
-                items.append(item)
-                ctx.cancel("tool call cancelled by server")
-                ctx.cancel("a later reason")
-        return items
+    async def cancel() -> None:
+        ctx.cancel("tool call cancelled by server")
+        ctx.cancel("a later reason")
 
-    error = error_of(asyncio.run(main()))
+    error = error_of(_cancelled_after_the_first(Sleeper(), ctx, cancel))
     assert error.kind is ToolErrorKind.CANCELLED
     assert error.message == "tool call cancelled by server"
     assert ctx.cancel_reason == "tool call cancelled by server"
@@ -592,16 +599,10 @@ def test_ctx_cancel_from_another_thread() -> None:
     tool = Sleeper()
     ctx = ToolContext("call-8")
 
-    async def main() -> list[ToolEvent]:
-        items: list[ToolEvent] = []
-        async with asyncio.timeout(PATIENCE_S):
-            async for item in run_tool(tool, {}, ctx=ctx):
-                items.append(item)
-                if len(items) == 1:
-                    await asyncio.to_thread(ctx.cancel)
-        return items
+    async def cancel() -> None:
+        await asyncio.to_thread(ctx.cancel)
 
-    assert error_of(asyncio.run(main())).kind is ToolErrorKind.CANCELLED
+    assert error_of(_cancelled_after_the_first(tool, ctx, cancel)).kind is ToolErrorKind.CANCELLED
     assert tool.saw_cancel
 
 
@@ -751,17 +752,10 @@ class WideFlood(Tool[Count]):
         yield ToolResult(value=args.count)
 
 
-def test_a_slow_consumer_holds_back_the_tool_within_the_channels_text_bytes() -> None:
-    """A consumer that stalls on deltas of 4-byte characters: the tool runs
-    ahead only as far as :data:`CHANNEL_TEXT_BYTES` of their text in memory
-    (16 such deltas, not the 64 the depth allows), plus the one in hand;
-    nothing is lost."""
-    tool = WideFlood()
-    count = CHANNEL_DEPTH * 2
-    wide = "y" * (16 * 1024 - 4) + "😀"
-    each = item_text_bytes(
-        CustomProgress(subkind="k", payload=PartialResultPayload(delta=wide, total_bytes=0))
-    )
+def _stalled_after_the_first(tool: WideFlood | Flood, count: int) -> tuple[list[ToolEvent], int]:
+    """Run ``tool`` for ``count`` items with a consumer that stalls after the
+    first (giving the tool every chance to run ahead): every item, and how far
+    ahead of the consumer the tool had got then."""
 
     async def main() -> tuple[list[ToolEvent], int]:
         items: list[ToolEvent] = []
@@ -776,7 +770,21 @@ def test_a_slow_consumer_holds_back_the_tool_within_the_channels_text_bytes() ->
                     ahead = tool.yielded - len(items)
         return items, ahead
 
-    items, ahead = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_a_slow_consumer_holds_back_the_tool_within_the_channels_text_bytes() -> None:
+    """A consumer that stalls on deltas of 4-byte characters: the tool runs
+    ahead only as far as :data:`CHANNEL_TEXT_BYTES` of their text in memory
+    (16 such deltas, not the 64 the depth allows), plus the one in hand;
+    nothing is lost."""
+    tool = WideFlood()
+    count = CHANNEL_DEPTH * 2
+    wide = "y" * (16 * 1024 - 4) + "😀"
+    each = item_text_bytes(
+        CustomProgress(subkind="k", payload=PartialResultPayload(delta=wide, total_bytes=0))
+    )
+    items, ahead = _stalled_after_the_first(tool, count)
     assert each >= 4 * 16 * 1024
     assert ahead == -(-CHANNEL_TEXT_BYTES // each) + 1  # the text bound reached, one in hand
     assert ahead < CHANNEL_DEPTH
@@ -790,21 +798,7 @@ def test_a_slow_consumer_holds_back_the_tool_within_the_channel_depth() -> None:
     item in hand) ahead; nothing is lost, and the terminal still comes last."""
     tool = Flood()
     count = CHANNEL_DEPTH * 10
-
-    async def main() -> tuple[list[ToolEvent], int]:
-        items: list[ToolEvent] = []
-        ahead = 0
-        async with asyncio.timeout(PATIENCE_S):
-            async for item in run_tool(tool, {"count": count}, ctx=ToolContext("c")):
-                items.append(item)
-                if len(items) == 1:
-                    for _ in range(20):
-                        await asyncio.sleep(0)  # give the tool every chance to run
-                    await asyncio.sleep(0.05)
-                    ahead = tool.yielded - len(items)
-        return items, ahead
-
-    items, ahead = asyncio.run(main())
+    items, ahead = _stalled_after_the_first(tool, count)
     assert ahead == CHANNEL_DEPTH + 1  # the channel full, one more in hand
     assert items[:-1] == [text(i) for i in range(count)]
     assert terminal_of(items) == ToolResult(value=count)

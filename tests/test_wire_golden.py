@@ -9,6 +9,7 @@ import pytest
 from conftest import CONFORMANCE
 
 import kigi_tool_protocol as kp
+from kigi_tool_protocol import _tool_error as errors
 from kigi_tool_protocol._capabilities import HookKind
 from kigi_tool_protocol._hooks import HookEvent, HookFrame
 from kigi_tool_protocol._identifiers import (
@@ -21,21 +22,6 @@ from kigi_tool_protocol._tool_call import ToolOutputWire
 from kigi_tool_protocol._tool_error import (
     ERROR_CODES,
     FALLBACK_ERROR_CODE,
-    BehaviorVersionUnsupportedWire,
-    CancelledWire,
-    ConnectionLostWire,
-    CustomErrorWire,
-    ExecutionWire,
-    ForbiddenWire,
-    FrameTooLargeWire,
-    InternalErrorWire,
-    InvalidParamsWire,
-    RenderLimitedWire,
-    SessionMismatchWire,
-    TerminalErrorWire,
-    TimeoutWire,
-    ToolNotFoundWire,
-    UnsupportedProtocolVersionWire,
     error_code,
     error_code_for,
 )
@@ -136,21 +122,21 @@ def test_error_code_for_every_tool_error_wire() -> None:
     """error_code_for maps each ToolErrorWire code to the conformance number."""
     table = _table("from_tool_error_wire")
     samples: list[kp.ToolErrorWire] = [
-        ToolNotFoundWire(tool_id="t"),
-        SessionMismatchWire(),
-        ForbiddenWire(reason="r"),
-        ConnectionLostWire(tool_id="t"),
-        TimeoutWire(tool_id="t", elapsed_ms=1),
-        CancelledWire(tool_id="t"),
-        InvalidParamsWire(message="m"),
-        ExecutionWire(tool_id="t", message="m"),
-        UnsupportedProtocolVersionWire(supported=["1"]),
-        FrameTooLargeWire(bytes=2, limit=1),
-        BehaviorVersionUnsupportedWire(tool_id="t", requested="v"),
-        RenderLimitedWire(tool_id="t", reason="r"),
-        TerminalErrorWire(tool_id="t", message="m"),
-        InternalErrorWire(),
-        CustomErrorWire(subcode="s", message="m"),
+        errors.ToolNotFoundWire(tool_id="t"),
+        errors.SessionMismatchWire(),
+        errors.ForbiddenWire(reason="r"),
+        errors.ConnectionLostWire(tool_id="t"),
+        errors.TimeoutWire(tool_id="t", elapsed_ms=1),
+        errors.CancelledWire(tool_id="t"),
+        errors.InvalidParamsWire(message="m"),
+        errors.ExecutionWire(tool_id="t", message="m"),
+        errors.UnsupportedProtocolVersionWire(supported=["1"]),
+        errors.FrameTooLargeWire(bytes=2, limit=1),
+        errors.BehaviorVersionUnsupportedWire(tool_id="t", requested="v"),
+        errors.RenderLimitedWire(tool_id="t", reason="r"),
+        errors.TerminalErrorWire(tool_id="t", message="m"),
+        errors.InternalErrorWire(),
+        errors.CustomErrorWire(subcode="s", message="m"),
     ]
     assert {wire.code: error_code_for(wire) for wire in samples} == table
     assert [wire.code for wire in samples] == list(table)
