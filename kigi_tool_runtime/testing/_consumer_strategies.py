@@ -167,11 +167,21 @@ def frame_logs(draw: st.DrawFn, *, max_calls: int = 3, with_seq: bool = True) ->
     queues = [list(run.frames) for run in runs]
     order: list[int] = []
     remaining = [len(queue) for queue in queues]
-    while any(remaining):
-        live = [index for index, left in enumerate(remaining) if left]
-        pick = draw(st.sampled_from(live))
-        order.append(pick)
-        remaining[pick] -= 1
+    live = [index for index, left in enumerate(remaining) if left]
+    # One strategy per set of runs with frames left, not one per frame: a run
+    # can have thousands of frames, and building a strategy costs far more than
+    # drawing from it (shrinking replays this loop for every attempt). Once one
+    # run is left its frames come in order and draw nothing, as a one-element
+    # ``sampled_from`` would not.
+    while len(live) > 1:
+        picks = st.sampled_from(live)
+        while all(remaining[index] for index in live):
+            pick = draw(picks)
+            order.append(pick)
+            remaining[pick] -= 1
+        live = [index for index in live if remaining[index]]
+    for index in live:
+        order.extend([index] * remaining[index])
     seq = draw(st.integers(0, 2**40)) if with_seq else None
     positions = [0] * count
     lines: list[bytes] = []
