@@ -1162,13 +1162,18 @@ def _fold_with_losses(items: list[Any]) -> Reassembler:
     return folded
 
 
+# Built once: a log can have thousands of frames, and building a strategy per
+# frame made each example (and each shrinking attempt) slow.
+_FATES = st.sampled_from(["keep", "keep", "lost", "before"])
+
+
 def _with_losses(frames: list[ToolCallProgressFrame[Any]], data: Any) -> list[Any]:
     """``frames`` with some lost (recorded at their own total, as a lost tail
     is) and some preceded by a loss at their total (as a discarded range is)."""
     items: list[Any] = []
     for frame in frames:
         key = StreamKey(frame.tool_call_id, frame.kind)
-        choice = data.draw(st.sampled_from(["keep", "keep", "lost", "before"]))
+        choice = data.draw(_FATES)
         if choice == "lost":
             items.append((key, frame.body.total_bytes))
             continue
@@ -1198,7 +1203,34 @@ def test_a_recorded_loss_folds_as_an_empty_gap_frame_that_counts_no_frame(
     """A loss at a total folds exactly as a gap frame with no delta at that
     total would (text, gaps, bounds, unseen bytes), except that the stream
     counts no frame for it and reports it as ``dropped_frames``."""
-    items = _with_losses(_frames_of(log), data)
+    _assert_losses_fold_as_empty_gap_frames(_with_losses(_frames_of(log), data))
+
+
+def test_recorded_losses_past_the_anomaly_bound_are_counted_not_kept() -> None:
+    """More recorded losses on one stream than :data:`MAX_ANOMALIES_KEPT`: the
+    first ``dropped_frames`` anomalies are kept and the rest counted in
+    ``anomalies_not_kept``, and every other figure still matches the gap frames
+    (a log with one stream of 1500 one-character frames, a loss before each)."""
+    count = MAX_ANOMALIES_KEPT + 500
+    items: list[Any] = []
+    for total in range(1, count + 1):
+        frame = ToolCallProgressFrame(
+            tool_call_id="call-0",
+            kind="chunk_0",
+            body=PartialResultPayload(delta="x", total_bytes=total),
+        )
+        items += [(StreamKey("call-0", "chunk_0"), total), frame]
+    folded = _assert_losses_fold_as_empty_gap_frames(items)
+    report = only(folded, "call-0", "chunk_0").report(ended=True)
+    assert (len(report.anomalies), report.anomalies_not_kept) == (MAX_ANOMALIES_KEPT, 500)
+    assert {anomaly.kind for anomaly in report.anomalies} == {"dropped_frames"}
+
+
+def _assert_losses_fold_as_empty_gap_frames(items: list[Any]) -> Reassembler:
+    """Fold ``items`` (frames, and losses as ``(key, total)``) with the losses
+    recorded, and with each loss forged as an empty gap frame at its total;
+    check the two agree (Rule 7: at most :data:`MAX_ANOMALIES_KEPT` anomalies
+    are kept per stream, the rest counted); return the recorded fold."""
     losses = [item for item in items if not isinstance(item, ToolCallProgressFrame)]
     forged = Reassembler.fold(
         [
@@ -1228,11 +1260,20 @@ def test_a_recorded_loss_folds_as_an_empty_gap_frame_that_counts_no_frame(
                 theirs.unseen_bytes,
                 theirs.total_bytes,
             )
-        dropped = [a for a in state.anomalies if a.kind == "dropped_frames"]
-        assert len(dropped) == lost_here
-        assert [a for a in state.anomalies if a.kind != "dropped_frames"] == list(twin.anomalies)
+        # Every anomaly of the gap frames, plus one dropped_frames per loss, in
+        # record order: the first MAX_ANOMALIES_KEPT kept, the rest counted.
+        kept, not_kept = list(state.anomalies), mine.anomalies_not_kept
+        all_of_them = lost_here + len(theirs.anomalies) + theirs.anomalies_not_kept
+        assert len(kept) + not_kept == all_of_them
+        assert len(kept) == min(all_of_them, MAX_ANOMALIES_KEPT)
+        others = [a for a in kept if a.kind != "dropped_frames"]
+        assert others == list(twin.anomalies)[: len(others)]
+        if not not_kept:
+            assert len(kept) - len(others) == lost_here
+            assert others == list(twin.anomalies)
         if lost_here:
             assert not state.report(ended=True).complete
+    return recorded
 
 
 def test_a_loss_before_any_record_starts_the_stream_with_a_gap() -> None:
