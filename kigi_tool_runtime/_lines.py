@@ -144,25 +144,12 @@ class LineReader(asyncio.Protocol):
             OSError: reading failed (the transport reported an error).
         """
         lines = self._lines
-        while True:
-            while not lines:
-                if self._ended:
-                    if self._error is not None:
-                        raise self._error
-                    return
-                self._waiter = asyncio.get_running_loop().create_future()
-                try:
-                    await self._waiter
-                finally:
-                    self._waiter = None
+        while await self._arrived():
             line = lines.popleft()
             if isinstance(line, bytes):
                 self._queued -= len(line)
             if self._paused and self._queued <= self._high_water // 2:
-                resume = getattr(self._transport, "resume_reading", None)
-                if resume is not None:
-                    resume()
-                self._paused = False
+                self._resume()
             yield line
 
     async def batches(self) -> AsyncIterator[list[bytes | OversizedLine]]:
@@ -176,23 +163,36 @@ class LineReader(asyncio.Protocol):
             OSError: reading failed (the transport reported an error).
         """
         lines = self._lines
-        while True:
-            while not lines:
-                if self._ended:
-                    if self._error is not None:
-                        raise self._error
-                    return
-                self._waiter = asyncio.get_running_loop().create_future()
-                try:
-                    await self._waiter
-                finally:
-                    self._waiter = None
+        while await self._arrived():
             batch = list(lines)
             lines.clear()
             self._queued = 0
             if self._paused:
-                resume = getattr(self._transport, "resume_reading", None)
-                if resume is not None:
-                    resume()
-                self._paused = False
+                self._resume()
             yield batch
+
+    async def _arrived(self) -> bool:
+        """Wait until a line is there (True) or the input has ended with none
+        left (False).
+
+        Raises:
+            OSError: reading failed (the transport reported an error).
+        """
+        while not self._lines:
+            if self._ended:
+                if self._error is not None:
+                    raise self._error
+                return False
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return True
+
+    def _resume(self) -> None:
+        """The transport, paused, reads again."""
+        resume = getattr(self._transport, "resume_reading", None)
+        if resume is not None:
+            resume()
+        self._paused = False
