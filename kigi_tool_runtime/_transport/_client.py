@@ -225,16 +225,11 @@ class Call(CallHandle):
     async def __anext__(self) -> CallProgress | ToolCallResult:
         if self._finished:
             raise StopAsyncIteration
-        # The hot path: nothing to flush and an item held (what the rest does
-        # then, without the rest).
-        if self._link.flushed():
-            progress = self._buffer.take()
-            if progress is not None:
-                return progress
-        loop = asyncio.get_running_loop()
         # Most items find nothing to flush: then the flush, which would return
-        # without waiting (so its deadline could never fire), is skipped.
+        # without waiting (so its deadline could never fire), is skipped, and
+        # an item held is returned at once (the hot path: no loop looked up).
         if not self._link.flushed():
+            loop = asyncio.get_running_loop()
             try:
                 # A server that stopped reading its input blocks the flush: the
                 # call's deadline bounds that wait too (Rule 2).
@@ -244,6 +239,7 @@ class Call(CallHandle):
                 self._time_out(loop.time())
         buffer = self._buffer
         while (progress := buffer.take()) is None and not buffer.ended:
+            loop = asyncio.get_running_loop()
             self._getter = loop.create_future()
             remaining = self._remaining(loop)
             try:
