@@ -44,13 +44,13 @@ from kigi_tool_runtime import (
     ToolEvent,
     ToolResult,
 )
+from kigi_tool_runtime._call._serving import WRITER_STALL_S
 from kigi_tool_runtime._transport._rpc_server import MAX_CALLS_IN_FLIGHT
 from kigi_tool_runtime._transport._server import (
     CALL_QUEUE_BYTES,
     MAX_CONTROL_BYTES,
     MAX_CONTROL_LINES,
     SERVER_CANCEL_MESSAGE,
-    WRITER_STALL_S,
 )
 
 #: Generous bound for any single expected line: a stuck server fails the test

@@ -96,7 +96,6 @@ from .._call._heartbeat import HEARTBEAT_S
 from .._call._outcome import CallEnd
 from .._call._queue import CallQueue, QueuePolicy
 from .._call._serving import SERVER_CANCEL_MESSAGE
-from .._call._serving import WRITER_STALL_S as WRITER_STALL_S  # Rule 3 names it
 from .._call._sink import Sink
 from .._call._writer import LineOutput
 from .._lines import read_lines
