@@ -4,14 +4,16 @@ is left early."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
+import pytest
 from bounded import run_within
 
 from kigi_tool_protocol import ToolCallProgressFrame
 from kigi_tool_runtime import ShellTool, ToolContext, ToolError, ToolResult
-from kigi_tool_runtime._call._run_loop import CallLoop
+from kigi_tool_runtime._call._run_loop import CallLoop, ended_early
 from kigi_tool_runtime._tools._runner import run_tool
 
 
@@ -59,3 +61,21 @@ def test_ending_the_span_twice_does_nothing() -> None:
     loop.abandon()
     loop.end()
     assert loop.span is None
+
+
+@pytest.mark.parametrize(
+    ("failure", "kind", "says"),
+    [
+        (RuntimeError("disk gone"), "internal_error", "RuntimeError: disk gone"),
+        (asyncio.CancelledError(), "cancelled", "stopped"),
+        (None, "cancelled", "stopped"),
+    ],
+)
+def test_a_call_left_early_is_named_by_what_left_it(
+    failure: BaseException | None, kind: str, says: str
+) -> None:
+    """A producer left before the run's terminal gives its reader an end that
+    says why: the failure by name, or that the call was stopped."""
+    end = ended_early(failure)
+    assert end.kind.value == kind
+    assert says in end.message

@@ -15,15 +15,10 @@ Rule 3. Between looks it waits at most ``stall_s``, so a stall is seen within
 
 from __future__ import annotations
 
-from typing import Final
-
 from ._serving import FINAL_FLUSH_S, WRITER_STALL_S
 
 # Plumbing for the servers, not exported.
 __all__: tuple[str, ...] = ()
-
-#: What :meth:`FinalFlush.wait_for` says when the flush is over.
-GIVE_UP: Final = None
 
 
 class FinalFlush:
@@ -50,5 +45,5 @@ class FinalFlush:
         give up now (Rules 1 to 3)."""
         left = self.give_up_at - now
         if left <= 0 or stalled:
-            return GIVE_UP
+            return None
         return min(left, self.stall_s)

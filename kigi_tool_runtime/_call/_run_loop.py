@@ -49,6 +49,18 @@ def _no_terminal() -> ToolError:
     return ToolError("internal_error", "the tool run ended without a terminal")
 
 
+def ended_early(failure: BaseException | None) -> ToolError:
+    """The end a call's reader is given when its producer was left before the
+    run's terminal: by ``failure``, an ``internal_error`` that names it; by a
+    cancel (``failure`` a cancellation or ``None``), ``cancelled``."""
+    if isinstance(failure, Exception):
+        return ToolError(
+            "internal_error",
+            f"the call failed before its end: {type(failure).__name__}: {failure}",
+        )
+    return _stopped()
+
+
 class CallLoop:
     """One run of ``run`` to its terminal (see the module's rules); ``span``:
     the call's span, ended by the loop (Rule 3); ``reports``: the host's loss

@@ -54,7 +54,7 @@ from ._heartbeat import Beat
 from ._live import LiveDelta, LiveText
 from ._outcome import CallEnd
 from ._queue import CallQueue, QueuePolicy, StallWatch, Taken
-from ._run_loop import CallLoop
+from ._run_loop import CallLoop, ended_early
 
 __all__ = ("ServedCall",)
 
@@ -270,7 +270,7 @@ async def _pump(
     loop's span is the served call's, so ``produce`` records none)."""
     try:
         terminal = await produce(loop, feed, _frame_item, heartbeat_s=heartbeat_s)
-    except BaseException:
-        feed.finish(ToolError("internal_error", "the tool run ended without a terminal"))
+    except BaseException as failure:
+        feed.finish(ended_early(failure))
         raise
     feed.finish(terminal)

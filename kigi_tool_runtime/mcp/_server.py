@@ -93,6 +93,7 @@ from .._call._heartbeat import HEARTBEAT_S, Beat
 from .._call._live import LiveText
 from .._call._outcome import CallEnd
 from .._call._queue import CallQueue, QueuePolicy, StallWatch, Taken
+from .._call._run_loop import ended_early
 from .._call._status import MESSAGE_MODES, MessageMode, ProgressMessages
 from .._mcp_limits import MAX_CALLS_IN_FLIGHT
 from .._tools._errors import ToolError
@@ -357,24 +358,10 @@ class McpToolServer:
                         await producer.ended.wait()
                     except BaseException as exc:
                         # Rule 3: cancelled (by the host, its going away, or shutdown).
-                        kctx.cancel()
-                        feed.give_up()
-                        with (
-                            anyio.CancelScope(shield=True),
-                            anyio.move_on_after(self._stop_wait + _STOP_MARGIN_S),
-                        ):
-                            await producer.ended.wait()
-                        producer.scope.cancel()  # a no-op once it ended
+                        await producer.stop(kctx, feed, self._stop_wait + _STOP_MARGIN_S)
                         if isinstance(exc, anyio.get_cancelled_exc_class()):
                             raise
-                        failed = producer.failure
-                        stopped = (
-                            exc
-                            if failed is None
-                            else BaseExceptionGroup(
-                                "the call's sending and its producer failed", [exc, failed]
-                            )
-                        )
+                        stopped = producer.failed_with(exc)
         except anyio.get_cancelled_exc_class():
             if producer.failure is None:
                 raise
@@ -503,12 +490,26 @@ class _Producer:
             self.failure = failure
         finally:
             # Failed or cancelled: the sender still ends (on a reply it never sends).
-            feed.finish(
-                self.terminal
-                if self.terminal is not None
-                else ToolError("internal_error", "the tool run ended without a terminal")
-            )
+            terminal = self.terminal
+            feed.finish(terminal if terminal is not None else ended_early(self.failure))
             self.ended.set()
+
+    async def stop(self, ctx: ToolContext, feed: _Feed, wait_s: float) -> None:
+        """Rule 3: stop the tool through its context, then wait for the
+        producer's end at most ``wait_s`` (shielded: the handler is being
+        cancelled), then cancel it outright (a no-op once it ended)."""
+        ctx.cancel()
+        feed.give_up()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(wait_s):
+            await self.ended.wait()
+        self.scope.cancel()
+
+    def failed_with(self, exc: BaseException) -> BaseException:
+        """What the handler raises when its sending failed with ``exc``: that,
+        or it together with the producer's own failure (Rule 13)."""
+        if self.failure is None:
+            return exc
+        return BaseExceptionGroup("the call's sending and its producer failed", [exc, self.failure])
 
 
 class _Channel(Protocol):
