@@ -140,6 +140,21 @@ def scan_proc() -> dict[int, tuple[int, int, int]]:
     return table
 
 
+def group_runs(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` runs: a zombie (dead, only waiting
+    for its reaper, which for an orphan is init, that may take seconds) does
+    not. Without ``/proc``, ``True``: there is nothing to tell them apart by."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True
+    for name in names:
+        fields = read_stat(int(name)) if name.isdigit() else None
+        if fields is not None and fields[1] == pgid:
+            return True
+    return False
+
+
 def cgroup_pids(path: str) -> list[int]:
     """The processes in cgroup ``path`` and the cgroups below it."""
     pids: list[int] = []

@@ -14,7 +14,9 @@ Rule 2. :func:`stop_group` always ends with the contained processes SIGKILLed,
         outlives the call. SIGTERM comes first (with SIGCONT, so a stopped
         process sees it), and SIGKILL after at most ``grace`` seconds. The
         child is then reaped by the call, or, when the call was cancelled, by
-        the event loop's child watcher.
+        the event loop's child watcher. The wait ends as soon as nothing of it
+        runs: a zombie left to init (which may reap orphans seconds later)
+        runs nothing, so it does not hold the wait to its grace.
 Rule 3. Signalling a group that is gone is not an error.
 Rule 4. A held group dies with this process, however this process dies
         (SIGKILL included), until it is given to :func:`release`: a helper
@@ -122,17 +124,18 @@ def signal_group(pgid: int, sig: int) -> None:
 
 def _pg_alive(pgid: int) -> bool:
     try:
-        os.killpg(pgid, 0)
+        os.killpg(pgid, 0)  # a zombie member answers too
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return _lifeline.group_runs(pgid)
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether process group ``pgid`` still has a member (one this process may
-    not signal counts as alive), or, held here, any process it contains
+    """Whether process group ``pgid`` still has a member that runs (one this
+    process may not signal counts; a zombie, exited and waiting for its
+    reaper, does not: Rule 2), or, held here, any process it contains
     (Rule 5)."""
     return _pg_alive(pgid) or _LIFELINE.contains_any(pgid)
 
