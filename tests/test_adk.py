@@ -30,7 +30,7 @@ from google.genai import types
 from host_tools import pieces_of, split_tool
 from processes import until_group_gone
 from pydantic import Field
-from split_writer import SPLIT, SPLIT_TEXT
+from split_writer import SPLIT_TEXT
 
 import kigi_tool_runtime.adk._privates as adk_privates
 import kigi_tool_runtime.adk._tool as adk_tool
@@ -43,7 +43,7 @@ from kigi_tool_runtime._upstream import UNSEEN
 from kigi_tool_runtime.adk import AdkEventFolder, KigiAdkTool, adk_tools
 from kigi_tool_runtime.adk._keys import META_FRAME, META_SEQ, RESPONSE_KEY
 from kigi_tool_runtime.adk._mapping import adk_tool_name
-from kigi_tool_runtime.testing import check_stream
+from kigi_tool_runtime.testing import check_stream, python_writer_argv
 
 PY = sys.executable
 DEADLINE_S = 90
@@ -150,7 +150,8 @@ async def test_split_characters_stream_whole_at_caps_0_to_4(cap: int, real: bool
     # the same pieces (the promise is how ADK shows the frames).
     if real:
         tool = KigiAdkTool(ShellTool(max_delta_bytes=cap, tick=0.01))
-        args: dict[str, Any] = {"command": [PY, "-c", SPLIT]}
+        steps = [step for piece in SPLIT_PIECES for step in (piece, None)]
+        args: dict[str, Any] = {"command": python_writer_argv(steps, tick_s=0.03)}
     else:
         tool = KigiAdkTool(split_tool(SPLIT_PIECES, cap=cap))
         args = {}
