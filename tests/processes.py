@@ -98,3 +98,24 @@ def kill_marked(mark: str) -> None:
     for pid in marked(mark):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+
+
+def group_running(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a member that is not a zombie. A
+    killed orphan stays in its group as a zombie until init reaps it, which
+    some inits do only every few seconds; it runs nothing."""
+    pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone between the listing and the read
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+async def until_group_dead(pgid: int, seconds: float = GONE_S) -> None:
+    """Wait until process group ``pgid`` has no member left but zombies."""
+    await until_gone(f"process group {pgid} still running", lambda: group_running(pgid), seconds)

@@ -21,6 +21,7 @@ from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 from acp.schema import ClientCapabilities, ToolCallProgress, ToolCallStart
 from acp_editor import AGENT, CAPABILITIES, Call, Editor, agent, content_text, markers, prompt
 from docs_pages import blocks, page
+from host_tools import every_byte, quiet_tool, split_tool
 from processes import pid_alive, until_gone, until_group_gone
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
@@ -53,35 +54,52 @@ def _frames(call: Call) -> list[tuple[int, ToolCallProgressFrame[Any]]]:
     return frames
 
 
+def _check_split_call(call: Call, cap: int) -> None:
+    """What an appending client got of :data:`SPLIT_TEXT` written a byte at a
+    time at ``cap``: every append valid text within the cap (or one
+    character), the appends the output exactly, the frames they carried."""
+    appends = call.appends()
+    assert "".join(appends) == SPLIT_TEXT, cap
+    assert call.view() == SPLIT_TEXT
+    assert len(appends) > 1
+    for data in appends:
+        assert "\ufffd" not in data
+        assert len(data.encode()) <= cap or len(data) == 1, (cap, data)
+    assert [frame.body.delta for _, frame in _frames(call)] == appends
+    assert call.last.status == "completed"
+    assert SPLIT_TEXT in call.text()
+    assert call.loss()["complete"] is True
+
+
 async def test_split_characters_reach_the_terminal_whole() -> None:
-    """A 2-, a 3- and a 4-byte character written a byte at a time reach an
-    appending client whole at caps 0 to 4: every append is valid text within
-    the cap (or one character), and the appends are the output exactly."""
+    """A 2-, a 3- and a 4-byte character written a byte at a time by a real
+    command reach an appending client of the real agent whole (cap 1; every
+    cap is checked in process below)."""
     steps: list[bytes | None] = []
     for byte in SPLIT_TEXT.encode():
         steps += [bytes([byte]), None]
     command = python_writer_argv(steps, tick_s=0.03)
     async with asyncio.timeout(DEADLINE_S), agent(CAPABILITIES["append"]) as (conn, editor, _):
         session = await conn.new_session(cwd=os.getcwd(), mcp_servers=[])
-        for cap in range(5):
-            shell = {"max_delta_bytes": cap, "tick": 0.01}
-            spec = {"args": {"command": command}, "shell": shell}
-            assert await prompt(conn, session.session_id, spec) == "end_turn"
-        calls = editor.calls()
-    assert len(calls) == 5
-    for cap, call in enumerate(calls):
-        appends = call.appends()
-        assert "".join(appends) == SPLIT_TEXT, cap
-        assert call.view() == SPLIT_TEXT
-        assert len(appends) > 1
-        for data in appends:
-            assert "\ufffd" not in data
-            assert len(data.encode()) <= cap or len(data) == 1, (cap, data)
-        assert [frame.body.delta for _, frame in _frames(call)] == appends
-        assert call.last.status == "completed"
-        assert SPLIT_TEXT in call.text()
-        assert call.loss()["complete"] is True
-        assert call.start.kind == "execute"
+        spec = {"args": {"command": command}, "shell": {"max_delta_bytes": 1, "tick": 0.01}}
+        assert await prompt(conn, session.session_id, spec) == "end_turn"
+        (call,) = editor.calls()
+    _check_split_call(call, 1)
+    assert call.start.kind == "execute"
+
+
+@pytest.mark.parametrize("cap", range(5))
+async def test_split_characters_reach_the_terminal_whole_at_caps_0_to_4(cap: int) -> None:
+    """The same at caps 0 to 4, the tool in process (the promise is the
+    mapping to appends): each character whole, each append within the cap."""
+    editor = Editor()
+    calls = AcpToolCalls(editor, client_capabilities={"_meta": CAPABILITIES["append"]})
+    tool = split_tool(every_byte(SPLIT_TEXT), cap=cap)
+    async with asyncio.timeout(DEADLINE_S):
+        end = await calls.run("s1", tool, {})
+    assert end.ok
+    (call,) = editor.calls()
+    _check_split_call(call, cap)
 
 
 @pytest.mark.parametrize("mode", ["append", "content"])
@@ -93,7 +111,7 @@ async def test_each_capability_set_gets_its_updates(mode: str) -> None:
     appends) is tested on the mapper in test_acp_mapping.py, and through the
     agent by the flood tests below."""
     assert set(CAPABILITIES) == {"append", "append_and_replace", "replace", "content"}
-    command = "printf 'grüße '; sleep 0.3; printf '✓ 😀\\n'; sleep 0.3; printf 'done\\n'"
+    command = "printf 'grüße '; sleep 0.05; printf '✓ 😀\\n'; sleep 0.05; printf 'done\\n'"
     output = "grüße ✓ 😀\ndone\n"
     async with asyncio.timeout(DEADLINE_S), agent(CAPABILITIES[mode] or None) as (conn, editor, _):
         session = await conn.new_session(cwd=os.getcwd(), mcp_servers=[])
@@ -449,19 +467,20 @@ def _node_call(where: Path, mode: str, spec: dict[str, Any]) -> tuple[str, Call]
 @pytest.mark.slow
 def test_node_editor_on_the_typescript_sdk(node_editor: Path) -> None:
     """The TypeScript SDK's client, driven by Node, gets the same: split
-    characters whole at caps 0 and 4, and a flood's losses marked as the report
-    counts them, with a replacement after a loss."""
+    characters whole at cap 4 (every cap is checked in process above), and a
+    flood's losses marked as the report counts them, with a replacement after
+    a loss."""
     steps: list[bytes | None] = []
     for byte in SPLIT_TEXT.encode():
         steps += [bytes([byte]), None]
     command = python_writer_argv(steps, tick_s=0.03)
-    for cap in (0, 4):
-        spec = {"args": {"command": command}, "shell": {"max_delta_bytes": cap, "tick": 0.01}}
-        stop, call = _node_call(node_editor, "append", spec)
-        assert stop == "end_turn"
-        assert "".join(call.appends()) == SPLIT_TEXT
-        assert all(len(d.encode()) <= cap or len(d) == 1 for d in call.appends())
-        assert call.last.status == "completed"
+    cap = 4
+    spec = {"args": {"command": command}, "shell": {"max_delta_bytes": cap, "tick": 0.01}}
+    stop, call = _node_call(node_editor, "append", spec)
+    assert stop == "end_turn"
+    assert "".join(call.appends()) == SPLIT_TEXT
+    assert all(len(d.encode()) <= cap or len(d) == 1 for d in call.appends())
+    assert call.last.status == "completed"
     stop, call = _node_call(node_editor, "append_and_replace", _flood_spec())
     assert stop == "end_turn"
     text = call.rebuilt()
@@ -495,14 +514,15 @@ async def test_a_call_refused_up_front_sends_nothing_and_leaves_nothing_running(
 
 
 async def test_a_silent_call_sends_heartbeat_updates() -> None:
-    """``heartbeat_s=0.1``: a command silent for 1 s sends several
+    """``heartbeat_s=0.1``: a tool silent for 1 s sends several
     ``tool_call_update`` heartbeats (in progress, the figures and a sentence
     under ``_meta["dev.kigi/heartbeat"]``, no content), valid for the SDK's
-    model, and none after the last update."""
+    model, and none after the last update. (A tool in process: the beats are
+    the call's, whatever the tool runs.)"""
     updates = _Updates()
     calls = AcpToolCalls(updates, heartbeat_s=0.1)
     async with asyncio.timeout(30):
-        end = await calls.run("s1", ShellTool(tick=0.01), {"command": "echo a; sleep 1; echo b"})
+        end = await calls.run("s1", quiet_tool(1.0), {})
     assert end.ok
     metas = [getattr(update, "field_meta", None) or {} for update in updates.sent]
     beats = [meta["dev.kigi/heartbeat"] for meta in metas if "dev.kigi/heartbeat" in meta]

@@ -93,7 +93,9 @@ async def test_an_editor_that_closes_its_end_ends_the_agent(how: str) -> None:
                 calls = editor.calls()
                 match = re.search(r"pgid (\d+)\n", "".join(calls[0].appends())) if calls else None
             pgid = int(match[1])
-            await asyncio.sleep(0.5)  # mid-flood
+            while "y" * 999 not in "".join(editor.calls()[0].appends()):  # mid-flood
+                editor.changed.clear()
+                await editor.changed.wait()
             (into if how == "input_closed" else out).close()
             await until_group_gone(pgid)
             await until_gone(f"agent {proc.pid} still running", lambda: proc.poll() is None)

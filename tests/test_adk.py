@@ -27,21 +27,23 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
+from host_tools import pieces_of, split_tool
 from processes import until_group_gone
 from pydantic import Field
-from split_writer import SPLIT, SPLIT_TEXT
+from split_writer import SPLIT_TEXT
 
 import kigi_tool_runtime.adk._privates as adk_privates
 import kigi_tool_runtime.adk._tool as adk_tool
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame, json_codec
-from kigi_tool_runtime import ShellTool, Tool, _upstream
+from kigi_tool_runtime import Output, ShellTool, Tool, _upstream
+from kigi_tool_runtime import tool as kigi_tool
 from kigi_tool_runtime._call._held import BLIND_FRAMES
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._upstream import UNSEEN
 from kigi_tool_runtime.adk import AdkEventFolder, KigiAdkTool, adk_tools
 from kigi_tool_runtime.adk._keys import META_FRAME, META_SEQ, RESPONSE_KEY
 from kigi_tool_runtime.adk._mapping import adk_tool_name
-from kigi_tool_runtime.testing import check_stream
+from kigi_tool_runtime.testing import check_stream, python_writer_argv
 
 PY = sys.executable
 DEADLINE_S = 90
@@ -62,6 +64,10 @@ SLOW_FLOOD = (
     "while True:\n"
     "    sys.stdout.write('tick ' * 100 + '\\n'); sys.stdout.flush(); time.sleep(0.01)\n"
 )
+
+
+#: What :data:`SPLIT` writes, piece by piece (for the in-process tool).
+SPLIT_PIECES = pieces_of(SPLIT_TEXT, [4, 8, 12, 14])
 
 
 class FakeModel(BaseLlm):
@@ -132,38 +138,47 @@ async def _run(
     return run
 
 
-async def test_split_characters_stream_whole_at_caps_0_to_4() -> None:
+@pytest.mark.parametrize(("cap", "real"), [(1, True), *((cap, False) for cap in range(5))])
+async def test_split_characters_stream_whole_at_caps_0_to_4(cap: int, real: bool) -> None:
     """2-, 3- and 4-byte characters cut across writes stream whole at caps 0
     to 4: one partial event per frame, each within its cap (or one
     character), no U+FFFD in their text, none saved to the session; the
     folder's text is the output exactly and the function response has the
-    model text and a complete loss report."""
-    for cap in range(5):
+    model text and a complete loss report. Through a real command at cap 1,
+    through an in-process tool at every cap."""
+    # A real command once; every cap through an in-process tool writing
+    # the same pieces (the promise is how ADK shows the frames).
+    if real:
         tool = KigiAdkTool(ShellTool(max_delta_bytes=cap, tick=0.01))
-        async with asyncio.timeout(DEADLINE_S):
-            run = await _run(tool, {"command": [PY, "-c", SPLIT]}, Run())
-        frames = run.frames()
-        assert len(frames) > 1
-        assert len(run.partials()) == len(frames)
-        for event, frame in zip(run.partials(), frames, strict=True):
-            delta = frame.body.delta
-            assert len(delta.encode()) <= cap or len(delta) == 1, (cap, delta)
-            assert event.content is not None
-            assert event.content.parts is not None
-            text = event.content.parts[0].text or ""
-            assert "\ufffd" not in text
-            assert text == delta
-        assert not any(event.partial for event in run.saved)
-        call = run.folder[CALL_ID]
-        assert call.text == SPLIT_TEXT
-        assert call.complete
-        response = run.response()
-        assert response["result"].startswith(SPLIT_TEXT)
-        assert response[RESPONSE_KEY]["complete"] is True
-        assert response[RESPONSE_KEY]["frames"] == len(frames)
-        assert run.events[-1].content is not None
-        assert run.events[-1].content.parts is not None
-        assert run.events[-1].content.parts[0].text == "done"
+        steps = [step for piece in SPLIT_PIECES for step in (piece, None)]
+        args: dict[str, Any] = {"command": python_writer_argv(steps, tick_s=0.03)}
+    else:
+        tool = KigiAdkTool(split_tool(SPLIT_PIECES, cap=cap))
+        args = {}
+    async with asyncio.timeout(DEADLINE_S):
+        run = await _run(tool, args, Run())
+    frames = run.frames()
+    assert len(frames) > 1
+    assert len(run.partials()) == len(frames)
+    for event, frame in zip(run.partials(), frames, strict=True):
+        delta = frame.body.delta
+        assert len(delta.encode()) <= cap or len(delta) == 1, (cap, delta)
+        assert event.content is not None
+        assert event.content.parts is not None
+        text = event.content.parts[0].text or ""
+        assert "\ufffd" not in text
+        assert text == delta
+    assert not any(event.partial for event in run.saved)
+    call = run.folder[CALL_ID]
+    assert call.text == SPLIT_TEXT
+    assert call.complete
+    response = run.response()
+    assert response["result"].startswith(SPLIT_TEXT)
+    assert response[RESPONSE_KEY]["complete"] is True
+    assert response[RESPONSE_KEY]["frames"] == len(frames)
+    assert run.events[-1].content is not None
+    assert run.events[-1].content.parts is not None
+    assert run.events[-1].content.parts[0].text == "done"
 
 
 async def test_a_flood_through_a_small_tail_has_every_loss_marked() -> None:
@@ -251,10 +266,18 @@ async def test_a_slow_consumer_keeps_the_event_queue_bounded(
 
     monkeypatch.setattr(adk_tool, "_pending_events", counting)
     bound = 8
-    tool = KigiAdkTool(ShellTool(max_delta_bytes=1024), max_pending_events=bound)
-    flood = FLOOD.replace(f"range({FLOOD_BLOCKS})", "range(160)")
+
+    @kigi_tool(name="bash", max_delta_bytes=1024)
+    async def flood(out: Output) -> None:
+        """Write 160 blocks as fast as the call takes them (in process: the
+        promise is the bound on ADK's queue, whatever the tool runs)."""
+        for _ in range(160):
+            out.write(BLOCK)
+            await asyncio.sleep(0)
+
+    tool = KigiAdkTool(flood, max_pending_events=bound)
     async with asyncio.timeout(DEADLINE_S):
-        run = await _run(tool, {"command": [PY, "-c", flood]}, Run(), consumer_delay=0.002)
+        run = await _run(tool, {}, Run(), consumer_delay=0.002)
     assert seen
     assert max(seen) <= bound + 1
     assert max(seen) >= bound, "the consumer never fell behind"

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import orjson
 import pytest
+from host_tools import pieces_of, quiet_tool, split_tool
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain.agents import create_agent
@@ -82,6 +83,20 @@ SPLIT = (
     " printf '\\223 \\360\\237'; sleep 0.15; printf '\\230\\200 end\\n'"
 )
 SPLIT_TEXT = "aé ✓ 😀 end\n"
+#: The same pieces, written by an in-process tool (no process): where the
+#: promise is how LangGraph shows the frames.
+SPLIT_PIECES = pieces_of(SPLIT_TEXT, [2, 6, 10])
+#: The same text in one write (where the test needs the shell, not the cuts).
+SPLIT_AT_ONCE = "printf 'a\\303\\251 \\342\\234\\223 \\360\\237\\230\\200 end\\n'"
+
+
+def split_bash(cap: int) -> BaseTool:
+    """The in-process split writer (:data:`SPLIT_PIECES`) as the LangChain tool ``bash``."""
+    return as_langchain_tool(split_tool(SPLIT_PIECES, cap=cap), timeout_ms=CALL_DEADLINE_MS)
+
+
+#: The call of :func:`split_bash` (it takes no arguments).
+SPLIT_CALL: dict[str, Any] = {"name": "bash", "args": {}}
 
 
 #: Every call a test makes has a deadline of its own.
@@ -178,7 +193,9 @@ def deltas(events: list[Any], call_id: str) -> list[Any]:
     ]
 
 
-def _check_split_run(events: list[Any], state: dict[str, Any], folder: ToolEventFolder, cap: int):
+def _check_split_run(
+    events: list[Any], state: dict[str, Any], folder: ToolEventFolder, cap: int, *, real: bool
+) -> None:
     chunks = deltas(events, "call-0")
     assert chunks, events
     assert all(isinstance(chunk, LiveChunk) and chunk.frame is not None for chunk in chunks)
@@ -190,8 +207,11 @@ def _check_split_run(events: list[Any], state: dict[str, Any], folder: ToolEvent
     (message,) = tool_messages(state)
     assert message.status == "success"
     assert message.content.startswith(SPLIT_TEXT)
-    assert "exit code 0" in message.content
-    assert message.artifact["value"]["exit_code"] == 0
+    if real:
+        assert "exit code 0" in message.content
+        assert message.artifact["value"]["exit_code"] == 0
+    else:
+        assert message.artifact["value"] == "written"
     assert message.artifact["loss"]["complete"] is True
     assert message.artifact["loss"]["frames"] == len(chunks)
     folded = folder.call("call-0")
@@ -206,12 +226,24 @@ def _check_split_run(events: list[Any], state: dict[str, Any], folder: ToolEvent
     assert folded.artifact == message.artifact
 
 
-@pytest.mark.parametrize("cap", [0, 1, 2, 3, 4, 64])
-def test_split_characters_stream_whole_through_a_sync_graph(cap: int) -> None:
-    bash = kigi_bash(tick=0.02, max_delta_bytes=cap)
+def _split_graph(cap: int, real: bool) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The agent loop calling the split writer at ``cap``: the shell running
+    :data:`SPLIT` (``real``), or the in-process tool writing its pieces."""
+    if real:
+        return agent_graph([kigi_bash(tick=0.02, max_delta_bytes=cap)], [bash_call(SPLIT)])
+    return agent_graph([split_bash(cap)], [SPLIT_CALL])
+
+
+@pytest.mark.parametrize(
+    ("cap", "real"),
+    [(0, False), (1, True), (1, False), (2, False), (3, False), (4, False), (64, False)],
+)
+def test_split_characters_stream_whole_through_a_sync_graph(cap: int, real: bool) -> None:
+    """Characters cut across writes stream whole through a sync graph at every
+    cap: through a real command once, through an in-process tool at each cap."""
     folder = ToolEventFolder()
-    events, state = run_sync(agent_graph([bash], [bash_call(SPLIT)]), folder)
-    _check_split_run(events, state, folder, cap)
+    events, state = run_sync(_split_graph(cap, real), folder)
+    _check_split_run(events, state, folder, cap, real=real)
     kinds = [e["event"] for e in events]
     assert kinds[0] == "tool-started"
     assert kinds[-1] == "tool-finished"
@@ -220,16 +252,15 @@ def test_split_characters_stream_whole_through_a_sync_graph(cap: int) -> None:
 
 @pytest.mark.parametrize("cap", [0, 1, 4, 64])
 async def test_split_characters_stream_whole_through_an_async_graph(cap: int) -> None:
-    bash = kigi_bash(tick=0.02, max_delta_bytes=cap)
+    """The same through an async graph (the in-process tool)."""
     folder = ToolEventFolder()
     async with asyncio.timeout(30):
-        events, state = await run_async(agent_graph([bash], [bash_call(SPLIT)]), folder)
-    _check_split_run(events, state, folder, cap)
+        events, state = await run_async(_split_graph(cap, False), folder)
+    _check_split_run(events, state, folder, cap, real=False)
 
 
 def test_without_tools_streaming_the_call_runs_the_same_and_emits_nothing() -> None:
-    bash = kigi_bash(tick=0.02, max_delta_bytes=2)
-    state = agent_graph([bash], [bash_call(SPLIT)]).invoke(_start())
+    state = agent_graph([split_bash(2)], [SPLIT_CALL]).invoke(_start())
     (message,) = tool_messages(state)
     assert message.content.startswith(SPLIT_TEXT)
     assert message.artifact["loss"]["complete"] is True
@@ -275,7 +306,9 @@ class ToolCallingFake(GenericFakeChatModel):
 def test_create_agent_runs_the_tool_and_answers_a_bad_argument() -> None:
     bash = kigi_bash(tick=0.02, max_delta_bytes=2)
     turns = [
-        AIMessage("", tool_calls=[{"id": "a1", "name": "bash", "args": {"command": SPLIT}}]),
+        AIMessage(
+            "", tool_calls=[{"id": "a1", "name": "bash", "args": {"command": SPLIT_AT_ONCE}}]
+        ),
         AIMessage("", tool_calls=[{"id": "a2", "name": "bash", "args": {"command": ""}}]),
         AIMessage("done"),
     ]
@@ -297,13 +330,13 @@ def test_create_agent_runs_the_tool_and_answers_a_bad_argument() -> None:
 async def test_parallel_calls_fold_apart() -> None:
     bash = kigi_bash(tick=0.02, max_delta_bytes=3)
     counting = "for i in 1 2 3; do echo $i; sleep 0.05; done"
-    graph = agent_graph([bash], [bash_call(SPLIT), bash_call(counting)], parallel=True)
+    graph = agent_graph([bash], [bash_call(SPLIT_AT_ONCE), bash_call(counting)], parallel=True)
     folder = ToolEventFolder()
     async with asyncio.timeout(30):
         events, state = await run_async(graph, folder)
     started = [e for e in events if e["event"] == "tool-started"]
     # The ToolRuntime LangGraph injects is no argument of the call.
-    assert sorted(e["input"]["command"] for e in started) == sorted([SPLIT, counting])
+    assert sorted(e["input"]["command"] for e in started) == sorted([SPLIT_AT_ONCE, counting])
     assert all(set(e["input"]) == {"command"} for e in started)
     assert folder.call("call-0").text == SPLIT_TEXT  # type: ignore[union-attr]
     assert folder.call("call-1").text == "1\n2\n3\n"  # type: ignore[union-attr]
@@ -525,9 +558,8 @@ def test_output_cut_at_the_limit_ends_live_with_the_truncation_marker() -> None:
 
 @pytest.mark.filterwarnings(V3_WARNING)
 def test_v3_tool_call_streams_fold_like_the_tools_channel() -> None:
-    bash = kigi_bash(tick=0.02, max_delta_bytes=3)
     folder = ToolEventFolder()
-    graph = agent_graph([bash], [bash_call(SPLIT)])
+    graph = agent_graph([split_bash(3)], [SPLIT_CALL])
     run = graph.stream_events(_start(), version="v3", transformers=[ToolCallTransformer])
     folded = [folder.fold_tool_call(stream) for stream in run.tool_calls]
     assert [call.tool_call_id for call in folded] == ["call-0"]
@@ -538,9 +570,8 @@ def test_v3_tool_call_streams_fold_like_the_tools_channel() -> None:
 
 @pytest.mark.filterwarnings(V3_WARNING)
 async def test_v3_async_tool_call_streams_fold_too() -> None:
-    bash = kigi_bash(tick=0.02, max_delta_bytes=3)
     folder = ToolEventFolder()
-    graph = agent_graph([bash], [bash_call(SPLIT)])
+    graph = agent_graph([split_bash(3)], [SPLIT_CALL])
     async with asyncio.timeout(30):
         run = await graph.astream_events(_start(), version="v3", transformers=[ToolCallTransformer])
         folded = [await folder.afold_tool_call(stream) async for stream in run.tool_calls]
@@ -844,14 +875,27 @@ class _CountingFlood(Tool[ShellArgs]):
         yield ToolResult(value="flooded")
 
 
-#: 64 MB in 64 KiB lines, a line every 4 ms (about 5 s): slow enough that the
-#: shell tool takes every byte, so each one is a frame for LangGraph's queue.
-SLOW_FLOOD = (
-    f'{sys.executable} -c "import sys, time\n'
-    "line = b'x' * 65535 + b'\\n'\n"
-    "for _ in range(1024):\n"
-    '    sys.stdout.buffer.write(line); sys.stdout.flush(); time.sleep(0.004)"'
-)
+class _LineFlood(Tool[ShellArgs]):
+    """64 MB in 64 KiB lines, in process: the stream is drained after each
+    line, so every byte is a frame for LangGraph's queue (a command would have
+    to be slow enough for the shell tool to take every byte: seconds)."""
+
+    id = "bash"
+    description = "Write 64 MB in lines, every byte a frame."
+    args_type = ShellArgs
+    capabilities = ToolCapabilities(streaming=StreamingSpec(subkind="flood"))
+
+    async def execute(self, ctx: ToolContext, args: ShellArgs) -> AsyncIterator[ToolEvent]:
+        stream = OutputStream(self.capabilities.streaming, capacity=1 << 17)
+        line = b"x" * 65535 + b"\n"
+        for _ in range(1024):
+            stream.write(line)
+            for frame in stream.drain():
+                yield frame
+            await asyncio.sleep(0)
+        for frame in stream.finish():
+            yield frame
+        yield ToolResult(value="flooded")
 
 
 def test_a_flood_in_langgraphs_default_streaming_costs_a_bounded_amount() -> None:
@@ -859,9 +903,10 @@ def test_a_flood_in_langgraphs_default_streaming_costs_a_bounded_amount() -> Non
     the queue is drained only when the node ends: a 64 MB flood adds at most
     24 MiB to the process (it added 107 MiB: every frame waited in the queue),
     the frames held back are said by one marker line before the last frame,
-    the fold reports the loss, and the ``ToolMessage`` is whole."""
-    bash = as_langchain_tool(ShellTool(), timeout_ms=120_000)
-    graph = agent_graph([bash], [bash_call(SLOW_FLOOD)], eager=False)
+    the fold reports the loss, and the ``ToolMessage`` is whole. (The flood is
+    made in process: the promise is what LangGraph's queue holds.)"""
+    bash = as_langchain_tool(_LineFlood(), timeout_ms=120_000)
+    graph = agent_graph([bash], [bash_call("unused")], eager=False)
     folder = ToolEventFolder()
     chunks: list[Any] = []
     tracemalloc.start()
@@ -889,7 +934,7 @@ def test_a_flood_in_langgraphs_default_streaming_costs_a_bounded_amount() -> Non
     assert report is not None
     assert report.undelivered_bytes > 0
     assert folded.artifact is not None
-    assert folded.artifact["value"]["exit_code"] == 0
+    assert folded.artifact["value"] == "flooded"
     assert folded.artifact["loss"]["total_bytes"] == 64 * 1024 * 1024
 
 
@@ -1028,12 +1073,13 @@ async def test_a_slow_consumer_paces_the_call_instead_of_growing_langgraphs_queu
 
 
 async def test_a_silent_call_writes_heartbeats_to_the_custom_stream() -> None:
-    """``heartbeat_s=0.1``: a command silent for 1 s writes several heartbeats
+    """``heartbeat_s=0.1``: a tool silent for 1 s writes several heartbeats
     to the graph's ``custom`` stream (each silence, after the first line, at
     least one interval longer than the one before); the ``tools`` stream and
-    the folded text are the output alone."""
-    bash = as_langchain_tool(ShellTool(tick=0.02), timeout_ms=CALL_DEADLINE_MS, heartbeat_s=0.1)
-    graph = agent_graph([bash], [bash_call("echo a; sleep 1; echo b")])
+    the folded text are the output alone. (A tool in process: the beats are
+    the call's, whatever the tool runs.)"""
+    bash = as_langchain_tool(quiet_tool(1.0), timeout_ms=CALL_DEADLINE_MS, heartbeat_s=0.1)
+    graph = agent_graph([bash], [{"name": "bash", "args": {}}])
     folder = ToolEventFolder()
     stream: list[tuple[str, Any]] = []
     async with asyncio.timeout(60):
