@@ -1210,33 +1210,72 @@ def test_serve_nats_without_jetstream_says_so_first(tmp_path: Path) -> None:
 
 def test_two_workers_starting_together_both_take_calls(nats_server: NatsServer) -> None:
     """Two ``serve --nats`` started at the same moment on fresh streams (they
-    race to create the same streams and consumer), three times: each says it
-    takes calls and keeps running, and on SIGTERM each says why it stopped."""
-    for attempt in range(3):
-        prefix = f"race{attempt}"
-        argv = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", nats_server.url]
-        workers = [
-            subprocess.Popen([*argv, "--prefix", prefix], stderr=subprocess.PIPE) for _ in range(2)
-        ]
+    race to create the same streams and consumer): each says it takes calls and
+    keeps running, and on SIGTERM each says why it stopped. (The race again,
+    twice, between in-process workers: ``..._in_process`` below.)"""
+    argv = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--nats", nats_server.url]
+    workers = [
+        subprocess.Popen([*argv, "--prefix", "race0"], stderr=subprocess.PIPE) for _ in range(2)
+    ]
+    try:
+        for worker in workers:
+            assert worker.stderr is not None
+            ready, _, _ = select.select([worker.stderr], [], [], 20)
+            assert ready, "a worker said nothing within 20 s"
+            line = worker.stderr.readline()
+            assert b"takes calls from" in line, line + worker.stderr.read()
+        for worker in workers:
+            assert worker.poll() is None
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            assert worker.wait(timeout=15) == 128 + signal.SIGTERM
+            assert worker.stderr is not None
+            assert b"stopped by SIGTERM" in worker.stderr.read()
+    finally:
+        for worker in workers:
+            reap(worker)
+            if worker.stderr is not None:
+                worker.stderr.close()
+
+
+def test_two_workers_starting_together_both_take_calls_in_process(
+    nats_server: NatsServer,
+) -> None:
+    """Two workers started at the same moment on fresh streams, twice more (as
+    ``serve --nats`` runs them, in this process): both set up (a pull of each
+    waits on the shared consumer), keep running, and stop cleanly."""
+
+    async def attempt(prefix: str) -> None:
+        connections = [await connect(nats_server.url) for _ in range(2)]
+        workers = [Worker(nc, [ShellTool()], prefix=prefix) for nc in connections]
+        tasks = [asyncio.create_task(worker.run()) for worker in workers]
         try:
-            for worker in workers:
-                assert worker.stderr is not None
-                ready, _, _ = select.select([worker.stderr], [], [], 20)
-                assert ready, "a worker said nothing within 20 s"
-                line = worker.stderr.readline()
-                assert b"takes calls from" in line, line + worker.stderr.read()
-            for worker in workers:
-                assert worker.poll() is None
-                worker.send_signal(signal.SIGTERM)
-            for worker in workers:
-                assert worker.wait(timeout=15) == 128 + signal.SIGTERM
-                assert worker.stderr is not None
-                assert b"stopped by SIGTERM" in worker.stderr.read()
+            js = connections[0].jetstream()
+            subjects = workers[0].subjects
+            for _ in range(200):  # 20 s at most
+                assert not any(task.done() for task in tasks), [t.result() for t in tasks]
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    info = await js.consumer_info(
+                        subjects.calls_jetstream, subjects.tool_consumer("bash")
+                    )
+                    if info.num_waiting >= 2:
+                        break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the two workers did not both pull within 20 s")
         finally:
             for worker in workers:
-                reap(worker)
-                if worker.stderr is not None:
-                    worker.stderr.close()
+                worker.stop()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            for nc in connections:
+                await nc.drain()
+        assert all(not isinstance(result, BaseException) for result in results), results
+
+    async def main() -> None:
+        for n in (1, 2):
+            await attempt(f"race{n}")
+
+    run(main(), 60)
 
 
 def test_readme_nats_shell_block_runs_as_written(tmp_path: Path) -> None:
