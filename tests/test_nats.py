@@ -277,7 +277,8 @@ def cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[bytes]:
 
 def test_cli_follow_replays_and_resumes(nats_server: NatsServer) -> None:
     """``kigi-stream follow --nats`` prints a call's whole text from the start, and
-    the rest of it from ``--from-seq``; it says where to resume."""
+    the rest of it from ``--from-seq``; it says where to resume. (The real
+    command once; the resumes and the errors by its main in process.)"""
 
     async def make_call() -> tuple[str, int]:
         fleet = Fleet(nats_server.url)
@@ -296,24 +297,26 @@ def test_cli_follow_replays_and_resumes(nats_server: NatsServer) -> None:
     assert whole.returncode == 0, whole.stderr
     assert whole.stdout.decode() == expected_lines(20)
     assert f"resume with --from-seq {end}" in whole.stderr.decode()
-    tail = cli(*base, "--from-seq", str(end - 1))  # only the end message is left
+    tail = kigi_in_process(*base, "--from-seq", str(end - 1))  # only the end message is left
     assert tail.returncode == 0, tail.stderr
     assert tail.stdout == b""
     # Resuming where it said, or anywhere past the end, ends at once: the call
     # ended before that sequence.
     for after in (end, end + 1000):
-        done = cli(*base, "--from-seq", str(after), timeout=15)
+        done = kigi_in_process(*base, "--from-seq", str(after))
         assert done.returncode == 0, done.stderr
         assert done.stdout == b""
         assert b"the call ended with a result" in done.stderr
-    bad = cli("follow", "--nats", nats_server.url, "--call", "a.b")
+    bad = kigi_in_process("follow", "--nats", nats_server.url, "--call", "a.b")
     assert bad.returncode == 2
     assert bad.stderr.startswith(b"kigi-stream follow: error: tool_call_id 'a.b' cannot be")
     assert b"Traceback" not in bad.stderr
-    missing = cli("follow", "--nats", nats_server.url)
+    missing = kigi_in_process("follow", "--nats", nats_server.url)
     assert missing.returncode == 2
     assert b"--call" in missing.stderr
-    nowhere = cli("follow", "--nats", nats_server.url, "--call", call_id, "--nats-prefix", "none")
+    nowhere = kigi_in_process(
+        "follow", "--nats", nats_server.url, "--call", call_id, "--nats-prefix", "none"
+    )
     assert nowhere.returncode == 1
     assert b"kigi-stream follow: error: " in nowhere.stderr
 
