@@ -90,7 +90,9 @@ def test_three_workers_route_sixty_calls_a_kill_and_an_unserved_tool(
             prefix=PREFIX,
             lease=3.0,
             owns_connection=True,
-            serves_wait=2.0,
+            # Only a tool that nobody serves waits it out (the others answer
+            # at once): what the unserved calls below wait for.
+            serves_wait=0.5,
         )
         async with client:
 
@@ -134,8 +136,11 @@ def test_three_workers_route_sixty_calls_a_kill_and_an_unserved_tool(
             # beta, which W1 shared with W2, still runs; alpha is served by nobody now.
             after = await (await client.call("beta", {}, tool_call_id="after")).result()
             assert after.output.value["pid"] == workers["W2"].pid
-            for tool in ("alpha", "omega"):
-                call = await client.call(tool, {}, tool_call_id=f"unserved-{tool}")
+            unserved_tools = ("alpha", "omega")
+            unserved_calls = await asyncio.gather(
+                *(client.call(t, {}, tool_call_id=f"unserved-{t}") for t in unserved_tools)
+            )
+            for tool, call in zip(unserved_tools, unserved_calls, strict=True):
                 with pytest.raises(RemoteToolError) as unserved:
                     await call.result()
                 assert unserved.value.wire.code == "tool_not_found"
@@ -158,7 +163,7 @@ def test_three_workers_route_sixty_calls_a_kill_and_an_unserved_tool(
 def test_a_call_no_worker_serves_ends_within_the_bound(nats_server: NatsServer) -> None:
     """With a worker serving only ``bash``, a call of ``python`` is never
     submitted: it ends ``tool_not_found`` naming the tool once the caller has
-    asked for its ``serves_wait`` (2 s; bounded here at twice that plus a margin),
+    asked for its ``serves_wait`` (0.5 s; bounded here at twice that plus a margin),
     and the calls stream holds no message for it."""
 
     async def main() -> None:
@@ -170,14 +175,14 @@ def test_a_call_no_worker_serves_ends_within_the_bound(nats_server: NatsServer) 
             prefix=PREFIX,
             lease=3.0,
             owns_connection=True,
-            serves_wait=2.0,
+            serves_wait=0.5,
         )
         try:
             async with client:
                 await _until("the worker serves bash", lambda: _is(client.served("bash")))
                 call = await client.call("python", {"code": "print(1)"}, tool_call_id="nope")
                 with pytest.raises(RemoteToolError) as caught:
-                    async with asyncio.timeout(2 * 2.0 + 5):
+                    async with asyncio.timeout(2 * 0.5 + 5):
                         await call.result()
                 assert caught.value.wire.code == "tool_not_found"
                 assert "no worker serves tool 'python'" in caught.value.message
@@ -239,9 +244,10 @@ def test_a_queued_call_whose_tools_last_worker_left_ends_unserved(
         client = NatsClient(
             await connect(nats_server.url),
             prefix=PREFIX,
-            lease=2.0,
+            # Five of the worker's heartbeats: what the queued call waits for.
+            lease=1.0,
             owns_connection=True,
-            serves_wait=1.0,
+            serves_wait=0.5,
         )
         later_nc = await connect(nats_server.url)
         later: Worker | None = None

@@ -2,15 +2,20 @@
 contact with the optional ``nats`` extra, imported lazily so the core CLI never
 needs it.
 
-- ``serve --nats URL [--nats-prefix P] [--max-in-flight N]``: a worker that runs
+- ``serve --nats URL [--nats-prefix P] [--max-in-flight N] [--stop-bound S]
+  [--connect-timeout S]``: a worker that runs
   the built-in tools (or ``--tools``) for their calls from the JetStream work
   queue (each tool's calls go only to workers that serve it). It checks that the
   server has JetStream before it says it takes calls (exit 2 saying "JetStream
   is not enabled on URL" when not). SIGINT, SIGTERM or SIGHUP cancels its calls
   (their ends are written), then it exits 128 + N; a second signal, or
-  the worker's ``STOP_BOUND_S`` passing (a server that takes nothing), exits at once
-  (128 + N of the first), the ends not yet written left unwritten. Every
-  exit says why on stderr: the signal, or the error (exit 1), never a traceback.
+  its stop bound passing (``--stop-bound``, the worker's ``STOP_BOUND_S`` by
+  default: a server that takes nothing), exits at once (128 + N of the first),
+  the ends not yet written left unwritten. A server that does not answer within
+  ``--connect-timeout`` (``FIRST_CONNECT_S`` by default) is exit 2 saying it
+  cannot connect (its JetStream is waited for ``JETSTREAM_CHECK_S``, or that
+  timeout if shorter). Every exit says why on stderr: the signal, or the error
+  (exit 1), never a traceback.
 - ``follow --nats URL --call ID [--from-seq N] [--nats-prefix P]``: print a call's
   reassembled text from the frames stream, from the start or from stream
   sequence N, until the call ends; anomalies and losses on stderr, then the
@@ -52,8 +57,8 @@ class NatsUsageError(Exception):
 WAITING_NOTE_S: Final = 2.0
 
 
-#: Seconds past the worker's own stop bound (``Worker`` Rule 5, its
-#: ``STOP_BOUND_S``) after which ``serve --nats`` exits however far it got:
+#: Seconds past the worker's own stop bound (``Worker`` Rule 5, ``--stop-bound``)
+#: after which ``serve --nats`` exits however far it got:
 #: closing its connection to a server that takes nothing must not hang it.
 _EXIT_MARGIN_S: Final = 2.0
 
@@ -65,6 +70,23 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+#: The largest ``--stop-bound`` and ``--connect-timeout``, in seconds (a day).
+_MAX_BOUND_S: Final = 86_400
+
+
+def _seconds(text: str) -> float:
+    """A bound in seconds: a positive number, at most :data:`_MAX_BOUND_S`."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value <= _MAX_BOUND_S:  # NaN fails both
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of seconds, at most {_MAX_BOUND_S} (a day), got {text}"
+        )
     return value
 
 
@@ -86,6 +108,22 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
     _add_prefix(group)
     group.add_argument(
         "--max-in-flight", type=_positive, default=4, help="calls run at once (default 4)"
+    )
+    # Their defaults are the library's (imported only with the extra): None
+    # here, resolved by serve_bounds().
+    group.add_argument(
+        "--stop-bound",
+        type=_seconds,
+        metavar="S",
+        help="seconds a stop signal gives the calls' ends to be written before the worker"
+        " exits all the same (default 20)",
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        metavar="S",
+        help="seconds the server has to answer at start before exit 2 (default 5;"
+        " its JetStream has at most 3 of them)",
     )
 
 
@@ -120,11 +158,25 @@ def _load() -> Any:
     return nats
 
 
-async def _connect(nats: Any, url: str) -> Any:
+async def _connect(nats: Any, url: str, first_connect_s: float | None = None) -> Any:
     try:
-        return await nats.connect(url)
+        if first_connect_s is None:
+            return await nats.connect(url)
+        return await nats.connect(url, first_connect_s=first_connect_s)
     except Exception as exc:  # the client raises several unrelated types here
         raise NatsUsageError(f"cannot connect to {url}: {str(exc) or repr(exc)}") from None
+
+
+def serve_bounds(args: argparse.Namespace) -> tuple[float, float]:
+    """``serve --nats``'s stop bound and connect timeout, in seconds: the
+    options', else the library's defaults (``Worker``'s ``STOP_BOUND_S``,
+    ``connect``'s ``FIRST_CONNECT_S``)."""
+    from ..nats._jetstream import FIRST_CONNECT_S
+    from ..nats._worker import STOP_BOUND_S
+
+    stop_bound = STOP_BOUND_S if args.stop_bound is None else args.stop_bound
+    connect_timeout = FIRST_CONNECT_S if args.connect_timeout is None else args.connect_timeout
+    return stop_bound, connect_timeout
 
 
 def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = None) -> int:
@@ -137,7 +189,8 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
     nats = _load()
 
     from .._tools._shell import ShellTool
-    from ..nats._worker import STOP_BOUND_S
+
+    stop_bound, connect_timeout = serve_bounds(args)
 
     try:
         nats.Subjects(args.nats_prefix)
@@ -164,7 +217,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                 elif starting is not None:
                     with contextlib.suppress(RuntimeError):  # not entered yet, or left
                         starting.reschedule(asyncio.get_running_loop().time())
-                asyncio.get_running_loop().call_later(STOP_BOUND_S + _EXIT_MARGIN_S, exit_now, None)
+                asyncio.get_running_loop().call_later(stop_bound + _EXIT_MARGIN_S, exit_now, None)
                 return
             exit_now(number)
 
@@ -188,14 +241,14 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
         def say_unwritten(why: str | None = None, calls: str = "the calls") -> None:
             # One wording whether the backstop or the worker's bound (its Rule 5) ends it.
             if why is None:
-                why = f"did not stop within {STOP_BOUND_S:g} s of {_signal_name(stops.first)}"
+                why = f"did not stop within {stop_bound:g} s of {_signal_name(stops.first)}"
             say(f"{why}; the ends of {calls} still being written are left to the callers' leases")
 
         with StopSignals(on_signal) as stops:
             starting = connecting = asyncio.timeout(None)
             try:
                 async with connecting:
-                    connection = await _connect(nats, args.nats)
+                    connection = await _connect(nats, args.nats, connect_timeout)
             except TimeoutError:
                 if not connecting.expired():
                     raise
@@ -205,7 +258,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                 starting = checking = asyncio.timeout(None)
                 try:
                     async with checking:
-                        await _check_jetstream(connection, args.nats)
+                        await _check_jetstream(connection, args.nats, connect_timeout)
                 except TimeoutError:
                     if not checking.expired():
                         raise
@@ -219,6 +272,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                         served,
                         prefix=args.nats_prefix,
                         max_in_flight=args.max_in_flight,
+                        stop_bound=stop_bound,
                     )
                 except ValueError as exc:  # a tool id that cannot name its consumer
                     say(f"error: {exc}")
@@ -258,19 +312,20 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
 
 
 #: Seconds ``serve --nats`` gives a server's JetStream to answer (it may be
-#: starting) before it says JetStream is not enabled.
+#: starting) before it says JetStream is not enabled; a shorter
+#: ``--connect-timeout`` bounds it too.
 JETSTREAM_CHECK_S: Final = 3.0
 
 
-async def _check_jetstream(connection: Any, url: str) -> None:
+async def _check_jetstream(connection: Any, url: str, connect_timeout: float) -> None:
     """Raise :class:`NatsUsageError` unless the server at ``url`` has JetStream
-    (asked for :data:`JETSTREAM_CHECK_S` seconds, so a server still starting
-    is waited for)."""
+    (asked for :data:`JETSTREAM_CHECK_S` seconds, or ``connect_timeout`` if
+    shorter, so a server still starting is waited for)."""
     import nats.errors
     import nats.js.errors
 
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + JETSTREAM_CHECK_S
+    deadline = loop.time() + min(JETSTREAM_CHECK_S, connect_timeout)
     while True:
         try:
             await connection.jetstream().account_info()
