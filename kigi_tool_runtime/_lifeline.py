@@ -41,7 +41,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 __all__ = ()
 
@@ -126,18 +126,21 @@ def read_stat(pid: int) -> tuple[int, int, int] | None:
         return None
 
 
-def scan_proc() -> dict[int, tuple[int, int, int]]:
-    """Every live process's ``(ppid, pgrp, session)`` (empty without ``/proc``)."""
-    table: dict[int, tuple[int, int, int]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
+def _live_stats(names: Iterable[str]) -> Iterator[tuple[int, tuple[int, int, int]]]:
+    """Each live process among the ``/proc`` entries ``names``, with its
+    ``(ppid, pgrp, session)``."""
     for name in names:
         fields = read_stat(int(name)) if name.isdigit() else None
         if fields is not None:
-            table[int(name)] = fields
-    return table
+            yield int(name), fields
+
+
+def scan_proc() -> dict[int, tuple[int, int, int]]:
+    """Every live process's ``(ppid, pgrp, session)`` (empty without ``/proc``)."""
+    try:
+        return dict(_live_stats(os.listdir("/proc")))
+    except OSError:
+        return {}
 
 
 def group_runs(pgid: int) -> bool:
@@ -148,11 +151,7 @@ def group_runs(pgid: int) -> bool:
         names = os.listdir("/proc")
     except OSError:
         return True
-    for name in names:
-        fields = read_stat(int(name)) if name.isdigit() else None
-        if fields is not None and fields[1] == pgid:
-            return True
-    return False
+    return any(fields[1] == pgid for _, fields in _live_stats(names))
 
 
 def cgroup_pids(path: str) -> list[int]:
