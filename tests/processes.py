@@ -114,8 +114,3 @@ def group_running(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
-
-
-async def until_group_dead(pgid: int, seconds: float = GONE_S) -> None:
-    """Wait until process group ``pgid`` has no member left but zombies."""
-    await until_gone(f"process group {pgid} still running", lambda: group_running(pgid), seconds)

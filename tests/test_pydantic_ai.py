@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import pytest
 from host_tools import quiet_tool, split_tool
-from processes import group_running, until_group_dead, until_group_gone
+from processes import group_running, until_group_gone
 from pydantic_ai import (
     Agent,
     CancellationToken,
@@ -559,7 +559,7 @@ async def test_a_stopped_run_leaves_no_process(tmp_path: Path, stop: str) -> Non
             assert returned.content.startswith("timeout error (")
         pid = int(pidfile.read_text())
         # Dead, not reaped: an orphan's zombie waits for init, which may take seconds.
-        await until_group_dead(pid)
+        await until_group_gone(pid)
     assert not group_running(pid)
     assert seen[0] == "started\n"
 
