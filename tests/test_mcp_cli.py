@@ -3,15 +3,20 @@ its address, and ``serve --mcp`` stopped while unread says so once."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import time
 
 import pytest
+from cli_in_process import kigi_in_process
 
+from kigi_tool_runtime._call._serving import WRITER_STALL_S
 from kigi_tool_runtime._cli._mcp import parse_http_address
 
 # Runs Python with the MCP SDK made unimportable, as without the extra.
@@ -79,34 +84,47 @@ def test_bad_http_addresses(text: str) -> None:
 
 
 def test_serve_with_a_bad_address_is_a_usage_error() -> None:
-    """``--mcp-http`` with a bad address exits 2 before serving."""
-    done = subprocess.run(
-        [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp-http", "nowhere:port"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """``--mcp-http`` with a bad address exits 2 before serving (the CLI's own
+    check: run in this process)."""
+    done = kigi_in_process("serve", "--mcp-http", "nowhere:port")
     assert done.returncode == 2
-    assert "--mcp-http" in done.stderr
+    assert "--mcp-http" in done.stderr.decode()
 
 
 def test_serve_on_a_busy_port_says_so() -> None:
-    """``--mcp-http`` on a port already taken exits 1 with one line naming it."""
+    """``--mcp-http`` on a port already taken exits 1 with one line naming it
+    (the CLI's own message: run in this process)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run(
-            [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp-http", f"127.0.0.1:{port}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = kigi_in_process("serve", "--mcp-http", f"127.0.0.1:{port}")
+    err = done.stderr.decode()
     assert done.returncode == 1
-    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in err
+    assert "Traceback" not in err
+
+
+#: Generous bound on waiting for the unread stdout to stall: never a timing assertion.
+STALL_WAIT_S = 60.0
+
+
+def _wait_until_stalled(fd: int) -> None:
+    """Wait until the pipe read by ``fd`` holds at least half its size and has
+    not changed for one and a half times :data:`WRITER_STALL_S` (the writer
+    is blocked past the stall bound: nobody reads it)."""
+    size = fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032))
+    deadline = time.monotonic() + STALL_WAIT_S
+    held, since = -1, time.monotonic()
+    while True:
+        now_held = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+        now = time.monotonic()
+        if now_held != held:
+            held, since = now_held, now
+        elif held >= size // 2 and now - since > 1.5 * WRITER_STALL_S:
+            return
+        assert now < deadline, f"stdout did not stall within {STALL_WAIT_S} s"
+        time.sleep(0.05)
 
 
 @pytest.mark.slow
@@ -158,8 +176,8 @@ def test_serve_mcp_stopped_while_its_stdout_is_unread_says_so_once() -> None:
                 }
             )
         # The floods fill stdout, which is never read: wait until they have
-        # stalled it (nothing more leaves), long past the stall bound.
-        time.sleep(6.0)
+        # stalled it (nothing more leaves) for longer than the stall bound.
+        _wait_until_stalled(proc.stdout.fileno())
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)  # its stdout still unread
         assert proc.stderr is not None
