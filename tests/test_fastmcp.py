@@ -1,8 +1,12 @@
-"""Kigi tools added to a user's FastMCP app (``kigi_tool_runtime.fastmcp``), the
-app a real process, driven over stdio and streamable HTTP by FastMCP's own
-client and by the official MCP client: split characters at caps 0-4, a flood
-with its loss marked, a cancel that leaves no process group, a tool error,
-and the app's own tool beside them."""
+"""Kigi tools added to a user's FastMCP app (``kigi_tool_runtime.fastmcp``),
+driven by FastMCP's own client and by the official MCP client: split
+characters at caps 0-4, a flood with its loss marked, a cancel that leaves no
+process group, a tool error, and the app's own tool beside them.
+
+Each scenario runs with both clients connected to the app in process (the
+SDKs' in-memory transports), and once with the app a real process: each
+client over each transport (stdio, streamable HTTP) is one scenario's real
+run."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import fastmcp
+import fastmcp_app
 import mcp_types as types
 import msgspec
 import pytest
@@ -117,10 +122,11 @@ async def _http_app() -> AsyncIterator[str]:
 @asynccontextmanager
 async def _connected(client: str, transport: str, recorder: _Recorder) -> AsyncIterator[Call]:
     """A call function over ``client`` (``fastmcp`` or ``mcp``) and ``transport``
-    (``stdio`` or ``http``) to a running app; each call carries a progress token."""
+    (``stdio`` or ``http``: the app a real process; ``memory``: the app in
+    this process) to the app; each call carries a progress token."""
     async with _target(transport) as target:
         if client == "fastmcp":
-            fm_target = (
+            fm_target: Any = (
                 StdioTransport(command=PY, args=[APP, "stdio"]) if target is None else target
             )
             async with fastmcp.Client(fm_target, message_handler=recorder) as fm:
@@ -140,9 +146,11 @@ async def _connected(client: str, transport: str, recorder: _Recorder) -> AsyncI
 
                 yield fm_call
         else:
-            official = (
+            official: Any = (
                 StdioServerParameters(command=PY, args=[APP, "stdio"]) if target is None else target
             )
+            if isinstance(official, fastmcp.FastMCP):
+                official = official._mcp_server
             async with Client(official, message_handler=recorder) as sdk:
 
                 async def sdk_call(name: str, args: dict[str, Any], token: str) -> Any:
@@ -153,53 +161,82 @@ async def _connected(client: str, transport: str, recorder: _Recorder) -> AsyncI
 
 
 @asynccontextmanager
-async def _target(transport: str) -> AsyncIterator[str | None]:
+async def _target(transport: str) -> AsyncIterator[str | fastmcp.FastMCP[Any] | None]:
+    """What a client connects to: ``None`` (it starts the app over stdio), the
+    URL of the app's process over HTTP, or the app object itself."""
     if transport == "stdio":
         yield None
+    elif transport == "memory":
+        yield fastmcp_app.app()
     else:
         async with _http_app() as url:
             yield url
 
 
-PAIRS = [(c, t) for c in ("fastmcp", "mcp") for t in ("stdio", "http")]
+def _pairs(real: tuple[str, str]) -> list[tuple[str, str]]:
+    """Both clients in process, and ``real``: the app a real process."""
+    return [("fastmcp", "memory"), ("mcp", "memory"), real]
 
 
-@pytest.mark.parametrize(("client", "transport"), PAIRS)
+async def _split_at_cap(call: Call, recorder: _Recorder, cap: int) -> None:
+    """One call of the split writer through ``bash_cap{cap}``, checked."""
+    command = {"command": [PY, "-c", SPLIT]}
+    result, token = await call(f"bash_cap{cap}", command, f"split-{cap}")
+    folded = await recorder.folder.settle(token, result)
+    assert folded.text == SPLIT_TEXT, cap
+    assert folded.complete
+    frames = recorder.frames[token]
+    assert len(frames) > 1
+    for frame in frames:
+        delta = frame.body.delta
+        assert len(delta.encode()) <= cap or len(delta) == 1, (cap, delta)
+    messages = recorder.messages[token]
+    assert all("\ufffd" not in (m or "") for m in messages)
+    progress = recorder.progress[token]
+    assert progress == [float(i) for i in range(1, len(progress) + 1)]
+    assert not result.is_error
+    assert result.content[0].text.startswith(SPLIT_TEXT)  # type: ignore[union-attr]
+    assert result.structured_content is not None
+    assert result.structured_content["output"] == SPLIT_TEXT
+    assert result.meta is not None
+    assert result.meta[META_STREAM]["frames_sent"] == len(frames)
+
+
+async def _add(call: Call) -> None:
+    added, _ = await call("add", {"a": 2, "b": 3}, "add")
+    assert not added.is_error
+    assert added.structured_content == {"result": 5}
+
+
+@pytest.mark.parametrize(("client", "transport"), _pairs(("mcp", "stdio")))
 async def test_split_characters_stream_whole_at_caps_0_to_4(client: str, transport: str) -> None:
     """2-, 3- and 4-byte characters cut across writes stream whole at caps 0
     to 4: each frame within its cap (or one character), no U+FFFD in any
     ``message``, the frames fold to the output exactly, ``progress`` is 1, 2,
     3, ..., and the result has the model text and the stream summary; the
-    app's own tool answers beside them."""
-    recorder = _Recorder()
-    async with asyncio.timeout(DEADLINE_S), _connected(client, transport, recorder) as call:
-        added, _ = await call("add", {"a": 2, "b": 3}, "add")
-        assert not added.is_error
-        assert added.structured_content == {"result": 5}
-        for cap in range(5):
-            command = {"command": [PY, "-c", SPLIT]}
-            result, token = await call(f"bash_cap{cap}", command, f"split-{cap}")
-            folded = await recorder.folder.settle(token, result)
-            assert folded.text == SPLIT_TEXT, cap
-            assert folded.complete
-            frames = recorder.frames[token]
-            assert len(frames) > 1
-            for frame in frames:
-                delta = frame.body.delta
-                assert len(delta.encode()) <= cap or len(delta) == 1, (cap, delta)
-            messages = recorder.messages[token]
-            assert all("\ufffd" not in (m or "") for m in messages)
-            progress = recorder.progress[token]
-            assert progress == [float(i) for i in range(1, len(progress) + 1)]
-            assert not result.is_error
-            assert result.content[0].text.startswith(SPLIT_TEXT)  # type: ignore[union-attr]
-            assert result.structured_content is not None
-            assert result.structured_content["output"] == SPLIT_TEXT
-            assert result.meta is not None
-            assert result.meta[META_STREAM]["frames_sent"] == len(frames)
+    app's own tool answers beside them. The five caps' calls run at once:
+    with the official client on one connection (each its own progress
+    token); with FastMCP's, whose token is the request id it learns from the
+    call's first notification, each on a connection of its own."""
+    async with asyncio.timeout(DEADLINE_S):
+        if client == "mcp":
+            recorder = _Recorder()
+            async with _connected(client, transport, recorder) as call:
+                await _add(call)
+                await asyncio.gather(*(_split_at_cap(call, recorder, cap) for cap in range(5)))
+            return
+
+        async def one(cap: int) -> None:
+            recorder = _Recorder()
+            async with _connected(client, transport, recorder) as call:
+                if cap == 0:
+                    await _add(call)
+                await _split_at_cap(call, recorder, cap)
+
+        await asyncio.gather(*(one(cap) for cap in range(5)))
 
 
-@pytest.mark.parametrize(("client", "transport"), PAIRS)
+@pytest.mark.parametrize(("client", "transport"), _pairs(("fastmcp", "http")))
 async def test_a_flood_through_a_small_tail_has_every_loss_marked(
     client: str, transport: str
 ) -> None:
@@ -234,7 +271,7 @@ async def test_a_flood_through_a_small_tail_has_every_loss_marked(
     assert result.meta[META_STREAM]["frames_sent"] == len(messages)
 
 
-@pytest.mark.parametrize(("client", "transport"), PAIRS)
+@pytest.mark.parametrize(("client", "transport"), _pairs(("fastmcp", "stdio")))
 async def test_cancelling_a_call_stops_its_process_group(
     client: str, transport: str, tmp_path: Path
 ) -> None:
@@ -257,7 +294,7 @@ async def test_cancelling_a_call_stops_its_process_group(
         assert again.structured_content == {"result": 2}
 
 
-@pytest.mark.parametrize(("client", "transport"), PAIRS)
+@pytest.mark.parametrize(("client", "transport"), _pairs(("mcp", "http")))
 async def test_a_tool_error_is_an_error_result_with_the_kigi_error(
     client: str, transport: str, tmp_path: Path
 ) -> None:
@@ -343,13 +380,15 @@ async def test_a_refused_call_is_an_error_result(tmp_path: Path) -> None:
     app = fastmcp.FastMCP("app")
     add_kigi_tools(app, McpToolServer([ShellTool()], max_calls=1))
     started = tmp_path / "started"
+    gate = tmp_path / "gate"
+    # The first call runs until the refusal has come back: then the gate opens.
+    command = f"touch {started}; while [ ! -e {gate} ]; do sleep 0.02; done; echo one"
     async with asyncio.timeout(DEADLINE_S), fastmcp.Client(app) as client:
-        first = asyncio.create_task(
-            client.call_tool_mcp("bash", {"command": f"touch {started}; sleep 1; echo one"})
-        )
+        first = asyncio.create_task(client.call_tool_mcp("bash", {"command": command}))
         while not started.exists():
             await asyncio.sleep(0.02)
         refused = await client.call_tool_mcp("bash", {"command": "echo two"})
+        gate.touch()
         done = await first
     assert refused.is_error
     assert "already running" in refused.content[0].text  # type: ignore[union-attr]

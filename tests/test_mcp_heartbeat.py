@@ -19,7 +19,9 @@ from kigi_tool_runtime.mcp import ProgressFolder
 from kigi_tool_runtime.mcp._mapping import META_FRAME, META_HEARTBEAT, META_STREAM
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
-INTERVAL = 0.5
+#: The heartbeat interval of these runs (``--heartbeat``): small, so a silence
+#: of a few intervals is short to wait out.
+INTERVAL = 0.2
 BEAT = re.compile(r"running (?P<run>\d+\.\d) s, no output for (?P<silent>\d+\.\d) s · (?P<line>.*)")
 
 
@@ -68,13 +70,13 @@ async def _call(flags: list[str], command: str) -> tuple[_Seen, Any]:
 
 
 def test_a_silent_call_says_it_is_alive_every_interval_in_status_mode() -> None:
-    """A call silent for 4 s with a 0.5 s interval: several heartbeats, each
+    """A call silent for 1.2 s with a 0.2 s interval: several heartbeats, each
     saying how long the call has run and been silent (each silence at least
     one interval longer than the one before: none is skipped) after the
     newest line; progress rises by one over frames and heartbeats, the frames
     fold whole, and the result counts the heartbeats."""
     seen, result = asyncio.run(
-        _call(["--heartbeat", str(INTERVAL)], "echo started; sleep 4; echo finished")
+        _call(["--heartbeat", str(INTERVAL)], "echo started; sleep 1.2; echo finished")
     )
     assert not result.is_error
     beats = seen.beats()
@@ -110,7 +112,7 @@ def test_in_delta_mode_a_heartbeat_has_no_message() -> None:
     seen, result = asyncio.run(
         _call(
             ["--mcp-message", "delta", "--heartbeat", str(INTERVAL)],
-            "printf 'a\\n'; sleep 2; printf 'b\\n'",
+            "printf 'a\\n'; sleep 0.6; printf 'b\\n'",
         )
     )
     assert not result.is_error
@@ -122,8 +124,9 @@ def test_in_delta_mode_a_heartbeat_has_no_message() -> None:
 
 
 def test_heartbeat_zero_sends_none() -> None:
-    """``--heartbeat 0`` turns heartbeats off: a silent call sends only its frames."""
-    seen, result = asyncio.run(_call(["--heartbeat", "0"], "echo x; sleep 1.5; echo y"))
+    """``--heartbeat 0`` turns heartbeats off: a call silent for three of the
+    other tests' intervals sends only its frames."""
+    seen, result = asyncio.run(_call(["--heartbeat", "0"], "echo x; sleep 0.6; echo y"))
     assert not result.is_error
     assert seen.all_beats() == []
     assert result.meta is not None
