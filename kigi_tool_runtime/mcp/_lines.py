@@ -36,6 +36,12 @@ Rule 4. A response that follows notifications of its call is written
 Rule 5. A request that reuses the id of a request still open (``_inflight``)
         is refused with ``-32600``, its id echoed, as over HTTP (``_exchange``
         Rule 1), and never reaches the server; the first request runs on.
+Rule 6. A stop ends serving as a cancellation (and an end of Rules 2 or 3
+        as a return), even while requests are on their way into the SDK's
+        server: the SDK's relay of its input (``mcp.server.runner``, 2.x) and
+        the read loop here can find the server's streams already closed by
+        that same stop, and those broken-stream errors are the stop's, not a
+        failure. Any other error stays an error.
 """
 
 from __future__ import annotations
@@ -308,24 +314,37 @@ async def serve_lines_mcp(
             if batch:
                 return batch
 
+    ended: list[str] = []  # why serving ended here (Rules 2, 3), not from outside
+
     async def write_loop(scope: anyio.CancelScope) -> None:
         try:
             async with write_recv:
                 if not await output.run(gather):
+                    ended.append("output closed")
                     scope.cancel()  # Rule 2: nobody reads; stop serving (calls are cancelled)
         finally:
             writer_done.set()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(write_loop, tg.cancel_scope)
-        tg.start_soon(read_loop)
-        await sdk_server.run(read_recv, write_send, sdk_server.create_initialization_options())
-        # Rule 3: the last replies are written while the output moves, for at
-        # most FINAL_FLUSH_S from the end of input; a host that stopped
-        # reading cannot keep us (the final flush of ``_call/_writer``).
-        started = end_of_input[0] if end_of_input else anyio.current_time()
-        await output.final_flush(started, writer_done.is_set, wait_for_writer)
-        tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write_loop, tg.cancel_scope)
+            tg.start_soon(read_loop)
+            await sdk_server.run(read_recv, write_send, sdk_server.create_initialization_options())
+            # Rule 3: the last replies are written while the output moves, for
+            # at most FINAL_FLUSH_S from the end of input; a host that stopped
+            # reading cannot keep us (the final flush of ``_call/_writer``).
+            started = end_of_input[0] if end_of_input else anyio.current_time()
+            await output.final_flush(started, writer_done.is_set, wait_for_writer)
+            ended.append("end of input")
+            tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        _, rest = group.split((anyio.BrokenResourceError, anyio.get_cancelled_exc_class()))
+        if rest is not None:
+            raise
+        # Rule 6: only streams the stop itself closed. Serving ended here
+        # (Rules 2, 3), or else it was stopped from outside.
+        if not ended:
+            raise anyio.get_cancelled_exc_class() from None
 
 
 def _forwarded(inflight: InFlight, message: JSONRPCMessage) -> JSONRPCError | None:
