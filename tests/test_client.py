@@ -962,6 +962,10 @@ def test_at_a_terminal_ctrl_c_ctrl_z_and_hang_up_leave_nothing_running(
             terminal.hang_up()
         else:
             if keys.startswith("ctrl-z"):
+                # Type `fg` only once the shell has taken the terminal back and
+                # prompts: keys typed while it resets the terminal can be lost.
+                terminal.read_until(rb"Stopped")
+                terminal.read_until(rb"\$ ")
                 terminal.type(b"fg\n")
                 _until("fg did not continue the program", lambda: _state(client) != "T")
             terminal.type(b"\x03")
