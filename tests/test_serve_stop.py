@@ -20,7 +20,7 @@ from kigi_tool_runtime._cli._serve import stop_wait_of
 from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime._tools._runner import STOP_WAIT_S
 
-#: Seconds the server may take to exit after end of input: its stop wait (1 s
+#: Seconds the server may take to exit after end of input: its stop wait (0.5 s
 #: here) and final flush, with room for a loaded machine.
 EXIT_S = 60.0
 
@@ -52,7 +52,7 @@ class Stubborn(Tool[Args]):
                 pass  # swallowed: the tool never stops
 
 
-sys.exit(serve_tools([Stubborn()], max_frame_bytes=1 << 20, stop_wait=1.0))
+sys.exit(serve_tools([Stubborn()], max_frame_bytes=1 << 20, stop_wait=0.5))
 """
 
 
@@ -61,7 +61,7 @@ def test_a_tool_that_swallows_its_cancellation_does_not_keep_serve_alive() -> No
     answered with an error saying the tool was left running, stderr names the
     call, the process exits (status 0) without waiting for the tool, and the
     process group the tool held is gone with it."""
-    _check_stubborn_server([sys.executable, "-c", STUBBORN], "1")
+    _check_stubborn_server([sys.executable, "-c", STUBBORN], "0.5")
 
 
 def test_kigi_stream_serve_tools_gives_up_on_a_stubborn_tool(tmp_path: Path) -> None:
