@@ -31,6 +31,7 @@ SECONDS_OPTIONS = [
     (["run"], "--tick", ["--", "true"], None, "tick"),
     (["run"], "--timeout", ["--", "true"], MAX_RUN_TIMEOUT_S, "timeout"),
     (["follow"], "--interval", ["x"], MAX_POLL_INTERVAL_S, "interval"),
+    (["serve"], "--stop-wait", [], MAX_POLL_INTERVAL_S, "stop_wait"),
 ]
 
 #: Texts around the edges of what int() and float() take.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import math
 import os
 import re
 import select
@@ -181,7 +182,7 @@ def test_a_silent_server_still_times_out_on_the_client() -> None:
 
     async def body() -> None:
         silent = [sys.executable, "-c", "import sys, time; sys.stdin.read(); time.sleep(60)"]
-        client = await Client.spawn(silent)
+        client = await Client.spawn(silent, timeout_grace=SHORT_GRACE_S)
         try:
             call = client.call("bash", {"command": "true"}, timeout=0.2)
             with pytest.raises(RemoteToolError) as caught:
@@ -193,7 +194,63 @@ def test_a_silent_server_still_times_out_on_the_client() -> None:
             client.process.kill()
             await client.aclose()
 
-    assert TIMEOUT_GRACE_S > 0
+    _run(body)
+
+
+#: A client's timeout grace in tests that wait it out (the default is 5 s).
+SHORT_GRACE_S = 0.3
+
+
+@pytest.mark.parametrize("grace", [0.0, -1.0, math.inf, math.nan])
+def test_a_timeout_grace_that_is_not_positive_and_finite_is_refused(grace: float) -> None:
+    """Client, Client.connect and Client.spawn refuse such a grace with a clear
+    error, and spawn starts nothing."""
+
+    async def body() -> None:
+        reader = asyncio.StreamReader()
+        with pytest.raises(ValueError, match="timeout_grace must be > 0 seconds and finite"):
+            Client(reader, _NullWriter(), timeout_grace=grace)
+        with pytest.raises(ValueError, match="timeout_grace must be > 0 seconds and finite"):
+            await Client.connect(reader, _NullWriter(), timeout_grace=grace)
+        with pytest.raises(ValueError, match="timeout_grace must be > 0 seconds and finite"):
+            await Client.spawn(["/nonexistent/never-started"], timeout_grace=grace)
+
+    _run(body)
+
+
+class _NullWriter:
+    """A writer that takes everything and sends nothing."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("grace", [None, 0.25])
+def test_a_call_times_out_its_grace_past_its_timeout_by_default_five_seconds(
+    grace: float | None,
+) -> None:
+    """In process: a call with a timeout is given up its grace past it, 5 s
+    (TIMEOUT_GRACE_S, as documented) unless the client was given another."""
+
+    async def body() -> None:
+        reader = asyncio.StreamReader()
+        if grace is None:
+            client = Client(reader, _NullWriter())
+        else:
+            client = Client(reader, _NullWriter(), timeout_grace=grace)
+        call = client.call("bash", {"command": "true"}, timeout=2.0)
+        terms = call._terms
+        assert terms.deadline == terms.started + 2.0 + (grace or 5.0)
+        reader.feed_eof()  # the server's output ends: nothing left to wait for
+        await client.aclose()
+
+    assert TIMEOUT_GRACE_S == 5.0
     _run(body)
 
 
@@ -905,6 +962,10 @@ def test_at_a_terminal_ctrl_c_ctrl_z_and_hang_up_leave_nothing_running(
             terminal.hang_up()
         else:
             if keys.startswith("ctrl-z"):
+                # Type `fg` only once the shell has taken the terminal back and
+                # prompts: keys typed while it resets the terminal can be lost.
+                terminal.read_until(rb"Stopped")
+                terminal.read_until(rb"\$ ")
                 terminal.type(b"fg\n")
                 _until("fg did not continue the program", lambda: _state(client) != "T")
             terminal.type(b"\x03")
@@ -1084,10 +1145,10 @@ def test_a_server_that_stops_reading_cannot_hang_a_request_with_a_timeout() -> N
 
     async def body() -> None:
         deaf = [sys.executable, "-c", "import time; time.sleep(60)"]
-        client = await Client.spawn(deaf)
+        client = await Client.spawn(deaf, timeout_grace=SHORT_GRACE_S)
         try:
             big = {"command": "x" * (4 * 1024 * 1024)}  # far past any pipe's buffer
-            async with asyncio.timeout(TIMEOUT_GRACE_S + AT_ONCE_S):
+            async with asyncio.timeout(SHORT_GRACE_S + AT_ONCE_S):
                 with pytest.raises(RemoteToolError) as caught:
                     await client.call("bash", big, timeout=0.2).result()
             assert caught.value.wire.code == "timeout"
@@ -1128,17 +1189,17 @@ def test_lines_nested_too_deeply_are_counted_unused_and_reading_goes_on() -> Non
     _run(body)
 
 
-@pytest.mark.slow
 def test_leaving_or_cancelling_a_call_to_a_server_that_stopped_reading_returns() -> None:
     """A peer that never reads its input: cancel() and leaving `async with call`
-    (their notifications stuck behind a full pipe) return all the same."""
+    (their notifications stuck behind a full pipe) return all the same, each
+    within the client's timeout grace."""
 
     async def body() -> None:
         deaf = [sys.executable, "-c", "import time; time.sleep(60)"]
-        client = await Client.spawn(deaf)
+        client = await Client.spawn(deaf, timeout_grace=SHORT_GRACE_S)
         try:
             big = {"command": "x" * (4 * 1024 * 1024)}  # far past any pipe's buffer
-            async with asyncio.timeout(2 * TIMEOUT_GRACE_S + AT_ONCE_S):
+            async with asyncio.timeout(2 * SHORT_GRACE_S + AT_ONCE_S):
                 call = client.call("bash", big)
                 await call.cancel()
                 async with call:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -15,6 +16,7 @@ import select
 import socket
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -346,7 +348,10 @@ def test_a_garbage_flood_with_no_reader_keeps_memory_bounded(server: ServeProces
 
     writer = threading.Thread(target=flood)
     writer.start()
-    time.sleep(2)  # the server fills its output and stops reading; nothing reads it
+    # The server fills its output and stops reading (nothing reads it): then its
+    # input pipe fills up behind the flood. Wait for that, not a fixed time.
+    assert server.proc.stdin is not None
+    _until_pipe_full(server.proc.stdin.fileno(), writer)
     peak_kib = _status_kib(server.proc.pid, "VmHWM")
     codes = [server.line()["error"]["code"] for _ in range(count)]
     writer.join(timeout=LINE_WAIT_S)
@@ -354,6 +359,21 @@ def test_a_garbage_flood_with_no_reader_keeps_memory_bounded(server: ServeProces
     assert codes == [-32700] * count
     growth_mib = (peak_kib - base_kib) / 1024
     assert growth_mib < 8, f"server memory grew {growth_mib:.1f} MiB while unread"
+
+
+def _until_pipe_full(fd: int, writer: threading.Thread) -> None:
+    """Wait (bounded by LINE_WAIT_S) until the pipe ``fd`` writes to holds all
+    it can take, less a page, while ``writer`` still writes into it: its reader
+    has stopped reading."""
+    capacity = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    deadline = time.monotonic() + LINE_WAIT_S
+    while True:
+        assert writer.is_alive(), "the flood went through: the server never stopped reading"
+        held = int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), sys.byteorder)
+        if held >= capacity - 4096:
+            return
+        assert time.monotonic() < deadline, f"the server's input never filled ({held} bytes)"
+        time.sleep(0.02)
 
 
 class _NoArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -583,10 +603,15 @@ def test_a_tools_declared_max_frame_bytes_bounds_its_frames() -> None:
     asyncio.run(body())
 
 
-def test_a_call_its_peer_cancelled_keeps_that_reason_at_end_of_input() -> None:
+def test_a_call_its_peer_cancelled_keeps_that_reason_at_end_of_input(tmp_path: Path) -> None:
     """A cancel read before end of input wins: the call's error is the peer's
     cancel, not the server's shutdown, even when the call is still stopping (its
-    command ignores SIGTERM until the grace runs out) when end of input comes."""
+    command ignores SIGTERM until the grace runs out) when end of input comes.
+    The shell tool is served through ``--tools`` with a 1 s grace (its own
+    ``grace`` keyword; the default is 2 s): end of input comes right behind the
+    cancel, well inside it."""
+    module = tmp_path / "shell_tool.py"
+    module.write_text("from kigi_tool_runtime import ShellTool\nTOOL = ShellTool(grace=1.0)\n")
     call = {
         "jsonrpc": "2.0", "id": 1, "method": "tool.call",
         "params": {"tool_call_id": "c1", "tool_id": "bash",
@@ -594,7 +619,7 @@ def test_a_call_its_peer_cancelled_keeps_that_reason_at_end_of_input() -> None:
     }  # fmt: skip
     cancel = {"jsonrpc": "2.0", "id": 2, "method": "tool.cancel", "params": {"tool_call_id": "c1"}}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kigi_tool_runtime", "serve"],
+        [sys.executable, "-m", "kigi_tool_runtime", "serve", "--tools", f"{module}:TOOL"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

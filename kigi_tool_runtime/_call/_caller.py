@@ -9,9 +9,10 @@ Rule 1. A call has exactly one outcome: the first of its result or error
         from the transport, its deadline passing here (``timeout``), and
         leaving it (``aclose``: ``cancelled``, "was abandoned"). What comes
         after the first changes nothing.
-Rule 2. A call with a ``timeout`` ends here :data:`TIMEOUT_GRACE_S` after it
-        (the server's own ``timeout`` reply has that long to arrive), with a
-        ``timeout`` error that says how long it waited and why.
+Rule 2. A call with a ``timeout`` ends here its grace after it (by default
+        :data:`TIMEOUT_GRACE_S`; the server's own ``timeout`` reply has that
+        long to arrive), with a ``timeout`` error that says how long it waited
+        and why.
 Rule 3. The handle gives a call up (stops waiting for it and sends its cancel)
         once, and only when its own deadline or ``aclose`` ended it; ``cancel()``
         asks the far side to cancel a call that has not ended, and the call
@@ -101,14 +102,22 @@ class CallLoss:
 
 class CallTerms:
     """When a call ends on the caller's side, and with which error (Rules 2, 3):
-    its deadline on the driver's clock (``started`` and every ``now`` are
-    times on it, in seconds), and the errors of a timeout and of an abandoned
-    call. ``late`` ends the timeout's message: what did not arrive in time."""
+    its deadline on the driver's clock, ``grace`` seconds past its ``timeout``
+    (``started`` and every ``now`` are times on it, in seconds), and the errors
+    of a timeout and of an abandoned call. ``late`` ends the timeout's message:
+    what did not arrive in time."""
 
     __slots__ = ("_late", "deadline", "started", "timeout", "tool_call_id", "tool_id")
 
     def __init__(
-        self, tool_id: str, tool_call_id: str, timeout: float | None, started: float, late: str
+        self,
+        tool_id: str,
+        tool_call_id: str,
+        timeout: float | None,
+        started: float,
+        late: str,
+        *,
+        grace: float = TIMEOUT_GRACE_S,
     ) -> None:
         self.tool_id = tool_id
         self.tool_call_id = tool_call_id
@@ -116,7 +125,7 @@ class CallTerms:
         self.started = started
         self._late = late
         #: When the call times out here (``None``: never).
-        self.deadline = None if timeout is None else started + timeout + TIMEOUT_GRACE_S
+        self.deadline = None if timeout is None else started + timeout + grace
 
     def remaining(self, now: float) -> float | None:
         """Seconds left before the deadline at ``now`` (``None``: no deadline;

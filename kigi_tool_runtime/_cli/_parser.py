@@ -14,6 +14,7 @@ from .._call._heartbeat import HEARTBEAT_S
 from .._call._status import MESSAGE_MODES
 from .._consumer._reassembler import SeqScope
 from .._mcp_limits import HTTP_SESSION_IDLE_S, MAX_CALLS_IN_FLIGHT, MAX_HTTP_SESSIONS
+from .._tools._runner import STOP_WAIT_S
 from .._tools._shell import DEFAULT_TAIL_CAPACITY, DEFAULT_TICK_S
 from .._transport._file_follow import DEFAULT_POLL_INTERVAL
 from ._exits import EXIT_USAGE
@@ -249,6 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="what an MCP progress message says: status (the default) the newest complete"
         " line, for hosts that show the latest message (Claude Code, VS Code); delta the"
         " output itself, for hosts that append every message",
+    )
+    serve.add_argument(
+        "--stop-wait",
+        type=_interval_seconds,
+        metavar="SECONDS",
+        help=f"on JSON-RPC over stdio: how long a call's tool has to stop once cancelled"
+        f" (end of input, a stop signal) before serve names it and exits without it"
+        f" (default {STOP_WAIT_S:g}; at most a day)",
     )
     serve.add_argument(
         "--heartbeat",

@@ -42,13 +42,14 @@ def serve(args: argparse.Namespace) -> int:
     """Serve as ``args`` say; return the exit status.
 
     Raises:
-        UsageError: ``--nats`` with ``--mcp``, a bad ``--mcp-http`` address,
-            the ``mcp`` extra missing, or a ``--tools`` spec that names no
-            usable tools.
+        UsageError: ``--nats`` with ``--mcp``, ``--stop-wait`` with either, a
+            bad ``--mcp-http`` address, the ``mcp`` extra missing, or a
+            ``--tools`` spec that names no usable tools.
         NatsUsageError: a ``--nats`` worker cannot start.
     """
     if args.nats and (args.mcp or args.mcp_http is not None):
         raise UsageError("--nats and --mcp serve in two different ways; give one")
+    stop_wait = stop_wait_of(args)
     if not args.nats and args.mcp_http is None:
         fence_stdio()  # before the tools' modules run (the fence's Rule 3)
     tools = _tools(args)
@@ -56,7 +57,26 @@ def serve(args: argparse.Namespace) -> int:
         return serve_nats(args, tools)
     if args.mcp or args.mcp_http is not None:
         return _serve_mcp(args, tools)
-    return serve_tools(tools, max_frame_bytes=args.max_frame_bytes, heartbeat_s=args.heartbeat)
+    return serve_tools(
+        tools, max_frame_bytes=args.max_frame_bytes, stop_wait=stop_wait, heartbeat_s=args.heartbeat
+    )
+
+
+def stop_wait_of(args: argparse.Namespace) -> float:
+    """``--stop-wait``, else the runner's ``STOP_WAIT_S``: seconds a cancelled
+    call's tool has to stop when serving JSON-RPC on stdio.
+
+    Raises:
+        UsageError: ``--stop-wait`` with ``--nats`` or ``--mcp``, which it
+            does not apply to.
+    """
+    if args.stop_wait is None:
+        return STOP_WAIT_S
+    if args.nats:
+        raise UsageError("--stop-wait applies to JSON-RPC on stdio; --nats has --stop-bound")
+    if args.mcp or args.mcp_http is not None:
+        raise UsageError("--stop-wait applies to JSON-RPC on stdio, not to --mcp")
+    return float(args.stop_wait)
 
 
 def serve_tools(

@@ -12,8 +12,9 @@ Rule 2. A request never hangs: a server that closes its output (exits,
         crashes, is killed) fails every pending call and request with
         ``connection_lost``, and one made after that (or after ``aclose``)
         fails at once. A call with a ``timeout`` fails with ``timeout`` at most
-        :data:`TIMEOUT_GRACE_S` after it, and ``list_tools(timeout=...)`` at
-        it, whatever the server does (one that stopped reading included).
+        the client's ``timeout_grace`` (default :data:`TIMEOUT_GRACE_S`) after
+        it, and ``list_tools(timeout=...)`` at it, whatever the server does
+        (one that stopped reading included).
 Rule 3. Memory is bounded: each call buffers at most
         ``call_buffer_frames`` (default :data:`CALL_BUFFER_FRAMES`) progress
         items its consumer has not taken, in a ``CallBuffer``
@@ -34,8 +35,9 @@ Rule 3. Memory is bounded: each call buffers at most
 Rule 4. Leaving a call early (``aclose()``, or leaving ``async with call:``
         before it ended) sends the hook ``Cancel`` notification for it and
         discards its later frames; ``cancel()`` sends it and goes on to the
-        server's ``cancelled`` reply. Either waits at most a few seconds for
-        the notification to reach a server that is not reading its input.
+        server's ``cancelled`` reply. Either waits at most ``timeout_grace``
+        seconds for the notification to reach a server that is not reading
+        its input.
         (A bare ``break`` out of ``async for`` cannot be seen: use
         ``async with``.)
 """
@@ -70,6 +72,7 @@ from ._rpc_client import (
     ProgressRefused,
     check_bounds,
     check_timeout,
+    check_timeout_grace,
     deadline_ms_of,
     request_timed_out,
 )
@@ -89,10 +92,6 @@ CLOSE_WAIT_S: Final = 15.0
 #: writing their replies; the margin covers that and its exit on a loaded
 #: machine. A SIGKILL any sooner would leave the commands it runs orphaned.
 CLOSE_GRACE_S: Final = STOP_WAIT_S + 2.0
-
-#: Seconds ``Call.cancel`` and ``Call.aclose`` wait for their notification to
-#: reach a server that is not reading its input before going on without it.
-_NOTICE_FLUSH_S: Final = TIMEOUT_GRACE_S
 
 
 class ClientStats(NamedTuple):
@@ -114,7 +113,15 @@ class _CallLink:
     """What a :class:`Call` may ask of the connection it runs on: its item bound,
     flushing what was sent, and giving the call up (sending its cancel)."""
 
-    __slots__ = ("abandon", "buffer_frames", "cancel", "flush", "flush_notice", "flushed")
+    __slots__ = (
+        "abandon",
+        "buffer_frames",
+        "cancel",
+        "flush",
+        "flush_notice",
+        "flushed",
+        "timeout_grace",
+    )
 
     def __init__(
         self,
@@ -124,8 +131,11 @@ class _CallLink:
         flush_notice: Callable[[], Awaitable[None]],
         cancel: Callable[[Call], None],
         abandon: Callable[[Call], None],
+        timeout_grace: float,
     ) -> None:
         self.buffer_frames = buffer_frames
+        #: Seconds past a call's ``timeout`` it waits for the server's reply.
+        self.timeout_grace = timeout_grace
         #: Whether ``flush`` has nothing to do (it would return at once).
         self.flushed = flushed
         #: Flush what was sent.
@@ -173,6 +183,7 @@ class Call(CallHandle):
             timeout,
             asyncio.get_running_loop().time(),
             "the server did not answer in time",
+            grace=link.timeout_grace,
         )
         self._buffer = CallBuffer(self.reassembler, link.buffer_frames)
         self._getter: asyncio.Future[None] | None = None
@@ -273,6 +284,10 @@ class Client(AsyncClosing):
     server (longer ones are skipped unread and counted); ``session_id`` is sent
     on every message;
     ``call_buffer_frames`` bounds each call's untaken items (Rule 3).
+    ``timeout_grace`` (seconds, default :data:`TIMEOUT_GRACE_S`) is how long
+    the client waits on the server past a bound of its own: for a call's
+    ``timeout`` reply past its timeout (Rule 2), and for a cancel to reach a
+    server that is not reading its input (Rule 4).
     ``process``, the server the client stops when it closes, must lead its own
     process group, as :meth:`spawn` starts it.
 
@@ -285,8 +300,9 @@ class Client(AsyncClosing):
     raised from :meth:`aclose`.
 
     Raises:
-        ValueError: ``max_frame_bytes`` or ``call_buffer_frames`` is below 1, or
-            ``process`` does not lead its own process group.
+        ValueError: ``max_frame_bytes`` or ``call_buffer_frames`` is below 1,
+            ``timeout_grace`` is not positive and finite, or ``process`` does
+            not lead its own process group.
     """
 
     def __init__(
@@ -298,8 +314,10 @@ class Client(AsyncClosing):
         session_id: str | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
         call_buffer_frames: int = CALL_BUFFER_FRAMES,
+        timeout_grace: float = TIMEOUT_GRACE_S,
     ) -> None:
         check_bounds(max_frame_bytes, call_buffer_frames)
+        check_timeout_grace(timeout_grace)
         if process is not None:
             _check_leads_group(process)
         self._reader = reader
@@ -315,6 +333,7 @@ class Client(AsyncClosing):
             self._flush_notice,
             self._send_cancel,
             self._abandon,
+            timeout_grace,
         )
         self._calls: dict[str, Call] = {}  # the pending calls' handles
         self._requests: dict[int, asyncio.Future[Any]] = {}  # requests other than calls
@@ -334,6 +353,7 @@ class Client(AsyncClosing):
         session_id: str | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
         call_buffer_frames: int = CALL_BUFFER_FRAMES,
+        timeout_grace: float = TIMEOUT_GRACE_S,
     ) -> Client:
         """Start ``argv`` (any program that serves the protocol on its stdin and
         stdout) and connect to it. ``stderr`` is inherited unless given.
@@ -348,10 +368,12 @@ class Client(AsyncClosing):
         then cancels its calls (stopping their commands) and exits by itself.
 
         Raises:
-            ValueError: a bound is below 1 (nothing is started).
+            ValueError: a bound is below 1, or ``timeout_grace`` is not
+                positive and finite (nothing is started).
             OSError: the program could not be started.
         """
         check_bounds(max_frame_bytes, call_buffer_frames)
+        check_timeout_grace(timeout_grace)
         # The server's stdout is a pipe made here, so it can be widened first.
         read_fd, write_fd = os.pipe()
         widen_pipe(read_fd)
@@ -396,6 +418,7 @@ class Client(AsyncClosing):
             session_id=session_id,
             max_frame_bytes=max_frame_bytes,
             call_buffer_frames=call_buffer_frames,
+            timeout_grace=timeout_grace,
         )
         client._pipe = transport
         client._reading()
@@ -410,12 +433,14 @@ class Client(AsyncClosing):
         session_id: str | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES_CEILING,
         call_buffer_frames: int = CALL_BUFFER_FRAMES,
+        timeout_grace: float = TIMEOUT_GRACE_S,
     ) -> Client:
         """Wrap an already-open connection (``writer`` needs ``write``, ``drain``
         and ``close``).
 
         Raises:
-            ValueError: ``max_frame_bytes`` or ``call_buffer_frames`` is below 1.
+            ValueError: ``max_frame_bytes`` or ``call_buffer_frames`` is below
+                1, or ``timeout_grace`` is not positive and finite.
         """
         client = cls(
             reader,
@@ -423,6 +448,7 @@ class Client(AsyncClosing):
             session_id=session_id,
             max_frame_bytes=max_frame_bytes,
             call_buffer_frames=call_buffer_frames,
+            timeout_grace=timeout_grace,
         )
         client._reading()
         return client
@@ -613,7 +639,7 @@ class Client(AsyncClosing):
         # A notification (a cancel) is sent best effort: a server that stopped
         # reading its input cannot hold up leaving a call (Rule 2).
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(_NOTICE_FLUSH_S):
+            async with asyncio.timeout(self._link.timeout_grace):
                 await self._flush()
 
     def _send_cancel(self, call: Call) -> None:

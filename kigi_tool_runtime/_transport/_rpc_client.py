@@ -41,6 +41,7 @@ Rule 5. The bounds and timeouts a driver is given are checked here: a line or
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
@@ -106,6 +107,16 @@ def check_timeout(timeout: float | None) -> None:
     """
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+
+
+def check_timeout_grace(timeout_grace: float) -> None:
+    """Refuse a client's timeout grace (seconds) that is not positive and finite.
+
+    Raises:
+        ValueError: ``timeout_grace`` is not a positive, finite number.
+    """
+    if not 0 < timeout_grace < math.inf:
+        raise ValueError(f"timeout_grace must be > 0 seconds and finite, got {timeout_grace}")
 
 
 def deadline_ms_of(timeout: float | None) -> int | None:
