@@ -185,26 +185,6 @@ def test_the_wire_is_the_drafts_numbered_per_token_and_before_the_response() -> 
     assert SPLIT_TEXT in response["result"]["content"][0]["text"]  # still whole
 
 
-def test_a_call_that_does_not_declare_gets_no_partial_results() -> None:
-    """A token without the capability: nothing streamed on either channel (no
-    progressToken either); with a progressToken, progress as before."""
-    bare = _raw_call({"partialResultToken": "p-2"})
-    assert [message.get("id") for message in bare] == [1]
-    assert bare[0]["result"]["_meta"][META_STREAM]["progress_requested"] is False
-    progress = _raw_call({"partialResultToken": "p-3", "progressToken": "g"})
-    methods = {message.get("method") for message in progress[:-1]}
-    assert methods == {"notifications/progress"}
-
-
-def test_a_declared_call_with_a_bad_token_is_refused() -> None:
-    (reply,) = _raw_call({CAPS: {"partialResults": {}}, "partialResultToken": True})
-    assert reply["error"]["code"] == -32602
-    assert "partialResultToken" in reply["error"]["message"]
-
-
-# -- the official Python client, 2026-07-28 ------------------------------------------
-
-
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
     """A ``kigi-stream serve --mcp-http 127.0.0.1:0`` child and its endpoint."""
