@@ -35,7 +35,8 @@ PY = sys.executable
 #: A command that writes without end, as fast as it is read.
 YES = "exec yes 'a line of output that goes on and on'"
 
-#: A server with small limits, started as a real process (the CLI's are fixed).
+#: A server with small limits, started as a real process (the CLI's are
+#: fixed): argv max_calls, max_sessions, session_idle_s and, optionally, stall_s.
 SMALL_SERVER = """
 import asyncio, sys
 from kigi_tool_runtime import ShellTool
@@ -44,10 +45,15 @@ from kigi_tool_runtime.mcp import McpToolServer, serve_http_mcp
 def ready(url):
     print(url, file=sys.stderr, flush=True)
 
-server = McpToolServer([ShellTool()], max_calls=int(sys.argv[1]))
+stall = {"stall_s": float(sys.argv[4])} if len(sys.argv) > 4 else {}
+server = McpToolServer([ShellTool()], max_calls=int(sys.argv[1]), **stall)
 asyncio.run(serve_http_mcp(server, on_ready=ready, max_sessions=int(sys.argv[2]),
                            session_idle_s=float(sys.argv[3])))
 """
+
+#: The stall bound (``stall_s``) a test of a stalled host gives
+#: :data:`SMALL_SERVER`, so the host's pause need not outlast the default second.
+SHORT_STALL_S = 0.2
 
 
 class Served(NamedTuple):
@@ -222,12 +228,14 @@ def test_a_stop_signal_stops_the_running_command_then_exits_128_plus_n(
 
 
 def test_sigterm_stops_the_server_while_hosts_leave_streams_unread(tmp_path: Path) -> None:
-    """Three flooding calls whose sockets are never read: SIGTERM still stops
-    their commands and the server, in bounded time, exit 143."""
+    """Three flooding calls whose sockets are never read (their output
+    waiting on them): SIGTERM still stops their commands and the server, in
+    bounded time, exit 143."""
     with served() as server:
         session = initialize(server.url)
         socks, pids = unread_floods(server, session, tmp_path, 3)
-        time.sleep(2.0)  # long past STALL_S: every stream is full and stalled
+        for sock in socks:  # every stream has output its host leaves unread
+            wait_unread_output(sock)
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(timeout=60) == 143
         groups_gone(*pids)
@@ -266,11 +274,12 @@ def test_an_unread_stream_does_not_stall_the_other_calls_of_its_session(tmp_path
     numbered 1, 2, 3, ..."""
     pidfile = tmp_path / "pid"
     flood = f"echo $$ > {pidfile}; head -c 30000000 /dev/zero | tr '\\0' x"
-    with served() as server:
+    with served([PY, "-c", SMALL_SERVER, "64", "8", "60", str(SHORT_STALL_S)]) as server:
         session = initialize(server.url)
         sock = unread_call(server.port, session, bash_call(1, flood, "flood"))
         wait_pid(pidfile)
-        time.sleep(2.0)  # the flood's stream is full: the host has stalled
+        wait_unread_output(sock)
+        time.sleep(3 * SHORT_STALL_S)  # the host stays away three stall bounds: stalled
         status, _, body = post(server.url, bash_call(2, "echo hi", "echo"), session)
         assert status == 200, body
         assert events(body)[-1]["result"]["structuredContent"]["output"] == "hi\n"
