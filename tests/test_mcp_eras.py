@@ -65,9 +65,12 @@ async def _wait_pid(pidfile: Path, seconds: float = 10.0) -> int:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_the_client_speaks_the_era_it_is_pinned_to(server: Any, mode: str) -> None:
+def test_the_client_speaks_the_era_it_is_pinned_to(peer: Any, mode: str) -> None:
+    """The pinned era is the one spoken (over a real stdio child too: see
+    test_progress_is_live_and_folds_exactly)."""
+
     async def body() -> None:
-        async with asyncio.timeout(30), Client(server, mode=mode) as client:
+        async with asyncio.timeout(30), Client(peer, mode=mode) as client:
             assert client.protocol_version == VERSION[mode]
             tools = (await client.list_tools()).tools
             assert [tool.name for tool in tools] == ["bash"]
@@ -77,8 +80,9 @@ def test_the_client_speaks_the_era_it_is_pinned_to(server: Any, mode: str) -> No
 
 @pytest.mark.parametrize("mode", MODES)
 def test_progress_is_live_and_folds_exactly(server: Any, mode: str, tmp_path: Path) -> None:
-    """The first notification arrives while the command still runs (it waits
-    for a file the test writes only then); split characters fold exactly."""
+    """The client speaks the era it is pinned to; the first notification
+    arrives while the command still runs (it waits for a file the test writes
+    only then); split characters fold exactly."""
     gate = tmp_path / "gate"
     command = (
         f"printf 'first '; while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.02; done; "
@@ -91,6 +95,8 @@ def test_progress_is_live_and_folds_exactly(server: Any, mode: str, tmp_path: Pa
             asyncio.timeout(30),
             Client(server, mode=mode, message_handler=folder.message_handler) as client,
         ):
+            assert client.protocol_version == VERSION[mode]
+            assert [tool.name for tool in (await client.list_tools()).tools] == ["bash"]
             call = asyncio.create_task(folder.call_tool(client, "bash", {"command": command}))
             while not any(state.text for state in folder.reassembler.streams.values()):
                 assert not call.done(), "the call ended before any progress arrived"
