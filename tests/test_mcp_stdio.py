@@ -100,15 +100,31 @@ class _Recorder:
 async def test_split_characters_reassemble_exactly_from_progress() -> None:
     """2-, 3- and 4-byte characters cut across ticks arrive whole: the folded
     text is the output exactly, over several notifications with progress
-    1, 2, 3, ..., and the result carries the excerpt and the outcome."""
+    1, 2, 3, ..., and the result carries the excerpt and the outcome. With
+    ``--mcp-message delta``, a host using only the client's progress_callback
+    (a second call on the same connection) sees the live deltas as messages,
+    in order, with strictly increasing progress."""
     recorder = _Recorder()
-    async with asyncio.timeout(30), Client(_params(), message_handler=recorder) as client:
+    seen: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, message))
+
+    params = _params("--mcp-message", "delta")
+    async with asyncio.timeout(30), Client(params, message_handler=recorder) as client:
         folded = await recorder.folder.call_tool(client, "bash", {"command": [PY, "-c", SPLIT]})
+        frames, progress = list(recorder.frames), list(recorder.progress)
+        called = await client.call_tool(
+            "bash", {"command": [PY, "-c", SPLIT]}, progress_callback=on_progress
+        )
+        # The client runs callbacks in tasks of their own.
+        while "".join(message or "" for _, message in seen) != SPLIT_TEXT:
+            await asyncio.sleep(0.01)
     assert folded.text == SPLIT_TEXT
     assert folded.complete
-    assert len(recorder.frames) >= 3
-    assert recorder.progress == [float(i) for i in range(1, len(recorder.progress) + 1)]
-    assert "\ufffd" not in "".join(frame.body.delta for frame in recorder.frames)
+    assert len(frames) >= 3
+    assert progress == [float(i) for i in range(1, len(progress) + 1)]
+    assert "\ufffd" not in "".join(frame.body.delta for frame in frames)
     result = folded.result
     assert not result.is_error
     assert result.structured_content is not None
@@ -116,26 +132,8 @@ async def test_split_characters_reassemble_exactly_from_progress() -> None:
     assert result.structured_content["exit_code"] == 0
     assert result.content[0].text.startswith(SPLIT_TEXT)  # type: ignore[union-attr]
     assert result.meta is not None
-    assert result.meta[META_STREAM]["frames_sent"] == len(recorder.frames)
-
-
-@_sync
-async def test_the_official_progress_callback_gets_the_deltas_in_delta_mode() -> None:
-    """With ``--mcp-message delta``, a host using only the client's
-    progress_callback sees the live deltas as messages, in order, with strictly
-    increasing progress."""
-    seen: list[tuple[float, str | None]] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append((progress, message))
-
-    async with asyncio.timeout(30), Client(_params("--mcp-message", "delta")) as client:
-        result = await client.call_tool(
-            "bash", {"command": [PY, "-c", SPLIT]}, progress_callback=on_progress
-        )
-        await asyncio.sleep(0.2)  # the client runs callbacks in tasks of their own
-    assert not result.is_error
-    assert "".join(message or "" for _, message in seen) == SPLIT_TEXT
+    assert result.meta[META_STREAM]["frames_sent"] == len(frames)
+    assert not called.is_error
     assert [p for p, _ in seen] == [float(i) for i in range(1, len(seen) + 1)]
 
 
