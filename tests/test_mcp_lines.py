@@ -449,3 +449,72 @@ def test_deadline_in_meta_ends_the_call_with_a_timeout_error(tmp_path: Path) -> 
             await until_group_gone(int(pidfile.read_text()))
 
     _run(body())
+
+
+# -- the end of input --------------------------------------------------------------------
+
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+}
+
+
+async def _serve_to_the_end(messages: list[Any]) -> dict[Any, Any]:
+    """Send every message and end the input at once; once serving returned,
+    the answers written, by id."""
+    raw = Lines(McpToolServer([ShellTool()]), 16 * 1024 * 1024)
+    for message in messages:
+        await raw.send(message)
+    await raw.close()
+    raw.output.feed_eof()
+    answers = {}
+    while line := await raw.output.readline():
+        message = msgspec.json.decode(line)
+        if "id" in message:
+            answers[message["id"]] = message
+    return answers
+
+
+def test_a_ping_and_a_tools_list_sent_just_before_the_end_are_answered() -> None:
+    async def body() -> None:
+        answers = await _serve_to_the_end(
+            [
+                INITIALIZE,
+                INITIALIZED,
+                {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            ]
+        )
+        assert sorted(answers) == [0, 1, 2]
+        assert answers[1]["result"] == {}
+        assert [tool["name"] for tool in answers[2]["result"]["tools"]] == ["bash"]
+
+    _run(body())
+
+
+def test_2026_07_28_requests_sent_just_before_the_end_are_answered() -> None:
+    """Stateless: no handshake, the envelope in each request's ``_meta``."""
+
+    async def body() -> None:
+        answers = await _serve_to_the_end(
+            [
+                {
+                    "jsonrpc": "2.0",
+                    "id": "d",
+                    "method": "server/discover",
+                    "params": {"_meta": ENVELOPE},
+                },
+                {
+                    "jsonrpc": "2.0",
+                    "id": "l",
+                    "method": "tools/list",
+                    "params": {"_meta": ENVELOPE},
+                },
+            ]
+        )
+        assert sorted(answers) == ["d", "l"]
+        assert "2026-07-28" in answers["d"]["result"]["supportedVersions"]
+        assert [tool["name"] for tool in answers["l"]["result"]["tools"]] == ["bash"]
+
+    _run(body())
