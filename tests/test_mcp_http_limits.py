@@ -83,6 +83,15 @@ def served(argv: list[str] | None = None) -> Iterator[Served]:
             proc.stderr.close()
 
 
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Served]:
+    """One ``serve --mcp-http`` child for the tests whose calls run in
+    sessions of their own and leave the server as they found it (their calls
+    ended, their sockets closed); it is killed after the module."""
+    with served() as server:
+        yield server
+
+
 def post(
     url: str, message: Any, session: str | None = None, method: str = "POST"
 ) -> tuple[int, dict[str, str], str]:
@@ -247,24 +256,24 @@ def test_sigterm_stops_the_server_while_hosts_leave_streams_unread(tmp_path: Pat
 
 @pytest.mark.parametrize("flooding", [False, True])
 def test_a_host_that_closes_its_socket_without_delete_stops_its_call(
-    tmp_path: Path, flooding: bool
+    shared: Served, tmp_path: Path, flooding: bool
 ) -> None:
     """A host whose call's socket closes (no DELETE, the session left open):
     the call is cancelled and its process group stopped, quiet or flooding,
     and the session goes on serving."""
     pidfile = tmp_path / "pid"
     command = f"echo $$ > {pidfile}; " + (YES if flooding else "exec sleep 60")
-    with served() as server:
-        session = initialize(server.url)
-        sock = unread_call(server.port, session, bash_call(1, command, "t"))
-        pid = wait_pid(pidfile)
-        if flooding:
-            wait_unread_output(sock)
-        sock.close()
-        groups_gone(pid)
-        status, _, body = post(server.url, bash_call(2, "echo still"), session)
-        assert status == 200, body
-        assert "still" in events(body)[-1]["result"]["structuredContent"]["output"]
+    server = shared
+    session = initialize(server.url)
+    sock = unread_call(server.port, session, bash_call(1, command, "t"))
+    pid = wait_pid(pidfile)
+    if flooding:
+        wait_unread_output(sock)
+    sock.close()
+    groups_gone(pid)
+    status, _, body = post(server.url, bash_call(2, "echo still"), session)
+    assert status == 200, body
+    assert "still" in events(body)[-1]["result"]["structuredContent"]["output"]
 
 
 def test_an_unread_stream_does_not_stall_the_other_calls_of_its_session(tmp_path: Path) -> None:
@@ -299,50 +308,52 @@ def test_an_unread_stream_does_not_stall_the_other_calls_of_its_session(tmp_path
 
 
 def test_a_request_id_in_flight_is_refused_and_the_first_call_keeps_its_output(
-    tmp_path: Path,
+    shared: Served, tmp_path: Path
 ) -> None:
     """A second request with the id of a call in flight in the same session
     (also as a string) is refused with -32600 before it reaches the session;
     the first call's output and result still arrive on its own stream."""
     pidfile = tmp_path / "pid"
-    with served() as server:
-        session = initialize(server.url)
-        gate = tmp_path / "gate"
-        first = bash_call(
-            7,
-            f"echo $$ > {pidfile}; while [ ! -e {gate} ]; do sleep 0.01; done; echo first",
-            "first",
-        )
-        sock = unread_call(server.port, session, first)
-        wait_pid(pidfile)
-        for reused in (7, "7"):
-            status, _, body = post(server.url, bash_call(reused, "echo second"), session)
-            assert status == 400, body
-            (error,) = events(body)
-            assert error["error"]["code"] == -32600
-            assert error["id"] == reused
-        gate.touch()
-        messages = read_to_end(sock, 7)
-        sock.close()
-        # Once the first call has ended, its id is free again.
-        status, _, body = post(server.url, bash_call(7, "echo again"), session)
-        assert status == 200, body
+    server = shared
+    session = initialize(server.url)
+    gate = tmp_path / "gate"
+    first = bash_call(
+        7,
+        f"echo $$ > {pidfile}; while [ ! -e {gate} ]; do sleep 0.01; done; echo first",
+        "first",
+    )
+    sock = unread_call(server.port, session, first)
+    wait_pid(pidfile)
+    for reused in (7, "7"):
+        status, _, body = post(server.url, bash_call(reused, "echo second"), session)
+        assert status == 400, body
+        (error,) = events(body)
+        assert error["error"]["code"] == -32600
+        assert error["id"] == reused
+    gate.touch()
+    messages = read_to_end(sock, 7)
+    sock.close()
+    # Once the first call has ended, its id is free again.
+    status, _, body = post(server.url, bash_call(7, "echo again"), session)
+    assert status == 200, body
     assert messages[-1]["result"]["structuredContent"]["output"] == "first\n"
 
 
-def test_a_call_with_a_null_id_is_answered_with_an_error_over_http(tmp_path: Path) -> None:
+def test_a_call_with_a_null_id_is_answered_with_an_error_over_http(
+    shared: Served, tmp_path: Path
+) -> None:
     """``"id": null`` on a tools/call is refused with -32600 (not taken as a
     notification and dropped), and the command is never run."""
     pidfile = tmp_path / "pid"
-    with served() as server:
-        session = initialize(server.url)
-        status, _, body = post(server.url, bash_call(None, f"echo $$ > {pidfile}"), session)
-        assert status == 400, body
-        (error,) = events(body)
-        assert error["id"] is None
-        assert error["error"]["code"] == -32600
-        status, _, body = post(server.url, bash_call(1, "echo ok"), session)
-        assert status == 200, body
+    server = shared
+    session = initialize(server.url)
+    status, _, body = post(server.url, bash_call(None, f"echo $$ > {pidfile}"), session)
+    assert status == 400, body
+    (error,) = events(body)
+    assert error["id"] is None
+    assert error["error"]["code"] == -32600
+    status, _, body = post(server.url, bash_call(1, "echo ok"), session)
+    assert status == 200, body
     assert not pidfile.exists()
 
 
