@@ -260,18 +260,6 @@ async def _start_sleeping_call(raw: _Raw, request_id: int, pidfile: Path) -> int
     return int(pidfile.read_text())
 
 
-@_sync
-async def test_end_of_input_cancels_running_calls_and_exits(tmp_path: Path) -> None:
-    """A host that goes away (closes the server's input) mid-call: the command's
-    process group is stopped and the server exits 0."""
-    pidfile = tmp_path / "pid"
-    async with asyncio.timeout(30):
-        raw = await _Raw.start()
-        pid = await _start_sleeping_call(raw, 30, pidfile)
-        assert await raw.close() == 0
-        assert not group_alive(pid)
-
-
 @pytest.mark.slow
 @_sync
 async def test_a_host_that_stops_reading_loses_frames_said_in_the_next_frame_and_the_result() -> (
