@@ -20,7 +20,7 @@ import pytest
 from mcp import Client
 from mcp_raw import INITIALIZE, INITIALIZED, bash_call
 from processes import until_group_gone
-from split_writer import SPLIT
+from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_runtime import ShellTool
 from kigi_tool_runtime.mcp import McpToolServer
@@ -350,6 +350,31 @@ def test_a_call_that_does_not_declare_gets_no_partial_results() -> None:
         assert methods == {"notifications/progress"}
         declared = await _one_call({CAPS: {"partialResults": {}}, "partialResultToken": "p-4"})
         assert {message.get("method") for message in declared[:-1]} == {METHOD_PARTIAL_RESULT}
+
+    _run(body())
+
+
+def test_the_wire_is_the_drafts_numbered_per_token_and_before_the_response() -> None:
+    async def body() -> None:
+        command = shlex.join([PY, "-c", SPLIT])
+        out = await _one_call({CAPS: {"partialResults": {}}, "partialResultToken": "p-1"}, command)
+        *notes, response = out
+        assert response["id"] == 1
+        assert {note["method"] for note in notes} == {METHOD_PARTIAL_RESULT}
+        params = [note["params"] for note in notes]
+        assert [p["seq"] for p in params] == list(range(len(params)))
+        assert all(p["partialResultToken"] == "p-1" for p in params)
+        *frames, final = params
+        assert final == {
+            "partialResultToken": "p-1",
+            "seq": len(frames),
+            "content": [],
+            "final": True,
+        }
+        assert all(set(p) == {"partialResultToken", "seq", "content", "_meta"} for p in frames)
+        assert "".join(p["content"][0]["text"] for p in frames) == SPLIT_TEXT
+        assert response["result"]["_meta"][META_STREAM]["frames_sent"] == len(frames)
+        assert SPLIT_TEXT in response["result"]["content"][0]["text"]  # still whole
 
     _run(body())
 

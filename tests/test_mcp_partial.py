@@ -1,14 +1,14 @@
-"""SEP-2998 partial results (draft): the wire shapes (``mcp._partial``), a real
-``kigi-stream serve --mcp`` / ``--mcp-http`` sending them only to calls that
-declare them, and the official Python client in 2026-07-28 mode folding them
-exactly (``ProgressFolder.absorb_partial``)."""
+"""SEP-2998 partial results (draft): the wire shapes (``mcp._partial``), and
+the official Python client in 2026-07-28 mode, over a real
+``kigi-stream serve --mcp`` / ``--mcp-http``, getting them only when it
+declares them and folding them exactly (``ProgressFolder.absorb_partial``).
+The lines a server writes for calls that declare them or not are checked in
+process in test_mcp_lines.py."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import shlex
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -21,7 +21,6 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_http_server import mcp_http_server
-from mcp_raw import INITIALIZE, INITIALIZED
 from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
@@ -29,7 +28,6 @@ from kigi_tool_runtime import Reassembler
 from kigi_tool_runtime.mcp import ProgressFolder, declaring_partial_results
 from kigi_tool_runtime.mcp._mapping import META_STREAM, notification_from_progress, progress_params
 from kigi_tool_runtime.mcp._partial import (
-    METHOD_PARTIAL_RESULT,
     PartialNote,
     final_params,
     notification_from_partial,
@@ -136,53 +134,11 @@ def test_a_partial_result_without_a_frame_is_a_note() -> None:
     )
 
 
-# -- a real server, raw JSON lines ---------------------------------------------------
+# The wire of a call declaring partial results, and of calls that do not, is
+# checked in process in test_mcp_lines.py; end to end below.
 
 
-def _raw_call(meta: dict[str, Any]) -> list[dict[str, Any]]:
-    """One 2025-11-25 session over stdio: a tools/call with ``meta``; every
-    message the server wrote."""
-    messages = [
-        INITIALIZE,
-        INITIALIZED,
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": "bash", "arguments": {"command": COMMAND}, "_meta": meta},
-        },
-    ]
-    proc = subprocess.Popen([*SERVE, "--mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    with proc:
-        assert proc.stdin is not None
-        assert proc.stdout is not None
-        for message in messages:
-            proc.stdin.write(json.dumps(message).encode() + b"\n")
-        proc.stdin.flush()
-        out = []
-        for line in proc.stdout:
-            out.append(json.loads(line))
-            if out[-1].get("id") == 1:
-                break
-        proc.stdin.close()
-        assert proc.wait(timeout=30) == 0
-    return out[1:]
-
-
-def test_the_wire_is_the_drafts_numbered_per_token_and_before_the_response() -> None:
-    out = _raw_call({CAPS: {"partialResults": {}}, "partialResultToken": "p-1"})
-    *notes, response = out
-    assert response["id"] == 1
-    assert {note["method"] for note in notes} == {METHOD_PARTIAL_RESULT}
-    params = [note["params"] for note in notes]
-    assert [p["seq"] for p in params] == list(range(len(params)))
-    assert all(p["partialResultToken"] == "p-1" for p in params)
-    *frames, final = params
-    assert final == {"partialResultToken": "p-1", "seq": len(frames), "content": [], "final": True}
-    assert all(set(p) == {"partialResultToken", "seq", "content", "_meta"} for p in frames)
-    assert "".join(p["content"][0]["text"] for p in frames) == SPLIT_TEXT
-    assert response["result"]["_meta"][META_STREAM]["frames_sent"] == len(frames)
-    assert SPLIT_TEXT in response["result"]["content"][0]["text"]  # still whole
+# -- the official Python client, 2026-07-28 ------------------------------------------
 
 
 @pytest.fixture(scope="module")
