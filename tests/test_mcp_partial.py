@@ -158,6 +158,13 @@ def transport(request: pytest.FixtureRequest) -> Any:
     return lambda: streamable_http_client(url)
 
 
+@pytest.fixture
+def http_transport(http_url: str) -> Any:
+    """A fresh client transport factory for the 2026-07-28 client, over the
+    module's HTTP server."""
+    return lambda: streamable_http_client(http_url)
+
+
 def test_the_2026_client_folds_partial_results_exactly(transport: Any) -> None:
     """Declared per call through the client's transport, received through its
     extension mechanism: the folded text is exact and complete, no progress
@@ -200,7 +207,10 @@ def test_the_2026_client_folds_partial_results_exactly(transport: Any) -> None:
     assert not [m for m in progress if type(m).__name__ == "ProgressNotification"]
 
 
-def test_the_folders_own_extension_folds_them_too(transport: Any) -> None:
+def test_the_folders_own_extension_folds_them_too(http_transport: Any) -> None:
+    """Over the shared HTTP server (the stdio child is proven by
+    test_the_2026_client_folds_partial_results_exactly[stdio])."""
+    transport = http_transport
     folder = ProgressFolder()
 
     async def body() -> None:
@@ -221,9 +231,12 @@ def test_the_folders_own_extension_folds_them_too(transport: Any) -> None:
     asyncio.run(body())
 
 
-def test_a_2026_client_that_does_not_declare_gets_none(transport: Any) -> None:
+def test_a_2026_client_that_does_not_declare_gets_none(http_transport: Any) -> None:
     """The same client without the declaring transport: its partialResultToken
-    alone asks for nothing, so nothing streams."""
+    alone asks for nothing, so nothing streams (over the shared HTTP server;
+    the same call as raw lines: test_mcp_lines's
+    test_a_call_that_does_not_declare_gets_no_partial_results)."""
+    transport = http_transport
     seen: list[Any] = []
 
     async def body() -> None:
