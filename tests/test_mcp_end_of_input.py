@@ -1,6 +1,7 @@
 """Requests still in flight when a stdio host closes the server's input are
 answered before ``kigi-stream serve --mcp`` exits (``_lines`` Rule 3,
-``_inflight``); calls are cancelled, their tools stopped."""
+``_inflight``); calls are cancelled, their tools stopped. Requests alone
+sent just before the end are served in process, in test_mcp_lines.py."""
 
 from __future__ import annotations
 
@@ -18,58 +19,6 @@ from kigi_tool_runtime._process import group_alive
 from kigi_tool_runtime.mcp._inflight import InFlight
 
 SERVE = [sys.executable, "-m", "kigi_tool_runtime", "serve", "--mcp"]
-ENVELOPE = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
-}
-
-
-def _serve(messages: list[dict[str, Any]]) -> tuple[dict[Any, dict[str, Any]], int]:
-    """Write every message in one go, close the input, read to the end: the
-    answers by id, and the exit status."""
-    data = b"".join(json.dumps(message).encode() + b"\n" for message in messages)
-    done = subprocess.run(SERVE, input=data, capture_output=True, timeout=60, check=False)
-    answers = {}
-    for line in done.stdout.splitlines():
-        message = json.loads(line)
-        if "id" in message:
-            answers[message["id"]] = message
-    return answers, done.returncode
-
-
-def test_a_ping_and_a_tools_list_sent_just_before_the_end_are_answered() -> None:
-    answers, status = _serve(
-        [
-            INITIALIZE,
-            INITIALIZED,
-            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        ]
-    )
-    assert status == 0
-    assert sorted(answers) == [0, 1, 2]
-    assert answers[1]["result"] == {}
-    assert [tool["name"] for tool in answers[2]["result"]["tools"]] == ["bash"]
-
-
-def test_2026_07_28_requests_sent_just_before_the_end_are_answered() -> None:
-    """Stateless: no handshake, the envelope in each request's ``_meta``."""
-    answers, status = _serve(
-        [
-            {
-                "jsonrpc": "2.0",
-                "id": "d",
-                "method": "server/discover",
-                "params": {"_meta": ENVELOPE},
-            },
-            {"jsonrpc": "2.0", "id": "l", "method": "tools/list", "params": {"_meta": ENVELOPE}},
-        ]
-    )
-    assert status == 0
-    assert sorted(answers) == ["d", "l"]
-    assert "2026-07-28" in answers["d"]["result"]["supportedVersions"]
-    assert [tool["name"] for tool in answers["l"]["result"]["tools"]] == ["bash"]
 
 
 def _end_while_running(

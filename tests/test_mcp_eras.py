@@ -20,7 +20,8 @@ from mcp_http_server import mcp_http_server
 from processes import until_group_gone
 from split_writer import SPLIT, SPLIT_TEXT
 
-from kigi_tool_runtime.mcp import ProgressFolder
+from kigi_tool_runtime import ShellTool
+from kigi_tool_runtime.mcp import McpToolServer, ProgressFolder
 from kigi_tool_runtime.mcp._mapping import META_ERROR, META_STREAM
 
 PY = sys.executable
@@ -44,6 +45,18 @@ def server(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue("http_url")
 
 
+@pytest.fixture(params=["in-process", "http"])
+def peer(request: pytest.FixtureRequest) -> Any:
+    """What the client connects to where the transport is not what is tested
+    (mapping errors, cancelling: the server object's logic): the server
+    object in process, or the real HTTP endpoint. Over a real stdio child
+    the era is proven by the tests that take :func:`server`, cancelling by
+    test_mcp_stdio."""
+    if request.param == "in-process":
+        return McpToolServer([ShellTool()]).server
+    return request.getfixturevalue("http_url")
+
+
 async def _wait_pid(pidfile: Path, seconds: float = 10.0) -> int:
     async with asyncio.timeout(seconds):
         while not (pidfile.exists() and pidfile.read_text().strip()):
@@ -52,9 +65,12 @@ async def _wait_pid(pidfile: Path, seconds: float = 10.0) -> int:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_the_client_speaks_the_era_it_is_pinned_to(server: Any, mode: str) -> None:
+def test_the_client_speaks_the_era_it_is_pinned_to(peer: Any, mode: str) -> None:
+    """The pinned era is the one spoken (over a real stdio child too: see
+    test_progress_is_live_and_folds_exactly)."""
+
     async def body() -> None:
-        async with asyncio.timeout(30), Client(server, mode=mode) as client:
+        async with asyncio.timeout(30), Client(peer, mode=mode) as client:
             assert client.protocol_version == VERSION[mode]
             tools = (await client.list_tools()).tools
             assert [tool.name for tool in tools] == ["bash"]
@@ -64,8 +80,9 @@ def test_the_client_speaks_the_era_it_is_pinned_to(server: Any, mode: str) -> No
 
 @pytest.mark.parametrize("mode", MODES)
 def test_progress_is_live_and_folds_exactly(server: Any, mode: str, tmp_path: Path) -> None:
-    """The first notification arrives while the command still runs (it waits
-    for a file the test writes only then); split characters fold exactly."""
+    """The client speaks the era it is pinned to; the first notification
+    arrives while the command still runs (it waits for a file the test writes
+    only then); split characters fold exactly."""
     gate = tmp_path / "gate"
     command = (
         f"printf 'first '; while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.02; done; "
@@ -78,6 +95,8 @@ def test_progress_is_live_and_folds_exactly(server: Any, mode: str, tmp_path: Pa
             asyncio.timeout(30),
             Client(server, mode=mode, message_handler=folder.message_handler) as client,
         ):
+            assert client.protocol_version == VERSION[mode]
+            assert [tool.name for tool in (await client.list_tools()).tools] == ["bash"]
             call = asyncio.create_task(folder.call_tool(client, "bash", {"command": command}))
             while not any(state.text for state in folder.reassembler.streams.values()):
                 assert not call.done(), "the call ended before any progress arrived"
@@ -95,14 +114,14 @@ def test_progress_is_live_and_folds_exactly(server: Any, mode: str, tmp_path: Pa
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_cancelling_a_call_stops_its_process_group(server: Any, mode: str, tmp_path: Path) -> None:
+def test_cancelling_a_call_stops_its_process_group(peer: Any, mode: str, tmp_path: Path) -> None:
     """The caller cancels mid-call (a legacy client sends notifications/cancelled;
     a 2026-07-28 client over HTTP closes the response stream): the command's
     process group is gone and the connection still serves."""
     pidfile = tmp_path / "pid"
 
     async def body() -> None:
-        async with asyncio.timeout(30), Client(server, mode=mode) as client:
+        async with asyncio.timeout(30), Client(peer, mode=mode) as client:
             call = asyncio.create_task(
                 client.call_tool("bash", {"command": f"echo $$ > {pidfile}; sleep 60"})
             )
@@ -119,12 +138,12 @@ def test_cancelling_a_call_stops_its_process_group(server: Any, mode: str, tmp_p
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_errors_map_the_same_in_both_eras(server: Any, mode: str) -> None:
+def test_errors_map_the_same_in_both_eras(peer: Any, mode: str) -> None:
     """Bad arguments and a deadline are isError results with the kigi error;
     an unknown tool is a -32602 protocol error."""
 
     async def body() -> None:
-        async with asyncio.timeout(30), Client(server, mode=mode) as client:
+        async with asyncio.timeout(30), Client(peer, mode=mode) as client:
             bad = await client.call_tool("bash", {"command": 3})
             assert bad.is_error
             assert bad.meta is not None

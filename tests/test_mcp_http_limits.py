@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import termios
 import time
 import urllib.error
 import urllib.request
@@ -33,7 +35,8 @@ PY = sys.executable
 #: A command that writes without end, as fast as it is read.
 YES = "exec yes 'a line of output that goes on and on'"
 
-#: A server with small limits, started as a real process (the CLI's are fixed).
+#: A server with small limits, started as a real process (the CLI's are
+#: fixed): argv max_calls, max_sessions, session_idle_s and, optionally, stall_s.
 SMALL_SERVER = """
 import asyncio, sys
 from kigi_tool_runtime import ShellTool
@@ -42,10 +45,15 @@ from kigi_tool_runtime.mcp import McpToolServer, serve_http_mcp
 def ready(url):
     print(url, file=sys.stderr, flush=True)
 
-server = McpToolServer([ShellTool()], max_calls=int(sys.argv[1]))
+stall = {"stall_s": float(sys.argv[4])} if len(sys.argv) > 4 else {}
+server = McpToolServer([ShellTool()], max_calls=int(sys.argv[1]), **stall)
 asyncio.run(serve_http_mcp(server, on_ready=ready, max_sessions=int(sys.argv[2]),
                            session_idle_s=float(sys.argv[3])))
 """
+
+#: The stall bound (``stall_s``) a test of a stalled host gives
+#: :data:`SMALL_SERVER`, so the host's pause need not outlast the default second.
+SHORT_STALL_S = 0.2
 
 
 class Served(NamedTuple):
@@ -73,6 +81,15 @@ def served(argv: list[str] | None = None) -> Iterator[Served]:
         proc.wait(timeout=30)
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Served]:
+    """One ``serve --mcp-http`` child for the tests whose calls run in
+    sessions of their own and leave the server as they found it (their calls
+    ended, their sockets closed); it is killed after the module."""
+    with served() as server:
+        yield server
 
 
 def post(
@@ -171,6 +188,15 @@ def wait_pid(pidfile: Path, seconds: float = 20.0) -> int:
     return int(pidfile.read_text())
 
 
+def wait_unread_output(sock: socket.socket, seconds: float = 30.0) -> None:
+    """Wait until the server has sent output the host leaves unread on
+    ``sock`` (the call's stream is flowing into a full buffer)."""
+    deadline = time.monotonic() + seconds
+    while not int.from_bytes(fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(4)), "little"):
+        assert time.monotonic() < deadline, "no output arrived"
+        time.sleep(0.02)
+
+
 def groups_gone(*pids: int) -> None:
     async def wait() -> None:
         for pid in pids:
@@ -211,12 +237,14 @@ def test_a_stop_signal_stops_the_running_command_then_exits_128_plus_n(
 
 
 def test_sigterm_stops_the_server_while_hosts_leave_streams_unread(tmp_path: Path) -> None:
-    """Three flooding calls whose sockets are never read: SIGTERM still stops
-    their commands and the server, in bounded time, exit 143."""
+    """Three flooding calls whose sockets are never read (their output
+    waiting on them): SIGTERM still stops their commands and the server, in
+    bounded time, exit 143."""
     with served() as server:
         session = initialize(server.url)
         socks, pids = unread_floods(server, session, tmp_path, 3)
-        time.sleep(2.0)  # long past STALL_S: every stream is full and stalled
+        for sock in socks:  # every stream has output its host leaves unread
+            wait_unread_output(sock)
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(timeout=60) == 143
         groups_gone(*pids)
@@ -228,24 +256,24 @@ def test_sigterm_stops_the_server_while_hosts_leave_streams_unread(tmp_path: Pat
 
 @pytest.mark.parametrize("flooding", [False, True])
 def test_a_host_that_closes_its_socket_without_delete_stops_its_call(
-    tmp_path: Path, flooding: bool
+    shared: Served, tmp_path: Path, flooding: bool
 ) -> None:
     """A host whose call's socket closes (no DELETE, the session left open):
     the call is cancelled and its process group stopped, quiet or flooding,
     and the session goes on serving."""
     pidfile = tmp_path / "pid"
     command = f"echo $$ > {pidfile}; " + (YES if flooding else "exec sleep 60")
-    with served() as server:
-        session = initialize(server.url)
-        sock = unread_call(server.port, session, bash_call(1, command, "t"))
-        pid = wait_pid(pidfile)
-        if flooding:
-            time.sleep(1.5)
-        sock.close()
-        groups_gone(pid)
-        status, _, body = post(server.url, bash_call(2, "echo still"), session)
-        assert status == 200, body
-        assert "still" in events(body)[-1]["result"]["structuredContent"]["output"]
+    server = shared
+    session = initialize(server.url)
+    sock = unread_call(server.port, session, bash_call(1, command, "t"))
+    pid = wait_pid(pidfile)
+    if flooding:
+        wait_unread_output(sock)
+    sock.close()
+    groups_gone(pid)
+    status, _, body = post(server.url, bash_call(2, "echo still"), session)
+    assert status == 200, body
+    assert "still" in events(body)[-1]["result"]["structuredContent"]["output"]
 
 
 def test_an_unread_stream_does_not_stall_the_other_calls_of_its_session(tmp_path: Path) -> None:
@@ -255,11 +283,12 @@ def test_an_unread_stream_does_not_stall_the_other_calls_of_its_session(tmp_path
     numbered 1, 2, 3, ..."""
     pidfile = tmp_path / "pid"
     flood = f"echo $$ > {pidfile}; head -c 30000000 /dev/zero | tr '\\0' x"
-    with served() as server:
+    with served([PY, "-c", SMALL_SERVER, "64", "8", "60", str(SHORT_STALL_S)]) as server:
         session = initialize(server.url)
         sock = unread_call(server.port, session, bash_call(1, flood, "flood"))
         wait_pid(pidfile)
-        time.sleep(2.0)  # the flood's stream is full: the host has stalled
+        wait_unread_output(sock)
+        time.sleep(3 * SHORT_STALL_S)  # the host stays away three stall bounds: stalled
         status, _, body = post(server.url, bash_call(2, "echo hi", "echo"), session)
         assert status == 200, body
         assert events(body)[-1]["result"]["structuredContent"]["output"] == "hi\n"
@@ -279,87 +308,52 @@ def test_an_unread_stream_does_not_stall_the_other_calls_of_its_session(tmp_path
 
 
 def test_a_request_id_in_flight_is_refused_and_the_first_call_keeps_its_output(
-    tmp_path: Path,
+    shared: Served, tmp_path: Path
 ) -> None:
     """A second request with the id of a call in flight in the same session
     (also as a string) is refused with -32600 before it reaches the session;
     the first call's output and result still arrive on its own stream."""
     pidfile = tmp_path / "pid"
-    with served() as server:
-        session = initialize(server.url)
-        first = bash_call(7, f"echo $$ > {pidfile}; sleep 1; echo first", "first")
-        sock = unread_call(server.port, session, first)
-        wait_pid(pidfile)
-        for reused in (7, "7"):
-            status, _, body = post(server.url, bash_call(reused, "echo second"), session)
-            assert status == 400, body
-            (error,) = events(body)
-            assert error["error"]["code"] == -32600
-            assert error["id"] == reused
-        messages = read_to_end(sock, 7)
-        sock.close()
-        # Once the first call has ended, its id is free again.
-        status, _, body = post(server.url, bash_call(7, "echo again"), session)
-        assert status == 200, body
+    server = shared
+    session = initialize(server.url)
+    gate = tmp_path / "gate"
+    first = bash_call(
+        7,
+        f"echo $$ > {pidfile}; while [ ! -e {gate} ]; do sleep 0.01; done; echo first",
+        "first",
+    )
+    sock = unread_call(server.port, session, first)
+    wait_pid(pidfile)
+    for reused in (7, "7"):
+        status, _, body = post(server.url, bash_call(reused, "echo second"), session)
+        assert status == 400, body
+        (error,) = events(body)
+        assert error["error"]["code"] == -32600
+        assert error["id"] == reused
+    gate.touch()
+    messages = read_to_end(sock, 7)
+    sock.close()
+    # Once the first call has ended, its id is free again.
+    status, _, body = post(server.url, bash_call(7, "echo again"), session)
+    assert status == 200, body
     assert messages[-1]["result"]["structuredContent"]["output"] == "first\n"
 
 
-def test_a_call_with_a_null_id_is_answered_with_an_error_over_http(tmp_path: Path) -> None:
+def test_a_call_with_a_null_id_is_answered_with_an_error_over_http(
+    shared: Served, tmp_path: Path
+) -> None:
     """``"id": null`` on a tools/call is refused with -32600 (not taken as a
     notification and dropped), and the command is never run."""
     pidfile = tmp_path / "pid"
-    with served() as server:
-        session = initialize(server.url)
-        status, _, body = post(server.url, bash_call(None, f"echo $$ > {pidfile}"), session)
-        assert status == 400, body
-        (error,) = events(body)
-        assert error["id"] is None
-        assert error["error"]["code"] == -32600
-        status, _, body = post(server.url, bash_call(1, "echo ok"), session)
-        assert status == 200, body
-    assert not pidfile.exists()
-
-
-def test_a_call_with_a_null_id_is_answered_with_an_error_over_stdio(tmp_path: Path) -> None:
-    """The same over ``serve --mcp``: a -32600 error line with a null id, and
-    serving goes on."""
-    pidfile = tmp_path / "pid"
-
-    async def exchange() -> None:
-        proc = await asyncio.create_subprocess_exec(
-            PY,
-            "-m",
-            "kigi_tool_runtime",
-            "serve",
-            "--mcp",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        assert proc.stdin is not None
-        assert proc.stdout is not None
-
-        async def ask(message: Any) -> Any:
-            assert proc.stdin is not None
-            assert proc.stdout is not None
-            proc.stdin.write(json.dumps(message).encode() + b"\n")
-            await proc.stdin.drain()
-            if "id" not in message:
-                return None
-            return json.loads(await proc.stdout.readline())
-
-        async with asyncio.timeout(60):
-            assert (await ask(INITIALIZE))["id"] == 0
-            await ask(INITIALIZED)
-            error = await ask(bash_call(None, f"echo $$ > {pidfile}"))
-            assert error["id"] is None
-            assert error["error"]["code"] == -32600
-            listing = await ask({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {}})
-            assert listing["id"] == 9
-            assert listing["result"]["tools"][0]["name"] == "bash"
-            proc.stdin.close()
-            assert await proc.wait() == 0
-
-    asyncio.run(exchange())
+    server = shared
+    session = initialize(server.url)
+    status, _, body = post(server.url, bash_call(None, f"echo $$ > {pidfile}"), session)
+    assert status == 400, body
+    (error,) = events(body)
+    assert error["id"] is None
+    assert error["error"]["code"] == -32600
+    status, _, body = post(server.url, bash_call(1, "echo ok"), session)
+    assert status == 200, body
     assert not pidfile.exists()
 
 
@@ -405,10 +399,18 @@ def test_sessions_are_capped_and_an_idle_session_is_closed() -> None:
         status, _, _ = post(server.url, None, sessions[0], method="DELETE")
         assert status == 200
         sessions[0] = initialize(server.url)
-        time.sleep(3.0)
+        # Left idle, each session is closed once its idle bound has passed:
+        # asked (a request is activity) only after that bound from its
+        # initialize, then until it is gone, within a generous deadline.
         listing = {"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}
+        time.sleep(1.5)
+        deadline = time.monotonic() + 60
         for session in sessions:
-            status, _, body = post(server.url, listing, session)
+            while True:
+                status, _, body = post(server.url, listing, session)
+                if status != 200 or time.monotonic() > deadline:
+                    break
+                time.sleep(1.6)  # the request was activity: a whole bound again
             assert status == 404, body
 
 

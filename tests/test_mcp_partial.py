@@ -1,14 +1,14 @@
-"""SEP-2998 partial results (draft): the wire shapes (``mcp._partial``), a real
-``kigi-stream serve --mcp`` / ``--mcp-http`` sending them only to calls that
-declare them, and the official Python client in 2026-07-28 mode folding them
-exactly (``ProgressFolder.absorb_partial``)."""
+"""SEP-2998 partial results (draft): the wire shapes (``mcp._partial``), and
+the official Python client in 2026-07-28 mode, over a real
+``kigi-stream serve --mcp`` / ``--mcp-http``, getting them only when it
+declares them and folding them exactly (``ProgressFolder.absorb_partial``).
+The lines a server writes for calls that declare them or not are checked in
+process in test_mcp_lines.py."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import shlex
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -21,7 +21,6 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_http_server import mcp_http_server
-from mcp_raw import INITIALIZE, INITIALIZED
 from split_writer import SPLIT, SPLIT_TEXT
 
 from kigi_tool_protocol import PartialResultPayload, ToolCallProgressFrame
@@ -29,7 +28,6 @@ from kigi_tool_runtime import Reassembler
 from kigi_tool_runtime.mcp import ProgressFolder, declaring_partial_results
 from kigi_tool_runtime.mcp._mapping import META_STREAM, notification_from_progress, progress_params
 from kigi_tool_runtime.mcp._partial import (
-    METHOD_PARTIAL_RESULT,
     PartialNote,
     final_params,
     notification_from_partial,
@@ -136,70 +134,8 @@ def test_a_partial_result_without_a_frame_is_a_note() -> None:
     )
 
 
-# -- a real server, raw JSON lines ---------------------------------------------------
-
-
-def _raw_call(meta: dict[str, Any]) -> list[dict[str, Any]]:
-    """One 2025-11-25 session over stdio: a tools/call with ``meta``; every
-    message the server wrote."""
-    messages = [
-        INITIALIZE,
-        INITIALIZED,
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": "bash", "arguments": {"command": COMMAND}, "_meta": meta},
-        },
-    ]
-    proc = subprocess.Popen([*SERVE, "--mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    with proc:
-        assert proc.stdin is not None
-        assert proc.stdout is not None
-        for message in messages:
-            proc.stdin.write(json.dumps(message).encode() + b"\n")
-        proc.stdin.flush()
-        out = []
-        for line in proc.stdout:
-            out.append(json.loads(line))
-            if out[-1].get("id") == 1:
-                break
-        proc.stdin.close()
-        assert proc.wait(timeout=30) == 0
-    return out[1:]
-
-
-def test_the_wire_is_the_drafts_numbered_per_token_and_before_the_response() -> None:
-    out = _raw_call({CAPS: {"partialResults": {}}, "partialResultToken": "p-1"})
-    *notes, response = out
-    assert response["id"] == 1
-    assert {note["method"] for note in notes} == {METHOD_PARTIAL_RESULT}
-    params = [note["params"] for note in notes]
-    assert [p["seq"] for p in params] == list(range(len(params)))
-    assert all(p["partialResultToken"] == "p-1" for p in params)
-    *frames, final = params
-    assert final == {"partialResultToken": "p-1", "seq": len(frames), "content": [], "final": True}
-    assert all(set(p) == {"partialResultToken", "seq", "content", "_meta"} for p in frames)
-    assert "".join(p["content"][0]["text"] for p in frames) == SPLIT_TEXT
-    assert response["result"]["_meta"][META_STREAM]["frames_sent"] == len(frames)
-    assert SPLIT_TEXT in response["result"]["content"][0]["text"]  # still whole
-
-
-def test_a_call_that_does_not_declare_gets_no_partial_results() -> None:
-    """A token without the capability: nothing streamed on either channel (no
-    progressToken either); with a progressToken, progress as before."""
-    bare = _raw_call({"partialResultToken": "p-2"})
-    assert [message.get("id") for message in bare] == [1]
-    assert bare[0]["result"]["_meta"][META_STREAM]["progress_requested"] is False
-    progress = _raw_call({"partialResultToken": "p-3", "progressToken": "g"})
-    methods = {message.get("method") for message in progress[:-1]}
-    assert methods == {"notifications/progress"}
-
-
-def test_a_declared_call_with_a_bad_token_is_refused() -> None:
-    (reply,) = _raw_call({CAPS: {"partialResults": {}}, "partialResultToken": True})
-    assert reply["error"]["code"] == -32602
-    assert "partialResultToken" in reply["error"]["message"]
+# The wire of a call declaring partial results, and of calls that do not, is
+# checked in process in test_mcp_lines.py; end to end below.
 
 
 # -- the official Python client, 2026-07-28 ------------------------------------------
@@ -220,6 +156,13 @@ def transport(request: pytest.FixtureRequest) -> Any:
         return lambda: stdio_client(params)
     url = request.getfixturevalue("http_url")
     return lambda: streamable_http_client(url)
+
+
+@pytest.fixture
+def http_transport(http_url: str) -> Any:
+    """A fresh client transport factory for the 2026-07-28 client, over the
+    module's HTTP server."""
+    return lambda: streamable_http_client(http_url)
 
 
 def test_the_2026_client_folds_partial_results_exactly(transport: Any) -> None:
@@ -264,7 +207,10 @@ def test_the_2026_client_folds_partial_results_exactly(transport: Any) -> None:
     assert not [m for m in progress if type(m).__name__ == "ProgressNotification"]
 
 
-def test_the_folders_own_extension_folds_them_too(transport: Any) -> None:
+def test_the_folders_own_extension_folds_them_too(http_transport: Any) -> None:
+    """Over the shared HTTP server (the stdio child is proven by
+    test_the_2026_client_folds_partial_results_exactly[stdio])."""
+    transport = http_transport
     folder = ProgressFolder()
 
     async def body() -> None:
@@ -285,9 +231,12 @@ def test_the_folders_own_extension_folds_them_too(transport: Any) -> None:
     asyncio.run(body())
 
 
-def test_a_2026_client_that_does_not_declare_gets_none(transport: Any) -> None:
+def test_a_2026_client_that_does_not_declare_gets_none(http_transport: Any) -> None:
     """The same client without the declaring transport: its partialResultToken
-    alone asks for nothing, so nothing streams."""
+    alone asks for nothing, so nothing streams (over the shared HTTP server;
+    the same call as raw lines: test_mcp_lines's
+    test_a_call_that_does_not_declare_gets_no_partial_results)."""
+    transport = http_transport
     seen: list[Any] = []
 
     async def body() -> None:

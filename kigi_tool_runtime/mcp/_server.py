@@ -16,7 +16,8 @@ Rule 2. A slow host slows the tool first: while the host keeps taking
         notifications, a full queue pauses the call (the runner then pauses
         the tool; the shell tool keeps reading into its bounded tail and
         reports what it skipped as a gap). Once one notification has waited
-        :data:`STALL_S` to be taken, the queue drops its oldest frames instead
+        ``stall_s`` (:data:`STALL_S` unless set) to be taken, the queue drops
+        its oldest frames instead
         (``_call/_queue`` Rule 2); the loss is in the next frame's
         ``dropped_count`` (``_queued`` Rule 2), in the result's ``_meta``, and
         in its text, with the output's gaps (``_call/_outcome`` Rule 2).
@@ -160,12 +161,15 @@ class McpToolServer:
     tool may take to clean up; ``message_mode`` is how hosts read the progress
     ``message`` (Rule 7: ``"status"``, the default, for hosts that show the
     latest, ``"delta"`` for hosts that append); ``heartbeat_s`` the silence
-    after which a running call says it is alive (Rule 12; 0: never).
+    after which a running call says it is alive (Rule 12; 0: never);
+    ``stall_s`` how long one notification may wait to be taken before the
+    host counts as stalled and the call drops its oldest frames (Rule 2).
 
     Raises:
         ValueError: two tools map to one MCP name, a schema is not an object at
             the root, ``outbox_bytes`` or ``max_calls`` is below 1, the message
-            mode is not one of the two, or ``heartbeat_s`` is negative.
+            mode is not one of the two, ``heartbeat_s`` is negative, or
+            ``stall_s`` is not a positive number of seconds.
     """
 
     def __init__(
@@ -179,11 +183,15 @@ class McpToolServer:
         version: str = "0.1.0",
         message_mode: MessageMode = "status",
         heartbeat_s: float = HEARTBEAT_S,
+        stall_s: float = STALL_S,
     ) -> None:
         if message_mode not in MESSAGE_MODES:
             raise ValueError(f"message_mode must be 'status' or 'delta', got {message_mode!r}")
         if not heartbeat_s >= 0:
             raise ValueError(f"heartbeat_s must be >= 0 seconds, got {heartbeat_s}")
+        if not 0 < stall_s < float("inf"):
+            raise ValueError(f"stall_s must be a positive number of seconds, got {stall_s}")
+        self._stall_s = stall_s
         self._message_mode: MessageMode = message_mode
         self._heartbeat_s = heartbeat_s
         if outbox_bytes < 1:
@@ -319,7 +327,7 @@ class McpToolServer:
         queue: CallQueue[ToolCallProgressFrame[Any], ToolResult | ToolError] = CallQueue(
             QueuePolicy.drop_oldest_when_stalled(self._outbox_bytes)
         )
-        watch = StallWatch(STALL_S)
+        watch = StallWatch(self._stall_s)
         feed = QueueFeed(queue, watch)
         numbering = ProgressNumbering()
         live = LiveText(call_id)
