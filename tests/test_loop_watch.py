@@ -108,51 +108,61 @@ def tools(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    ("first", "second"),
-    [
-        (signal.SIGTERM, signal.SIGTERM),
-        (signal.SIGINT, signal.SIGINT),
-        (signal.SIGTERM, signal.SIGINT),
-    ],
-    ids=["term-term", "int-int", "term-int"],
-)
-def test_a_second_signal_stops_serve_while_a_tool_blocks_the_loop(
-    tools: Path, first: signal.Signals, second: signal.Signals
+#: The stop signals sent, first and second: the same one twice (either), and
+#: two different ones.
+SIGNAL_PAIRS = [
+    (signal.SIGTERM, signal.SIGTERM),
+    (signal.SIGINT, signal.SIGINT),
+    (signal.SIGTERM, signal.SIGINT),
+]
+
+
+def _second_signal_stops(
+    proc: subprocess.Popen[bytes], first: signal.Signals, second: signal.Signals
 ) -> None:
+    """Once ``proc`` says its loop is blocked by the call: ``first``, then
+    ``second`` until it exits 128 + N of one of them, saying why."""
+    assert proc.stderr is not None
+    said = _read_until(proc.stderr, b"the event loop has been blocked")
+    assert b"by task 'tool blocker call c1'" in said
+    proc.send_signal(first)
+    # A signal sent while the same one is still pending is merged into it
+    # (Unix signals are not queued): the second is sent again until one
+    # arrives on its own. Two that arrive together are handled in
+    # signal-number order.
+    for _ in range(600):
+        proc.send_signal(second)
+        try:
+            status = proc.wait(timeout=0.1)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    assert status in (128 + first, 128 + second), (first, second)
+    rest = proc.stderr.read()
+    assert b"a second stop signal while the event loop is blocked" in rest
+
+
+def test_a_second_signal_stops_serve_while_a_tool_blocks_the_loop(tools: Path) -> None:
     """A tool that sleeps 10 minutes in an ``async def``: stderr names its task
     as blocking the loop, and a second stop signal ends ``serve`` at once with
-    128 + N of the first, saying why."""
-    proc = _serve(tools)
-    assert proc.stdin is not None
-    assert proc.stderr is not None
+    128 + N of the first, saying why; for each pair of signals (SIGTERM twice,
+    SIGINT twice, SIGTERM then SIGINT), one server each, all at once."""
+    procs = [_serve(tools) for _ in SIGNAL_PAIRS]
     try:
-        proc.stdin.write(_call(600) + b"\n")
-        proc.stdin.flush()
-        said = _read_until(proc.stderr, b"the event loop has been blocked")
-        assert b"by task 'tool blocker call c1'" in said
-        proc.send_signal(first)
-        # A signal sent while the same one is still pending is merged into it
-        # (Unix signals are not queued): the second is sent again until one
-        # arrives on its own. Two that arrive together are handled in
-        # signal-number order.
-        for _ in range(600):
-            proc.send_signal(second)
-            try:
-                status = proc.wait(timeout=0.1)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        assert status in (128 + first, 128 + second)
-        rest = proc.stderr.read()
-        assert b"a second stop signal while the event loop is blocked" in rest
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(_call(600) + b"\n")
+            proc.stdin.flush()
+        for proc, (first, second) in zip(procs, SIGNAL_PAIRS, strict=True):
+            _second_signal_stops(proc, first, second)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
 
 
 def test_a_block_that_ends_is_said_with_its_length_and_the_call_answers(
