@@ -4,7 +4,9 @@ memory: real servers, real files and pipes left unread, figures read from
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -43,6 +45,20 @@ def _settled(pid: int, read: str, key: str, still_s: float = 1.5) -> int:
     raise AssertionError(f"{key} of {read} never settled (last {last})")
 
 
+def _fd_reading(pid: int, path: Path) -> int:
+    """The descriptor of ``pid`` open on ``path``, once there is one: the
+    server reads its requests from a private duplicate of descriptor 0 (its
+    descriptor 0 then reads ``/dev/null``)."""
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if fd != "0" and os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+                    return int(fd)
+        time.sleep(0.02)
+    raise AssertionError(f"the server never moved its input off descriptor 0 ({path})")
+
+
 def test_serve_stops_reading_a_file_while_its_replies_cannot_be_written(
     tmp_path: Path,
 ) -> None:
@@ -59,7 +75,7 @@ def test_serve_stops_reading_a_file_while_its_replies_cannot_be_written(
         ) as server,
     ):
         try:
-            offset = _settled(server.pid, "fdinfo/0", "pos:")
+            offset = _settled(server.pid, f"fdinfo/{_fd_reading(server.pid, requests)}", "pos:")
             rss_kib = _proc_field(server.pid, "status", "VmRSS:")
         finally:
             server.kill()
