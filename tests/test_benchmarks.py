@@ -4,6 +4,7 @@ figure printed as ``nan`` or below zero. (Their figures are never asserted.)"""
 from __future__ import annotations
 
 import importlib.util
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -56,15 +57,46 @@ def test_goals_say_which_were_met_and_check_fails_on_a_miss(
     assert met.finish(check=True) == 0
 
 
+def _run_as_script(script: Path, *args: str) -> int:
+    """Run ``script`` as ``python script ARGS`` would, in this process: its
+    ``__main__`` block with that argv and its directory first on the path;
+    the exit status it ends with."""
+    argv, path = sys.argv, list(sys.path)
+    sys.argv = [str(script), *args]
+    sys.path.insert(0, str(script.parent))
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exit_:
+        if exit_.code is None or isinstance(exit_.code, int):
+            return exit_.code or 0
+        return 1  # a message: Python prints it and exits 1
+    finally:
+        sys.argv, sys.path[:] = argv, path
+    return 0
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
-def test_every_benchmark_takes_check_and_quick(script: Path) -> None:
-    """Each benchmark offers --quick and --check."""
+def test_every_benchmark_takes_check_and_quick(
+    script: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each benchmark offers --quick and --check (its --help, run as the script
+    runs, in this process)."""
+    assert _run_as_script(script, "--help") == 0
+    helped = capsys.readouterr().out
+    assert "--quick" in helped
+    assert "--check" in helped
+
+
+def test_a_benchmark_runs_as_a_script_of_its_own() -> None:
+    """A benchmark script runs with ``python benchmarks/bench_X.py`` from
+    anywhere (its helpers found beside it): one real process."""
     helped = subprocess.run(
-        [sys.executable, str(script), "--help"],
+        [sys.executable, str(BENCHMARKS / "bench_codec.py"), "--help"],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
+        cwd=BENCHMARKS.parent.parent,
     ).stdout
     assert "--quick" in helped
     assert "--check" in helped
@@ -79,19 +111,14 @@ def test_the_slicing_logic_cost_is_never_printed_negative() -> None:
 
 
 @pytest.mark.slow
-def test_check_stream_benchmark_prints_no_nan() -> None:
+def test_check_stream_benchmark_prints_no_nan(capsys: pytest.CaptureFixture[str]) -> None:
     """The check_stream benchmark's gap case (no oracle) prints n/a, not `nanms`,
-    and the run ends with its goals."""
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_check_stream.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    assert "nan" not in done.stdout
-    assert " n/a " in done.stdout
-    assert "\ngoals: " in done.stdout
+    and the run ends with its goals (a --quick run of the script, in process)."""
+    assert _run_as_script(BENCHMARKS / "bench_check_stream.py", "--quick") == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out
+    assert " n/a " in out
+    assert "\ngoals: " in out
 
 
 def test_progress_line_benchmark_falls_back_to_the_seed_port_and_says_why(

@@ -110,10 +110,12 @@ def _mcp_params() -> StdioServerParameters:
     return StdioServerParameters(command=MCP_SERVE[0], args=MCP_SERVE[1:])
 
 
-def test_mcp_serves_function_tools_as_they_are() -> None:
+def test_mcp_serves_function_tools_as_they_are(tmp_path: Path) -> None:
     """serve --mcp --tools: the schema from the hints, split characters of a
     real child whole in the result, a raising function an error result naming
-    its message, bad arguments an error naming the argument."""
+    its message, bad arguments an error naming the argument; and cancelling a
+    call (its task) while out.run waits stops the group (one server)."""
+    pid_file = tmp_path / "pid"
 
     async def body() -> None:
         async with McpClient(_mcp_params()) as client:
@@ -131,6 +133,15 @@ def test_mcp_serves_function_tools_as_they_are() -> None:
             bad = await client.call_tool("count", {"to": "x"})
             assert bad.is_error
             assert "$.to" in bad.content[0].text  # type: ignore[union-attr]
+            # Cancel mid-run.
+            task = asyncio.ensure_future(client.call_tool("sleeper", {"pid_file": str(pid_file)}))
+            while not pid_file.exists() or not pid_file.read_text():
+                await asyncio.sleep(0.02)
+            pid = int(pid_file.read_text())
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await until_group_gone(pid)
 
     run_within(body(), WAIT_S)
 
@@ -154,24 +165,6 @@ def test_mcp_a_result_past_the_ceiling_ends_with_frame_too_large() -> None:
             whole = await client.call_tool("big", {"size": size})
             assert not whole.is_error
             assert whole.content[0].text == "x" * size  # type: ignore[union-attr]
-
-    run_within(body(), WAIT_S)
-
-
-def test_mcp_cancel_mid_run_stops_the_group(tmp_path: Path) -> None:
-    """Cancelling an MCP call (its task) while out.run waits stops the group."""
-    pid_file = tmp_path / "pid"
-
-    async def body() -> None:
-        async with McpClient(_mcp_params()) as client:
-            task = asyncio.ensure_future(client.call_tool("sleeper", {"pid_file": str(pid_file)}))
-            while not pid_file.exists() or not pid_file.read_text():
-                await asyncio.sleep(0.02)
-            pid = int(pid_file.read_text())
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            await until_group_gone(pid)
 
     run_within(body(), WAIT_S)
 

@@ -3,6 +3,7 @@ what it says."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -117,18 +118,22 @@ def _inactive_env() -> dict[str, str]:
 
 
 def _run_block(body: str) -> str:
-    """Run a README Python block with this interpreter, as the reader would run
-    it, venv active or not."""
-    done = subprocess.run(
-        [sys.executable, "-c", body],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=_inactive_env(),
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    """Run a README Python block as the reader would run it, venv active or
+    not: in this process (as ``python example.py``'s ``__main__``), with the
+    inactive venv's PATH; what it printed."""
+    saved_path = os.environ.get("PATH")
+    out, saved_stdout = io.StringIO(), sys.stdout
+    os.environ["PATH"] = _inactive_env()["PATH"]
+    sys.stdout = out
+    try:
+        exec(compile(body, "<README block>", "exec"), {"__name__": "__main__"})
+    finally:
+        sys.stdout = saved_stdout
+        if saved_path is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = saved_path
+    return out.getvalue()
 
 
 def _block_with(marker: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -67,19 +68,31 @@ def test_readme_serves_your_own_tools_both_ways_as_shown(user_dir: Path) -> None
     assert len(lines) == 2
     assert lines[0].endswith("| kigi-stream serve --tools tools.py:TOOLS")
     assert lines[1].endswith("| python serve_tools.py")
-    for command in lines:
-        assert _CALL in command
-        done = subprocess.run(
-            ["bash", "-c", command],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=user_dir,
-            env=_env(),
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        assert done.stdout == shown, command
+    # Both run at once (each waits out its own `sleep 2`).
+    running = []
+    try:
+        for command in lines:
+            assert _CALL in command
+            running.append(
+                subprocess.Popen(
+                    ["bash", "-c", command],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    cwd=user_dir,
+                    env=_env(),
+                    start_new_session=True,
+                )
+            )
+        for command, proc in zip(lines, running, strict=True):
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+            assert out == shown, command
+    finally:
+        for proc in running:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # bash and its pipeline
+                proc.wait()
 
 
 def _mcp_args(user_dir: Path) -> list[str]:

@@ -131,9 +131,9 @@ def test_characters_split_across_ticks_are_reassembled_whole() -> None:
     source = b"".join(a + b for a, b in halves).decode()
     args = {
         "command": [PY, "-c", SPLIT_SCRIPT, *(f"{a.hex()},{b.hex()}" for a, b in halves)],
-        "env": {"PAUSE": "0.12"},
+        "env": {"PAUSE": "0.05"},
     }
-    got = run(args, ShellTool(tick=0.05))
+    got = run(args, ShellTool(tick=0.02))
     assert shell_outcome(got).exit_code == 0
     assert "\ufffd" not in got.text
     assert got.text == source
@@ -527,26 +527,33 @@ def test_a_stalled_consumer_gets_a_gap_that_says_how_much(tmp_path: Path) -> Non
     assert accounting.skipped == accounting.skipped_by_wire
 
 
-def _blocked_on_its_pipe(pid: int) -> bool:
-    """Whether process ``pid`` sleeps in a write to a full pipe (Linux's wchan;
-    where the kernel hides it, a second's stall stands in for the proof)."""
+def _pipe_wait(pid: int) -> str:
+    """Whether process ``pid`` sleeps in a write to a full pipe, from Linux's
+    ``wchan``: ``"blocked"``, ``"no"`` (it runs, or sleeps elsewhere), or
+    ``"hidden"`` (it sleeps and the kernel hides where: ``wchan`` reads 0,
+    which it also reads while the process runs)."""
     try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         wchan = Path(f"/proc/{pid}/wchan").read_text()
     except OSError:
-        return False
-    return wchan.endswith("pipe_write")
+        return "no"
+    if wchan.endswith("pipe_write"):
+        return "blocked"
+    return "hidden" if state == "S" and wchan == "0" else "no"
 
 
 async def _stall_until_the_child_blocks(pid_file: Path) -> None:
-    loop = asyncio.get_running_loop()
+    """Wait until the child whose pid ``pid_file`` holds is blocked on its full
+    pipe (where the kernel hides that, a second's stall stands in for the
+    proof)."""
     async with asyncio.timeout(PATIENCE_S):
         while not pid_file.exists() or not pid_file.read_text():
             await asyncio.sleep(0.01)
         pid = int(pid_file.read_text())
-        hidden = Path(f"/proc/{pid}/wchan").read_text() == "0"
-        until = loop.time() + 1.0
-        while not (loop.time() >= until if hidden else _blocked_on_its_pipe(pid)):
+        while (seen := _pipe_wait(pid)) == "no":
             await asyncio.sleep(0.01)
+        if seen == "hidden":
+            await asyncio.sleep(1.0)
 
 
 def test_waiting_for_the_reader_a_stalled_consumer_loses_nothing(tmp_path: Path) -> None:
@@ -655,9 +662,27 @@ while True:
 """
 
 
-#: Deadline of the stopping tests: long enough that even a slow-starting child
-#: has printed its pid (and installed its SIGTERM handler) before it fires.
-DEADLINE_MS = 1000
+#: The same ticker in ``sh`` (which starts in a millisecond or two, where
+#: Python takes tens): its pid and group from ``/proc``, then a tick every
+#: 10 ms; with ``ignore-term`` it (and the ``sleep`` it runs) ignores SIGTERM
+#: before saying its pid.
+SH_TICKER = (
+    'if [ "$1" = ignore-term ]; then trap "" TERM; fi\n'
+    "read -r pid comm state ppid pgrp rest < /proc/$$/stat\n"
+    'echo "$pid $pgrp"\n'
+    "i=0\n"
+    'while :; do echo "tick $i"; i=$((i + 1)); sleep 0.01; done\n'
+)
+
+
+def sh(script: str, *args: str) -> dict[str, Any]:
+    return {"command": ["sh", "-c", script, "sh", *args]}
+
+
+#: Deadline of the stopping tests, whose command is ``sh`` (SH_TICKER): long
+#: enough that the shell has printed its pid (and set its SIGTERM trap) before
+#: it fires, a hundred times what that takes on an idle machine.
+DEADLINE_MS = 300
 
 
 def pid_line(text: str) -> int:
@@ -702,7 +727,7 @@ def test_a_command_timeout_kills_the_group_and_keeps_the_output() -> None:
     """At ``timeout_ms`` the group gets SIGTERM; the result says timed out, keeps the
     output so far, and no process, zombie or descriptor is left."""
     payloads, terminal, before, after = asyncio.run(
-        stop_after_output({**py(TICKER), "timeout_ms": DEADLINE_MS}, ShellTool())
+        stop_after_output({**sh(SH_TICKER), "timeout_ms": DEADLINE_MS}, ShellTool())
     )
     assert payloads, "the output streamed before the deadline"
     assert isinstance(terminal, ToolResult)
@@ -718,7 +743,7 @@ def test_a_command_timeout_kills_the_group_and_keeps_the_output() -> None:
 
 def test_a_group_that_ignores_sigterm_is_killed_after_the_grace() -> None:
     """A child that ignores SIGTERM is SIGKILLed once the grace period is over."""
-    args = {"command": [PY, "-c", TICKER, "ignore-term"], "timeout_ms": DEADLINE_MS}
+    args = {**sh(SH_TICKER, "ignore-term"), "timeout_ms": DEADLINE_MS}
     _, terminal, before, after = asyncio.run(stop_after_output(args, ShellTool(grace=0.3)))
     assert isinstance(terminal, ToolResult)
     outcome = terminal.value
@@ -733,7 +758,7 @@ def test_the_call_deadline_is_a_timeout_error_and_kills_the_group() -> None:
     """The runner's deadline (shorter than the command's) ends the call with a
     ``timeout`` error; the group is gone, nothing leaks."""
     payloads, terminal, before, after = asyncio.run(
-        stop_after_output(py(TICKER), ShellTool(), timeout_ms=DEADLINE_MS)
+        stop_after_output(sh(SH_TICKER), ShellTool(), timeout_ms=DEADLINE_MS)
     )
     assert isinstance(terminal, ToolError)
     assert terminal.kind is ToolErrorKind.TIMEOUT
@@ -876,14 +901,12 @@ def test_a_stopped_process_is_continued_so_sigterm_reaches_it() -> None:
     """A child that stopped itself (SIGSTOP) still ends on SIGTERM: the group is
     continued after the signal, so the grace period is not wasted on it."""
     script = (
-        "import os, signal\n"
-        "print(os.getpid(), os.getpgid(0), flush=True)\n"
-        "os.kill(os.getpid(), signal.SIGSTOP)\n"
+        'read -r pid comm state ppid pgrp rest < /proc/$$/stat\necho "$pid $pgrp"\nkill -STOP $$\n'
     )
     # Without the continue, SIGKILL would end it after this grace instead.
     _, terminal, before, after = asyncio.run(
         stop_after_output(
-            {**py(script), "timeout_ms": DEADLINE_MS}, ShellTool(grace=PATIENCE_S / 4)
+            {**sh(script), "timeout_ms": DEADLINE_MS}, ShellTool(grace=PATIENCE_S / 4)
         )
     )
     assert isinstance(terminal, ToolResult)
@@ -930,7 +953,7 @@ def test_output_stopping_exactly_at_the_limit_ends_with_the_truncation_notice(li
     """Output that reaches ``limit`` exactly and writes more after a tick (or a
     limit of 0): no delta frame can say ``truncated``, so the frames end with the
     truncation notice, once; the result still counts the dropped bytes."""
-    script = "import os,time; os.write(1, b'abcde'); time.sleep(0.3); os.write(1, b'fgh')"
+    script = "import os,time; os.write(1, b'abcde'); time.sleep(0.1); os.write(1, b'fgh')"
     got = run(py(script), ShellTool(tick=0.02, limit=limit))
     assert got.text == "abcde"[:limit]
     notices = [p for p in got.payloads if not p.delta and not p.gap]
@@ -1034,7 +1057,7 @@ def test_an_instance_default_deadline_is_what_it_states_and_applies() -> None:
         with pytest.raises(ValueError, match="default_timeout_ms must be >= 1 or None"):
             ShellTool(default_timeout_ms=bad)
     _, terminal, before, after = asyncio.run(
-        stop_after_output(py(TICKER), ShellTool(default_timeout_ms=DEADLINE_MS))
+        stop_after_output(sh(SH_TICKER), ShellTool(default_timeout_ms=DEADLINE_MS))
     )
     assert isinstance(terminal, ToolResult)
     outcome = terminal.value
@@ -1054,7 +1077,7 @@ def test_no_default_deadline_and_no_call_deadline_let_a_command_run_on() -> None
         ctx = ToolContext("call-long")
         terminal: list[ToolResult | ToolError] = []
         async with asyncio.timeout(PATIENCE_S):
-            run = run_tool(tool, {"command": "sleep 0.6; echo done"}, ctx=ctx, timeout_ms=math.inf)
+            run = run_tool(tool, {"command": "sleep 0.3; echo done"}, ctx=ctx, timeout_ms=math.inf)
             async for item in run:
                 if isinstance(item, (ToolResult, ToolError)):
                     terminal.append(item)
