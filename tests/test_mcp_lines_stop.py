@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from mcp_raw import INITIALIZE, INITIALIZED
 
 from kigi_tool_runtime import Output, tool
 from kigi_tool_runtime.mcp import McpToolServer
@@ -43,21 +44,6 @@ def _line(message: dict[str, Any]) -> bytes:
     return json.dumps(message).encode() + b"\n"
 
 
-INITIALIZE = _line(
-    {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    }
-)
-INITIALIZED = _line({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-
 def _calls(tool: str, count: int) -> bytes:
     return b"".join(
         _line(
@@ -79,7 +65,7 @@ async def test_a_stop_while_requests_flow_in_is_a_cancellation(turns: int) -> No
     SDK): ``serve_lines_mcp`` ends cancelled."""
     server = McpToolServer([flood])
     reader = asyncio.StreamReader()
-    reader.feed_data(INITIALIZE + INITIALIZED + _calls("flood", 64))
+    reader.feed_data(_line(INITIALIZE) + _line(INITIALIZED) + _calls("flood", 64))
     serving = asyncio.create_task(serve_lines_mcp(server, reader, _Sink()))
     for _ in range(turns):
         await asyncio.sleep(0)
@@ -95,7 +81,7 @@ async def test_serving_to_the_end_of_input_still_returns() -> None:
     call answered."""
     server = McpToolServer([flood])
     reader = asyncio.StreamReader()
-    reader.feed_data(INITIALIZE + INITIALIZED + _calls("flood", 8))
+    reader.feed_data(_line(INITIALIZE) + _line(INITIALIZED) + _calls("flood", 8))
     reader.feed_eof()
     sink = _Sink()
     await serve_lines_mcp(server, reader, sink)
