@@ -731,7 +731,7 @@ def test_serve_nats_bounds_default_to_the_documented_figures() -> None:
     """Without ``--stop-bound`` and ``--connect-timeout`` a worker keeps the
     figures docs/hosts/nats.md gives: 20 s to write its calls' ends after a stop
     signal (``Worker``'s own default), 5 s for the server to answer; given, the
-    options' values are used."""
+    options' values are used, up to a day each."""
     from kigi_tool_runtime._cli._nats import JETSTREAM_CHECK_S, serve_bounds
     from kigi_tool_runtime._cli._parser import build_parser
     from kigi_tool_runtime.nats._jetstream import FIRST_CONNECT_S
@@ -741,6 +741,8 @@ def test_serve_nats_bounds_default_to_the_documented_figures() -> None:
     assert (STOP_BOUND_S, FIRST_CONNECT_S, JETSTREAM_CHECK_S) == (20.0, 5.0, 3.0)
     given = ["serve", "--nats", "nats://h", "--stop-bound", "1.5", "--connect-timeout", "0.25"]
     assert serve_bounds(parser.parse_args(given)) == (1.5, 0.25)
+    longest = ["serve", "--nats", "nats://h", "--stop-bound", "86400", "--connect-timeout", "86400"]
+    assert serve_bounds(parser.parse_args(longest)) == (86400.0, 86400.0)  # a day, the most
     page = (Path(__file__).parent.parent / "docs" / "hosts" / "nats.md").read_text()
     assert "| `--stop-bound` (`Worker(stop_bound=)`) | 20 s |" in page
     assert "| `--connect-timeout` (`connect(first_connect_s=)`) | 5 s |" in page

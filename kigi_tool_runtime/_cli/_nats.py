@@ -158,10 +158,8 @@ def _load() -> Any:
     return nats
 
 
-async def _connect(nats: Any, url: str, first_connect_s: float | None = None) -> Any:
+async def _connect(nats: Any, url: str, first_connect_s: float) -> Any:
     try:
-        if first_connect_s is None:
-            return await nats.connect(url)
         return await nats.connect(url, first_connect_s=first_connect_s)
     except Exception as exc:  # the client raises several unrelated types here
         raise NatsUsageError(f"cannot connect to {url}: {str(exc) or repr(exc)}") from None
@@ -381,6 +379,7 @@ def follow_nats(args: argparse.Namespace) -> int:
     import nats.errors as nats_errors
 
     from ..nats._caller import Follower
+    from ..nats._jetstream import FIRST_CONNECT_S
     from ..nats._protocol import Subjects, check_call_id
 
     try:
@@ -402,7 +401,7 @@ def follow_nats(args: argparse.Namespace) -> int:
             err.flush()
 
     async def main() -> int:
-        connection = await _connect(nats, args.nats)
+        connection = await _connect(nats, args.nats, FIRST_CONNECT_S)
         follower = Follower(connection, args.call, prefix=args.nats_prefix, position=position)
         try:
             # The note is the follow's: it ends with it, and its failure is raised.
