@@ -1,7 +1,8 @@
 """Stop signals that come after the first, while ``serve`` is already on its
 way out (its handlers gone, the interpreter shutting down): the exit status is
 still the first's, 128 + N, never the later signal's default action (another
-status, or a ``KeyboardInterrupt``) (``_cli/_signals.py``, ``StopSignals``)."""
+status, or a ``KeyboardInterrupt``) (``_cli/_signals.py``, ``StopSignals``'s
+``ends_process``), over JSON-RPC, MCP and NATS."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from mcp_raw import INITIALIZE, INITIALIZED
+from nats_server import NatsServer
 from processes import reap
 
 from kigi_tool_runtime._cli._signals import STOP_SIGNALS, StopSignals, _ignore_stop_signals
@@ -107,7 +109,7 @@ def test_later_stop_signals_keep_the_first_ones_status(
 
 
 def test_after_a_stop_the_handlers_from_before_stay_off() -> None:
-    """With ``exit_when_blocked`` (a command that owns the process), a stop
+    """With ``ends_process`` (a command whose stop ends the process), a stop
     signal received leaves a handler of ``StopSignals`` in place on exit, not
     the handlers from before, and one that ignores them at exit; without a
     stop they are back."""
@@ -115,7 +117,7 @@ def test_after_a_stop_the_handlers_from_before_stay_off() -> None:
 
     async def main(stop: bool) -> None:
         arrived = asyncio.Event()
-        with StopSignals(lambda number: arrived.set(), exit_when_blocked="test"):
+        with StopSignals(lambda number: arrived.set(), ends_process=True):
             if stop:
                 signal.raise_signal(signal.SIGHUP)
                 await asyncio.wait_for(arrived.wait(), 10)
@@ -134,3 +136,37 @@ def test_after_a_stop_the_handlers_from_before_stay_off() -> None:
         atexit.unregister(_ignore_stop_signals)
         for number, handler in saved.items():
             signal.signal(number, handler)
+
+
+def test_a_nats_worker_keeps_the_first_signals_status(nats_server: NatsServer) -> None:
+    """``serve --nats``: SIGTERM stops the worker; a SIGINT soon after its
+    summary, while it is exiting, still leaves the status 143."""
+    for delay in (0.0, 0.005, 0.01, 0.02, 0.05):
+        proc = subprocess.Popen(
+            [*CLI, "serve", "--nats", nats_server.url],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert proc.stderr is not None
+            while b"takes calls" not in _stderr_line(proc):
+                pass
+            proc.send_signal(signal.SIGTERM)
+            while b"stopped by SIGTERM" not in _stderr_line(proc):
+                pass
+            time.sleep(delay)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=DEADLINE_S)
+            assert proc.returncode == 128 + signal.SIGTERM, (delay, err)
+            assert b"Traceback" not in err
+        finally:
+            reap(proc)
+
+
+def _stderr_line(proc: subprocess.Popen[bytes]) -> bytes:
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    if not line:
+        raise AssertionError("the worker's stderr ended early")
+    return line

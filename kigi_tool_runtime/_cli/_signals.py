@@ -37,9 +37,11 @@ class StopSignals:
     bytecodes even while the loop is blocked, also counts them: a second
     signal that comes before the loop has taken the first exits the process
     at once (``os._exit``, 128 + N of the first; commands held on the lifeline
-    end with it), saying so on stderr. And once a stop signal has come, the
-    process is on its way out: on exit the handlers from before are not put
-    back, and a stop signal after it (the command still returning, the
+    end with it), saying so on stderr.
+
+    ``ends_process``: the stop ends the process (``serve``). Once a stop signal
+    has come, the process is on its way out: on exit the handlers from before
+    are not put back, and a stop signal after it (the command still returning, the
     interpreter shutting down) exits at once with the first's status, as the
     command would have (once the exit handlers run, it is ignored), instead of
     killing the process with the later signal's default action (another
@@ -51,9 +53,11 @@ class StopSignals:
         on_signal: Callable[[int], object],
         *,
         exit_when_blocked: str | None = None,
+        ends_process: bool = False,
     ) -> None:
         self._on_signal = on_signal
         self._exit_when_blocked = exit_when_blocked  # the command's name, or None
+        self._ends_process = ends_process
         self._arrived: list[int] = []  # counted by the Python-level handler
         self._received: list[int] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -107,7 +111,7 @@ class StopSignals:
         traceback: TracebackType | None,
     ) -> None:
         assert self._loop is not None
-        stopping = self._exit_when_blocked is not None and bool(self._arrived or self._received)
+        stopping = self._ends_process and bool(self._arrived or self._received)
         # Blocked while the handlers change: the loop's removal sets the
         # default action, which a signal in between would take.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
