@@ -370,6 +370,17 @@ def test_bounds_and_timeouts_below_their_floor_are_refused() -> None:
             check_timeout(timeout)
 
 
+def test_timeouts_past_what_deadline_ms_carries_are_refused() -> None:
+    """Rule 5: a timeout sent as ``deadline_ms`` (a u64 of milliseconds) that
+    it cannot carry, infinity included, is a ``ValueError`` saying so, not an
+    ``OverflowError`` or the encoder's error at the send."""
+    check_timeout(1.8e16)
+    assert deadline_ms_of(1.8e16) == 18_000_000_000_000_000_000
+    for timeout in (float("inf"), 1e300, 2**64 / 1000, 10**30):
+        with pytest.raises(ValueError, match=r"timeout must be at most .* got"):
+            check_timeout(timeout)
+
+
 def test_a_timeout_is_sent_in_whole_milliseconds_at_least_one() -> None:
     assert deadline_ms_of(None) is None
     assert deadline_ms_of(0.0001) == 1

@@ -329,6 +329,15 @@ def test_server_rejects_bad_configuration() -> None:
         Server([ShellTool()], max_frame_bytes=0)
 
 
+def test_a_stop_wait_that_is_not_positive_is_refused_up_front() -> None:
+    """``stop_wait`` 0, negative or NaN is a ValueError from ``Server(...)``,
+    not an ``internal_error`` answer to every call it then serves."""
+    for stop_wait in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="stop_wait must be > 0 seconds"):
+            Server([ShellTool()], stop_wait=stop_wait)
+    Server([ShellTool()], stop_wait=1e-9)
+
+
 def test_a_garbage_flood_with_no_reader_keeps_memory_bounded(server: ServeProcess) -> None:
     """A peer that floods bad lines and does not read: the server stops reading once
     MAX_CONTROL_LINES replies wait, so its memory stays flat; every line is answered."""

@@ -144,7 +144,7 @@ async def _until_stopped(serving: Coroutine[Any, Any, None]) -> int:
         if stops.count == 1:
             task.cancel()
 
-    with StopSignals(on_signal, exit_when_blocked="serve") as stops:
+    with StopSignals(on_signal, exit_when_blocked="serve", ends_process=True) as stops:
         try:
             async with watching_loop("serve"):
                 await serving

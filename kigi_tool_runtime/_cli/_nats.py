@@ -242,7 +242,7 @@ def serve_nats(args: argparse.Namespace, tools: Sequence[Tool[Any]] | None = Non
                 why = f"did not stop within {stop_bound:g} s of {_signal_name(stops.first)}"
             say(f"{why}; the ends of {calls} still being written are left to the callers' leases")
 
-        with StopSignals(on_signal) as stops:
+        with StopSignals(on_signal, ends_process=True) as stops:
             starting = connecting = asyncio.timeout(None)
             try:
                 async with connecting:

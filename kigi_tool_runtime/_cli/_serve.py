@@ -140,7 +140,7 @@ async def _serve_stdio(
         tools, max_frame_bytes=max_frame_bytes, stop_wait=stop_wait, heartbeat_s=heartbeat_s
     )
     reader, sink = await open_stdio()
-    with StopSignals(on_signal, exit_when_blocked="serve") as stops:
+    with StopSignals(on_signal, exit_when_blocked="serve", ends_process=True) as stops:
         if os.isatty(stdio_wire().input_fd):
             sys.stderr.write(_SERVE_TTY_HINT)
             sys.stderr.flush()

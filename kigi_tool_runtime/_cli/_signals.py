@@ -5,6 +5,7 @@ the exit status 128 + N of the first."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import signal
@@ -37,6 +38,14 @@ class StopSignals:
     signal that comes before the loop has taken the first exits the process
     at once (``os._exit``, 128 + N of the first; commands held on the lifeline
     end with it), saying so on stderr.
+
+    ``ends_process``: the stop ends the process (``serve``). Once a stop signal
+    has come, the process is on its way out: on exit the handlers from before
+    are not put back, and a stop signal after it (the command still returning, the
+    interpreter shutting down) exits at once with the first's status, as the
+    command would have (once the exit handlers run, it is ignored), instead of
+    killing the process with the later signal's default action (another
+    status, or a ``KeyboardInterrupt``).
     """
 
     def __init__(
@@ -44,9 +53,11 @@ class StopSignals:
         on_signal: Callable[[int], object],
         *,
         exit_when_blocked: str | None = None,
+        ends_process: bool = False,
     ) -> None:
         self._on_signal = on_signal
         self._exit_when_blocked = exit_when_blocked  # the command's name, or None
+        self._ends_process = ends_process
         self._arrived: list[int] = []  # counted by the Python-level handler
         self._received: list[int] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -100,11 +111,35 @@ class StopSignals:
         traceback: TracebackType | None,
     ) -> None:
         assert self._loop is not None
-        for number, previous in self._previous.items():
-            self._loop.remove_signal_handler(number)
-            if previous is not None:  # None: a handler not set from Python, left as it is
-                signal.signal(number, previous)
+        stopping = self._ends_process and bool(self._arrived or self._received)
+        # Blocked while the handlers change: the loop's removal sets the
+        # default action, which a signal in between would take.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            for number, previous in self._previous.items():
+                self._loop.remove_signal_handler(number)
+                if stopping:
+                    signal.signal(number, self._stopped_already)
+                elif previous is not None:  # None: a handler not set from Python, left as it is
+                    signal.signal(number, previous)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        if stopping:
+            atexit.register(_ignore_stop_signals)
         self._previous.clear()
+
+    def _stopped_already(self, number: int, frame: FrameType | None) -> None:
+        """A stop signal after the stop: exit with the first's status."""
+        first = (self._received or self._arrived)[0]
+        os._exit(128 + first)
+
+
+def _ignore_stop_signals() -> None:
+    """At exit after a stop: the interpreter's shutdown puts the default action
+    back for every handler set from Python, which a late stop signal would then
+    take (another status); ignored signals it leaves ignored."""
+    for number in STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
 
 
 class Stopped(Exception):

@@ -481,7 +481,8 @@ class Client(AsyncClosing):
 
         Raises:
             ValueError: ``tool_call_id`` is already in use on this connection, or
-                ``timeout`` is not positive.
+                ``timeout`` is not positive or longer than ``deadline_ms``
+                carries (``math.inf`` included; ``None`` is no timeout).
             WireError: ``arguments`` hold a value JSON cannot carry (nothing is
                 sent and the call id stays free).
         """
@@ -510,7 +511,8 @@ class Client(AsyncClosing):
         answer, sending included (Rule 2).
 
         Raises:
-            ValueError: ``timeout`` is not positive.
+            ValueError: ``timeout`` is not positive, or infinite or past what
+                ``deadline_ms`` carries.
             RemoteToolError: the server answered with an error; ``connection_lost``
                 (at once when the connection is already gone or closed);
                 ``timeout``, no answer within ``timeout``.

@@ -34,8 +34,9 @@ Rule 6. A line longer than the client takes is skipped unread, never
         cannot be read ends every pending call and request so, since any of
         them may have lost its answer in it.
 Rule 5. The bounds and timeouts a driver is given are checked here: a line or
-        item bound below 1 and a timeout that is not positive are a
-        ``ValueError`` (:func:`check_bounds`, :func:`check_timeout`).
+        item bound below 1, a timeout that is not positive and one longer
+        than ``deadline_ms`` carries (infinity included) are a ``ValueError``
+        (:func:`check_bounds`, :func:`check_timeout`).
 """
 
 from __future__ import annotations
@@ -99,14 +100,27 @@ def check_bounds(max_frame_bytes: int, call_buffer_frames: int) -> None:
         )
 
 
+#: The longest timeout (seconds) a call's ``deadline_ms``, a u64 of
+#: milliseconds, carries (Rule 5).
+MAX_TIMEOUT_S: Final = (2**64 - 1) / 1000
+
+
 def check_timeout(timeout: float | None) -> None:
-    """Refuse a timeout (seconds) that is not positive (``None``: no timeout).
+    """Refuse a timeout (seconds) that is not positive, or longer than
+    ``deadline_ms`` carries, infinity included (``None``: no timeout).
 
     Raises:
-        ValueError: ``timeout`` is not positive.
+        ValueError: ``timeout`` is not positive, or past :data:`MAX_TIMEOUT_S`.
     """
-    if timeout is not None and not timeout > 0:
+    if timeout is None:
+        return
+    if not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+    if not timeout * 1000 < 2**64:
+        raise ValueError(
+            f"timeout must be at most {MAX_TIMEOUT_S:.4g} seconds (deadline_ms is a u64"
+            f" of milliseconds; None for no timeout), got {timeout}"
+        )
 
 
 def check_timeout_grace(timeout_grace: float) -> None:

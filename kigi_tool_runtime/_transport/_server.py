@@ -321,8 +321,8 @@ class Server:
     the silence after which a running call says it is alive (Rule 9; 0: never).
 
     Raises:
-        ValueError: two tools share an id, a bound is below 1, or
-            ``heartbeat_s`` is negative.
+        ValueError: two tools share an id, a bound is below 1,
+            ``heartbeat_s`` is negative, or ``stop_wait`` is not positive.
     """
 
     def __init__(
@@ -336,6 +336,8 @@ class Server:
     ) -> None:
         if not heartbeat_s >= 0:
             raise ValueError(f"heartbeat_s must be >= 0 seconds, got {heartbeat_s}")
+        if not stop_wait > 0:  # as each call's run would find (run_tool)
+            raise ValueError(f"stop_wait must be > 0 seconds, got {stop_wait}")
         self._heartbeat_s = heartbeat_s
         self._tools: dict[str, Tool[Any]] = {}
         for tool in tools:

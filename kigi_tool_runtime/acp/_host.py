@@ -28,6 +28,12 @@ Rule 4. A call ends when its connection does: an update being sent when the
         state privately, read only in ``_privates``; where it cannot be read,
         an update not sent within :data:`UNSEEN_SEND_S` is given up the same
         way.
+Rule 5. A call whose task is cancelled while an update is being sent raises
+        ``CancelledError`` (Rule 3) whatever the send did: the send is
+        cancelled and awaited, and its failure, when it had one (the SDK's
+        ``close`` cancels the handlers as it fails their sends), is not
+        raised over the cancellation, as an exception group that would skip
+        the last update and reach the SDK as the handler's error.
 """
 
 from __future__ import annotations
@@ -250,15 +256,24 @@ class AcpToolCalls:
         # connection went) when this returns, and its failure is raised here.
         async with TaskScope() as tasks:
             send = tasks.start(connection.session_update(session_id=session_id, update=model))
-            while not send.done():
-                await asyncio.wait((send,), timeout=CONNECTION_CHECK_S)
-                if send.done():
-                    break
-                gone = connection_gone(connection)
-                if gone is UNSEEN:
-                    gone = loop.time() > given_up
-                if gone:
-                    raise ConnectionError("the ACP connection closed while an update was sent")
+            try:
+                while not send.done():
+                    await asyncio.wait((send,), timeout=CONNECTION_CHECK_S)
+                    if send.done():
+                        break
+                    gone = connection_gone(connection)
+                    if gone is UNSEEN:
+                        gone = loop.time() > given_up
+                    if gone:
+                        raise ConnectionError("the ACP connection closed while an update was sent")
+            except asyncio.CancelledError:
+                # Rule 5: the cancellation is raised, not the send's failure.
+                send.cancel()
+                await asyncio.wait((send,))
+                if not send.cancelled():
+                    with contextlib.suppress(Exception):
+                        tasks.result(send)
+                raise
             tasks.result(send)  # its failure raised as itself
 
 

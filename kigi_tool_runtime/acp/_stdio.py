@@ -24,6 +24,17 @@ Rule 3. At its end the connection is closed: the SDK cancels the handlers
 Rule 4. Each line read is one JSON-RPC message: a blank line, one that is not
         JSON or not a JSON object is logged and skipped (the SDK's reading
         does the same for the first two); a line may be of any length.
+Rule 5. Only the agent's own messages fail for a lost output (Rule 2), so
+        that its calls stop. An answer to one of the editor's requests is
+        dropped once the output is gone (nothing could take it), and a message
+        sent once the connection is closed (the SDK's ``close`` cancels the
+        handlers still running, and one that answers its cancelled request,
+        ``stopReason: "cancelled"`` as the protocol asks, sends that answer)
+        is written without waiting, the flush of Rule 3 bounding the wait for
+        it, or dropped when the output is gone. Neither raises: the SDK logs
+        a handler's failed answer with a traceback, and a failure in its
+        ``close`` would fail ``run_agent``, for every editor that goes away
+        while prompts run.
 """
 
 from __future__ import annotations
@@ -70,7 +81,7 @@ def parse_message(line: bytes) -> dict[str, Any] | None:
 
 
 class StdioWire:
-    """The SDK's message transport over the fenced stdio wire (Rules 2, 4)."""
+    """The SDK's message transport over the fenced stdio wire (Rules 2, 4, 5)."""
 
     def __init__(
         self, reader: asyncio.StreamReader, sink: Sink, lost: asyncio.Future[None]
@@ -81,13 +92,20 @@ class StdioWire:
         self._closed = False
 
     async def send(self, message: dict[str, Any]) -> None:
-        if self._closed:
-            raise ConnectionError("the ACP connection is closed")
+        answer = "method" not in message  # to one of the editor's requests
         if self._lost.done():
+            if self._closed or answer:
+                return  # Rule 5: nothing could take it
             raise ConnectionError("the editor no longer reads the ACP connection")
         # As the SDK writes it: compact JSON, one line.
         self._sink.write((json.dumps(message, separators=(",", ":")) + "\n").encode())
-        await self._sink.drain()  # fails once the output is gone (Rule 2)
+        if self._closed:
+            return  # the flush bounds the wait for it (Rule 5)
+        try:
+            await self._sink.drain()  # fails once the output is gone (Rule 2)
+        except ConnectionError:
+            if not answer:
+                raise
 
     async def receive(self) -> dict[str, Any] | None:
         while True:
