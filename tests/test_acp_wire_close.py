@@ -16,6 +16,7 @@ import pytest
 from acp import PROTOCOL_VERSION
 from acp.agent.connection import AgentSideConnection
 from acp.schema import InitializeResponse, NewSessionResponse, PromptResponse
+from sinks import KeptSink
 
 from kigi_tool_runtime import ShellTool
 from kigi_tool_runtime.acp import AcpToolCalls
@@ -25,19 +26,6 @@ pytestmark = pytest.mark.timeout(60)
 
 #: Prompts running when the connection closes.
 PROMPTS = 8
-
-
-class _Sink:
-    """An output that takes every write at once and keeps the lines."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    async def drain(self) -> None:
-        await asyncio.sleep(0)
 
 
 class _WaitingAgent:
@@ -112,7 +100,7 @@ async def test_answers_to_handlers_cancelled_by_the_close_do_not_fail_it(output:
     take it)."""
     reader = asyncio.StreamReader()
     reader.feed_data(_requests())
-    sink = _Sink()
+    sink = KeptSink()
     lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     agent = _WaitingAgent()
     wire = StdioWire(reader, sink, lost)
@@ -172,7 +160,7 @@ async def test_an_answer_to_an_editor_gone_is_dropped_an_update_fails() -> None:
     still fails with ``ConnectionError`` (Rule 2), so its call stops."""
     lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     lost.set_result(None)
-    sink = _Sink()
+    sink = KeptSink()
     wire = StdioWire(asyncio.StreamReader(), sink, lost)
     await wire.send({"jsonrpc": "2.0", "id": 7, "result": {"stopReason": "end_turn"}})
     await wire.send({"jsonrpc": "2.0", "id": 8, "error": {"code": -32603, "message": "x"}})

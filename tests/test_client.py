@@ -21,6 +21,7 @@ import pytest
 from bounded import run_within
 from hypothesis import given
 from processes import GONE_S, group_running, pid_alive, until_gone
+from sinks import NullSink
 
 from kigi_tool_protocol import (
     JsonRpcError,
@@ -209,26 +210,13 @@ def test_a_timeout_grace_that_is_not_positive_and_finite_is_refused(grace: float
     async def body() -> None:
         reader = asyncio.StreamReader()
         with pytest.raises(ValueError, match="timeout_grace must be > 0 seconds and finite"):
-            Client(reader, _NullWriter(), timeout_grace=grace)
+            Client(reader, NullSink(), timeout_grace=grace)
         with pytest.raises(ValueError, match="timeout_grace must be > 0 seconds and finite"):
-            await Client.connect(reader, _NullWriter(), timeout_grace=grace)
+            await Client.connect(reader, NullSink(), timeout_grace=grace)
         with pytest.raises(ValueError, match="timeout_grace must be > 0 seconds and finite"):
             await Client.spawn(["/nonexistent/never-started"], timeout_grace=grace)
 
     _run(body)
-
-
-class _NullWriter:
-    """A writer that takes everything and sends nothing."""
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    async def drain(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.mark.parametrize("grace", [None, 0.25])
@@ -241,9 +229,9 @@ def test_a_call_times_out_its_grace_past_its_timeout_by_default_five_seconds(
     async def body() -> None:
         reader = asyncio.StreamReader()
         if grace is None:
-            client = Client(reader, _NullWriter())
+            client = Client(reader, NullSink())
         else:
-            client = Client(reader, _NullWriter(), timeout_grace=grace)
+            client = Client(reader, NullSink(), timeout_grace=grace)
         call = client.call("bash", {"command": "true"}, timeout=2.0)
         terms = call._terms
         assert terms.deadline == terms.started + 2.0 + (grace or 5.0)
@@ -1271,26 +1259,13 @@ def test_a_call_keeps_no_text_unless_asked_and_then_within_its_bound() -> None:
     assert MAX_CALL_TEXT_BYTES is MAX_CALL_TEXT_BYTES
 
 
-class Sink:
-    """A server's input that takes every line and never fails."""
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    async def drain(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def test_a_lost_connection_names_a_valid_tool_id_for_tools_list() -> None:
     """A tools.list request failed by a lost connection carries an error the
     SDK's own strict decoder accepts (a valid tool id)."""
 
     async def body() -> None:
         reader = asyncio.StreamReader()
-        client = await Client.connect(reader, Sink())
+        client = await Client.connect(reader, NullSink())
         listing = asyncio.ensure_future(client.list_tools())
         await asyncio.sleep(0)
         reader.feed_eof()
@@ -1314,7 +1289,7 @@ def test_the_client_refuses_frames_past_a_tools_declared_max_frame_bytes() -> No
 
     async def body() -> None:
         reader = asyncio.StreamReader()
-        client = await Client.connect(reader, Sink())
+        client = await Client.connect(reader, NullSink())
         listing = asyncio.ensure_future(client.list_tools())
         await asyncio.sleep(0)
         tool = {"id": "t", "capabilities": {"max_frame_bytes": 300}}

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from mcp_raw import INITIALIZE, INITIALIZED
+from sinks import KeptSink
 
 from kigi_tool_runtime import Output, tool
 from kigi_tool_runtime.mcp import McpToolServer
@@ -24,19 +25,6 @@ async def flood(out: Output) -> None:
     """Write lines until stopped."""
     while True:
         out.write("y\n" * 512)
-        await asyncio.sleep(0)
-
-
-class _Sink:
-    """An output that takes every write at once and keeps the lines."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    async def drain(self) -> None:
         await asyncio.sleep(0)
 
 
@@ -66,7 +54,7 @@ async def test_a_stop_while_requests_flow_in_is_a_cancellation(turns: int) -> No
     server = McpToolServer([flood])
     reader = asyncio.StreamReader()
     reader.feed_data(_line(INITIALIZE) + _line(INITIALIZED) + _calls("flood", 64))
-    serving = asyncio.create_task(serve_lines_mcp(server, reader, _Sink()))
+    serving = asyncio.create_task(serve_lines_mcp(server, reader, KeptSink()))
     for _ in range(turns):
         await asyncio.sleep(0)
     serving.cancel()
@@ -83,7 +71,7 @@ async def test_serving_to_the_end_of_input_still_returns() -> None:
     reader = asyncio.StreamReader()
     reader.feed_data(_line(INITIALIZE) + _line(INITIALIZED) + _calls("flood", 8))
     reader.feed_eof()
-    sink = _Sink()
+    sink = KeptSink()
     await serve_lines_mcp(server, reader, sink)
     answered = {
         message["id"]
