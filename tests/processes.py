@@ -48,17 +48,22 @@ async def until_group_gone(pgid: int, seconds: float = GONE_S) -> None:
     await until_gone(f"process group {pgid} still running", lambda: group_alive(pgid), seconds)
 
 
-def reap(proc: subprocess.Popen[bytes], *, drain: bool = False) -> None:
+def reap(proc: subprocess.Popen[bytes], *, drain: bool = False, close_pipes: bool = False) -> None:
     """Kill ``proc`` if it still runs, and wait for it: a test's ``finally``,
     which must not leave its child behind when an assertion failed. ``drain``
     reads the pipes nobody else reads to their end (``communicate``) instead;
-    without it, what the child wrote stays there for the test to read."""
+    without it, what the child wrote stays there for the test to read.
+    ``close_pipes`` then closes the pipes to and from it."""
     if proc.poll() is None:
         proc.kill()
         if drain:
             proc.communicate()
         else:
             proc.wait()
+    if close_pipes:
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def stop(proc: subprocess.Popen[bytes], *, grace: float) -> None:

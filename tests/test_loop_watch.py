@@ -15,6 +15,7 @@ from typing import IO
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from processes import reap
 
 from kigi_tool_runtime._cli._loop_watch import BlockWatch
 
@@ -157,12 +158,7 @@ def test_a_second_signal_stops_serve_while_a_tool_blocks_the_loop(tools: Path) -
             _second_signal_stops(proc, first, second)
     finally:
         for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
+            reap(proc, close_pipes=True)
 
 
 def test_a_block_that_ends_is_said_with_its_length_and_the_call_answers(
@@ -188,11 +184,6 @@ def test_a_block_that_ends_is_said_with_its_length_and_the_call_answers(
         assert proc.wait(timeout=60) == 0
         said += proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        reap(proc, close_pipes=True)
     assert b"the event loop was blocked for" in said
     assert b"by task 'tool blocker call c1'" in said

@@ -15,6 +15,7 @@ import time
 
 import pytest
 from cli_in_process import kigi_in_process
+from processes import reap
 
 from kigi_tool_runtime._call._serving import WRITER_STALL_S
 from kigi_tool_runtime._cli._mcp import parse_http_address
@@ -183,12 +184,7 @@ def test_serve_mcp_stopped_while_its_stdout_is_unread_says_so_once() -> None:
         assert proc.stderr is not None
         err = proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        reap(proc, close_pipes=True)
     assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-3000:]
     lines = err.decode().splitlines()
     assert "gave up: transport write blocked" not in err.decode(), lines
