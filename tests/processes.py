@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from kigi_tool_runtime._process import group_alive
 
@@ -46,6 +48,21 @@ async def until_gone(what: str, alive: Callable[[], bool], seconds: float = GONE
 async def until_group_gone(pgid: int, seconds: float = GONE_S) -> None:
     """Wait until process group ``pgid`` has no member left."""
     await until_gone(f"process group {pgid} still running", lambda: group_alive(pgid), seconds)
+
+
+async def cancel_once_started(task: asyncio.Future[Any], pid_file: Path) -> None:
+    """Wait (the task still running) until the tool of ``task`` has written
+    its process group's id to ``pid_file``, cancel the task, see it end
+    cancelled, and wait until that group has no member left."""
+    while not (pid_file.exists() and pid_file.read_text()):
+        assert not task.done()
+        await asyncio.sleep(0.02)
+    pid = int(pid_file.read_text())
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    await until_group_gone(pid)
 
 
 def reap(proc: subprocess.Popen[bytes], *, drain: bool = False, close_pipes: bool = False) -> None:

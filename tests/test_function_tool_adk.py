@@ -12,10 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 from bounded import run_within
 from function_tools import SPLIT_BY_CAP, SPLIT_PARTS, SPLIT_TEXT, count, fails, sleeper, threaded
-from processes import until_group_gone
+from processes import cancel_once_started
 from test_adk import CALL_ID, Run, _run
 
 from kigi_tool_runtime.adk import KigiAdkTool
@@ -101,13 +100,6 @@ def test_cancelling_the_run_mid_run_stops_the_group(tmp_path: Path) -> None:
     async def body() -> None:
         run = Run()
         task = asyncio.create_task(_run(KigiAdkTool(sleeper), {"pid_file": str(pid_file)}, run))
-        while not (pid_file.exists() and pid_file.read_text()):
-            assert not task.done()
-            await asyncio.sleep(0.02)
-        pid = int(pid_file.read_text())
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await until_group_gone(pid)
+        await cancel_once_started(task, pid_file)
 
     run_within(body(), WAIT_S)

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import fastmcp
-import pytest
 from function_tools import SPLIT_PARTS, SPLIT_TEXT, TOOLS
-from processes import until_group_gone
+from processes import cancel_once_started
 from test_fastmcp import _connected, _Recorder
 
 from kigi_tool_runtime.fastmcp import add_kigi_tools
@@ -90,13 +89,6 @@ async def test_function_tools_in_a_fastmcp_app_process(tmp_path: Path) -> None:
         assert "$.to" in refused.content[0].text  # type: ignore[union-attr]
 
         task = asyncio.create_task(call("sleeper", {"pid_file": str(pid_file)}, "cancel"))
-        while not (pid_file.exists() and pid_file.read_text()):
-            assert not task.done()
-            await asyncio.sleep(0.02)
-        pid = int(pid_file.read_text())
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await until_group_gone(pid)
+        await cancel_once_started(task, pid_file)
         again, _ = await call("count", {"to": 1}, "after")
         assert again.content[0].text == "1\n1"  # type: ignore[union-attr]

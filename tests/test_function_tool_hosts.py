@@ -17,7 +17,7 @@ from bounded import run_within
 from function_tools import SPLIT_PARTS, SPLIT_TEXT, count
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
-from processes import until_group_gone
+from processes import cancel_once_started, until_group_gone
 from split_calls import CAPS, SPLIT_ARGUMENTS, check_split_call
 
 from kigi_tool_protocol._limits import MAX_FRAME_BYTES_CEILING
@@ -135,13 +135,7 @@ def test_mcp_serves_function_tools_as_they_are(tmp_path: Path) -> None:
             assert "$.to" in bad.content[0].text  # type: ignore[union-attr]
             # Cancel mid-run.
             task = asyncio.ensure_future(client.call_tool("sleeper", {"pid_file": str(pid_file)}))
-            while not pid_file.exists() or not pid_file.read_text():
-                await asyncio.sleep(0.02)
-            pid = int(pid_file.read_text())
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            await until_group_gone(pid)
+            await cancel_once_started(task, pid_file)
 
     run_within(body(), WAIT_S)
 
