@@ -2,11 +2,12 @@
 stdio, or raw HTTP POSTs) sends: the handshake (the ``initialize`` request,
 protocol 2025-11-25 from a client named ``raw``, and the
 ``notifications/initialized`` sent after its answer; send them as they are,
-never changed in place) and a ``tools/call`` of the ``bash`` tool."""
+never changed in place), a ``tools/call`` of the ``bash`` tool, and the
+over-long-line exchange both the in-process and the real-process tests run."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 #: The protocol version a raw host asks for.
 VERSION: Final = "2025-11-25"
@@ -48,3 +49,24 @@ def http_headers(session: str | None = None) -> dict[str, str]:
     if session is not None:
         headers["Mcp-Session-Id"] = session
     return headers
+
+
+class RawHost(Protocol):
+    """A raw host's side of a line-served MCP server: send a message, read one."""
+
+    async def send(self, message: Any) -> None: ...
+
+    async def read(self) -> Any: ...
+
+
+async def over_long_line_refused(raw: RawHost) -> None:
+    """Against a server whose line limit is 4096 bytes: a ``tools/list`` line
+    of about 9 KB gets ``-32600`` (``id`` null: never parsed) naming the
+    limit, and the next request is served."""
+    await raw.send({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"x": "y" * 9000}})
+    reply = await raw.read()
+    assert reply["id"] is None
+    assert reply["error"]["code"] == -32600
+    assert "exceeds the limit of 4096 bytes" in reply["error"]["message"]
+    await raw.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
+    assert (await raw.read())["id"] == 2

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 from mcp import Client
-from mcp_raw import INITIALIZE, INITIALIZED, bash_call
+from mcp_raw import INITIALIZE, INITIALIZED, bash_call, over_long_line_refused
 from processes import until_group_gone
 from split_writer import SPLIT, SPLIT_TEXT
 
@@ -177,15 +177,7 @@ def test_a_line_over_the_limit_is_refused_unread() -> None:
 
     async def body() -> None:
         raw = await Lines.start(max_line_bytes=4096)
-        await raw.send(
-            {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"x": "y" * 9000}}
-        )
-        reply = await raw.read()
-        assert reply["id"] is None
-        assert reply["error"]["code"] == -32600
-        assert "exceeds the limit of 4096 bytes" in reply["error"]["message"]
-        await raw.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
-        assert (await raw.read())["id"] == 2
+        await over_long_line_refused(raw)
         await raw.close()
 
     _run(body())

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp_raw import INITIALIZE, INITIALIZED, bash_call
+from mcp_raw import INITIALIZE, INITIALIZED, bash_call, over_long_line_refused
 from processes import until_group_gone
 from split_writer import SPLIT, SPLIT_TEXT
 
@@ -239,15 +239,7 @@ async def test_a_line_over_the_limit_is_refused_unread() -> None:
     and the next request is served."""
     async with asyncio.timeout(30):
         raw = await _Raw.start("--max-frame-bytes", "4096")
-        await raw.send(
-            {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"x": "y" * 9000}}
-        )
-        reply = await raw.read()
-        assert reply["id"] is None
-        assert reply["error"]["code"] == -32600
-        assert "exceeds the limit of 4096 bytes" in reply["error"]["message"]
-        await raw.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
-        assert (await raw.read())["id"] == 2
+        await over_long_line_refused(raw)
         assert await raw.close() == 0
 
 
