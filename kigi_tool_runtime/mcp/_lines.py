@@ -314,14 +314,18 @@ async def serve_lines_mcp(
             if batch:
                 return batch
 
-    ended: list[str] = []  # why serving ended here (Rules 2, 3), not from outside
+    ended_here = False  # serving ended by Rules 2 or 3, not stopped from outside
+
+    def end_here(scope: anyio.CancelScope) -> None:
+        nonlocal ended_here
+        ended_here = True
+        scope.cancel()
 
     async def write_loop(scope: anyio.CancelScope) -> None:
         try:
             async with write_recv:
                 if not await output.run(gather):
-                    ended.append("output closed")
-                    scope.cancel()  # Rule 2: nobody reads; stop serving (calls are cancelled)
+                    end_here(scope)  # Rule 2: nobody reads; stop serving (calls are cancelled)
         finally:
             writer_done.set()
 
@@ -335,15 +339,14 @@ async def serve_lines_mcp(
             # reading cannot keep us (the final flush of ``_call/_writer``).
             started = end_of_input[0] if end_of_input else anyio.current_time()
             await output.final_flush(started, writer_done.is_set, wait_for_writer)
-            ended.append("end of input")
-            tg.cancel_scope.cancel()
+            end_here(tg.cancel_scope)
     except BaseExceptionGroup as group:
         _, rest = group.split((anyio.BrokenResourceError, anyio.get_cancelled_exc_class()))
         if rest is not None:
             raise
         # Rule 6: only streams the stop itself closed. Serving ended here
         # (Rules 2, 3), or else it was stopped from outside.
-        if not ended:
+        if not ended_here:
             raise anyio.get_cancelled_exc_class() from None
 
 
